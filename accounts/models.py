@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+SCOPES = ("read", "submit", "admin")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its hash is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.CharField(max_length=100, help_text="comma-separated: read, submit, admin")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user})"
+
+    @classmethod
+    def issue(cls, *, user, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
+        unknown = set(scopes) - set(SCOPES)
+        if unknown:
+            raise ValueError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        token = "fa_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(user=user, name=name, token_hash=hash_token(token), scopes=",".join(scopes))
+        return row, token
+
+    def scope_list(self) -> list[str]:
+        return [s for s in self.scopes.split(",") if s]
+
+    def allows(self, scope: str) -> bool:
+        # admin implies every scope, submit implies read.
+        granted = set(self.scope_list())
+        if "admin" in granted:
+            return True
+        if scope == "read" and "submit" in granted:
+            return True
+        return scope in granted

@@ -1,0 +1,82 @@
+"""The JSON API's shared parts: one error shape, one auth decorator.
+
+A caller is a bearer token (``Authorization: Bearer fa_…``) with scopes, or
+the browser's session: staff get every scope, other users read and submit.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from django.http import HttpRequest, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from accounts.models import ApiToken, hash_token
+
+log = logging.getLogger(__name__)
+
+
+def error(message: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+class ApiError(Exception):
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
+    """(user, scopes, by_token) of the request, or raise ApiError 401."""
+    header = request.headers.get("Authorization", "")
+    if header:
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "bearer" or not token.strip():
+            raise ApiError("the Authorization header must be 'Bearer <token>'", 401)
+        row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token.strip())).first()
+        if row is None or not row.user.is_active:
+            raise ApiError("unknown or revoked token", 401)
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        scopes = {s for s in ("read", "submit", "admin") if row.allows(s)}
+        return row.user, scopes, True
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        scopes = {"read", "submit", "admin"} if user.is_staff else {"read", "submit"}
+        return user, scopes, False
+    raise ApiError("authentication required: send 'Authorization: Bearer <token>' or log in", 401)
+
+
+def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
+    """Check method, caller and scope; answer errors as ``{"error": ...}``."""
+
+    def decorate(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs):
+            if request.method not in methods:
+                response = error(f"method {request.method} not allowed", 405)
+                response["Allow"] = ", ".join(methods)
+                return response
+            try:
+                user, scopes, by_token = _caller(request)
+                if not by_token and request.method not in ("GET", "HEAD", "OPTIONS"):
+                    # A session is a browser: it needs the CSRF token like any form.
+                    rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+                    if rejected is not None:
+                        raise ApiError("CSRF check failed", 403)
+                if scope not in scopes:
+                    raise ApiError(f"this needs the {scope!r} scope", 403)
+                request.api_user = user
+                request.api_scopes = scopes
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                return error(exc.message, exc.status)
+
+        wrapper.api_scope = scope
+        return wrapper
+
+    return decorate

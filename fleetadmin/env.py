@@ -1,0 +1,76 @@
+"""Strict readers for settings that come from the environment.
+
+Each helper refuses a value it cannot read rather than guessing: a typo in a
+deployment's environment should stop start-up, not change behaviour quietly.
+Secrets may come from a file named by ``NAME_FILE`` (Docker and Kubernetes
+secrets), which wins over ``NAME``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class EnvError(ValueError):
+    pass
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def envstr(name: str, default: str = "") -> str:
+    value = _raw(name)
+    return default if value is None else value
+
+
+def envbool(name: str, default: bool = False) -> bool:
+    value = _raw(name)
+    if value is None:
+        return default
+    if value.lower() == "true":
+        return True
+    if value.lower() == "false":
+        return False
+    raise EnvError(f"{name} must be 'true' or 'false', not {value!r}")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = _raw(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise EnvError(f"{name} must be an integer, not {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise EnvError(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    value = _raw(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise EnvError(f"{name} must be a number, not {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise EnvError(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def envsecret(name: str, default: str = "") -> str:
+    """``NAME_FILE`` (a path whose content is the secret) wins over ``NAME``."""
+    path = _raw(f"{name}_FILE")
+    if path is not None:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise EnvError(f"{name}_FILE={path!r} cannot be read: {exc.strerror}") from None
+    return envstr(name, default)

@@ -1,0 +1,192 @@
+"""fleetadmin settings.
+
+Every value a deployment may change is read from the environment through the
+strict helpers in ``fleetadmin.env``. The embedded default (SQLite, the ORM
+broker, the in-memory channel layer, local pods) needs none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from fleetadmin.env import EnvError, envbool, envfloat, envint, envsecret, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("FLEETADMIN_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = envbool("DEBUG", False)
+DATABASE_URL = envstr("DATABASE_URL")
+REDIS_URL = envstr("REDIS_URL")
+
+
+def _embedded_secret_key() -> str:
+    # The embedded default keeps a generated key beside its database so that
+    # sessions survive a restart; a scaled-out deployment must supply its own.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = envsecret("SECRET_KEY")
+if not SECRET_KEY:
+    if DATABASE_URL:
+        raise EnvError("SECRET_KEY (or SECRET_KEY_FILE) is required when DATABASE_URL is set")
+    SECRET_KEY = _embedded_secret_key()
+
+ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_q",
+    "accounts",
+    "pods",
+    "ocrjobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "fleetadmin.urls"
+ASGI_APPLICATION = "fleetadmin.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=None)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        raise EnvError("DATABASE_URL is for PostgreSQL; leave it unset for the embedded SQLite")
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": envstr("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
+            # WAL alone gave more "database is locked" than the default; WAL
+            # with IMMEDIATE transactions and a busy timeout gave none.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": ("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"),
+            },
+            # A file, not memory: end-to-end tests share it with daphne and qcluster.
+            "TEST": {"NAME": envstr("SQLITE_TEST_PATH", str(VAR_DIR / "test.sqlite3"))},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# django-q2. The database, not the broker, keeps every page: a task lost by
+# the broker is started again by the scaler tick. `retry` stays well above
+# `timeout` so a slow task is never run twice at once.
+Q_TIMEOUT = envint("Q_TIMEOUT", 900, minimum=30)
+Q_CLUSTER = {
+    "name": envstr("Q_CLUSTER_NAME", "fleetadmin"),
+    "workers": envint("Q_WORKERS", 4, minimum=1),
+    "recycle": 500,
+    "timeout": Q_TIMEOUT,
+    "retry": Q_TIMEOUT * 2,
+    "max_attempts": 3,
+    "catch_up": False,
+    "save_limit": 1000,
+    "ack_failures": True,
+    "poll": 0.2,
+    "label": "Tasks",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "jobs-new"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+MEDIA_ROOT = Path(envstr("MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
+
+# Uploads above this size go to a temporary file instead of memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+# OCR limits (bad input gets a clear error, never a half-made job).
+OCR_MAX_FILE_BYTES = envint("OCR_MAX_FILE_BYTES", 200 * 1024 * 1024, minimum=1)
+OCR_MAX_PAGES_PER_DOCUMENT = envint("OCR_MAX_PAGES_PER_DOCUMENT", 3000, minimum=1)
+OCR_MAX_FILES_PER_JOB = envint("OCR_MAX_FILES_PER_JOB", 1000, minimum=1)
+OCR_MAX_IMAGE_PIXELS = envint("OCR_MAX_IMAGE_PIXELS", 100_000_000, minimum=1)
+OCR_RENDER_DPI = envint("OCR_RENDER_DPI", 200, minimum=50)
+DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
+
+# Pages and dispatch.
+PAGE_CLAIM_SECONDS = envfloat("PAGE_CLAIM_SECONDS", 60.0, minimum=1.0)
+PAGE_MAX_ATTEMPTS = envint("PAGE_MAX_ATTEMPTS", 3, minimum=1)
+PAGE_TIMEOUT_SECONDS = envfloat("PAGE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", Q_TIMEOUT * 0.8, minimum=10.0)
+
+# Pods.
+DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
+POD_BOOT_TIMEOUT_SECONDS = envfloat("POD_BOOT_TIMEOUT_SECONDS", 600.0, minimum=1.0)
+LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
+LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+DISPATCHER_STALE_SECONDS = envfloat("DISPATCHER_STALE_SECONDS", 20.0, minimum=2.0)
+DISPATCHERS_PER_POOL = envint("DISPATCHERS_PER_POOL", 1, minimum=1)
+OCR_LANGUAGES = [lang.strip() for lang in envstr("OCR_LANGUAGES", "eng").split(",") if lang.strip()]
+OCR_MAX_REQUEST_BYTES = envint("OCR_MAX_REQUEST_BYTES", 2 * 1024 * 1024 * 1024, minimum=1)

@@ -1,0 +1,34 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.http import JsonResponse
+from django.urls import path
+from django.views.generic import RedirectView
+
+from ocrjobs import api as jobs_api
+from ocrjobs import views as jobs_views
+
+
+def healthz(request):
+    # Touches no database: it answers as long as the front's loop runs.
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="jobs-list"), name="home"),
+    path("healthz", healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("jobs/", jobs_views.job_list, name="jobs-list"),
+    path("jobs/new", jobs_views.job_new, name="jobs-new"),
+    path("jobs/<int:job_id>", jobs_views.job_detail, name="jobs-detail"),
+    path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
+    path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
+    path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
+    path("v1/jobs", jobs_api.jobs, name="api-jobs"),
+    path("v1/jobs/<int:job_id>", jobs_api.job_detail, name="api-jobs-detail"),
+    path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),
+    path("v1/jobs/<int:job_id>/result.jsonl", jobs_api.job_result_jsonl, name="api-jobs-result-jsonl"),
+    path("v1/jobs/<int:job_id>/cancel", jobs_api.job_cancel, name="api-jobs-cancel"),
+    path("v1/jobs/<int:job_id>/retry", jobs_api.job_retry, name="api-jobs-retry"),
+]

@@ -1,0 +1,90 @@
+"""JSON endpoints for jobs: submit, status, results, cancel, retry."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+
+from fleetadmin.api import ApiError, api_view
+from ocrjobs import selectors, services
+from ocrjobs.models import Job
+
+
+def _job_for(request: HttpRequest, job_id: int) -> Job:
+    job = selectors.jobs_visible_to(request.api_user, request.api_scopes).filter(pk=job_id).first()
+    if job is None:
+        raise ApiError(f"no job {job_id}", 404)
+    return job
+
+
+def _job_dict(job: Job) -> dict:
+    return {
+        **job.to_dict(),
+        "urls": {
+            "self": f"/v1/jobs/{job.pk}",
+            "result_txt": f"/v1/jobs/{job.pk}/result.txt",
+            "result_jsonl": f"/v1/jobs/{job.pk}/result.jsonl",
+            "page": job.get_absolute_url(),
+        },
+    }
+
+
+@api_view(scope="submit", methods=("GET", "POST"))
+def jobs(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        recent = selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100]
+        return JsonResponse({"jobs": [_job_dict(job) for job in recent]})
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.OCR_MAX_REQUEST_BYTES:
+        raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
+    if not request.content_type.startswith("multipart/form-data"):
+        raise ApiError("send the files as multipart/form-data (field 'files')", 415)
+    files = request.FILES.getlist("files") + request.FILES.getlist("file")
+    uploads = [services.Upload(name=f.name, file=f) for f in files]
+    try:
+        job = services.job_submit(
+            owner=request.api_user,
+            uploads=uploads,
+            pool_key=request.POST.get("pool") or None,
+            languages=request.POST.get("languages") or None,
+        )
+    except services.SubmissionError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    return JsonResponse(_job_dict(job), status=201)
+
+
+@api_view(scope="read")
+def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
+    return JsonResponse(_job_dict(_job_for(request, job_id)))
+
+
+@api_view(scope="read")
+def job_result_txt(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
+    job = _job_for(request, job_id)
+    response = StreamingHttpResponse(selectors.job_result_txt(job), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.txt"'
+    return response
+
+
+@api_view(scope="read")
+def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
+    job = _job_for(request, job_id)
+    response = StreamingHttpResponse(selectors.job_result_jsonl(job), content_type="application/jsonl; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.jsonl"'
+    return response
+
+
+@api_view(scope="submit", methods=("POST",))
+def job_cancel(request: HttpRequest, job_id: int) -> JsonResponse:
+    job = services.job_cancel(job=_job_for(request, job_id))
+    return JsonResponse(_job_dict(job))
+
+
+@api_view(scope="submit", methods=("POST",))
+def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
+    job = _job_for(request, job_id)
+    if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
+        raise ApiError(f"job {job.pk} is {job.status}: only a partial or failed job has pages to retry", 409)
+    retried = services.job_retry_failed(job=job)
+    job.refresh_from_db()
+    return JsonResponse({**_job_dict(job), "retried_pages": retried})

@@ -1,0 +1,52 @@
+"""Reads shaped for screens and downloads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from ocrjobs.models import Document, Job, Page
+
+
+def jobs_visible_to(user, scopes: set[str] | None = None):
+    jobs = Job.objects.select_related("pool")
+    if user.is_staff or (scopes and "admin" in scopes):
+        return jobs
+    return jobs.filter(owner=user)
+
+
+def _pages(job: Job):
+    return job.pages.select_related("document").order_by("document__position", "number")
+
+
+def document_text(document: Document) -> str:
+    """The text of a document's pages, a form feed between pages (as pdftotext does)."""
+    parts = []
+    for page in document.pages.order_by("number"):
+        result = page.read_result() if page.status == Page.Status.DONE else None
+        parts.append(result["text"] if result else "")
+    return "\f".join(parts)
+
+
+def job_result_txt(job: Job) -> Iterator[str]:
+    for document in job.documents.all():
+        yield f"==> {document.name} <==\n"
+        if document.status == Document.Status.FAILED:
+            yield f"[document failed: {document.error}]\n\n"
+            continue
+        for page in document.pages.order_by("number"):
+            if page.status == Page.Status.DONE:
+                yield (page.read_result() or {}).get("text", "").rstrip("\n") + "\n"
+            else:
+                yield f"[page {page.number}: {page.status}{': ' + page.error if page.error else ''}]\n"
+            yield "\f\n"
+        yield "\n"
+
+
+def job_result_jsonl(job: Job) -> Iterator[str]:
+    for page in _pages(job):
+        yield json.dumps(page.to_record(), ensure_ascii=False) + "\n"
+    for document in job.documents.filter(status=Document.Status.FAILED):
+        record = {"document": document.name, "document_id": document.pk, "page": None, "status": "failed",
+                  "text": "", "lines": [], "confidence": None, "error": document.error}  # fmt: skip
+        yield json.dumps(record, ensure_ascii=False) + "\n"

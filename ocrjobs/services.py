@@ -1,0 +1,550 @@
+"""Jobs, documents and pages: submit, split, claim, complete, finish.
+
+Submission runs in the front (it only reads the uploaded files); splitting and
+everything about pages runs in workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import unicodedata
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pypdfium2 as pdfium
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+from PIL import Image
+
+from ocrjobs.models import Dispatcher, Document, Job, Page
+from pods.models import Pool
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1024 * 1024
+SPLIT_BATCH = 25
+LANGUAGE_RE = re.compile(r"^[a-z][a-z_]{1,30}(\+[a-z][a-z_]{1,30})*$")
+
+# Pillow's own bomb guard raises for images over twice this; we check the size
+# ourselves so that the error names the limit.
+Image.MAX_IMAGE_PIXELS = None
+
+
+class SubmissionError(Exception):
+    """Bad input: a message for a person and the HTTP status that fits it."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass
+class Upload:
+    name: str
+    file: IO[bytes]
+
+
+@dataclass
+class _Staged:
+    name: str
+    path: Path
+    size: int
+    kind: str
+    suffix: str
+    page_count: int
+
+
+def clean_filename(name: str) -> str:
+    """A display name without directories or control characters."""
+    name = name.replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in unicodedata.normalize("NFC", name) if unicodedata.category(ch)[0] != "C")
+    name = name.strip().lstrip(".")
+    return name[:200] or "document"
+
+
+def _sniff(head: bytes) -> tuple[str, str] | None:
+    if head.startswith(b"%PDF-"):
+        return Document.Kind.PDF, ".pdf"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return Document.Kind.IMAGE, ".png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return Document.Kind.IMAGE, ".jpg"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return Document.Kind.IMAGE, ".tif"
+    return None
+
+
+def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
+    name = clean_filename(upload.name)
+    path = directory / f"{index}"
+    size = 0
+    limit = settings.OCR_MAX_FILE_BYTES
+    with open(path, "wb") as out:
+        while chunk := upload.file.read(CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise SubmissionError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+            out.write(chunk)
+    if size == 0:
+        raise SubmissionError(f"{name}: the file is empty")
+    with open(path, "rb") as f:
+        sniffed = _sniff(f.read(8))
+    if sniffed is None:
+        raise SubmissionError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+    kind, suffix = sniffed
+    pages = _count_pdf_pages(name, path) if kind == Document.Kind.PDF else _count_image_frames(name, path)
+    if pages == 0:
+        raise SubmissionError(f"{name}: the document has no pages")
+    if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+        raise SubmissionError(
+            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413
+        )
+    return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages)
+
+
+def _count_pdf_pages(name: str, path: Path) -> int:
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise SubmissionError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+        raise SubmissionError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()
+
+
+def _count_image_frames(name: str, path: Path) -> int:
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            if width * height > settings.OCR_MAX_IMAGE_PIXELS:
+                raise SubmissionError(
+                    f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
+                    413,
+                )
+            frames = getattr(image, "n_frames", 1)
+            image.verify()
+    except SubmissionError:
+        raise
+    except Exception as exc:  # Pillow raises many types for a broken file
+        raise SubmissionError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
+    return frames
+
+
+def resolve_pool(key: str | None) -> Pool:
+    if not key:
+        pool = Pool.objects.order_by("pk").first()
+        if pool is None:
+            raise SubmissionError("no pool is configured", 409)
+        return pool
+    try:
+        return Pool.objects.get(key=key)
+    except Pool.DoesNotExist:
+        raise SubmissionError(f"unknown pool {key!r}", 404) from None
+
+
+def resolve_languages(value: str | None) -> str:
+    value = (value or "eng").strip()
+    if not LANGUAGE_RE.match(value):
+        raise SubmissionError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
+    unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
+    if unknown:
+        available = ", ".join(settings.OCR_LANGUAGES)
+        raise SubmissionError(f"language {unknown[0]!r} is not available (available: {available})")
+    return value
+
+
+def job_submit(*, owner, uploads: list[Upload], pool_key: str | None = None, languages: str | None = None) -> Job:
+    """Check every file, then store the job and its documents in one transaction.
+
+    Nothing is left behind on a bad file: no rows, no files on disk.
+    """
+    pool = resolve_pool(pool_key)
+    languages = resolve_languages(languages)
+    if not uploads:
+        raise SubmissionError("no files: send at least one PDF or image")
+    if len(uploads) > settings.OCR_MAX_FILES_PER_JOB:
+        raise SubmissionError(f"{len(uploads)} files; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
+    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
+    staging.mkdir(parents=True)
+    job_dir: Path | None = None
+    try:
+        staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        with transaction.atomic():
+            job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
+                                     languages=languages)  # fmt: skip
+            job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
+            documents = []
+            for position, item in enumerate(staged):
+                source = f"jobs/{job.pk}/{position}/source{item.suffix}"
+                (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(item.path, settings.MEDIA_ROOT / source)
+                documents.append(
+                    Document(
+                        job=job,
+                        position=position,
+                        name=item.name,
+                        kind=item.kind,
+                        source=source,
+                        size_bytes=item.size,
+                        page_count=item.page_count,
+                    )  # fmt: skip
+                )
+            Document.objects.bulk_create(documents)
+            document_ids = list(job.documents.values_list("pk", flat=True))
+            transaction.on_commit(lambda: _enqueue_splits(document_ids))
+    except BaseException:
+        if job_dir is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
+    return job
+
+
+def _enqueue_splits(document_ids: list[int]) -> None:
+    from django_q.tasks import async_task
+
+    for document_id in document_ids:
+        async_task("ocrjobs.tasks.split_document", document_id, task_name=f"split document {document_id}",
+                   group="splits")  # fmt: skip
+
+
+def document_split(*, document_id: int) -> Document:
+    """Render a document's pages to images and create their rows, a batch at a time.
+
+    Pages become claimable batch by batch, so OCR starts before a long PDF is
+    fully split. Run again after a crash, it makes only the pages still missing.
+    """
+    document = Document.objects.select_related("job").get(pk=document_id)
+    if document.status != Document.Status.PENDING or document.job.status == Job.Status.CANCELLED:
+        return document
+    pages_dir = document.source_path.parent / "pages"
+    pages_dir.mkdir(parents=True, exist_ok=True)
+    existing = set(document.pages.values_list("number", flat=True))
+    try:
+        renderer = _PageRenderer(document)
+    except Exception as exc:
+        log.warning("document %s cannot be split: %s", document.pk, exc)
+        document.status = Document.Status.FAILED
+        document.error = f"cannot be read: {exc}"[:2000]
+        document.save(update_fields=["status", "error"])
+        job_refresh(job_id=document.job_id)
+        return document
+    try:
+        batch: list[Page] = []
+        nudged = False
+        for number in range(1, document.page_count + 1):
+            if number in existing:
+                continue
+            page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
+            try:
+                page.image = renderer.render(number, pages_dir)
+            except Exception as exc:
+                # One bad page must not cost the rest of the document.
+                page.status = Page.Status.FAILED
+                page.error = f"page could not be rendered: {exc}"[:2000]
+                page.finished_at = timezone.now()
+            batch.append(page)
+            if len(batch) >= SPLIT_BATCH:
+                _save_pages(document, batch)
+                batch = []
+                if not nudged:
+                    # The first pages can be read while the rest are rendered.
+                    _nudge(document.job.pool_id)
+                    nudged = True
+        _save_pages(document, batch)
+    finally:
+        renderer.close()
+    document.status = Document.Status.SPLIT
+    document.save(update_fields=["status"])
+    job_refresh(job_id=document.job_id)
+    _nudge(document.job.pool_id)
+    return document
+
+
+def _save_pages(document: Document, pages: list[Page]) -> None:
+    if not pages:
+        return
+    Page.objects.bulk_create(pages, ignore_conflicts=True)
+    Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+
+
+class _PageRenderer:
+    def __init__(self, document: Document):
+        self.document = document
+        self.pdf = None
+        self.image = None
+        if document.kind == Document.Kind.PDF:
+            self.pdf = pdfium.PdfDocument(str(document.source_path))
+        else:
+            self.image = Image.open(document.source_path)
+            self.frames = getattr(self.image, "n_frames", 1)
+
+    def render(self, number: int, pages_dir: Path) -> str:
+        relative = pages_dir.relative_to(settings.MEDIA_ROOT) / f"{number}.png"
+        if self.pdf is not None:
+            page = self.pdf[number - 1]
+            try:
+                bitmap = page.render(scale=settings.OCR_RENDER_DPI / 72, grayscale=True)
+                bitmap.to_pil().save(settings.MEDIA_ROOT / relative, compress_level=1)
+            finally:
+                page.close()
+            return str(relative)
+        if self.frames == 1 and self.image.format in ("PNG", "JPEG"):
+            # Taken as it is: the pod reads PNG and JPEG directly.
+            self.image.load()
+            return self.document.source
+        self.image.seek(number - 1)
+        frame = self.image.convert("L") if self.image.mode not in ("L", "RGB") else self.image
+        frame.save(settings.MEDIA_ROOT / relative, compress_level=1)
+        return str(relative)
+
+    def close(self) -> None:
+        if self.pdf is not None:
+            self.pdf.close()
+        if self.image is not None:
+            self.image.close()
+
+
+# --- jobs -------------------------------------------------------------------
+
+
+def job_refresh(*, job_id: int) -> Job:
+    """Finish the job once every document is split and every page has ended."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.is_finished:
+            return job
+        if job.documents.filter(status=Document.Status.PENDING).exists():
+            return job
+        counts = job.page_counts()
+        if counts["pending"] or counts["running"]:
+            if job.status == Job.Status.QUEUED:
+                job.status = Job.Status.RUNNING
+                job.save(update_fields=["status"])
+            return job
+        failed_documents = job.documents.filter(status=Document.Status.FAILED).exists()
+        if counts["done"] == 0:
+            job.status = Job.Status.FAILED
+        elif counts["failed"] or failed_documents:
+            job.status = Job.Status.PARTIAL
+        else:
+            job.status = Job.Status.DONE
+        job.finished_at = timezone.now()
+        job.save(update_fields=["status", "finished_at"])
+    log.info("job %s finished: %s %s", job.pk, job.status, counts)
+    return job
+
+
+def job_cancel(*, job: Job) -> Job:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.is_finished:
+            return job
+        now = timezone.now()
+        job.pages.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).update(
+            status=Page.Status.CANCELLED, claim_token="", claim_expires_at=None, finished_at=now
+        )
+        job.status = Job.Status.CANCELLED
+        job.finished_at = now
+        job.save(update_fields=["status", "finished_at"])
+    return job
+
+
+def job_retry_failed(*, job: Job) -> int:
+    """Give failed pages a fresh set of attempts; the job runs again."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
+            return 0
+        retried = job.pages.filter(status=Page.Status.FAILED, image__gt="").update(
+            status=Page.Status.PENDING, attempts=0, error="", finished_at=None
+        )
+        if retried:
+            job.status = Job.Status.RUNNING
+            job.finished_at = None
+            job.save(update_fields=["status", "finished_at"])
+            transaction.on_commit(lambda: _nudge(job.pool_id))
+    return retried
+
+
+def _nudge(pool_id: int) -> None:
+    from pods.tasks import nudge_scaler
+
+    nudge_scaler(pool_id)
+
+
+# --- pages (called by dispatchers) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedPage:
+    id: int
+    job_id: int
+    image: str
+    languages: str
+    attempts: int
+
+
+def pages_claim(*, pool_id: int, token: str, limit: int) -> list[ClaimedPage]:
+    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed."""
+    if limit <= 0:
+        return []
+    now = timezone.now()
+    expires = now + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
+    with transaction.atomic():
+        _fail_exhausted(pool_id=pool_id)
+        query = Page.objects.waiting().filter(pool_id=pool_id).order_by("id")
+        if connection.features.has_select_for_update_skip_locked:
+            query = query.select_for_update(skip_locked=True, of=("self",))
+        ids = list(query.values_list("id", flat=True)[:limit])
+        if not ids:
+            return []
+        Page.objects.filter(id__in=ids).update(
+            status=Page.Status.RUNNING,
+            claim_token=token,
+            claim_expires_at=expires,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            pod=None,
+        )
+        rows = Page.objects.filter(id__in=ids).values_list("id", "job_id", "image", "job__languages", "attempts")
+        return [ClaimedPage(*row) for row in rows]
+
+
+def _fail_exhausted(*, pool_id: int) -> None:
+    """Pages whose claims expired on their last attempt fail instead of looping."""
+    now = timezone.now()
+    exhausted = Page.objects.filter(
+        pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now,
+        attempts__gte=settings.PAGE_MAX_ATTEMPTS,
+    )  # fmt: skip
+    job_ids = set(exhausted.values_list("job_id", flat=True))
+    if job_ids:
+        exhausted.update(
+            status=Page.Status.FAILED,
+            error=f"no result after {settings.PAGE_MAX_ATTEMPTS} attempts (claims expired)",
+            finished_at=now,
+            claim_token="",
+        )
+        for job_id in job_ids:
+            transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
+
+
+def claims_renew(*, token: str, page_ids: list[int]) -> int:
+    expires = timezone.now() + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
+    return Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING).update(
+        claim_expires_at=expires
+    )
+
+
+def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:
+    """Store a page's result once. False if the claim was lost (expired, cancelled, done elsewhere)."""
+    page = Page.objects.filter(pk=page_id).values("job_id", "document__position").first()
+    if page is None:
+        return False
+    results_dir = settings.MEDIA_ROOT / "jobs" / str(page["job_id"]) / str(page["document__position"]) / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    # A file named for this attempt: a second writer can never overwrite the first's.
+    name = f"{page_id}-{uuid.uuid4().hex[:12]}.json"
+    path = results_dir / name
+    path.write_text(json.dumps(result, ensure_ascii=False))
+    confidence = result.get("confidence")
+    updated = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
+        status=Page.Status.DONE,
+        result=str(path.relative_to(settings.MEDIA_ROOT)),
+        confidence=float(confidence) if confidence is not None else None,
+        pod_id=pod_id,
+        error="",
+        claim_token="",
+        claim_expires_at=None,
+        finished_at=timezone.now(),
+    )
+    if not updated:
+        path.unlink(missing_ok=True)
+    return bool(updated)
+
+
+def page_attempt_failed(*, page_id: int, token: str, pod_id: int | None, error: str, final: bool = False) -> str:
+    """Record a failed attempt: the page waits for another, or fails when they are spent."""
+    page = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).first()
+    if page is None:
+        return "lost"
+    if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
+        Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
+            status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
+            claim_expires_at=None, finished_at=timezone.now(),
+        )  # fmt: skip
+        return "failed"
+    Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None
+    )
+    return "retry"
+
+
+def pages_unclaim(*, token: str, page_ids: list[int]) -> int:
+    """Give pages back without spending an attempt (no lane for them, or shutting down)."""
+    return Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
+    )
+
+
+def pages_requeue_from_pod(*, pod_id: int) -> int:
+    """A pod went away: its pages in flight wait again (the attempt stays counted)."""
+    return Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, claim_token="", claim_expires_at=None
+    )
+
+
+def page_assign_pod(*, page_id: int, token: str, pod_id: int) -> None:
+    Page.objects.filter(pk=page_id, claim_token=token).update(pod_id=pod_id)
+
+
+# --- dispatchers ------------------------------------------------------------
+
+
+def dispatch_ensure(*, pool: Pool) -> bool:
+    """Start a dispatcher for the pool unless enough are alive. True if one was enqueued."""
+    if Dispatcher.objects.live().filter(pool=pool).count() >= settings.DISPATCHERS_PER_POOL:
+        return False
+    from django_q.tasks import async_task
+
+    transaction.on_commit(
+        lambda: async_task(
+            "ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch"
+        )  # fmt: skip
+    )
+    return True
+
+
+def dispatcher_register(*, pool_id: int) -> Dispatcher | None:
+    """Take a dispatcher slot for the pool, or None when enough are alive."""
+    with transaction.atomic():
+        Pool.objects.select_for_update().filter(pk=pool_id).first()  # serialises registration on PostgreSQL
+        if Dispatcher.objects.live().filter(pool_id=pool_id).count() >= settings.DISPATCHERS_PER_POOL:
+            return None
+        return Dispatcher.objects.create(
+            pool_id=pool_id, token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid()
+        )
+
+
+def dispatcher_end(*, dispatcher: Dispatcher) -> None:
+    Dispatcher.objects.filter(pk=dispatcher.pk).update(ended_at=timezone.now())
+
+
+def pages_waiting(*, pool_id: int) -> int:
+    return Page.objects.waiting().filter(pool_id=pool_id).count()

@@ -1,0 +1,98 @@
+"""Pages for people: the job form, the job list and a job's page."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from ocrjobs import selectors, services
+from ocrjobs.forms import JobForm
+from ocrjobs.models import Job
+
+
+def _job_for(request: HttpRequest, job_id: int) -> Job:
+    job = selectors.jobs_visible_to(request.user).filter(pk=job_id).first()
+    if job is None:
+        raise Http404("no such job")
+    return job
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    jobs = selectors.jobs_visible_to(request.user)[:50]
+    return render(request, "ocrjobs/job_list.html", {"jobs": jobs})
+
+
+@login_required
+def job_new(request: HttpRequest) -> HttpResponse:
+    form = JobForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        uploads = [services.Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
+        try:
+            job = services.job_submit(
+                owner=request.user,
+                uploads=uploads,
+                pool_key=form.cleaned_data["pool"].key,
+                languages=form.cleaned_data["languages"],
+            )
+        except services.SubmissionError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Job {job.pk} submitted.")
+            return redirect(job)
+    status = 400 if form.errors else 200
+    return render(request, "ocrjobs/job_new.html", {"form": form}, status=status)
+
+
+def _job_context(job: Job) -> dict:
+    counts = job.page_counts()
+    expected = sum(d.page_count for d in job.documents.all())
+    ended = counts["done"] + counts["failed"] + counts["cancelled"]
+    return {
+        "job": job,
+        "counts": counts,
+        "expected_pages": expected,
+        "percent": int(100 * ended / expected) if expected else 0,
+    }
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_for(request, job_id)
+    context = _job_context(job)
+    documents = []
+    for document in job.documents.all():
+        pages = list(document.pages.order_by("number"))
+        documents.append({"document": document, "pages": pages, "text": selectors.document_text(document)})
+    context["documents"] = documents
+    return render(request, "ocrjobs/job_detail.html", context)
+
+
+@login_required
+def job_progress(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_for(request, job_id)
+    response = render(request, "partials/job_progress.html", _job_context(job))
+    if job.is_finished:
+        # The page reloads once to show the text; htmx then stops polling.
+        response["HX-Refresh"] = "true"
+    return response
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = services.job_cancel(job=_job_for(request, job_id))
+    messages.info(request, f"Job {job.pk} cancelled.")
+    return redirect(job)
+
+
+@login_required
+@require_POST
+def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_for(request, job_id)
+    retried = services.job_retry_failed(job=job)
+    messages.info(request, f"{retried} failed pages queued again.")
+    return redirect(job)

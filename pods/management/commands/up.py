@@ -1,0 +1,80 @@
+"""Start everything on this machine: the front, the workers, and (on demand) local pods.
+
+Ctrl-C (or SIGTERM) stops every process it started, local pods included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from pods.models import Pod
+from pods.providers import get_provider
+from pods.services import pod_release
+
+
+class Command(BaseCommand):
+    help = "Run the front (daphne) and the workers (qcluster) until interrupted."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+
+    def handle(self, *args, port: int, host: str, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("bootstrap")
+        children = {
+            "front": subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "fleetadmin.asgi:application"]
+            ),
+            "workers": subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=settings.BASE_DIR),
+        }
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        from pods.models import Pool
+        from pods.tasks import nudge_scaler
+
+        for pool in Pool.objects.all():
+            nudge_scaler(pool.pk)  # pages left from a previous run start again now
+        self.stdout.write(self.style.SUCCESS(f"fleetadmin is running at http://{host}:{port}/  (Ctrl-C stops it)"))
+        try:
+            while not stopping:
+                for name, child in children.items():
+                    if child.poll() is not None:
+                        self.stderr.write(f"the {name} exited with code {child.returncode}; stopping")
+                        stopping = True
+                time.sleep(0.5)
+        finally:
+            self.stdout.write("stopping…")
+            for child in children.values():
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            for child in children.values():
+                try:
+                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+            self.release_local_pods()
+        self.stdout.write("stopped.")
+
+    def release_local_pods(self) -> None:
+        for pod in Pod.objects.alive().filter(pool__provider="local").select_related("pool"):
+            pod_release(pod=pod, reason="fleetadmin stopped")
+        provider = get_provider("local")
+        for leftover in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-"):
+            provider.terminate(leftover.provider_id)

@@ -1,0 +1,80 @@
+"""What every pod provider offers: create, get, list, terminate, catalogue.
+
+Calls block (they talk to another machine or start processes): they run in
+worker tasks or in a thread, never on an event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Protocol
+
+
+class ProviderError(Exception):
+    """Base of the errors a provider sorts its failures into."""
+
+
+class NoCapacity(ProviderError):
+    """The candidate has no machine free now: skip it, try the next one."""
+
+
+class UnknownOffer(ProviderError):
+    """The GPU type or data centre does not exist: the pool config is wrong."""
+
+
+class AuthFailed(ProviderError):
+    """The provider refused our credentials: stop booting and alert."""
+
+
+class Transient(ProviderError):
+    """Network fault or 5xx: retry with back-off."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One (GPU type, cloud, data centre) a pod can be created on, with its price."""
+
+    gpu_type: str
+    cloud_type: str = ""
+    data_center: str = ""
+    cost_per_hr: Decimal = Decimal("0")
+
+    @property
+    def key(self) -> str:
+        return f"{self.gpu_type}|{self.cloud_type}|{self.data_center}"
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    name: str
+    lanes: int
+    offer: Offer
+    image: str = ""
+    ports: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    page_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class ProviderPod:
+    provider_id: str
+    name: str
+    running: bool  # the provider says it runs and its HTTP port is reachable
+    base_url: str = ""  # empty until the provider exposes the port
+    cost_per_hr: Decimal = Decimal("0")
+    age_seconds: float = 0.0
+
+
+class Provider(Protocol):
+    name: str
+
+    def create(self, spec: PodSpec) -> ProviderPod: ...
+
+    def get(self, provider_id: str) -> ProviderPod | None: ...
+
+    def list(self, *, prefix: str) -> list[ProviderPod]: ...
+
+    def terminate(self, provider_id: str) -> None: ...
+
+    def catalogue(self) -> list[Offer]: ...

@@ -1,0 +1,28 @@
+"""django-q2 tasks: each takes ids and calls a service."""
+
+from __future__ import annotations
+
+from pods import services
+from pods.models import Pod, Pool
+
+
+def boot_pod(pod_id: int) -> str:
+    pod = services.pod_boot(pod_id=pod_id)
+    return f"{pod.name}: {pod.state}"
+
+
+def release_pod(pod_id: int, reason: str) -> str:
+    pod = services.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
+    return f"{pod.name}: {pod.state}"
+
+
+def scaler_tick(pool_id: int | None = None) -> list[dict]:
+    pools = Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id)
+    return [vars(services.pool_tick(pool=pool)) for pool in pools]
+
+
+def nudge_scaler(pool_id: int) -> None:
+    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
+    from django_q.tasks import async_task
+
+    async_task("pods.tasks.scaler_tick", pool_id, task_name=f"tick pool {pool_id}", group="scaler")

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from accounts.models import ApiToken
+from pods.models import Pool
+
+
+@pytest.fixture(autouse=True)
+def media_root(settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.MEDIA_ROOT.mkdir()
+    return settings.MEDIA_ROOT
+
+
+@pytest.fixture
+def admin_user(db):
+    return get_user_model().objects.create_user("alice", password="alice-pass-1", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def ordinary_user(db):
+    return get_user_model().objects.create_user("bob", password="bob-pass-1")
+
+
+@pytest.fixture
+def outsider(db):
+    return get_user_model().objects.create_user("mallory", password="mallory-pass-1")
+
+
+def _token(user, scopes):
+    return ApiToken.issue(user=user, name="test", scopes=scopes)[1]
+
+
+@pytest.fixture
+def admin_token(admin_user):
+    return _token(admin_user, ["admin"])
+
+
+@pytest.fixture
+def submit_token(ordinary_user):
+    return _token(ordinary_user, ["submit"])
+
+
+@pytest.fixture
+def read_token(ordinary_user):
+    return _token(ordinary_user, ["read"])
+
+
+@pytest.fixture
+def local_pool(db):
+    pool, _ = Pool.objects.get_or_create(
+        key="local", defaults={"provider": "local", "min_pods": 0, "max_pods": 1, "lanes_per_pod": 2}
+    )
+    return pool
