@@ -103,7 +103,8 @@ else:
                 "init_command": ("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"),
             },
             # A file, not memory: end-to-end tests share it with daphne and qcluster.
-            "TEST": {"NAME": envstr("SQLITE_TEST_PATH", str(VAR_DIR / "test.sqlite3"))},
+            # One file per test run, so that two runs in one checkout never share it.
+            "TEST": {"NAME": envstr("SQLITE_TEST_PATH", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
         }
     }
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 
 from fleetadmin.api import ApiError, api_view
 from ocrjobs import selectors, services
@@ -29,17 +31,29 @@ def _job_dict(job: Job) -> dict:
     }
 
 
-@api_view(scope="submit", methods=("GET", "POST"))
+@api_view(scope="read", methods=("GET", "POST"))
 def jobs(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         recent = selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100]
         return JsonResponse({"jobs": [_job_dict(job) for job in recent]})
+    # Listing is a read; submitting needs more.
+    if "submit" not in request.api_scopes:
+        raise ApiError("this needs the 'submit' scope", 403)
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > settings.OCR_MAX_REQUEST_BYTES:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
     if not request.content_type.startswith("multipart/form-data"):
         raise ApiError("send the files as multipart/form-data (field 'files')", 415)
-    files = request.FILES.getlist("files") + request.FILES.getlist("file")
+    try:
+        files = request.FILES.getlist("files") + request.FILES.getlist("file")
+    except TooManyFilesSent:
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+        raise ApiError(f"too many files; the limit is {limit} per request", 413) from None
+    except RequestDataTooBig:
+        raise ApiError("the form fields are larger than the limit", 413) from None
+    except MultiPartParserError as exc:
+        # Django would answer its own HTML 400; the API answers JSON.
+        raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
     uploads = [services.Upload(name=f.name, file=f) for f in files]
     try:
         job = services.job_submit(

@@ -117,7 +117,13 @@ def _count_pdf_pages(name: str, path: Path) -> int:
         pdf = pdfium.PdfDocument(str(path))
     except pdfium.PdfiumError as exc:
         if "password" in str(exc).lower():
-            raise SubmissionError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+            # PDFium also answers "incorrect password" for a PDF with no pages;
+            # only a file with an encryption dictionary is really encrypted.
+            if _has_encrypt_entry(path):
+                raise SubmissionError(
+                    f"{name}: the PDF is encrypted; remove its password and submit it again"
+                ) from None
+            raise SubmissionError(f"{name}: the document has no pages") from None
         raise SubmissionError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
     try:
         return len(pdf)
@@ -125,17 +131,41 @@ def _count_pdf_pages(name: str, path: Path) -> int:
         pdf.close()
 
 
+def _has_encrypt_entry(path: Path) -> bool:
+    """Whether the file names an encryption dictionary (its trailer or xref stream has /Encrypt)."""
+    needle = b"/Encrypt"
+    tail = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            if needle in tail + chunk:
+                return True
+            tail = chunk[-len(needle) :]
+    return False
+
+
+def _check_pixels(name: str, image: Image.Image) -> None:
+    width, height = image.size
+    if width * height > settings.OCR_MAX_IMAGE_PIXELS:
+        raise SubmissionError(
+            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels", 413
+        )
+
+
 def _count_image_frames(name: str, path: Path) -> int:
     try:
         with Image.open(path) as image:
-            width, height = image.size
-            if width * height > settings.OCR_MAX_IMAGE_PIXELS:
-                raise SubmissionError(
-                    f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
-                    413,
-                )
+            _check_pixels(name, image)
             frames = getattr(image, "n_frames", 1)
             image.verify()
+        if frames > 1:
+            with Image.open(path) as image:
+                if image.format == "TIFF":
+                    # Each TIFF frame has its own size: a small first frame
+                    # must not let a huge second one through. Seeking reads
+                    # only the frame's header.
+                    for frame in range(1, frames):
+                        image.seek(frame)
+                        _check_pixels(name, image)
     except SubmissionError:
         raise
     except Exception as exc:  # Pillow raises many types for a broken file

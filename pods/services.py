@@ -186,7 +186,7 @@ def pool_tick(*, pool: Pool) -> TickResult:
             if pod.last_busy_at is None or pod.last_busy_at < idle_since:
                 pod_release(pod=pod, reason=f"idle for {pool.idle_seconds} s")
                 shed.append(pod.pk)
-    if waiting:
+    if waiting and pool.pods.filter(state=Pod.State.READY).exists():
         from ocrjobs.services import dispatch_ensure
 
         dispatch_ensure(pool=pool)

@@ -229,13 +229,16 @@ class PodHandler(BaseHTTPRequestHandler):
         with srv.stats_lock:
             srv.busy += 1
         try:
-            self._run_page(lang, length)
+            status, payload = self._run_page(lang, length)
         finally:
+            # Free the lane before answering: a client that sends its next page
+            # as soon as it reads this answer must find the lane free.
             with srv.stats_lock:
                 srv.busy -= 1
             srv.lanes.release()
+        self._send(status, payload)
 
-    def _run_page(self, lang: str, length: int) -> None:
+    def _run_page(self, lang: str, length: int) -> tuple[HTTPStatus, dict]:
         srv = self.server
         if self._expect_continue:
             self.send_response_only(HTTPStatus.CONTINUE)
@@ -244,31 +247,24 @@ class PodHandler(BaseHTTPRequestHandler):
         self._body_pending = False
         if len(body) != length:
             self.close_connection = True
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "incomplete body"})
-            return
+            return HTTPStatus.BAD_REQUEST, {"error": "incomplete body"}
         try:
             img = engine.decode_image(body)
         except engine.BadImage as exc:
             srv.count(ok=False)
-            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-            return
+            return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
         del body  # a page can be tens of MB; do not hold it through the OCR
         try:
             result = engine.ocr_image(img, lang, srv.page_timeout)
         except engine.PageTimeout:
             srv.count(ok=False)
-            self._send(
-                HTTPStatus.GATEWAY_TIMEOUT,
-                {"error": f"page time limit of {srv.page_timeout:g} s exceeded"},
-            )
-            return
+            return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {srv.page_timeout:g} s exceeded"}
         except Exception as exc:
             srv.count(ok=False)
             self.log_error("engine error: %r", exc)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"engine error: {exc}"})
-            return
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"engine error: {exc}"}
         srv.count(ok=True)
-        self._send(HTTPStatus.OK, result)
+        return HTTPStatus.OK, result
 
     def _declared_length(self) -> int | None:
         raw = self.headers.get("Content-Length")

@@ -52,6 +52,7 @@ class DispatchLoop:
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatch-db")
         self._io = ThreadPoolExecutor(4, thread_name_prefix="dispatch-io")
         self._last_reason_log = -REASON_LOG_SECONDS
+        self.hit_time_limit = False
 
     async def db(self, fn, /, **kwargs):
         """Run a database call on the loop's own database thread."""
@@ -83,7 +84,7 @@ class DispatchLoop:
                     elif self.touched_jobs and now - last_jobs >= JOB_REFRESH_SECONDS:
                         await self.refresh_jobs()
                         last_jobs = now
-                    stopping = now > deadline
+                    stopping = self.hit_time_limit = now > deadline
                     want = self.lanes.free - len(self.queue)
                     if want > 0 and not stopping:
                         claimed = await self.db(services.pages_claim, pool_id=self.pool_id, token=self.token,
@@ -296,8 +297,9 @@ def run_dispatcher(*, pool_id: int) -> Dispatcher | None:
     dispatcher = services.dispatcher_register(pool_id=pool_id)
     if dispatcher is None:
         return None
-    asyncio.run(DispatchLoop(dispatcher).run())
-    if services.pages_waiting(pool_id=pool_id):
-        # It stopped at its time limit or for want of pods: a successor takes over.
+    loop = DispatchLoop(dispatcher)
+    asyncio.run(loop.run())
+    if loop.hit_time_limit and services.pages_waiting(pool_id=pool_id):
+        # A successor takes over; one that left for want of pods is started again by the next pod ready.
         services.dispatch_ensure(pool=dispatcher.pool)
     return dispatcher

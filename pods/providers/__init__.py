@@ -8,4 +8,8 @@ def get_provider(name: str) -> Provider:
         from pods.providers.local import LocalProvider
 
         return LocalProvider()
+    if name == "runpod":
+        from pods.providers.runpod import RunPodProvider
+
+        return RunPodProvider()
     raise ValueError(f"unknown provider {name!r}")

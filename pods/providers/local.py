@@ -90,6 +90,15 @@ class LocalProvider:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
+        # /proc may show the forked parent's command line for a moment after
+        # the spawn; wait until it shows the pod's own, so get() finds it.
+        deadline = time.monotonic() + 5
+        while _pod_from_proc(process.pid) is None:
+            if process.poll() is not None:
+                raise ProviderError(f"the pod server exited with code {process.returncode} at start")
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         return ProviderPod(provider_id=str(process.pid), name=spec.name, running=False, base_url="")
 
     def get(self, provider_id: str) -> ProviderPod | None:

@@ -38,7 +38,11 @@ class Command(BaseCommand):
                 if not path.is_file():
                     raise services.SubmissionError(f"{name}: no such file")
                 uploads.append(services.Upload(name=path.name, file=path.open("rb")))
-            out_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                # Found before submitting, so that no job runs whose text cannot be written.
+                raise services.SubmissionError(f"{out}: cannot create the output directory ({exc.strerror})") from None
             job = services.job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages)
         except services.SubmissionError as exc:
             self.stderr.write(f"ocr: {exc.message}")

@@ -1,0 +1,42 @@
+"""Run the local RunPod simulator until interrupted.
+
+    python manage.py runpodsim --port 8765 [--config sim.json]
+
+Prints ``RUNPODSIM http://HOST:PORT`` once it listens, then the environment
+that points fleetadmin (and the runpod SDK) at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from pydantic import ValidationError
+
+from pods.simulator import Endpoint, SimConfig
+from pods.simulator.runner import serve
+
+
+class Command(BaseCommand):
+    help = "Run a local RunPod-compatible API and its virtual pods (tests, benchmarks, demos)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--config", help="JSON file: catalogue, capacity, timings, faults")
+
+    def handle(self, *args: object, **options: object) -> None:
+        try:
+            config = SimConfig.load(str(options["config"])) if options["config"] else SimConfig()
+        except (OSError, ValidationError) as exc:
+            raise CommandError(f"cannot load simulator config: {exc}") from exc
+        try:
+            asyncio.run(serve(config, str(options["host"]), int(options["port"]), announce=self._announce))
+        except OSError as exc:
+            raise CommandError(f"cannot listen: {exc}") from exc
+
+    def _announce(self, endpoint: Endpoint) -> None:
+        self.stdout.write(f"RUNPODSIM {endpoint.url}")
+        for name, value in endpoint.environment().items():
+            self.stdout.write(f"export {name}='{value}'")
+        self.stdout.flush()

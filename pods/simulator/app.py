@@ -1,0 +1,237 @@
+"""HTTP face of the simulator: RunPod's GraphQL endpoint, the control API, and every virtual pod.
+
+Routes:
+  POST /graphql                      what the runpod SDK talks to
+  GET  /sim/stats                    counters for tests and benchmarks
+  GET  /sim/pods                     the virtual pods
+  GET|POST /sim/faults               the injected faults ({"faults": [...], "append": false})
+  POST /sim/capacity                 {"gpu": id, "cloud": "SECURE", "data_center": "EU-RO-1", "free": 3}
+  GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
+  GET  /pods/{id}/v1/models
+  POST /pods/{id}/v1/ocr
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from pods.simulator import graphql
+from pods.simulator.config import SOMETHING_WENT_WRONG_MESSAGE, FaultList, SimConfig
+from pods.simulator.farm import FAILED, LOADING, READY, Farm, VirtualPod
+from pods.simulator.schema import RUNPOD_SCHEMA
+
+FARM_KEY = web.AppKey("farm", Farm)
+ENGINE = "simulated"
+
+
+def make_app(config: SimConfig) -> web.Application:
+    # Pages can be tens of MB; the size check against max_page_bytes gives the 413.
+    app = web.Application(client_max_size=config.max_page_bytes + 1024 * 1024)
+    app[FARM_KEY] = Farm(config)
+    app.add_routes(
+        [
+            web.post("/graphql", graphql_endpoint),
+            web.get("/sim/stats", sim_stats),
+            web.get("/sim/pods", sim_pods),
+            web.get("/sim/faults", sim_faults),
+            web.post("/sim/faults", sim_set_faults),
+            web.post("/sim/capacity", sim_set_capacity),
+            web.get("/pods/{pod_id}/healthz", pod_healthz),
+            web.get("/pods/{pod_id}/v1/models", pod_models),
+            web.post("/pods/{pod_id}/v1/ocr", pod_ocr),
+        ]
+    )
+    return app
+
+
+def _errors(message: str, status: int = 200) -> web.Response:
+    return web.json_response({"errors": [{"message": message}]}, status=status)
+
+
+async def graphql_endpoint(request: web.Request) -> web.Response:
+    farm = request.app[FARM_KEY]
+    operation: graphql.Operation | None = None
+    problem: str | None = None
+    try:
+        payload = await request.json()
+        query = payload.get("query") if isinstance(payload, dict) else None
+        if not isinstance(query, str):
+            raise graphql.GraphQLError("Must provide query string.")
+        operation = graphql.parse(query)
+    except json.JSONDecodeError:
+        problem = "POST body sent invalid JSON."
+    except graphql.GraphQLError as exc:
+        problem = str(exc)
+    farm.count_call(operation)
+
+    root_field = operation.selections[0].name if operation else None
+    verdict = farm.screen(root_field, request.headers.get("Authorization"))
+    if verdict.delay_s:
+        await asyncio.sleep(verdict.delay_s)
+    if verdict.status == 401:
+        return _errors("Unauthorized", status=401)
+    if verdict.status >= 500 and not verdict.after_execute:
+        return _server_error(verdict.status, verdict.body)
+
+    if problem is not None or operation is None:
+        return _errors(problem or "Must provide query string.")
+    try:
+        graphql.validate(operation, RUNPOD_SCHEMA)
+        data = farm.execute(operation)
+    except graphql.GraphQLError as exc:
+        return _errors(str(exc))
+    if verdict.status >= 500:
+        return _server_error(verdict.status, verdict.body)
+    return web.json_response({"data": data})
+
+
+def _server_error(status: int, body: str) -> web.Response:
+    if body == "json":
+        return _errors(SOMETHING_WENT_WRONG_MESSAGE, status=status)
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Server Error"
+    return web.Response(status=status, text=f"<html><body>{status} {phrase}</body></html>", content_type="text/html")
+
+
+# -- control API ---------------------------------------------------------------------------------
+
+
+async def sim_stats(request: web.Request) -> web.Response:
+    return web.json_response(request.app[FARM_KEY].summary())
+
+
+async def sim_pods(request: web.Request) -> web.Response:
+    farm = request.app[FARM_KEY]
+    return web.json_response({"pods": [farm.pod_summary(pod) for pod in farm.pods.values()]})
+
+
+async def sim_faults(request: web.Request) -> web.Response:
+    return web.json_response({"faults": [fault.model_dump() for fault in request.app[FARM_KEY].faults]})
+
+
+async def sim_set_faults(request: web.Request) -> web.Response:
+    farm = request.app[FARM_KEY]
+    try:
+        payload = await request.json()
+        append = bool(payload.pop("append", False)) if isinstance(payload, dict) else False
+        faults = FaultList.model_validate(payload).faults
+    except (json.JSONDecodeError, ValidationError) as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    farm.set_faults(faults, append=append)
+    return await sim_faults(request)
+
+
+async def sim_set_capacity(request: web.Request) -> web.Response:
+    farm = request.app[FARM_KEY]
+    try:
+        payload = await request.json()
+        key = (str(payload["gpu"]), str(payload["cloud"]), str(payload["data_center"]))
+        free = int(payload["free"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        return web.json_response({"error": f"expected gpu, cloud, data_center, free: {exc}"}, status=400)
+    if key[0] not in farm.gpus or key[1] not in ("SECURE", "COMMUNITY") or free < 0:
+        return web.json_response({"error": "unknown gpu or cloud, or negative count"}, status=400)
+    farm.free[key] = free
+    return web.json_response({"free": free})
+
+
+# -- virtual pods --------------------------------------------------------------------------------
+
+
+def _pod_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _serving_pod(request: web.Request) -> tuple[Farm, VirtualPod, None] | tuple[Farm, None, web.Response]:
+    """The pod behind this URL, or the response RunPod's proxy would give instead."""
+    farm = request.app[FARM_KEY]
+    pod = farm.pods.get(request.match_info["pod_id"])
+    if pod is None:
+        return farm, None, _pod_error(404, "no such pod")
+    if not farm.runtime_up(pod):
+        return farm, None, _pod_error(502, "pod is not running")
+    return farm, pod, None
+
+
+async def pod_healthz(request: web.Request) -> web.Response:
+    farm, pod, refusal = _serving_pod(request)
+    if refusal is not None:
+        return refusal
+    state = farm.model_state(pod)
+    if state == READY:
+        return web.json_response({"status": "ok"})
+    if state == FAILED:
+        return web.json_response({"status": "failed", "error": "simulated engine failure"}, status=503)
+    return web.json_response({"status": "loading"}, status=503)
+
+
+async def pod_models(request: web.Request) -> web.Response:
+    farm, pod, refusal = _serving_pod(request)
+    if refusal is not None:
+        return refusal
+    ready = farm.model_state(pod) == READY
+    return web.json_response(
+        {
+            "engine": ENGINE,
+            "version": "sim-1" if ready else "",
+            "languages": list(farm.config.languages) if ready else [],
+            "lanes": pod.lanes,
+            "busy": pod.busy,
+            "ready": ready,
+            "name": pod.name,
+            "pages_done": pod.pages_done,
+            "pages_failed": pod.pages_failed,
+        }
+    )
+
+
+async def pod_ocr(request: web.Request) -> web.Response:
+    farm, pod, refusal = _serving_pod(request)
+    if refusal is not None:
+        return refusal
+    state = farm.model_state(pod)
+    if state != READY:
+        return _pod_error(503, f"engine {state}", {"Retry-After": "1"} if state == LOADING else None)
+    lang = request.query.get("lang", "eng")
+    unknown = [part for part in lang.split("+") if part not in farm.config.languages]
+    if unknown:
+        return _pod_error(400, f"unknown language(s) {unknown!r}; installed: {farm.config.languages}")
+    length = request.content_length
+    if length is None:
+        return _pod_error(400, "missing or invalid Content-Length")
+    if length == 0:
+        return _pod_error(400, "empty body")
+    if length > farm.config.max_page_bytes:
+        return _pod_error(413, f"body of {length} bytes exceeds limit of {farm.config.max_page_bytes}")
+    # Refuse before reading the upload, as the pod server does, so a busy pod costs the client nothing.
+    if pod.busy >= pod.lanes:
+        farm.stats["ocr_busy_answers"] += 1
+        return _pod_error(429, "all lanes busy", {"Retry-After": "1"})
+    pod.busy += 1
+    try:
+        body = await request.read()
+        await asyncio.sleep(farm.config.page_latency_s)
+    finally:
+        pod.busy -= 1
+    pod.pages_done += 1
+    farm.stats["ocr_pages"] += 1
+    return web.json_response(_page_result(body, farm.config.page_latency_s))
+
+
+def _page_result(body: bytes, seconds: float) -> dict[str, Any]:
+    text = f"page {hashlib.sha1(body).hexdigest()[:12]}"
+    return {
+        "text": text,
+        "lines": [{"text": text, "bbox": [0, 0, 100, 20], "confidence": 99.0}],
+        "confidence": 99.0,
+        "width": 0,
+        "height": 0,
+        "engine": ENGINE,
+        "seconds": round(seconds, 3),
+    }

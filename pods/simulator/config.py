@@ -1,0 +1,185 @@
+"""Simulator configuration: the GPU catalogue, its free capacity, timings and injected faults.
+
+Read from a JSON file (``runpodsim --config FILE``) or built in Python. Unknown
+keys are refused so that a typo in a benchmark's config does not silently leave
+a fault out.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+Cloud = Literal["SECURE", "COMMUNITY"]
+
+NO_CAPACITY_MESSAGE = (
+    "There are no longer any instances available with the requested specifications. Please refresh and try again."
+)
+NO_GPUS_ON_HOST_MESSAGE = "There are not enough free GPUs on the host machine to start this pod."
+SOMETHING_WENT_WRONG_MESSAGE = "Something went wrong. Please try again later or contact support."
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class GpuTypeConfig(_Strict):
+    """One GPU type; ``capacity`` is free GPUs per cloud and data centre (absent means none)."""
+
+    id: str = Field(min_length=1)
+    display_name: str = Field("", alias="displayName")
+    memory_in_gb: int = Field(24, alias="memoryInGb", ge=0)
+    secure_price: float | None = Field(None, alias="securePrice", ge=0)
+    community_price: float | None = Field(None, alias="communityPrice", ge=0)
+    max_gpu_count: int = Field(8, alias="maxGpuCount", ge=1)
+    capacity: dict[Cloud, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
+
+    def price(self, cloud: str) -> float | None:
+        return self.secure_price if cloud == "SECURE" else self.community_price
+
+
+class Trigger(_Strict):
+    """When a fault fires: for the next ``count`` matching calls, each with ``probability``, or always.
+
+    ``operation`` narrows it to one GraphQL root field (``podFindAndDeployOnDemand``,
+    ``gpuTypes``, ``pod``, ``myself``, ``podTerminate`` ...). With a ``seed`` the
+    random draws repeat from run to run.
+    """
+
+    count: int | None = Field(None, ge=0)
+    probability: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    operation: str | None = None
+    _rng: random.Random = PrivateAttr(default_factory=random.Random)
+
+    def model_post_init(self, context: object) -> None:
+        self._rng = random.Random(self.seed)
+
+    def fires(self, operation: str | None = None) -> bool:
+        if self.operation is not None and operation != self.operation:
+            return False
+        if self.count is not None and self.count <= 0:
+            return False
+        if self.probability is not None and self._rng.random() >= self.probability:
+            return False
+        if self.count is not None:
+            self.count -= 1
+        return True
+
+
+class HttpErrorFault(Trigger):
+    """Answer a 5xx: ``body`` "text" is a gateway page (the SDK fails to decode JSON),
+    "json" carries RunPod's "Something went wrong" error. With ``after_execute`` the
+    call takes effect first and only its answer is lost (a create whose reply never came)."""
+
+    kind: Literal["http_error"]
+    status: int = Field(502, ge=500, le=599)
+    body: Literal["text", "json"] = "text"
+    after_execute: bool = False
+
+
+class SlowFault(Trigger):
+    kind: Literal["slow"]
+    delay_s: float = Field(ge=0)
+
+
+class BadKeyFault(Trigger):
+    """Answer 401 whatever key was sent, as after a key was revoked."""
+
+    kind: Literal["bad_key"]
+
+
+class NoCapacityFault(_Strict):
+    """Creates matching these filters (None matches anything) find no machine."""
+
+    kind: Literal["no_capacity"]
+    gpu: str | None = None
+    cloud: Cloud | None = None
+    data_center: str | None = None
+
+    def matches(self, gpu: str, cloud: str, data_center: str) -> bool:
+        return (
+            (self.gpu is None or self.gpu == gpu)
+            and (self.cloud is None or self.cloud == cloud)
+            and (self.data_center is None or self.data_center == data_center)
+        )
+
+
+class BootStuckFault(Trigger):
+    """Pods created while this fires never get runtime ports (a machine that never comes up)."""
+
+    kind: Literal["boot_stuck"]
+
+
+class ModelFailFault(Trigger):
+    """Pods created while this fires boot, but their /healthz answers 503 "failed"."""
+
+    kind: Literal["model_fail"]
+
+
+Fault = Annotated[
+    HttpErrorFault | SlowFault | BadKeyFault | NoCapacityFault | BootStuckFault | ModelFailFault,
+    Field(discriminator="kind"),
+]
+
+
+class FaultList(_Strict):
+    faults: list[Fault] = Field(default_factory=list)
+
+
+def _default_gpu_types() -> list[GpuTypeConfig]:
+    return [
+        GpuTypeConfig(
+            id="NVIDIA GeForce RTX 4090",
+            display_name="RTX 4090",
+            memory_in_gb=24,
+            secure_price=0.69,
+            community_price=0.34,
+            capacity={"SECURE": {"EU-RO-1": 8, "US-TX-3": 8}, "COMMUNITY": {"EU-SE-1": 8}},
+        ),
+        GpuTypeConfig(
+            id="NVIDIA RTX A5000",
+            display_name="RTX A5000",
+            memory_in_gb=24,
+            secure_price=0.27,
+            community_price=0.16,
+            capacity={"SECURE": {"EU-RO-1": 8}, "COMMUNITY": {"EU-SE-1": 8, "US-TX-3": 8}},
+        ),
+        GpuTypeConfig(
+            id="NVIDIA A40",
+            display_name="A40",
+            memory_in_gb=48,
+            secure_price=0.40,
+            community_price=None,
+            capacity={"SECURE": {"EU-RO-1": 4, "US-KS-2": 4}},
+        ),
+    ]
+
+
+class SimConfig(_Strict):
+    api_key: str = "sim-key"
+    public_host: str = "127.0.0.1"  # the address pods' runtime.ports advertise
+    boot_delay_s: float = Field(1.0, ge=0)
+    model_load_s: float = Field(0.5, ge=0)
+    page_latency_s: float = Field(0.05, ge=0)
+    default_lanes: int = Field(1, ge=1, le=256)  # when a pod's env has no LANES
+    languages: list[str] = Field(default_factory=lambda: ["eng", "deu", "fra", "spa", "ita", "nld", "por"])
+    max_page_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    gpu_types: list[GpuTypeConfig] = Field(default_factory=_default_gpu_types)
+    faults: list[Fault] = Field(default_factory=list)
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _unique_ids(cls, value: list[GpuTypeConfig]) -> list[GpuTypeConfig]:
+        ids = [gpu.id for gpu in value]
+        duplicates = sorted({gpu_id for gpu_id in ids if ids.count(gpu_id) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate GPU type ids: {duplicates}")
+        return value
+
+    @classmethod
+    def load(cls, path: str | Path) -> SimConfig:
+        return cls.model_validate_json(Path(path).read_text())

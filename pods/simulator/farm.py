@@ -1,0 +1,443 @@
+"""The simulated RunPod account: GPU stock, pods and their lifecycle, faults and counters.
+
+Plain synchronous code with no I/O, driven by the aiohttp handlers on one event
+loop (so it needs no locks) and testable on its own. Pod lifecycle is computed
+from timestamps when asked, not driven by timers: a hundred idle pods cost
+nothing but their dicts.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pods.simulator import graphql
+from pods.simulator.config import (
+    NO_CAPACITY_MESSAGE,
+    NO_GPUS_ON_HOST_MESSAGE,
+    BadKeyFault,
+    BootStuckFault,
+    Fault,
+    GpuTypeConfig,
+    HttpErrorFault,
+    ModelFailFault,
+    NoCapacityFault,
+    SimConfig,
+    SlowFault,
+)
+from pods.simulator.schema import RUNPOD_SCHEMA
+
+LOADING, READY, FAILED = "loading", "ok", "failed"
+
+
+@dataclass
+class VirtualPod:
+    id: str
+    name: str
+    image: str
+    env: dict[str, str]
+    gpu: GpuTypeConfig
+    cloud: str
+    data_center: str
+    gpu_count: int
+    cost_per_hr: float
+    ports: str
+    lanes: int
+    created_wall: float
+    started_at: float | None  # monotonic; None while stopped
+    status_changed_wall: float
+    status_event: str = "Rented by User"
+    desired_status: str = "RUNNING"
+    stuck: bool = False
+    model_fails: bool = False
+    container_disk_in_gb: int = 10
+    volume_in_gb: int = 0
+    volume_mount_path: str = "/runpod-volume"
+    docker_args: str = ""
+    busy: int = 0
+    pages_done: int = 0
+    pages_failed: int = 0
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.started_at is not None
+
+
+@dataclass
+class Verdict:
+    """What the HTTP layer should do with one GraphQL call before (or instead of) running it."""
+
+    delay_s: float = 0.0
+    status: int = 200
+    body: str = "text"
+    after_execute: bool = False
+
+
+@dataclass
+class Farm:
+    config: SimConfig
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    public_port: int = 0
+    pods: dict[str, VirtualPod] = field(default_factory=dict)
+    stats: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.gpus = {gpu.id: gpu for gpu in self.config.gpu_types}
+        # Free GPUs per (gpu id, cloud, data centre); a copy, so the config stays as loaded.
+        self.free: dict[tuple[str, str, str], int] = {
+            (gpu.id, cloud, dc): count
+            for gpu in self.config.gpu_types
+            for cloud, centres in gpu.capacity.items()
+            for dc, count in centres.items()
+        }
+        self.faults: list[Fault] = list(self.config.faults)
+
+    # -- faults and auth ------------------------------------------------------------------------
+
+    def set_faults(self, faults: list[Fault], *, append: bool = False) -> None:
+        self.faults = [*self.faults, *faults] if append else list(faults)
+
+    def screen(self, operation: str | None, authorization: str | None) -> Verdict:
+        """Apply slow, bad-key and 5xx faults and the key check to one GraphQL call."""
+        verdict = Verdict()
+        for fault in self.faults:
+            if isinstance(fault, SlowFault) and fault.fires(operation):
+                verdict.delay_s += fault.delay_s
+        if any(isinstance(f, BadKeyFault) and f.fires(operation) for f in self.faults):
+            self.stats["auth_failures"] += 1
+            verdict.status = 401
+            return verdict
+        if authorization != f"Bearer {self.config.api_key}":
+            self.stats["auth_failures"] += 1
+            verdict.status = 401
+            return verdict
+        for fault in self.faults:
+            if isinstance(fault, HttpErrorFault) and fault.fires(operation):
+                self.stats["http_errors_injected"] += 1
+                verdict.status, verdict.body, verdict.after_execute = fault.status, fault.body, fault.after_execute
+                return verdict
+        return verdict
+
+    def _pod_fault(self, kind: type[BootStuckFault | ModelFailFault]) -> bool:
+        return any(isinstance(f, kind) and f.fires("podFindAndDeployOnDemand") for f in self.faults)
+
+    def _blocked(self, gpu: str, cloud: str, dc: str) -> bool:
+        return any(isinstance(f, NoCapacityFault) and f.matches(gpu, cloud, dc) for f in self.faults)
+
+    # -- GraphQL ------------------------------------------------------------------------------------
+
+    def count_call(self, operation: graphql.Operation | None) -> None:
+        self.stats["graphql_calls"] += 1
+        for selected in operation.selections if operation else []:
+            self.stats[f"{selected.name}_calls"] += 1
+            if selected.name == "gpuTypes":
+                self.stats["gputypes_calls"] += 1
+                # The unfiltered list is what a price catalogue fetch looks like.
+                if not selected.args.get("input"):
+                    self.stats["catalogue_calls"] += 1
+            elif selected.name == "podFindAndDeployOnDemand":
+                self.stats["create_calls"] += 1
+            elif selected.name == "podTerminate":
+                self.stats["terminate_calls"] += 1
+
+    def execute(self, operation: graphql.Operation) -> dict[str, Any]:
+        """Run a validated operation; GraphQLError becomes the answer's error message."""
+        resolvers = {
+            "gpuTypes": self._gpu_types,
+            "myself": self._myself,
+            "pod": self._pod,
+            "podFindAndDeployOnDemand": self._deploy,
+            "podTerminate": self._terminate,
+            "podStop": self._stop,
+            "podResume": self._resume,
+        }
+        root = "Query" if operation.kind == "query" else "Mutation"
+        data: dict[str, Any] = {}
+        for selected in operation.selections:
+            if selected.name == "__typename":
+                data[selected.response_key] = root
+                continue
+            value = resolvers[selected.name](selected.args.get("input") or {})
+            child = RUNPOD_SCHEMA.objects[root][selected.name]
+            data[selected.response_key] = graphql.project(value, selected.selections, child, RUNPOD_SCHEMA)
+        return data
+
+    def _gpu_types(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        wanted: set[str] | None = None
+        if filters.get("id") is not None:
+            wanted = {filters["id"]}
+        if filters.get("ids") is not None:
+            wanted = (wanted or set()) | set(filters["ids"])
+        # An unknown id matches nothing, which is how the SDK's get_gpu learns it is unknown.
+        return [self._gpu_dict(gpu) for gpu in self.gpus.values() if wanted is None or gpu.id in wanted]
+
+    def _gpu_dict(self, gpu: GpuTypeConfig) -> dict[str, Any]:
+        def lowest_price(args: dict[str, Any]) -> dict[str, Any]:
+            count = (args.get("input") or {}).get("gpuCount") or 1
+            prices = [p for p in (gpu.secure_price, gpu.community_price) if p is not None]
+            cheapest = min(prices) * count if prices else None
+            stock = sum(n for (gpu_id, _, _), n in self.free.items() if gpu_id == gpu.id)
+            return {
+                "minimumBidPrice": None if gpu.community_price is None else round(gpu.community_price * 0.6 * count, 4),
+                "uninterruptablePrice": cheapest,
+                "minVcpu": 8,
+                "minMemory": 32,
+                "stockStatus": "High" if stock > 4 else "Low" if stock else None,
+            }
+
+        return {
+            "id": gpu.id,
+            "displayName": gpu.display_name or gpu.id,
+            "manufacturer": "Nvidia",
+            "memoryInGb": gpu.memory_in_gb,
+            "cudaCores": 0,
+            "maxGpuCount": gpu.max_gpu_count,
+            "secureCloud": gpu.secure_price is not None,
+            "communityCloud": gpu.community_price is not None,
+            "securePrice": gpu.secure_price,
+            "communityPrice": gpu.community_price,
+            "oneMonthPrice": None,
+            "threeMonthPrice": None,
+            "oneWeekPrice": None,
+            "secureSpotPrice": None if gpu.secure_price is None else round(gpu.secure_price * 0.6, 4),
+            "communitySpotPrice": None if gpu.community_price is None else round(gpu.community_price * 0.6, 4),
+            "lowestPrice": lowest_price,
+        }
+
+    def _myself(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {"id": "sim-user", "pods": [self.pod_dict(pod) for pod in self.pods.values()]}
+
+    def _pod(self, filters: dict[str, Any]) -> dict[str, Any] | None:
+        pod = self.pods.get(filters["podId"])
+        return None if pod is None else self.pod_dict(pod)
+
+    def _deploy(self, spec: dict[str, Any]) -> dict[str, Any]:
+        gpu_id = spec.get("gpuTypeId")
+        gpu = self.gpus.get(gpu_id or "")
+        if gpu is None:
+            raise graphql.GraphQLError(f"Unknown GPU type {gpu_id!r}.")
+        if not spec.get("imageName") and not spec.get("templateId"):
+            raise graphql.GraphQLError("imageName or templateId is required.")
+        gpu_count = spec.get("gpuCount") or 1
+        cloud_type = spec.get("cloudType") or "ALL"
+        clouds = ("SECURE", "COMMUNITY") if cloud_type == "ALL" else (cloud_type,)
+        wanted_dc = spec.get("dataCenterId")
+        places = [
+            (gpu.price(cloud), cloud, dc)
+            for (gpu_id_, cloud, dc), free in self.free.items()
+            if gpu_id_ == gpu.id
+            and cloud in clouds
+            and gpu.price(cloud) is not None
+            and (wanted_dc is None or dc == wanted_dc)
+            and free >= gpu_count
+            and not self._blocked(gpu.id, cloud, dc)
+        ]
+        if not places or gpu_count > gpu.max_gpu_count:
+            self.stats["no_capacity_answers"] += 1
+            raise graphql.GraphQLError(NO_CAPACITY_MESSAGE)
+        price, cloud, dc = min(places, key=lambda place: place[0])
+        self.free[(gpu.id, cloud, dc)] -= gpu_count
+        env = {item["key"]: item.get("value") or "" for item in spec.get("env") or []}
+        now_wall = self.wall_clock()
+        pod = VirtualPod(
+            id=self._new_id(),
+            name=spec.get("name") or "",
+            image=spec.get("imageName") or "",
+            env=env,
+            gpu=gpu,
+            cloud=cloud,
+            data_center=dc,
+            gpu_count=gpu_count,
+            cost_per_hr=round(price * gpu_count, 4),
+            ports=spec.get("ports") or "",
+            lanes=_lanes(env, self.config.default_lanes),
+            created_wall=now_wall,
+            started_at=self.clock(),
+            status_changed_wall=now_wall,
+            stuck=self._pod_fault(BootStuckFault),
+            model_fails=self._pod_fault(ModelFailFault),
+            container_disk_in_gb=spec.get("containerDiskInGb") or 10,
+            volume_in_gb=spec.get("volumeInGb") or 0,
+            volume_mount_path=spec.get("volumeMountPath") or "/runpod-volume",
+            docker_args=spec.get("dockerArgs") or "",
+        )
+        self.pods[pod.id] = pod
+        self.stats["pods_created"] += 1
+        return self.pod_dict(pod)
+
+    def _new_id(self) -> str:
+        while True:
+            pod_id = secrets.token_hex(7)  # RunPod ids are 14 lowercase alphanumerics
+            if pod_id not in self.pods:
+                return pod_id
+
+    def _terminate(self, filters: dict[str, Any]) -> None:
+        pod = self.pods.pop(filters["podId"], None)
+        if pod is None:
+            raise graphql.GraphQLError("Pod not found.")
+        if pod.holds_gpus:
+            self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
+        self.stats["pods_terminated"] += 1
+        return None
+
+    def _stop(self, filters: dict[str, Any]) -> dict[str, Any]:
+        pod = self._existing(filters["podId"])
+        if pod.holds_gpus:
+            # A stopped RunPod pod gives its GPUs back; resuming may then find none.
+            self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
+        pod.started_at = None
+        pod.desired_status = "EXITED"
+        pod.status_event = "Stopped by User"
+        pod.status_changed_wall = self.wall_clock()
+        return self.pod_dict(pod)
+
+    def _resume(self, args: dict[str, Any]) -> dict[str, Any]:
+        pod = self._existing(args["podId"])
+        if not pod.holds_gpus:
+            key = (pod.gpu.id, pod.cloud, pod.data_center)
+            count = args.get("gpuCount") or pod.gpu_count
+            if self.free.get(key, 0) < count or self._blocked(*key):
+                raise graphql.GraphQLError(NO_GPUS_ON_HOST_MESSAGE)
+            self.free[key] -= count
+            pod.gpu_count = count
+            pod.started_at = self.clock()
+            pod.desired_status = "RUNNING"
+            pod.status_event = "Resumed by User"
+            pod.status_changed_wall = self.wall_clock()
+        return self.pod_dict(pod)
+
+    def _existing(self, pod_id: str) -> VirtualPod:
+        pod = self.pods.get(pod_id)
+        if pod is None:
+            raise graphql.GraphQLError("Pod not found.")
+        return pod
+
+    # -- pod state ---------------------------------------------------------------------------------
+
+    def runtime_up(self, pod: VirtualPod) -> bool:
+        return (
+            pod.started_at is not None and not pod.stuck and self.clock() - pod.started_at >= self.config.boot_delay_s
+        )
+
+    def model_state(self, pod: VirtualPod) -> str:
+        assert pod.started_at is not None
+        if pod.model_fails:
+            return FAILED
+        loaded_at = pod.started_at + self.config.boot_delay_s + self.config.model_load_s
+        return READY if self.clock() >= loaded_at else LOADING
+
+    def pod_dict(self, pod: VirtualPod) -> dict[str, Any]:
+        up = self.runtime_up(pod)
+        uptime = int(self.clock() - pod.started_at - self.config.boot_delay_s) if up and pod.started_at else 0
+        machine_id = f"sim{pod.data_center.lower()}{pod.id[:6]}"
+        return {
+            "id": pod.id,
+            "name": pod.name,
+            "containerDiskInGb": pod.container_disk_in_gb,
+            "costPerHr": pod.cost_per_hr,
+            "desiredStatus": pod.desired_status,
+            "dockerArgs": pod.docker_args,
+            "dockerId": None,
+            "env": [f"{key}={value}" for key, value in pod.env.items()],
+            "gpuCount": pod.gpu_count,
+            "imageName": pod.image,
+            "lastStatusChange": f"{pod.status_event}: {_js_date(pod.status_changed_wall)}",
+            "machineId": machine_id,
+            "memoryInGb": 62 * pod.gpu_count,
+            "podType": "RESERVED",
+            "port": None,
+            "ports": pod.ports,
+            "uptimeSeconds": uptime,
+            "vcpuCount": 8 * pod.gpu_count,
+            "volumeInGb": pod.volume_in_gb,
+            "volumeMountPath": pod.volume_mount_path,
+            "runtime": {"uptimeInSeconds": uptime, "ports": self._runtime_ports(pod)} if up else None,
+            "machine": {
+                "podHostId": f"{pod.id}-{machine_id[:8]}",
+                "gpuDisplayName": pod.gpu.display_name or pod.gpu.id,
+                "gpuTypeId": pod.gpu.id,
+                "dataCenterId": pod.data_center,
+            },
+        }
+
+    def _runtime_ports(self, pod: VirtualPod) -> list[dict[str, Any]]:
+        # Every HTTP port of every pod is this process, under /pods/{id}; TCP ports get a
+        # plausible mapping that nothing answers.
+        ports = []
+        for index, entry in enumerate(p for p in pod.ports.split(",") if "/" in p):
+            number, _, kind = entry.partition("/")
+            if not number.isdigit():
+                continue
+            http = kind == "http"
+            ports.append(
+                {
+                    "ip": self.config.public_host,
+                    "isIpPublic": True,
+                    "privatePort": int(number),
+                    "publicPort": self.public_port if http else 40000 + index,
+                    "type": "http" if http else "tcp",
+                }
+            )
+        return ports
+
+    def summary(self) -> dict[str, Any]:
+        running = sum(1 for pod in self.pods.values() if self.runtime_up(pod))
+        counters = {
+            "graphql_calls": 0,
+            "create_calls": 0,
+            "gputypes_calls": 0,
+            "catalogue_calls": 0,
+            "terminate_calls": 0,
+            "pods_created": 0,
+            "pods_terminated": 0,
+            "no_capacity_answers": 0,
+            "auth_failures": 0,
+            "http_errors_injected": 0,
+            "ocr_pages": 0,
+            "ocr_busy_answers": 0,
+        }
+        counters.update(self.stats)
+        return {
+            **counters,
+            "pods_total": len(self.pods),
+            "pods_running": running,
+            "pods_booting": sum(1 for pod in self.pods.values() if pod.holds_gpus) - running,
+            "free_capacity": sum(self.free.values()),
+        }
+
+    def pod_summary(self, pod: VirtualPod) -> dict[str, Any]:
+        up = self.runtime_up(pod)
+        return {
+            "id": pod.id,
+            "name": pod.name,
+            "gpu": pod.gpu.id,
+            "cloud": pod.cloud,
+            "data_center": pod.data_center,
+            "desired_status": pod.desired_status,
+            "runtime_up": up,
+            "model": self.model_state(pod) if up else None,
+            "lanes": pod.lanes,
+            "busy": pod.busy,
+            "pages_done": pod.pages_done,
+            "cost_per_hr": pod.cost_per_hr,
+        }
+
+
+def _lanes(env: dict[str, str], default: int) -> int:
+    try:
+        lanes = int(env.get("LANES", ""))
+    except ValueError:
+        return default
+    return lanes if 1 <= lanes <= 256 else default
+
+
+def _js_date(timestamp: float) -> str:
+    """The JavaScript Date.toString() form RunPod puts into lastStatusChange."""
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return moment.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")

@@ -1,0 +1,155 @@
+"""Start the simulator on the running event loop (the management command) or in a thread (tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from pods.simulator.app import FARM_KEY, make_app
+from pods.simulator.config import SimConfig
+
+START_GUARD_S = 30.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a started simulator listens, and the settings that point fleetadmin at it."""
+
+    host: str
+    port: int
+    api_key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pod_url_template(self) -> str:
+        # Every virtual pod lives under /pods/{pod_id} of this one process.
+        return f"{self.url}/pods/{{pod_id}}"
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "RUNPOD_API_BASE_URL": self.url,
+            "RUNPOD_API_KEY": self.api_key,
+            "RUNPOD_POD_URL_TEMPLATE": self.pod_url_template,
+        }
+
+
+async def start(
+    config: SimConfig, host: str = "127.0.0.1", port: int = 0, shutdown_timeout: float = 5.0
+) -> tuple[web.AppRunner, Endpoint]:
+    app = make_app(config)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_port = runner.addresses[0][1]
+    app[FARM_KEY].public_port = bound_port
+    return runner, Endpoint(config.public_host, bound_port, config.api_key)
+
+
+async def serve(
+    config: SimConfig, host: str, port: int, announce: Callable[[Endpoint], None] = lambda endpoint: None
+) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    runner, endpoint = await start(config, host, port)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        announce(endpoint)
+        await stopping.wait()
+    finally:
+        await runner.cleanup()
+
+
+class SimulatorThread:
+    """The simulator on its own event loop in a daemon thread, reached over real HTTP.
+
+    Tests talk to it only through HTTP (the SDK, the pods, the /sim control API),
+    so nothing here shares state across threads.
+    """
+
+    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or SimConfig()
+        self.host = host
+        self.port = port
+        self.endpoint: Endpoint | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> SimulatorThread:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                runner, self.endpoint = loop.run_until_complete(
+                    start(self.config, self.host, self.port, shutdown_timeout=1.0)
+                )
+            except BaseException as exc:
+                failure.append(exc)
+                loop.close()
+                ready.set()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(runner.cleanup())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="runpodsim", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_GUARD_S):
+            raise RuntimeError("the RunPod simulator did not start")
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=START_GUARD_S)
+
+    def __enter__(self) -> SimulatorThread:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self.endpoint is not None, "start() the simulator first"
+        return self.endpoint.url
+
+    @property
+    def pod_url_template(self) -> str:
+        assert self.endpoint is not None, "start() the simulator first"
+        return self.endpoint.pod_url_template
+
+    # Control API helpers (blocking; for tests and benchmarks, never on an event loop).
+
+    def stats(self) -> dict[str, Any]:
+        return httpx.get(f"{self.url}/sim/stats", timeout=10).raise_for_status().json()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return httpx.get(f"{self.url}/sim/pods", timeout=10).raise_for_status().json()["pods"]
+
+    def set_faults(self, faults: list[dict[str, Any]], *, append: bool = False) -> list[dict[str, Any]]:
+        answer = httpx.post(f"{self.url}/sim/faults", json={"faults": faults, "append": append}, timeout=10)
+        return answer.raise_for_status().json()["faults"]
+
+    def set_capacity(self, gpu: str, cloud: str, data_center: str, free: int) -> None:
+        payload = {"gpu": gpu, "cloud": cloud, "data_center": data_center, "free": free}
+        httpx.post(f"{self.url}/sim/capacity", json=payload, timeout=10).raise_for_status()

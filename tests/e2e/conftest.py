@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from django_q.brokers import get_broker
+
+from pods.providers.local import LocalProvider
+from tests.processes import Process, child_env, start_front, start_workers
+
+
+@dataclass
+class LiveSystem:
+    url: str
+    env: dict[str, str]
+    front: Process
+    workers: Process
+
+    def logs(self) -> str:
+        return f"--- daphne ---\n{self.front.tail()}\n--- qcluster ---\n{self.workers.tail(80)}"
+
+
+@pytest.fixture
+def deployment(settings):
+    # A prefix of this test's own, so that its pods are found and stopped whatever happens.
+    settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+    yield settings.DEPLOYMENT_PREFIX
+    provider = LocalProvider()
+    for pod in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-"):
+        provider.terminate(pod.provider_id)
+
+
+@pytest.fixture
+def live_system(transactional_db, local_pool, deployment, tmp_path):
+    """daphne and a qcluster on the test database, with local pods booted on demand."""
+    get_broker().purge_queue()  # nothing left over from earlier tests
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    env = child_env(var_dir, Q_WORKERS="3")
+    workers = start_workers(env, var_dir)
+    front, url = start_front(env, var_dir)
+    system = LiveSystem(url=url, env=env, front=front, workers=workers)
+    yield system
+    front.stop()
+    workers.stop()
+    print(system.logs())
+    for log in sorted((var_dir / "pods").glob("*.log")):
+        print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}")

@@ -1,0 +1,429 @@
+"""The RunPod simulator on its own: config, GraphQL parsing, fault injection, virtual pods, the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from runpod.api.mutations.pods import generate_pod_deployment_mutation
+
+from pods.simulator import SimConfig, SimulatorThread
+from pods.simulator import graphql as gql
+from pods.simulator.config import NO_CAPACITY_MESSAGE, NO_GPUS_ON_HOST_MESSAGE, FaultList, GpuTypeConfig
+from pods.simulator.farm import LOADING, READY, Farm
+from pods.simulator.schema import RUNPOD_SCHEMA
+
+REPO = Path(__file__).resolve().parents[2]
+HANG_GUARD = 30.0
+KEY = "sim-test-key"
+GPU = "NVIDIA RTX A5000"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def small_config(**overrides: Any) -> SimConfig:
+    options: dict[str, Any] = {
+        "api_key": KEY,
+        "boot_delay_s": 10.0,
+        "model_load_s": 5.0,
+        "gpu_types": [
+            GpuTypeConfig(
+                id=GPU,
+                secure_price=0.27,
+                community_price=0.16,
+                capacity={"SECURE": {"EU-RO-1": 1}, "COMMUNITY": {"EU-SE-1": 1}},
+            )
+        ],
+    }
+    options.update(overrides)
+    return SimConfig(**options)
+
+
+def run(farm: Farm, query: str) -> dict[str, Any]:
+    operation = gql.parse(query)
+    gql.validate(operation, RUNPOD_SCHEMA)
+    return farm.execute(operation)
+
+
+def deploy_query(name: str = "fa-1", cloud: str = "ALL", dc: str | None = None, **env: str) -> str:
+    return generate_pod_deployment_mutation(
+        name, "img:1", GPU, cloud, data_center_id=dc, ports="8000/http", env=env or None, container_disk_in_gb=10
+    )
+
+
+# -- config --------------------------------------------------------------------------------------------
+
+
+def test_config_file_uses_runpods_field_names(tmp_path: Path) -> None:
+    path = tmp_path / "sim.json"
+    path.write_text(
+        json.dumps(
+            {
+                "api_key": "k",
+                "boot_delay_s": 0.5,
+                "gpu_types": [
+                    {
+                        "id": "NVIDIA A40",
+                        "displayName": "A40",
+                        "memoryInGb": 48,
+                        "securePrice": 0.4,
+                        "capacity": {"SECURE": {"EU-RO-1": 3}},
+                    }
+                ],
+                "faults": [{"kind": "http_error", "count": 2}, {"kind": "no_capacity", "gpu": "NVIDIA A40"}],
+            }
+        )
+    )
+
+    config = SimConfig.load(path)
+
+    gpu = config.gpu_types[0]
+    assert (gpu.display_name, gpu.memory_in_gb, gpu.secure_price, gpu.community_price) == ("A40", 48, 0.4, None)
+    assert gpu.capacity == {"SECURE": {"EU-RO-1": 3}}
+    assert [fault.kind for fault in config.faults] == ["http_error", "no_capacity"]
+    assert config.faults[0].status == 502
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"boot_delay": 1},  # a typo must not be ignored
+        {"gpu_types": [{"id": "A"}, {"id": "A"}]},
+        {"gpu_types": [{"id": "A", "capacity": {"SECURE": {"EU-RO-1": -1}}}]},
+        {"gpu_types": [{"id": "A", "capacity": {"SPOT": {"EU-RO-1": 1}}}]},
+        {"faults": [{"kind": "meteor"}]},
+        {"faults": [{"kind": "http_error", "status": 404}]},
+        {"faults": [{"kind": "slow"}]},
+    ],
+)
+def test_config_refuses_what_it_cannot_honour(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        SimConfig.model_validate(bad)
+
+
+def test_the_default_config_has_a_catalogue_with_capacity() -> None:
+    farm = Farm(SimConfig())
+
+    assert farm.gpus and sum(farm.free.values()) > 0
+
+
+# -- faults --------------------------------------------------------------------------------------------
+
+
+def test_a_counted_fault_fires_for_the_next_n_matching_calls_only() -> None:
+    fault = FaultList.model_validate({"faults": [{"kind": "http_error", "count": 2, "operation": "pod"}]}).faults[0]
+
+    fired = [fault.fires(op) for op in ("gpuTypes", "pod", "myself", "pod", "pod")]
+
+    assert fired == [False, True, False, True, False]
+    assert fault.count == 0
+
+
+def test_a_seeded_random_fault_repeats_its_pattern() -> None:
+    def pattern() -> list[bool]:
+        fault = FaultList.model_validate({"faults": [{"kind": "slow", "delay_s": 0, "probability": 0.5, "seed": 7}]})
+        return [fault.faults[0].fires("pod") for _ in range(40)]
+
+    first = pattern()
+
+    assert first == pattern()
+    assert 0 < sum(first) < 40
+
+
+def test_no_capacity_fault_blocks_only_what_it_names() -> None:
+    farm = Farm(small_config(faults=[{"kind": "no_capacity", "gpu": GPU, "cloud": "COMMUNITY"}]))
+
+    pod = run(farm, deploy_query(cloud="ALL"))["podFindAndDeployOnDemand"]
+
+    assert farm.pods[pod["id"]].cloud == "SECURE"  # the cheaper community machine is blocked
+    with pytest.raises(gql.GraphQLError, match="no longer any instances"):
+        run(farm, deploy_query("fa-2", cloud="COMMUNITY"))
+
+
+# -- GraphQL -------------------------------------------------------------------------------------------
+
+
+def test_the_sdks_deploy_mutation_parses_into_its_input() -> None:
+    operation = gql.parse(deploy_query(LANES="3", NOTE="a b"))
+    gql.validate(operation, RUNPOD_SCHEMA)
+
+    (field,) = operation.selections
+    spec = field.args["input"]
+    assert (operation.kind, field.name) == ("mutation", "podFindAndDeployOnDemand")
+    assert spec["gpuTypeId"] == GPU and spec["cloudType"] == "ALL" and spec["dataCenterId"] is None
+    assert spec["env"] == [{"key": "LANES", "value": "3"}, {"key": "NOTE", "value": "a b"}]
+
+
+def test_escaped_strings_are_decoded() -> None:
+    operation = gql.parse(r'{ pod(input: {podId: "a\"b\\c\u0041"}) { id } }')
+
+    assert operation.selections[0].args["input"]["podId"] == 'a"b\\cA'
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ('{ pod(input: {podId: "abc}) { id } }', "Unterminated string"),
+        ('{ pod(input: {podId: "a"b"}) { id } }', "Syntax Error"),
+        ('{ pod(input: {podId: "a", podId: "b"}) { id } }', 'only one input field named "podId"'),
+        ('{ pod(input: {podId: "a", evil: "b"}) { id } }', 'Field "evil" is not defined'),
+        ('{ pod(input: {podId: "a"}) { id secret } }', 'Cannot query field "secret" on type "Pod"'),
+        ('{ pod(input: {podId: "a"}) { runtime } }', "must have a selection of subfields"),
+        ('{ pod(input: {podId: "a"}) { id name { x } } }', "must not have a selection"),
+        ("{ pod { id } }", 'argument "input" of type "PodFilter!" is required'),
+        ("{ pod(input: {podId: 12}) { id } }", 'Expected value of type "String"'),
+        ("query Q($id: String) { pod(input: {podId: $id}) { id } }", "Variables are not supported"),
+        ("mutation { podFindAndDeployOnDemand(input: {cloudType: CHEAP}) { id } }", "does not exist"),
+        ("{ gpuTypes { id } } { myself { id } }", "one operation"),
+        ("", "Unexpected <EOF>"),
+    ],
+)
+def test_bad_queries_fail_as_a_graphql_server_fails_them(query: str, error: str) -> None:
+    with pytest.raises(gql.GraphQLError, match=error):
+        gql.validate(gql.parse(query), RUNPOD_SCHEMA)
+
+
+def test_a_quote_injected_through_an_env_value_breaks_the_query() -> None:
+    # What the SDK would send for env={"TOKEN": 'x", name: "evil'} or a lone quote.
+    for value in ('x", name: "evil', 'x"'):
+        query = deploy_query(TOKEN=value)
+        with pytest.raises(gql.GraphQLError):
+            gql.validate(gql.parse(query), RUNPOD_SCHEMA)
+
+
+# -- the farm ------------------------------------------------------------------------------------------
+
+
+def test_a_pod_boots_loads_and_gives_its_gpu_back() -> None:
+    clock = FakeClock()
+    farm = Farm(small_config(), clock=clock)
+
+    pod_id = run(farm, deploy_query(cloud="SECURE", LANES="4"))["podFindAndDeployOnDemand"]["id"]
+    pod = farm.pods[pod_id]
+    query = f'{{ pod(input: {{podId: "{pod_id}"}}) {{ desiredStatus runtime {{ ports {{ privatePort }} }} }} }}'
+
+    assert farm.free[(GPU, "SECURE", "EU-RO-1")] == 0 and pod.lanes == 4
+    assert run(farm, query)["pod"] == {"desiredStatus": "RUNNING", "runtime": None}
+    clock.now += 10
+    assert run(farm, query)["pod"]["runtime"] == {"ports": [{"privatePort": 8000}]}
+    assert farm.model_state(pod) == LOADING
+    clock.now += 5
+    assert farm.model_state(pod) == READY
+
+    assert run(farm, f'mutation {{ podTerminate(input: {{podId: "{pod_id}"}}) }}') == {"podTerminate": None}
+    assert farm.free[(GPU, "SECURE", "EU-RO-1")] == 1
+    assert run(farm, query)["pod"] is None
+    with pytest.raises(gql.GraphQLError, match="not found"):
+        run(farm, f'mutation {{ podTerminate(input: {{podId: "{pod_id}"}}) }}')
+
+
+def test_a_stopped_pod_may_not_get_its_gpu_back() -> None:
+    farm = Farm(small_config())
+    pod_id = run(farm, deploy_query(cloud="SECURE"))["podFindAndDeployOnDemand"]["id"]
+    run(farm, f'mutation {{ podStop(input: {{podId: "{pod_id}"}}) {{ id }} }}')
+
+    run(farm, deploy_query("fa-2", cloud="SECURE"))  # someone else takes the freed GPU
+
+    with pytest.raises(gql.GraphQLError, match=NO_GPUS_ON_HOST_MESSAGE):
+        run(farm, f'mutation {{ podResume(input: {{podId: "{pod_id}", gpuCount: 1}}) {{ id }} }}')
+
+
+def test_unknown_gpu_ids_match_no_gpu_type() -> None:
+    farm = Farm(small_config())
+
+    assert run(farm, '{ gpuTypes(input: {id: "NVIDIA GTX 480"}) { id } }') == {"gpuTypes": []}
+    assert run(farm, f'{{ gpuTypes(input: {{id: "{GPU}"}}) {{ id securePrice }} }}') == {
+        "gpuTypes": [{"id": GPU, "securePrice": 0.27}]
+    }
+
+
+def test_all_clouds_take_the_cheapest_free_machine_until_none_is_left() -> None:
+    farm = Farm(small_config())
+
+    first = run(farm, deploy_query("fa-1"))["podFindAndDeployOnDemand"]["id"]
+    second = run(farm, deploy_query("fa-2"))["podFindAndDeployOnDemand"]["id"]
+
+    assert (farm.pods[first].cloud, farm.pods[second].cloud) == ("COMMUNITY", "SECURE")
+    with pytest.raises(gql.GraphQLError, match=NO_CAPACITY_MESSAGE):
+        run(farm, deploy_query("fa-3"))
+    assert farm.summary()["no_capacity_answers"] == 1
+
+
+# -- over HTTP -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sim() -> Iterator[SimulatorThread]:
+    config = small_config(boot_delay_s=0.0, model_load_s=0.0, page_latency_s=0.0, max_page_bytes=1000)
+    config.gpu_types[0].capacity["SECURE"]["EU-RO-1"] = 100
+    with SimulatorThread(config) as simulator:
+        yield simulator
+
+
+def post(sim: SimulatorThread, query: str, key: str | None = KEY) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{sim.url}/graphql", json={"query": query}, headers=headers, timeout=HANG_GUARD)
+
+
+def test_a_wrong_or_missing_key_gets_401(sim: SimulatorThread) -> None:
+    assert post(sim, "{ gpuTypes { id } }", key="wrong").status_code == 401
+    assert post(sim, "{ gpuTypes { id } }", key=None).status_code == 401
+    assert post(sim, "{ gpuTypes { id } }").status_code == 200
+    assert sim.stats()["auth_failures"] == 2
+
+
+def test_errors_are_answered_with_200_and_an_errors_list(sim: SimulatorThread) -> None:
+    answer = post(sim, '{ pod(input: {podId: "x}) { id } }')
+
+    assert answer.status_code == 200
+    assert answer.json() == {"errors": [{"message": "Syntax Error: Unterminated string."}]}
+
+
+def test_injected_5xx_answers_then_recovery(sim: SimulatorThread) -> None:
+    sim.set_faults(
+        [
+            {"kind": "http_error", "status": 503, "count": 1},
+            {"kind": "http_error", "status": 500, "count": 1, "body": "json"},
+        ]
+    )
+
+    gateway = post(sim, "{ gpuTypes { id } }")
+    json_error = post(sim, "{ gpuTypes { id } }")
+    healthy = post(sim, "{ gpuTypes { id } }")
+
+    assert gateway.status_code == 503 and gateway.headers["Content-Type"].startswith("text/html")
+    assert json_error.status_code == 500 and "Something went wrong" in json_error.json()["errors"][0]["message"]
+    assert healthy.status_code == 200 and healthy.json()["data"]["gpuTypes"] == [{"id": GPU}]
+    assert [fault["count"] for fault in httpx.get(f"{sim.url}/sim/faults").json()["faults"]] == [0, 0]
+
+
+def test_a_slow_fault_still_answers(sim: SimulatorThread) -> None:
+    sim.set_faults([{"kind": "slow", "delay_s": 0.05, "count": 1}])
+
+    assert post(sim, "{ myself { pods { id } } }").json() == {"data": {"myself": {"pods": []}}}
+
+
+def test_faults_and_capacity_can_be_changed_at_run_time(sim: SimulatorThread) -> None:
+    bad = httpx.post(f"{sim.url}/sim/faults", json={"faults": [{"kind": "meteor"}]})
+    assert bad.status_code == 400
+
+    sim.set_faults([{"kind": "bad_key"}])
+    assert post(sim, "{ gpuTypes { id } }").status_code == 401
+    assert sim.set_faults([{"kind": "slow", "delay_s": 0}], append=True)[-1]["kind"] == "slow"
+    sim.set_faults([])
+    sim.set_capacity(GPU, "SECURE", "EU-RO-1", 0)
+    sim.set_capacity(GPU, "COMMUNITY", "EU-SE-1", 0)
+
+    answer = post(sim, deploy_query())
+
+    assert answer.json()["errors"][0]["message"] == NO_CAPACITY_MESSAGE
+
+
+def test_a_hundred_pods_are_served_by_one_process(sim: SimulatorThread) -> None:
+    with httpx.Client(base_url=sim.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=HANG_GUARD) as client:
+        created = [client.post("/graphql", json={"query": deploy_query(f"fa-{i}", cloud="SECURE")}) for i in range(100)]
+        ids = [answer.json()["data"]["podFindAndDeployOnDemand"]["id"] for answer in created]
+        statuses = {client.get(f"/pods/{pod_id}/healthz").status_code for pod_id in ids}
+        texts = {client.post(f"/pods/{pod_id}/v1/ocr", content=pod_id.encode()).json()["text"] for pod_id in ids}
+
+    assert statuses == {200}
+    assert len(texts) == 100
+    stats = sim.stats()
+    assert (stats["pods_running"], stats["ocr_pages"], stats["create_calls"]) == (100, 100, 100)
+
+
+def test_virtual_pods_refuse_like_the_pod_server(sim: SimulatorThread) -> None:
+    pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+    base = f"{sim.url}/pods/{pod_id}"
+
+    assert httpx.get(f"{sim.url}/pods/nosuchpod/healthz").status_code == 404
+    assert httpx.post(f"{base}/v1/ocr", content=b"x" * 1001).status_code == 413
+    assert httpx.post(f"{base}/v1/ocr", content=b"").status_code == 400
+    assert httpx.post(f"{base}/v1/ocr", params={"lang": "klingon"}, content=b"x").status_code == 400
+    assert httpx.get(f"{base}/v1/models").json()["lanes"] == 1
+
+
+def test_a_pod_with_a_failed_model_says_so(sim: SimulatorThread) -> None:
+    sim.set_faults([{"kind": "model_fail", "count": 1}])
+    pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+
+    answer = httpx.get(f"{sim.url}/pods/{pod_id}/healthz")
+
+    assert answer.status_code == 503 and answer.json()["status"] == "failed"
+    assert httpx.post(f"{sim.url}/pods/{pod_id}/v1/ocr", content=b"x").status_code == 503
+
+
+def test_a_booting_pod_is_not_reachable_yet() -> None:
+    with SimulatorThread(small_config(boot_delay_s=3600)) as sim:
+        pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+
+        assert httpx.get(f"{sim.url}/pods/{pod_id}/healthz").status_code == 502
+        assert sim.pods()[0]["runtime_up"] is False
+
+
+# -- the management command ----------------------------------------------------------------------------
+
+
+def test_the_command_serves_until_terminated(tmp_path: Path) -> None:
+    config = tmp_path / "sim.json"
+    config.write_text(json.dumps({"api_key": KEY, "gpu_types": [{"id": "NVIDIA L4", "communityPrice": 0.2}]}))
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", str(config)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+        first = lines.get(timeout=HANG_GUARD)
+        assert first.startswith("RUNPODSIM http://127.0.0.1:"), first
+        url = first.split()[1]
+
+        answer = httpx.post(
+            f"{url}/graphql", json={"query": "{ gpuTypes { id } }"}, headers={"Authorization": f"Bearer {KEY}"}
+        )
+        assert answer.json() == {"data": {"gpuTypes": [{"id": "NVIDIA L4"}]}}
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=HANG_GUARD) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
+
+
+def test_the_command_refuses_a_bad_config(tmp_path: Path) -> None:
+    config = tmp_path / "sim.json"
+    config.write_text(json.dumps({"boot_delay": 1}))
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "runpodsim", "--config", str(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+
+    assert done.returncode != 0 and "boot_delay" in done.stderr

@@ -1,0 +1,46 @@
+"""Several processes writing at once: no "database is locked", and every page done once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from django.conf import settings
+
+from ocrjobs.models import Document, Job, Page
+from tests.processes import REPO, child_env
+
+WORKERS = 4
+PAGES = 400
+
+
+def test_concurrent_claimers_finish_every_page_once_without_lock_errors(transactional_db, local_pool, tmp_path):
+    job = Job.objects.create(pool=local_pool)
+    document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source=f"jobs/{0}/0/source.pdf",
+                                       size_bytes=1, page_count=PAGES)  # fmt: skip
+    Page.objects.bulk_create(
+        [Page(job=job, document=document, pool=local_pool, number=n, image=f"p{n}.png") for n in range(1, PAGES + 1)]
+    )
+    env = child_env(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "tests/claim_worker.py", str(local_pool.pk), "3"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for _ in range(WORKERS)
+    ]
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert "database is locked" not in err
+        assert proc.returncode == 0, err
+    reports = [json.loads(out) for out, _ in outputs]
+    assert sum(r["completed"] for r in reports) == PAGES
+    assert sum(1 for r in reports if r["completed"]) >= 2, "the workers did not overlap; the test proves nothing"
+    assert Page.objects.filter(status=Page.Status.DONE).count() == PAGES
+    results = list((settings.MEDIA_ROOT / "jobs" / str(job.pk) / "0" / "results").glob("*.json"))
+    assert len(results) == PAGES  # one result per page, none written twice
