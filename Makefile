@@ -10,7 +10,7 @@ run:
 
 test:
 	@bin/install test
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	Q_CLUSTER_NAME=$${Q_CLUSTER_NAME:-fa-test-$$$$} .venv/bin/python -m pytest $(PYTEST_ARGS)
 
 lint:
 	@bin/install test

@@ -33,6 +33,18 @@ class Pool(models.Model):
     def __str__(self) -> str:
         return self.key
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from pods.poolconfig import PoolConfigError, parse_config
+
+        if self.min_pods > self.max_pods:
+            raise ValidationError({"min_pods": "the warm floor cannot be above max pods"})
+        try:
+            parse_config(self.provider, self.config)
+        except PoolConfigError as exc:
+            raise ValidationError({"config": str(exc)}) from None
+
     def to_dict(self) -> dict:
         return {
             "key": self.key,
@@ -81,6 +93,7 @@ class Pod(models.Model):
     data_center = models.CharField(max_length=40, blank=True)
     cost_per_hr = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
     created_at = models.DateTimeField(default=timezone.now)
+    billed_from = models.DateTimeField(null=True, blank=True, help_text="when the provider created it")
     ready_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     last_busy_at = models.DateTimeField(null=True, blank=True)
@@ -99,9 +112,11 @@ class Pod(models.Model):
         return self.state in self.ALIVE_STATES
 
     def spend(self, *, at: datetime | None = None) -> Decimal:
-        """Dollars billed so far: from creation until the pod ended (or now)."""
+        """Dollars billed so far: from the provider's create until the pod ended (or now)."""
+        if self.billed_from is None:
+            return Decimal("0.0000")
         end = self.ended_at or at or timezone.now()
-        seconds = max(0.0, (end - self.created_at).total_seconds())
+        seconds = max(0.0, (end - self.billed_from).total_seconds())
         return (self.cost_per_hr * Decimal(seconds) / Decimal(3600)).quantize(Decimal("0.0001"))
 
     def mark_ready(self, *, base_url: str) -> None:
@@ -141,3 +156,120 @@ class Pod(models.Model):
 def pod_name(pool: Pool, suffix: str) -> str:
     """Pods carry the deployment prefix and pool key so reconcile can find them."""
     return f"{settings.DEPLOYMENT_PREFIX}-{pool.key}-{suffix}"
+
+
+class CapacityVerdict(models.Model):
+    """What a candidate (provider, GPU type, cloud, data centre) said last, shared by every booter.
+
+    "No capacity" blocks the candidate for everybody until ``blocked_until``;
+    ``probing_until`` lets one boot at a time try it (the lock expires if its
+    holder dies).
+    """
+
+    key = models.CharField(max_length=300, unique=True)
+    blocked_until = models.DateTimeField(null=True, blank=True)
+    probing_until = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return self.key
+
+    def to_dict(self, *, now: datetime | None = None) -> dict:
+        now = now or timezone.now()
+        remaining = (self.blocked_until - now).total_seconds() if self.blocked_until else 0
+        return {
+            "candidate": self.key,
+            "blocked": remaining > 0,
+            "remaining_s": round(max(0.0, remaining), 1),
+            "probing": bool(self.probing_until and self.probing_until > now),
+            "reason": self.reason,
+        }
+
+
+class BootAttempt(models.Model):
+    """One create call at a provider: the probe log."""
+
+    class Outcome(models.TextChoices):
+        CREATED = "created"
+        NO_CAPACITY = "no_capacity"
+        UNKNOWN_OFFER = "unknown_offer"
+        AUTH_FAILED = "auth_failed"
+        TRANSIENT = "transient"
+        INVALID = "invalid"
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="boot_attempts")
+    candidate = models.CharField(max_length=300)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    error = models.TextField(blank=True)
+    seconds = models.FloatField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class PriceCatalogue(models.Model):
+    """The provider's GPU price list, fetched at most once a minute per deployment."""
+
+    provider = models.CharField(max_length=20, unique=True)
+    offers = models.JSONField(default=list)
+    fetched_at = models.DateTimeField(null=True, blank=True)
+    fetching_until = models.DateTimeField(null=True, blank=True)
+    fetches = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.provider} prices"
+
+
+class Alert(models.Model):
+    """Something a person should know: auth refused, dispatch stalled, a budget reached."""
+
+    class Kind(models.TextChoices):
+        AUTH = "auth", "provider refused our credentials"
+        CONFIG = "config", "pool configuration refused by the provider"
+        BOOT = "boot", "boot failure"
+        STALL = "stall", "dispatch stalled"
+        BUDGET = "budget", "budget cap reached"
+
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    message = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    count = models.PositiveIntegerField(default=1)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message[:60]}"
+
+    @classmethod
+    def raise_(cls, *, pool: Pool | None, kind: str, message: str) -> Alert:
+        """Open an alert, or count one more of the same open alert."""
+        now = timezone.now()
+        alert = cls.objects.filter(pool=pool, kind=kind, resolved_at__isnull=True).first()
+        if alert is None:
+            return cls.objects.create(pool=pool, kind=kind, message=message, created_at=now, updated_at=now)
+        cls.objects.filter(pk=alert.pk).update(message=message, updated_at=now, count=models.F("count") + 1)
+        return alert
+
+    @classmethod
+    def resolve(cls, *, pool: Pool | None, kind: str) -> int:
+        return cls.objects.filter(pool=pool, kind=kind, resolved_at__isnull=True).update(resolved_at=timezone.now())
+
+    def to_dict(self) -> dict:
+        return {
+            "pool": self.pool.key if self.pool_id else None,
+            "kind": self.kind,
+            "message": self.message,
+            "count": self.count,
+            "since": self.created_at.isoformat(),
+            "last": self.updated_at.isoformat(),
+        }

@@ -1,4 +1,4 @@
-"""Actions on pools and pods: boot, release, check, and the scaler tick.
+"""Actions on pools and pods: boot, release, reconcile, and the scaler tick.
 
 Everything here blocks (provider calls, HTTP to pods): it runs in django-q2
 workers, never in the front's request path.
@@ -10,19 +10,35 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from pods.models import Pod, Pool, pod_name
+from pods import capacity
+from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
+from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers import get_provider
-from pods.providers.base import PodSpec, ProviderError
-from pods.providers.local import LOCAL_OFFER
+from pods.providers.base import (
+    AuthFailed,
+    NoCapacity,
+    PodSpec,
+    Provider,
+    ProviderError,
+    ProviderPod,
+    Transient,
+    UnknownOffer,
+)
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_OFFER_BLOCK_SECONDS = 3600.0
+
+
+class BootFailed(Exception):
+    pass
 
 
 def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
@@ -36,42 +52,26 @@ def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
         return False
 
 
+# --- boot ----------------------------------------------------------------------------------------
+
+
 def pod_boot(*, pod_id: int) -> Pod:
-    """Create the pod at its provider, wait until it serves, and join it to the fleet.
+    """Create the pod on the cheapest candidate with capacity, wait until it serves, join it.
 
     Safe to run again for the same pod (a worker killed mid-boot is retried):
-    a pod already created is waited for, not created twice.
+    a pod already created, or created under its name before a crash, is waited
+    for, not created twice. Each stage has its own time limit, counted from the
+    pod's creation so that a retried boot keeps them.
     """
     pod = Pod.objects.select_related("pool").get(pk=pod_id)
     if pod.state != Pod.State.BOOTING:
         return pod
     provider = get_provider(pod.pool.provider)
-    deadline = time.monotonic() + settings.POD_BOOT_TIMEOUT_SECONDS
     try:
         if not pod.provider_id:
-            spec = PodSpec(
-                name=pod.name,
-                lanes=pod.lanes,
-                offer=LOCAL_OFFER,
-                page_timeout=settings.PAGE_TIMEOUT_SECONDS,
-            )
-            created = provider.create(spec)
-            pod.provider_id = created.provider_id
-            pod.gpu_type = spec.offer.gpu_type
-            pod.cloud_type = spec.offer.cloud_type
-            pod.data_center = spec.offer.data_center
-            pod.cost_per_hr = spec.offer.cost_per_hr
-            pod.save(update_fields=["provider_id", "gpu_type", "cloud_type", "data_center", "cost_per_hr"])
-        while True:
-            seen = provider.get(pod.provider_id)
-            if seen is None:
-                raise ProviderError("the pod exited while booting")
-            if seen.running and seen.base_url and pod_is_serving(seen.base_url):
-                break
-            if time.monotonic() > deadline:
-                raise ProviderError(f"not ready after {settings.POD_BOOT_TIMEOUT_SECONDS:.0f} s")
-            time.sleep(0.2)
-    except ProviderError as exc:
+            _adopt_by_name(pod, provider) or _create_on_a_candidate(pod, provider)
+        seen = _wait_until_serving(pod, provider)
+    except (BootFailed, ProviderError, PoolConfigError) as exc:
         log.warning("boot of %s failed: %s", pod.name, exc)
         _terminate_quietly(provider, pod)
         pod.mark_ended(Pod.State.FAILED, error=str(exc))
@@ -91,25 +91,146 @@ def pod_boot(*, pod_id: int) -> Pod:
     return pod
 
 
-def _terminate_quietly(provider, pod: Pod) -> None:
+def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
+    """A boot that died after its create but before saving left a pod under this name."""
+    for found in provider.list(prefix=pod.name):
+        if found.name == pod.name:
+            _save_created(pod, found, None)
+            log.warning("boot of %s: adopted %s, created by an earlier try", pod.name, found.provider_id)
+            return True
+    return False
+
+
+def _save_created(pod: Pod, created: ProviderPod, offer) -> None:
+    pod.provider_id = created.provider_id
+    pod.billed_from = pod.billed_from or timezone.now()
+    fields = ["provider_id", "billed_from"]
+    if offer is not None:
+        pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
+        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr
+        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr"]
+    pod.save(update_fields=fields)
+
+
+def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
+    """Walk the pool's candidates cheapest first; each candidate is probed by one boot at a time
+    and skipped by every boot while its "no capacity" verdict lasts."""
+    pool = pod.pool
+    offers, config = pool_offers(pool)
+    catalogue = capacity.catalogue_get(provider.name).offers if config is not None else offers
+    candidates = capacity.priced(offers, catalogue)
+    keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
+    deadline = time.monotonic() + settings.POD_CREATE_TIMEOUT_SECONDS
+    while True:
+        blocked = capacity.blocked_keys(keys)
+        waited_on = 0
+        for offer, key in zip(candidates, keys, strict=True):
+            if key in blocked:
+                continue
+            if not capacity.probe_acquire(key):
+                waited_on += 1  # another boot is trying it right now
+                continue
+            spec = PodSpec(
+                name=pod.name,
+                lanes=pod.lanes,
+                offer=offer,
+                image=config.image if config else "",
+                ports=config.ports if config else "",
+                env=config.env if config else {},
+                page_timeout=settings.PAGE_TIMEOUT_SECONDS,
+            )
+            started = time.monotonic()
+            try:
+                created = provider.create(spec)
+            except NoCapacity as exc:
+                _attempt(pod, key, BootAttempt.Outcome.NO_CAPACITY, exc, started)
+                capacity.probe_finish(key, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
+                continue
+            except UnknownOffer as exc:
+                _attempt(pod, key, BootAttempt.Outcome.UNKNOWN_OFFER, exc, started)
+                capacity.probe_finish(key, blocked_for=UNKNOWN_OFFER_BLOCK_SECONDS, reason=str(exc))
+                Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=f"{key}: {exc}")
+                continue
+            except AuthFailed as exc:
+                _attempt(pod, key, BootAttempt.Outcome.AUTH_FAILED, exc, started)
+                capacity.probe_finish(key)
+                Alert.raise_(pool=pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
+                raise BootFailed(f"the provider refused our credentials: {exc}") from None
+            except Transient as exc:
+                _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
+                capacity.probe_finish(key)
+                continue
+            except ValueError as exc:  # a value the SDK cannot send safely
+                _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
+                capacity.probe_finish(key)
+                Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=str(exc))
+                raise BootFailed(str(exc)) from None
+            except BaseException:
+                capacity.probe_finish(key)
+                raise
+            _save_created(pod, created, offer)
+            _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
+            capacity.probe_finish(key)
+            Alert.resolve(pool=pool, kind=Alert.Kind.AUTH)
+            return
+        if not waited_on:
+            raise BootFailed(f"no capacity on any of the {len(candidates)} candidates")
+        if time.monotonic() > deadline:
+            raise BootFailed(f"no candidate free after {settings.POD_CREATE_TIMEOUT_SECONDS:.0f} s")
+        time.sleep(0.1)
+
+
+def _attempt(pod: Pod, key: str, outcome: str, error: Exception | None, started: float) -> None:
+    BootAttempt.objects.create(
+        pod=pod, candidate=key, outcome=outcome, error=str(error or "")[:2000], seconds=time.monotonic() - started
+    )
+
+
+def _wait_until_serving(pod: Pod, provider: Provider) -> ProviderPod:
+    """Stage 2: the provider runs it and exposes its port. Stage 3: its model is loaded."""
+    begun = pod.billed_from or pod.created_at
+    running_by = begun + timezone.timedelta(seconds=settings.POD_RUNNING_TIMEOUT_SECONDS)
+    while True:
+        seen = provider.get(pod.provider_id)
+        if seen is None:
+            raise BootFailed("the pod went away while booting")
+        if seen.running and seen.base_url:
+            break
+        if timezone.now() > running_by:
+            raise BootFailed(f"not running after {settings.POD_RUNNING_TIMEOUT_SECONDS:.0f} s")
+        time.sleep(0.2)
+    ready_by = timezone.now() + timezone.timedelta(seconds=settings.POD_READY_TIMEOUT_SECONDS)
+    while not pod_is_serving(seen.base_url):
+        if timezone.now() > ready_by:
+            raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
+        time.sleep(0.2)
+        if provider.get(pod.provider_id) is None:
+            raise BootFailed("the pod went away while loading its model")
+    return seen
+
+
+def _terminate_quietly(provider: Provider, pod: Pod) -> None:
     if not pod.provider_id:
         return
     try:
         provider.terminate(pod.provider_id)
     except ProviderError as exc:
-        log.error("terminating %s failed: %s", pod.name, exc)
+        log.error("terminating %s failed: %s (reconcile will try again)", pod.name, exc)
+
+
+# --- release -------------------------------------------------------------------------------------
 
 
 def pod_release(*, pod: Pod, reason: str) -> Pod:
     """Attribute spend, terminate at the provider, free its pages. Idempotent."""
     if not pod.is_alive:
         return pod
-    provider = get_provider(pod.pool.provider)
-    if pod.provider_id:
-        provider.terminate(pod.provider_id)
     with transaction.atomic():
+        # Ended first: a boot still waiting on this pod sees it and does not join.
         pod.mark_ended(Pod.State.TERMINATED, error=f"released: {reason}")
         _requeue_pages_of(pod)
+    provider = get_provider(pod.pool.provider)
+    _terminate_quietly(provider, pod)
     log.info("pod %s released (%s), spend $%s", pod.name, reason, pod.spend())
     return pod
 
@@ -120,25 +241,100 @@ def _requeue_pages_of(pod: Pod) -> int:
     return pages_requeue_from_pod(pod_id=pod.pk)
 
 
-def pods_check(*, pool: Pool) -> list[Pod]:
-    """Mark lost the pods whose process or machine is gone; their pages go back to the queue."""
-    provider = get_provider(pool.provider)
-    lost = []
-    for pod in pool.pods.filter(state__in=[Pod.State.READY, Pod.State.DRAINING]):
-        if provider.get(pod.provider_id) is None:
+# --- reconcile -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ReconcileResult:
+    provider: str
+    adopted: list[str] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+
+def _pool_from_name(name: str) -> Pool | None:
+    prefix = f"{settings.DEPLOYMENT_PREFIX}-"
+    if not name.startswith(prefix) or "-" not in name[len(prefix) :]:
+        return None
+    key = name[len(prefix) :].rsplit("-", 1)[0]
+    return Pool.objects.filter(key=key).first()
+
+
+def reconcile(*, provider_name: str) -> ReconcileResult:
+    """Make the database and the provider agree.
+
+    - a pod at the provider that the database does not know, older than the
+      grace period: adopted if its pool wants it, terminated otherwise;
+    - a pod the database has but the provider no longer has: lost, its pages wait again;
+    - a pod the database ended that still runs: terminated again.
+    """
+    provider = get_provider(provider_name)
+    result = ReconcileResult(provider_name)
+    remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
+    pods = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
+    known = {p.provider_id: p for p in pods.exclude(provider_id="")}
+    for provider_id, seen in remote.items():
+        pod = known.get(provider_id)
+        if pod is not None:
+            if not pod.is_alive:
+                _terminate_quietly(provider, pod)
+                result.terminated.append(seen.name)
+            continue
+        if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
+            continue  # its create may be saving right now
+        row = pods.filter(name=seen.name).first()
+        if row is not None and row.is_alive and not row.provider_id:
+            _save_created(row, seen, None)  # the boot died between create and save
+            _enqueue_boots([row.pk])
+            result.adopted.append(seen.name)
+            continue
+        pool = _pool_from_name(seen.name)
+        if row is None and pool is not None and pool.provider == provider_name and _pool_wants_one(pool):
+            adopted = Pod.objects.create(
+                pool=pool, name=seen.name, provider_id=provider_id, lanes=pool.lanes_per_pod,
+                cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
+            )  # fmt: skip
+            _enqueue_boots([adopted.pk])
+            result.adopted.append(seen.name)
+            continue
+        provider.terminate(provider_id)
+        result.terminated.append(seen.name)
+    for provider_id, pod in known.items():
+        if pod.is_alive and provider_id not in remote:
             with transaction.atomic():
                 pod.mark_ended(Pod.State.LOST, error="the provider no longer has this pod")
                 _requeue_pages_of(pod)
-            log.warning("pod %s lost", pod.name)
-            lost.append(pod)
-    return lost
+            result.lost.append(pod.name)
+    if result.adopted or result.terminated or result.lost:
+        log.warning("reconcile %s: %s", provider_name, result)
+    return result
+
+
+def _pool_wants_one(pool: Pool) -> bool:
+    wanted, serving, _ = pool_demand(pool)
+    return serving < wanted
+
+
+# --- the scaler tick -----------------------------------------------------------------------------
+
+
+def pool_demand(pool: Pool) -> tuple[int, int, int]:
+    """(pods wanted, pods booting or ready, pages waiting or running)."""
+    from ocrjobs.models import Page
+
+    pages = Page.objects.filter(pool=pool)
+    demand = (
+        pages.waiting().count() + pages.filter(status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()).count()
+    )
+    wanted = max(pool.min_pods, math.ceil(demand / pool.lanes_per_pod)) if demand else pool.min_pods
+    serving = pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY]).count()
+    return min(wanted, pool.max_pods), serving, demand
 
 
 @dataclass
 class TickResult:
     pool: str
     waiting: int
-    running: int
     alive: int
     booted: list[int]
     shed: list[int]
@@ -146,26 +342,20 @@ class TickResult:
 
 def pool_tick(*, pool: Pool) -> TickResult:
     """Compare the pool's backlog with its pods: boot what is needed, shed what idles."""
-    from ocrjobs.models import Page
+    from ocrjobs.services import dispatch_ensure, pages_waiting
 
-    pods_check(pool=pool)
-    pages = Page.objects.filter(pool=pool)
-    waiting = pages.waiting().count()
-    running = pages.filter(status=Page.Status.RUNNING).count()
-    demand = waiting + running
     booted: list[int] = []
     shed: list[int] = []
     with transaction.atomic():
-        # Booting pods count as capacity: the next tick must not boot them again.
-        serving = list(pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY]))
-        booting = sum(1 for p in serving if p.state == Pod.State.BOOTING)
-        if demand:
-            wanted = max(pool.min_pods, math.ceil(demand / pool.lanes_per_pod))
-        else:
-            wanted = pool.min_pods
-        wanted = min(wanted, pool.max_pods)
-        to_boot = min(wanted - len(serving), pool.max_parallel_boots - booting)
+        Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tick per pool at a time
+        wanted, serving, demand = pool_demand(pool)
+        booting = pool.pods.filter(state=Pod.State.BOOTING).count()
+        to_boot = min(wanted - serving, pool.max_parallel_boots - booting)
+        if to_boot > 0 and _auth_blocked(pool):
+            log.warning("pool %s: not booting, the provider refused our credentials (see alerts)", pool.key)
+            to_boot = 0
         for _ in range(max(0, to_boot)):
+            # Booting pods count as capacity: the next tick must not boot them again.
             pod = Pod.objects.create(
                 pool=pool,
                 name=pod_name(pool, uuid.uuid4().hex[:8]),
@@ -181,16 +371,21 @@ def pool_tick(*, pool: Pool) -> TickResult:
     if not demand:
         idle_since = timezone.now() - timezone.timedelta(seconds=pool.idle_seconds)
         ready = list(pool.pods.filter(state=Pod.State.READY).order_by("last_busy_at"))
-        surplus = len(ready) - pool.min_pods
-        for pod in ready[: max(0, surplus)]:
+        for pod in ready[: max(0, len(ready) - pool.min_pods)]:
             if pod.last_busy_at is None or pod.last_busy_at < idle_since:
                 pod_release(pod=pod, reason=f"idle for {pool.idle_seconds} s")
                 shed.append(pod.pk)
+    waiting = pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
-        from ocrjobs.services import dispatch_ensure
-
         dispatch_ensure(pool=pool)
-    return TickResult(pool.key, waiting, running, len(serving) + len(booted), booted, shed)
+    return TickResult(pool.key, waiting, serving + len(booted), booted, shed)
+
+
+def _auth_blocked(pool: Pool) -> bool:
+    recent = timezone.now() - timezone.timedelta(seconds=settings.AUTH_RETRY_SECONDS)
+    return Alert.objects.filter(
+        pool__provider=pool.provider, kind=Alert.Kind.AUTH, resolved_at__isnull=True, updated_at__gte=recent
+    ).exists()
 
 
 def _enqueue_boots(pod_ids: list[int]) -> None:

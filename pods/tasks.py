@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from pods import services
 from pods.models import Pod, Pool
+from pods.providers.base import ProviderError
+
+log = logging.getLogger(__name__)
 
 
 def boot_pod(pod_id: int) -> str:
@@ -17,7 +22,13 @@ def release_pod(pod_id: int, reason: str) -> str:
 
 
 def scaler_tick(pool_id: int | None = None) -> list[dict]:
-    pools = Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id)
+    """Reconcile each provider in use with the database, then tick every pool (or one)."""
+    pools = list(Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id))
+    for provider_name in sorted({pool.provider for pool in pools}):
+        try:
+            services.reconcile(provider_name=provider_name)
+        except ProviderError as exc:
+            log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
     return [vars(services.pool_tick(pool=pool)) for pool in pools]
 
 

@@ -82,8 +82,8 @@ def test_a_pod_whose_process_died_is_marked_lost_and_its_pages_wait_again(local_
     Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, pod=pod, claim_token="x", attempts=1)
     LocalProvider().terminate(pod.provider_id)  # the process goes away behind fleetadmin's back
 
-    lost = services.pods_check(pool=local_pool)
-    assert [p.pk for p in lost] == [pod.pk]
+    result = services.reconcile(provider_name="local")
+    assert result.lost == [pod.name]
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.LOST
     page.refresh_from_db()
     assert page.status == Page.Status.PENDING and page.claim_token == ""

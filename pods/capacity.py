@@ -1,0 +1,173 @@
+"""Capacity verdicts and the price catalogue, shared by every booter on every host.
+
+Both live in the database: a verdict written by a boot on one host is read by
+every other boot before it calls the provider.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError
+from django.db.models import Q
+from django.utils import timezone
+
+from pods.models import CapacityVerdict, PriceCatalogue
+from pods.providers import get_provider
+from pods.providers.base import Offer, ProviderError
+
+log = logging.getLogger(__name__)
+
+PROBE_LOCK_SECONDS = 120  # a create call that takes longer than this is a dead boot
+CATALOGUE_FETCH_LOCK_SECONDS = 30
+
+
+def candidate_key(provider: str, offer: Offer) -> str:
+    return f"{provider}|{offer.gpu_type}|{offer.cloud_type}|{offer.data_center or '*'}"
+
+
+def blocked_keys(keys: list[str]) -> set[str]:
+    now = timezone.now()
+    return set(CapacityVerdict.objects.filter(key__in=keys, blocked_until__gt=now).values_list("key", flat=True))
+
+
+def probe_acquire(key: str) -> bool:
+    """Become the one boot that tries this candidate now; False if blocked or another is trying."""
+    try:
+        CapacityVerdict.objects.get_or_create(key=key)
+    except IntegrityError:
+        pass  # created by another booter at the same moment
+    now = timezone.now()
+    taken = (
+        CapacityVerdict.objects.filter(key=key)
+        .filter(Q(probing_until__isnull=True) | Q(probing_until__lt=now))
+        .filter(Q(blocked_until__isnull=True) | Q(blocked_until__lte=now))
+        .update(probing_until=now + timedelta(seconds=PROBE_LOCK_SECONDS))
+    )
+    return taken == 1
+
+
+def probe_finish(key: str, *, blocked_for: float = 0.0, reason: str = "") -> None:
+    """End a probe: block the candidate for everybody, or clear its verdict after a success."""
+    now = timezone.now()
+    if blocked_for > 0:
+        CapacityVerdict.objects.filter(key=key).update(
+            probing_until=None, blocked_until=now + timedelta(seconds=blocked_for), reason=reason[:500]
+        )
+    else:
+        CapacityVerdict.objects.filter(key=key).update(probing_until=None, blocked_until=None, reason=reason[:500])
+
+
+def verdicts_for_status() -> list[dict]:
+    now = timezone.now()
+    rows = CapacityVerdict.objects.filter(Q(blocked_until__gt=now) | Q(probing_until__gt=now))
+    return [row.to_dict(now=now) for row in rows]
+
+
+# --- the price catalogue -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    offers: list[Offer]
+    fetched_at: object
+    stale: bool
+    error: str
+
+
+def _to_json(offers: list[Offer]) -> list[dict]:
+    return [
+        {
+            "gpu_type": o.gpu_type,
+            "cloud_type": o.cloud_type,
+            "data_center": o.data_center,
+            "cost_per_hr": str(o.cost_per_hr),
+        }
+        for o in offers
+    ]
+
+
+def _from_json(rows: list[dict]) -> list[Offer]:
+    # Fresh objects every call: a caller that changes its copy changes nobody else's.
+    return [
+        Offer(
+            gpu_type=r["gpu_type"],
+            cloud_type=r["cloud_type"],
+            data_center=r["data_center"],
+            cost_per_hr=Decimal(r["cost_per_hr"]),
+        )  # fmt: skip
+        for r in copy.deepcopy(rows)
+    ]
+
+
+def catalogue_get(provider_name: str, *, fresh: bool = False) -> Catalogue:
+    """The provider's offers with prices, fetched at most once per ``CATALOGUE_TTL_SECONDS``.
+
+    One caller fetches while the others read the last good list; a failed fetch
+    keeps the last good list. ``fresh`` skips the age check (a person asking).
+    """
+    try:
+        row, _ = PriceCatalogue.objects.get_or_create(provider=provider_name)
+    except IntegrityError:
+        row = PriceCatalogue.objects.get(provider=provider_name)
+    now = timezone.now()
+    ttl = timedelta(seconds=settings.CATALOGUE_TTL_SECONDS)
+    if not fresh and row.fetched_at and now - row.fetched_at < ttl:
+        return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
+    fetcher = (
+        PriceCatalogue.objects.filter(pk=row.pk)
+        .filter(Q(fetching_until__isnull=True) | Q(fetching_until__lt=now))
+        .update(fetching_until=now + timedelta(seconds=CATALOGUE_FETCH_LOCK_SECONDS))
+    )
+    if not fetcher:
+        return _wait_for_fetch(row)
+    try:
+        offers = get_provider(provider_name).catalogue()
+    except ProviderError as exc:
+        log.warning("%s catalogue fetch failed: %s; keeping the last good one", provider_name, exc)
+        PriceCatalogue.objects.filter(pk=row.pk).update(fetching_until=None, last_error=str(exc)[:2000])
+        if row.fetched_at is None:
+            raise
+        return Catalogue(_from_json(row.offers), row.fetched_at, True, str(exc))
+    fetched_at = timezone.now()
+    PriceCatalogue.objects.filter(pk=row.pk).update(
+        offers=_to_json(offers), fetched_at=fetched_at, fetching_until=None, last_error="", fetches=row.fetches + 1
+    )
+    return Catalogue(_from_json(_to_json(offers)), fetched_at, False, "")
+
+
+def _wait_for_fetch(row: PriceCatalogue) -> Catalogue:
+    """Another caller is fetching: use the last good list, or wait for the first one."""
+    if row.fetched_at is not None:
+        return Catalogue(_from_json(row.offers), row.fetched_at, True, row.last_error)
+    deadline = time.monotonic() + CATALOGUE_FETCH_LOCK_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        row.refresh_from_db()
+        if row.fetched_at is not None:
+            return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
+        if row.fetching_until is None:
+            return catalogue_get(row.provider)
+    raise ProviderError(f"the {row.provider} catalogue is not available yet")
+
+
+def priced(offers: list[Offer], catalogue: list[Offer]) -> list[Offer]:
+    """The pool's candidates with catalogue prices, cheapest first; unpriced ones last, in pool order."""
+    prices = {(o.gpu_type, o.cloud_type): o.cost_per_hr for o in catalogue}
+    known, unknown = [], []
+    for offer in offers:
+        price = prices.get((offer.gpu_type, offer.cloud_type))
+        if price is None and offer.cloud_type in ("", "LOCAL"):
+            price = offer.cost_per_hr
+        if price is None:
+            unknown.append(offer)
+        else:
+            known.append(Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price))
+    known.sort(key=lambda o: o.cost_per_hr)  # stable: equal prices keep the pool's order
+    return known + unknown
