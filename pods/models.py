@@ -211,6 +211,9 @@ class BootAttempt(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"{self.candidate}: {self.outcome}"
+
 
 class PriceCatalogue(models.Model):
     """The provider's GPU price list, fetched at most once a minute per deployment."""

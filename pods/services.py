@@ -73,6 +73,8 @@ def pod_boot(*, pod_id: int) -> Pod:
         seen = _wait_until_serving(pod, provider)
     except (BootFailed, ProviderError, PoolConfigError) as exc:
         log.warning("boot of %s failed: %s", pod.name, exc)
+        if isinstance(exc, AuthFailed):  # refused before any create, e.g. on the catalogue
+            Alert.raise_(pool=pod.pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
         _terminate_quietly(provider, pod)
         pod.mark_ended(Pod.State.FAILED, error=str(exc))
         return pod

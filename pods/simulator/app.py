@@ -87,6 +87,8 @@ async def graphql_endpoint(request: web.Request) -> web.Response:
         data = farm.execute(operation)
     except graphql.GraphQLError as exc:
         return _errors(str(exc))
+    if verdict.delay_after_s:
+        await asyncio.sleep(verdict.delay_after_s)
     if verdict.status >= 500:
         return _server_error(verdict.status, verdict.body)
     return web.json_response({"data": data})

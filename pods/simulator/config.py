@@ -82,8 +82,12 @@ class HttpErrorFault(Trigger):
 
 
 class SlowFault(Trigger):
+    """Answer late. With ``after_execute`` the call takes effect at once and only its
+    answer waits: a client killed meanwhile leaves a pod it never heard of."""
+
     kind: Literal["slow"]
     delay_s: float = Field(ge=0)
+    after_execute: bool = False
 
 
 class BadKeyFault(Trigger):

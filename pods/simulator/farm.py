@@ -73,6 +73,7 @@ class Verdict:
     """What the HTTP layer should do with one GraphQL call before (or instead of) running it."""
 
     delay_s: float = 0.0
+    delay_after_s: float = 0.0
     status: int = 200
     body: str = "text"
     after_execute: bool = False
@@ -108,7 +109,10 @@ class Farm:
         verdict = Verdict()
         for fault in self.faults:
             if isinstance(fault, SlowFault) and fault.fires(operation):
-                verdict.delay_s += fault.delay_s
+                if fault.after_execute:
+                    verdict.delay_after_s += fault.delay_s
+                else:
+                    verdict.delay_s += fault.delay_s
         if any(isinstance(f, BadKeyFault) and f.fires(operation) for f in self.faults):
             self.stats["auth_failures"] += 1
             verdict.status = 401

@@ -1,0 +1,211 @@
+"""Boots of a RunPod pool, through the unmodified SDK, against the simulator."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from pods import capacity, services
+from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from pods.simulator import SimConfig, SimulatorThread
+from pods.simulator.config import GpuTypeConfig
+from tests.processes import REPO, child_env, wait_for
+
+KEY = "sim-key"
+EMPTY, GOOD = "NVIDIA EMPTY 1", "NVIDIA GOOD 2"
+
+
+@pytest.fixture
+def sim(monkeypatch, settings):
+    config = SimConfig(
+        api_key=KEY,
+        boot_delay_s=0.1,
+        model_load_s=0.1,
+        page_latency_s=0.01,
+        gpu_types=[
+            GpuTypeConfig(
+                id=EMPTY, display_name="empty", secure_price=0.10, capacity={"SECURE": {"EU-RO-1": 0, "US-KS-2": 0}}
+            ),  # fmt: skip
+            GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30, capacity={"SECURE": {"EU-RO-1": 3}}),
+        ],
+    )
+    with SimulatorThread(config) as simulator:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", simulator.url)
+        monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", simulator.pod_url_template)
+        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
+
+
+@pytest.fixture
+def pool(db):
+    return Pool.objects.create(
+        key="gpu",
+        provider="runpod",
+        max_pods=4,
+        lanes_per_pod=2,
+        config={
+            "image": "ghcr.io/example/fleetadmin-pod:1",
+            "env": {"MODEL": "olmocr"},
+            "candidates": [
+                {"gpu_types": [EMPTY, GOOD], "cloud_type": "SECURE", "data_centers": ["EU-RO-1", "US-KS-2"]}
+            ],
+        },
+    )
+
+
+def _new_pod(pool: Pool) -> Pod:
+    from pods.models import pod_name
+
+    return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
+
+
+def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, pool):
+    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    assert pod.state == Pod.State.READY, pod.error
+    assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
+    assert services.pod_is_serving(pod.base_url)
+    outcomes = list(BootAttempt.objects.order_by("created_at").values_list("candidate", "outcome"))
+    assert outcomes == [
+        (f"runpod|{EMPTY}|SECURE|EU-RO-1", "no_capacity"),
+        (f"runpod|{EMPTY}|SECURE|US-KS-2", "no_capacity"),
+        (f"runpod|{GOOD}|SECURE|EU-RO-1", "created"),
+    ]
+    assert float(pod.cost_per_hr) == pytest.approx(0.30)
+
+
+def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
+    services.pod_boot(pod_id=_new_pod(pool).pk)
+    creates_before = sim.stats()["create_calls"]
+    second = services.pod_boot(pod_id=_new_pod(pool).pk)
+    assert second.state == Pod.State.READY
+    assert sim.stats()["create_calls"] == creates_before + 1  # straight to the candidate with capacity
+    blocked = capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1", f"runpod|{GOOD}|SECURE|EU-RO-1"])
+    assert blocked == {f"runpod|{EMPTY}|SECURE|EU-RO-1"}
+
+
+def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, settings):
+    settings.CAPACITY_VERDICT_TTL_SECONDS = 0.001
+    services.pod_boot(pod_id=_new_pod(pool).pk)
+    assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
+    key = f"runpod|{GOOD}|SECURE|EU-RO-1"
+    CapacityVerdict.objects.filter(key=key).update(reason="old")
+    assert capacity.probe_acquire(key)
+    capacity.probe_finish(key)
+    assert CapacityVerdict.objects.get(key=key).blocked_until is None
+
+
+def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
+    key = f"runpod|{GOOD}|SECURE|EU-RO-1"
+    assert capacity.probe_acquire(key)
+    assert not capacity.probe_acquire(key)  # a second booter must wait or move on
+    capacity.probe_finish(key, blocked_for=60, reason="no capacity")
+    assert not capacity.probe_acquire(key)  # blocked for everybody now
+
+
+def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", "wrong-key")
+    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    assert pod.state == Pod.State.FAILED
+    alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
+    assert "wrong-key" not in alert.message
+    # Pages wait, yet the tick rents nothing while the key is refused.
+    from tests.pods.test_pod_services import _pages
+
+    _pages(pool, 4)
+    assert services.pool_tick(pool=pool).booted == []
+
+
+def test_a_pod_that_never_runs_is_terminated_and_its_spend_recorded(sim, pool, settings):
+    settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
+    sim.set_faults([{"kind": "boot_stuck", "count": 1}])
+    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    assert pod.state == Pod.State.FAILED and "not running" in pod.error
+    assert pod.billed_from is not None and pod.ended_at >= pod.billed_from
+    assert pod.spend() > 0
+    assert sim.stats()["pods_running"] == 0
+    assert sim.stats()["terminate_calls"] == 1
+
+
+def test_a_pod_config_with_a_quote_is_refused_before_any_call(sim, db):
+    from django.core.exceptions import ValidationError
+
+    pool = Pool(key="bad", provider="runpod", config={"image": "img:1", "env": {"X": 'a"b'},
+                                                       "candidates": [{"gpu_types": [GOOD]}]})  # fmt: skip
+    with pytest.raises(ValidationError) as refused:
+        pool.full_clean()
+    assert "config" in refused.value.message_dict
+    assert sim.stats()["graphql_calls"] == 0
+
+
+def test_the_catalogue_is_fetched_once_per_ttl_and_kept_when_a_fetch_fails(sim, db, settings):
+    first = capacity.catalogue_get("runpod")
+    second = capacity.catalogue_get("runpod")
+    assert sim.stats()["catalogue_calls"] == 1
+    assert first.offers == second.offers and first.offers is not second.offers
+    assert {o.gpu_type for o in first.offers} == {EMPTY, GOOD}
+
+    settings.CATALOGUE_TTL_SECONDS = 0
+    sim.set_faults([{"kind": "http_error", "status": 503, "count": 10}])
+    kept = capacity.catalogue_get("runpod")
+    assert kept.stale and kept.offers == first.offers
+    sim.set_faults([])
+    fresh = capacity.catalogue_get("runpod", fresh=True)
+    assert not fresh.stale and fresh.offers == first.offers
+
+
+ORPHAN_BOOT = """
+import django, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
+django.setup()
+from pods.services import pod_boot
+pod_boot(pod_id=int(sys.argv[1]))
+"""
+
+
+def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool, transactional_db, settings, tmp_path):
+    """The create reaches RunPod, the worker dies before saving: reconcile adopts the pod."""
+    settings.RECONCILE_GRACE_SECONDS = 0.5
+    pod = _new_pod(pool)
+    # Creates go through at once, but their answers are held back: time to kill the worker.
+    sim.set_faults([{"kind": "slow", "delay_s": 60, "after_execute": True, "operation": "podFindAndDeployOnDemand"}])
+    env = child_env(tmp_path, RUNPOD_API_BASE_URL=os.environ["RUNPOD_API_BASE_URL"], RUNPOD_API_KEY=KEY,
+                    RUNPOD_POD_URL_TEMPLATE=sim.pod_url_template)  # fmt: skip
+    worker = subprocess.Popen([sys.executable, "-c", ORPHAN_BOOT, str(pod.pk)], cwd=REPO, env=env)
+    try:
+        wait_for(lambda: sim.stats()["pods_total"] >= 1, 30, "the create never reached the simulator")
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.BOOTING and pod.provider_id == ""  # the state a crash leaves
+    sim.set_faults([])
+
+    result = wait_for(lambda: services.reconcile(provider_name="runpod").adopted, 10, "reconcile adopted nothing")
+    pod.refresh_from_db()
+    assert result == [pod.name] and pod.provider_id
+    assert services.pod_boot(pod_id=pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
+    assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
+
+
+def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(sim, pool, settings):
+    settings.RECONCILE_GRACE_SECONDS = 0
+    from pods.providers.base import Offer, PodSpec
+    from pods.providers.runpod import RunPodProvider
+
+    stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-nopool-abc", lanes=1,
+                                               offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
+    ready = services.pod_boot(pod_id=_new_pod(pool).pk)
+    RunPodProvider().terminate(ready.provider_id)  # gone behind our back
+
+    result = services.reconcile(provider_name="runpod")
+    assert result.terminated == [stranger.name]
+    assert result.lost == [ready.name]
+    assert Pod.objects.get(pk=ready.pk).state == Pod.State.LOST
+    assert sim.stats()["pods_running"] == 0
