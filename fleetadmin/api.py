@@ -6,9 +6,11 @@ the browser's session: staff get every scope, other users read and submit.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
@@ -50,31 +52,58 @@ def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
     raise ApiError("authentication required: send 'Authorization: Bearer <token>' or log in", 401)
 
 
+def _authorize(request: HttpRequest, scope: str, methods: tuple[str, ...]) -> None:
+    """Raise ApiError unless the method is allowed and the caller holds the scope."""
+    if request.method not in methods:
+        raise ApiError(f"method {request.method} not allowed", 405)
+    user, scopes, by_token = _caller(request)
+    if not by_token and request.method not in ("GET", "HEAD", "OPTIONS"):
+        # A session is a browser: it needs the CSRF token like any form.
+        rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+        if rejected is not None:
+            raise ApiError("CSRF check failed", 403)
+    if scope not in scopes:
+        raise ApiError(f"this needs the {scope!r} scope", 403)
+    request.api_user = user
+    request.api_scopes = scopes
+
+
+def _error_response(exc: ApiError, methods: tuple[str, ...]) -> JsonResponse:
+    response = error(exc.message, exc.status)
+    if exc.status == 405:
+        response["Allow"] = ", ".join(methods)
+    return response
+
+
 def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
-    """Check method, caller and scope; answer errors as ``{"error": ...}``."""
+    """Check method, caller and scope; answer errors as ``{"error": ...}``.
+
+    Works on sync views and on async ones (which wait on the loop, holding no thread).
+    """
 
     def decorate(view):
+        if asyncio.iscoroutinefunction(view):
+
+            @csrf_exempt
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, *args, **kwargs):
+                try:
+                    await sync_to_async(_authorize)(request, scope, methods)
+                    return await view(request, *args, **kwargs)
+                except ApiError as exc:
+                    return _error_response(exc, methods)
+
+            async_wrapper.api_scope = scope
+            return async_wrapper
+
         @csrf_exempt
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs):
-            if request.method not in methods:
-                response = error(f"method {request.method} not allowed", 405)
-                response["Allow"] = ", ".join(methods)
-                return response
             try:
-                user, scopes, by_token = _caller(request)
-                if not by_token and request.method not in ("GET", "HEAD", "OPTIONS"):
-                    # A session is a browser: it needs the CSRF token like any form.
-                    rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
-                    if rejected is not None:
-                        raise ApiError("CSRF check failed", 403)
-                if scope not in scopes:
-                    raise ApiError(f"this needs the {scope!r} scope", 403)
-                request.api_user = user
-                request.api_scopes = scopes
+                _authorize(request, scope, methods)
                 return view(request, *args, **kwargs)
             except ApiError as exc:
-                return error(exc.message, exc.status)
+                return _error_response(exc, methods)
 
         wrapper.api_scope = scope
         return wrapper

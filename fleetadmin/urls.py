@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from ocrjobs import api as jobs_api
 from ocrjobs import views as jobs_views
+from pods import api as pods_api
 
 
 def healthz(request):
@@ -25,6 +26,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
+    path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
+    path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),
     path("v1/jobs", jobs_api.jobs, name="api-jobs"),
     path("v1/jobs/<int:job_id>", jobs_api.job_detail, name="api-jobs-detail"),
     path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from pods.models import Pod, Pool
+from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PriceCatalogue
 
 
 @admin.register(Pool)
@@ -14,3 +14,34 @@ class PodAdmin(admin.ModelAdmin):
     list_filter = ("pool", "state")
     search_fields = ("name", "provider_id")
     readonly_fields = ("created_at", "ready_at", "ended_at", "last_busy_at")
+
+
+@admin.register(CapacityVerdict)
+class CapacityVerdictAdmin(admin.ModelAdmin):
+    list_display = ("key", "blocked_until", "probing_until", "reason", "updated_at")
+    search_fields = ("key",)
+
+
+@admin.register(BootAttempt)
+class BootAttemptAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "pod", "candidate", "outcome", "seconds", "error")
+    list_filter = ("outcome",)
+    raw_id_fields = ("pod",)
+
+
+@admin.register(PriceCatalogue)
+class PriceCatalogueAdmin(admin.ModelAdmin):
+    list_display = ("provider", "fetched_at", "fetches", "last_error")
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ("updated_at", "pool", "kind", "message", "count", "resolved_at")
+    list_filter = ("kind", "resolved_at")
+    actions = ["resolve"]
+
+    @admin.action(description="Resolve the selected alerts")
+    def resolve(self, request, queryset):
+        from django.utils import timezone
+
+        queryset.filter(resolved_at__isnull=True).update(resolved_at=timezone.now())

@@ -120,13 +120,16 @@ def catalogue_get(provider_name: str, *, fresh: bool = False) -> Catalogue:
     ttl = timedelta(seconds=settings.CATALOGUE_TTL_SECONDS)
     if not fresh and row.fetched_at and now - row.fetched_at < ttl:
         return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
-    fetcher = (
-        PriceCatalogue.objects.filter(pk=row.pk)
-        .filter(Q(fetching_until__isnull=True) | Q(fetching_until__lt=now))
-        .update(fetching_until=now + timedelta(seconds=CATALOGUE_FETCH_LOCK_SECONDS))
-    )
-    if not fetcher:
+    claim = PriceCatalogue.objects.filter(pk=row.pk).filter(Q(fetching_until__isnull=True) | Q(fetching_until__lt=now))
+    if not fresh:
+        # Another caller may have fetched since we read the row: then its list is ours.
+        claim = claim.filter(Q(fetched_at__isnull=True) | Q(fetched_at__lt=now - ttl))
+    if not claim.update(fetching_until=now + timedelta(seconds=CATALOGUE_FETCH_LOCK_SECONDS)):
+        row.refresh_from_db()
+        if row.fetched_at and timezone.now() - row.fetched_at < ttl:
+            return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
         return _wait_for_fetch(row)
+    log.info("fetching the %s price catalogue%s", provider_name, " (asked fresh)" if fresh else "")
     try:
         offers = get_provider(provider_name).catalogue()
     except ProviderError as exc:
@@ -171,3 +174,12 @@ def priced(offers: list[Offer], catalogue: list[Offer]) -> list[Offer]:
             known.append(Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price))
     known.sort(key=lambda o: o.cost_per_hr)  # stable: equal prices keep the pool's order
     return known + unknown
+
+
+def catalogue_cached(provider_name: str) -> Catalogue | None:
+    """The stored catalogue as it is, without fetching (for the front)."""
+    row = PriceCatalogue.objects.filter(provider=provider_name).first()
+    if row is None or row.fetched_at is None:
+        return None
+    age = (timezone.now() - row.fetched_at).total_seconds()
+    return Catalogue(_from_json(row.offers), row.fetched_at, age >= settings.CATALOGUE_TTL_SECONDS, row.last_error)

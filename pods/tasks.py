@@ -37,3 +37,9 @@ def nudge_scaler(pool_id: int) -> None:
     from django_q.tasks import async_task
 
     async_task("pods.tasks.scaler_tick", pool_id, task_name=f"tick pool {pool_id}", group="scaler")
+
+
+def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
+    from pods import capacity
+
+    return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)

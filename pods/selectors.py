@@ -1,0 +1,67 @@
+"""Reads of the fleet shaped for the status endpoint and the dashboard."""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from pods import capacity
+from pods.models import Alert, Pod, Pool
+
+RATE_WINDOW_SECONDS = 60
+
+
+def fleet_status() -> dict:
+    """Every pool with its pods, lanes, backlog, rate, cost, alerts; and the capacity verdicts.
+
+    A fixed handful of queries whatever the size of the fleet.
+    """
+    from ocrjobs.models import Page
+
+    now = timezone.now()
+    since = now - timezone.timedelta(seconds=RATE_WINDOW_SECONDS)
+    pools = list(Pool.objects.all())
+    alive = list(Pod.objects.alive().select_related("pool"))
+    page_counts = {
+        row["pool_id"]: row
+        for row in Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).values("pool_id")
+        .annotate(
+            waiting=Count("id", filter=Q(status=Page.Status.PENDING) | Q(claim_expires_at__lt=now)),
+            running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
+        )
+    }  # fmt: skip
+    done_recently = dict(
+        Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
+        .values_list("pool_id")
+        .annotate(n=Count("id"))
+        .values_list("pool_id", "n")
+    )
+    alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
+    result = []
+    for pool in pools:
+        pods = [p for p in alive if p.pool_id == pool.pk]
+        states = Counter(p.state for p in pods)
+        ready_lanes = sum(p.lanes for p in pods if p.state == Pod.State.READY)
+        counts = page_counts.get(pool.pk, {"waiting": 0, "running": 0})
+        per_hour = sum((p.cost_per_hr for p in pods if p.billed_from), Decimal("0"))
+        result.append(
+            {
+                **pool.to_dict(),
+                "pods": {state: states.get(state, 0) for state in Pod.ALIVE_STATES},
+                "lanes": {"used": counts["running"], "total": ready_lanes},
+                "backlog": counts["waiting"],
+                "pages_per_s": round(done_recently.get(pool.pk, 0) / RATE_WINDOW_SECONDS, 2),
+                "dollars_per_hour": float(per_hour),
+                "alerts": [a.to_dict() for a in alerts if a.pool_id == pool.pk],
+                "pod_list": [p.to_dict() for p in pods],
+            }
+        )
+    return {
+        "at": now.isoformat(),
+        "pools": result,
+        "alerts": [a.to_dict() for a in alerts],
+        "capacity_verdicts": capacity.verdicts_for_status(),
+    }

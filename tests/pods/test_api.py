@@ -1,0 +1,74 @@
+"""The fleet's JSON endpoints: /v1/runpod/status and /v1/runpod/prices."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from pods import api as pods_api
+from pods.models import Alert, CapacityVerdict, Pod, PriceCatalogue
+
+
+def _get(client, path, token=None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return client.get(path, **headers)
+
+
+def test_status_needs_credentials(client, db):
+    response = _get(client, "/v1/runpod/status")
+    assert response.status_code == 401
+    assert "error" in response.json()
+
+
+def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, read_token, local_pool):
+    Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2,
+                       cost_per_hr=Decimal("0.50"), billed_from=timezone.now())  # fmt: skip
+    Pod.objects.create(pool=local_pool, name="fa-local-b", state=Pod.State.BOOTING, lanes=2)
+    Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.TERMINATED, lanes=2)
+    Alert.raise_(pool=local_pool, kind=Alert.Kind.AUTH, message="runpod: refused")
+    CapacityVerdict.objects.create(key="runpod|H100|SECURE|*", blocked_until=timezone.now() + timezone.timedelta(seconds=60),
+                                   reason="no capacity")  # fmt: skip
+    from tests.pods.test_pod_services import _pages
+
+    _pages(local_pool, 5)
+    body = _get(client, "/v1/runpod/status", read_token).json()
+    pool = next(p for p in body["pools"] if p["key"] == "local")
+    assert pool["pods"] == {"booting": 1, "ready": 1, "draining": 0}
+    assert pool["lanes"] == {"used": 0, "total": 2}
+    assert pool["backlog"] == 5
+    assert pool["dollars_per_hour"] == pytest.approx(0.5)
+    assert [a["kind"] for a in pool["alerts"]] == ["auth"]
+    assert {p["name"] for p in pool["pod_list"]} == {"fa-local-a", "fa-local-b"}
+    [verdict] = body["capacity_verdicts"]
+    assert verdict["candidate"] == "runpod|H100|SECURE|*" and verdict["blocked"] and 0 < verdict["remaining_s"] <= 60
+
+
+def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token):
+    response = _get(client, "/v1/runpod/prices", read_token)
+    assert response.status_code == 503
+    assert OrmQ.objects.count() == 1  # the fetch went to a worker, not done by the front
+
+
+def test_prices_answers_the_cached_catalogue(client, read_token):
+    PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now(), offers=[
+        {"gpu_type": "H100", "cloud_type": "SECURE", "data_center": "", "cost_per_hr": "2.99"}])  # fmt: skip
+    body = _get(client, "/v1/runpod/prices", read_token).json()
+    assert body["offers"] == [{"gpu_type": "H100", "cloud_type": "SECURE", "cost_per_hr": 2.99}]
+    assert body["stale"] is False and body["refreshing"] is False
+
+
+def test_fresh_prices_are_fetched_by_a_worker_and_the_answer_says_when_still_refreshing(
+    client, read_token, monkeypatch
+):
+    monkeypatch.setattr(pods_api, "FRESH_PRICES_WAIT_SECONDS", 0.3)
+    PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now(), offers=[])
+    body = _get(client, "/v1/runpod/prices?fresh=1", read_token).json()
+    assert body["refreshing"] is True  # no worker runs in this test: the old list comes back, marked
+    assert OrmQ.objects.count() == 1
+
+
+def test_unknown_provider_is_404(client, read_token):
+    assert _get(client, "/v1/runpod/prices?provider=aws", read_token).status_code == 404
