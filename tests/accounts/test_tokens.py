@@ -1,0 +1,76 @@
+"""accounts.ApiToken: only a hash is kept, and what each scope allows."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.forms.models import model_to_dict
+
+from accounts.models import ApiToken, hash_token
+
+
+def test_issue_stores_only_the_hash_of_the_token(ordinary_user):
+    row, token = ApiToken.issue(user=ordinary_user, name="laptop", scopes=["submit"])
+
+    row.refresh_from_db()
+    assert token.startswith("fa_") and len(token) > 40
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert all(token not in str(value) for value in model_to_dict(row).values())
+    assert ApiToken.objects.filter(token_hash=hash_token(token)).get() == row
+
+
+def test_each_issue_gives_a_different_token(ordinary_user):
+    _, first = ApiToken.issue(user=ordinary_user, name="a", scopes=["read"])
+    _, second = ApiToken.issue(user=ordinary_user, name="b", scopes=["read"])
+
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    ("granted", "allowed"),
+    [
+        (["admin"], {"read", "submit", "admin"}),
+        (["submit"], {"read", "submit"}),
+        (["read"], {"read"}),
+        (["read", "submit"], {"read", "submit"}),
+        ([], set()),
+    ],
+)
+def test_scopes_imply_the_lesser_ones(ordinary_user, granted, allowed):
+    row, _ = ApiToken.issue(user=ordinary_user, name="t", scopes=granted)
+
+    assert {scope for scope in ("read", "submit", "admin") if row.allows(scope)} == allowed
+
+
+def test_an_unknown_scope_is_refused_and_no_token_is_made(ordinary_user):
+    with pytest.raises(ValueError, match="unknown scopes: everything"):
+        ApiToken.issue(user=ordinary_user, name="t", scopes=["read", "everything"])
+
+    assert ApiToken.objects.count() == 0
+
+
+def test_a_scope_the_token_does_not_name_is_not_allowed_by_its_spelling(ordinary_user):
+    row, _ = ApiToken.issue(user=ordinary_user, name="t", scopes=["read"])
+
+    assert not row.allows("Read")
+    assert not row.allows("")
+
+
+def test_using_a_token_records_when_it_was_last_used(client, ordinary_user):
+    row, token = ApiToken.issue(user=ordinary_user, name="t", scopes=["read"])
+    assert row.last_used_at is None
+
+    response = client.get("/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+
+    assert response.status_code == 200
+    row.refresh_from_db()
+    assert row.last_used_at is not None
+
+
+def test_the_hash_of_a_token_does_not_authenticate(client, ordinary_user):
+    row, _ = ApiToken.issue(user=ordinary_user, name="t", scopes=["admin"])
+
+    response = client.get("/v1/jobs", headers={"Authorization": f"Bearer {row.token_hash}"})
+
+    assert response.status_code == 401

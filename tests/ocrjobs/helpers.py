@@ -1,0 +1,84 @@
+"""Shared checks and set-ups for the ocrjobs tests."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+
+from PIL import Image
+
+from ocrjobs import services
+from ocrjobs.models import Document, Job, Page
+
+
+def files_under(root: Path) -> list[Path]:
+    """Every file below root (empty directories are allowed to stay)."""
+    return sorted(p for p in root.rglob("*") if not p.is_dir())
+
+
+def assert_nothing_made(media_root: Path) -> None:
+    assert Job.objects.count() == 0
+    assert Document.objects.count() == 0
+    assert Page.objects.count() == 0
+    assert files_under(media_root) == []
+
+
+def tiff_bytes(sizes: list[tuple[int, int]]) -> bytes:
+    """A multi-frame TIFF, one white frame per size."""
+    frames = [Image.new("L", size, 255) for size in sizes]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:], compression="tiff_deflate")
+    return buffer.getvalue()
+
+
+def submit(owner, files: dict[str, bytes], pool_key: str = "local") -> Job:
+    uploads = [services.Upload(name=name, file=io.BytesIO(data)) for name, data in files.items()]
+    return services.job_submit(owner=owner, uploads=uploads, pool_key=pool_key)
+
+
+def split(job: Job) -> None:
+    for document_id in job.documents.values_list("pk", flat=True):
+        services.document_split(document_id=document_id)
+
+
+def result_for(text: str) -> dict:
+    """What a pod answers for a page, made up."""
+    words = text.split()
+    return {
+        "text": text + "\n",
+        "lines": [{"text": text, "box": [10, 20, 10 + 12 * len(text), 50], "confidence": 91.5}],
+        "confidence": 91.5 if words else None,
+        "width": 1400,
+        "height": 600,
+    }
+
+
+def complete_all(
+    job: Job, texts: dict[tuple[int, int], str] | None = None, failures: dict[tuple[int, int], str] | None = None
+) -> None:
+    """Claim every waiting page of the job's pool and finish it as a dispatcher would.
+
+    texts maps (document position, page number) to the page's made-up text (the
+    default says where the page came from); failures maps them to an error, and
+    those pages fail for good instead.
+    """
+    token = uuid.uuid4().hex
+    claimed = services.pages_claim(pool_id=job.pool_id, token=token, limit=10_000)
+    where = {
+        pk: (position, number)
+        for pk, position, number in Page.objects.filter(pk__in=[c.id for c in claimed]).values_list(
+            "pk", "document__position", "number"
+        )
+    }
+    for claim in claimed:
+        key = where[claim.id]
+        if failures and key in failures:
+            outcome = services.page_attempt_failed(
+                page_id=claim.id, token=token, pod_id=None, error=failures[key], final=True
+            )
+            assert outcome == "failed"
+            continue
+        text = (texts or {}).get(key, f"document {key[0]} page {key[1]}")
+        assert services.page_complete(page_id=claim.id, token=token, pod_id=None, result=result_for(text))
+    services.job_refresh(job_id=job.pk)
