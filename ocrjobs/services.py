@@ -425,19 +425,25 @@ def _nudge(pool_id: int) -> None:
 class ClaimedPage:
     id: int
     job_id: int
+    position: int  # of its document in the job: where its result file goes
     image: str
     languages: str
     attempts: int
 
 
-def pages_claim(*, pool_id: int, token: str, limit: int) -> list[ClaimedPage]:
-    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed."""
+def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
+    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed.
+
+    ``sweep`` also fails the pages whose claims expired on their last attempt;
+    a dispatcher asks for it every few seconds rather than on every claim.
+    """
     if limit <= 0:
         return []
     now = timezone.now()
     expires = now + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
     with transaction.atomic():
-        _fail_exhausted(pool_id=pool_id)
+        if sweep:
+            _fail_exhausted(pool_id=pool_id)
         query = Page.objects.waiting().filter(pool_id=pool_id).order_by("id")
         if connection.features.has_select_for_update_skip_locked:
             query = query.select_for_update(skip_locked=True, of=("self",))
@@ -452,7 +458,9 @@ def pages_claim(*, pool_id: int, token: str, limit: int) -> list[ClaimedPage]:
             started_at=now,
             pod=None,
         )
-        rows = Page.objects.filter(id__in=ids).values_list("id", "job_id", "image", "job__languages", "attempts")
+        rows = Page.objects.filter(id__in=ids).values_list(
+            "id", "job_id", "document__position", "image", "job__languages", "attempts"
+        )
         return [ClaimedPage(*row) for row in rows]
 
 
@@ -475,38 +483,98 @@ def _fail_exhausted(*, pool_id: int) -> None:
             transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
 
 
-def claims_renew(*, token: str, page_ids: list[int]) -> int:
+def claims_renew(*, token: str, page_ids: list[int] | None = None) -> int:
+    """Extend the claims of this token (all its running pages, or the given ones)."""
     expires = timezone.now() + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
-    return Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING).update(
-        claim_expires_at=expires
+    pages = Page.objects.filter(claim_token=token, status=Page.Status.RUNNING)
+    if page_ids is not None:
+        pages = pages.filter(id__in=page_ids)
+    return pages.update(claim_expires_at=expires)
+
+
+def pages_assign_pods(*, token: str, assignments: list[tuple[int, int]]) -> None:
+    """Record which pod each running page went to (one statement for many pages),
+    so that a pod that goes away sends its pages back to the queue at once."""
+    if not assignments:
+        return
+    table = Page._meta.db_table
+    placeholders = ", ".join(["(CAST(%s AS bigint), CAST(%s AS bigint))"] * len(assignments))
+    params = [value for pair in assignments for value in pair] + [token, Page.Status.RUNNING]
+    sql = (
+        f"WITH v(id, pod_id) AS (VALUES {placeholders}) UPDATE {table} SET pod_id = v.pod_id "
+        f"FROM v WHERE {table}.id = v.id AND {table}.claim_token = %s AND {table}.status = %s"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+@dataclass(frozen=True)
+class PageResult:
+    page_id: int
+    job_id: int
+    position: int
+    pod_id: int | None
+    result: dict
+
+
+def _write_result(item: PageResult) -> str:
+    results_dir = settings.MEDIA_ROOT / "jobs" / str(item.job_id) / str(item.position) / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    # A file named for this attempt: a second writer can never overwrite the first's.
+    path = results_dir / f"{item.page_id}-{uuid.uuid4().hex[:12]}.json"
+    path.write_text(json.dumps(item.result, ensure_ascii=False))
+    return str(path.relative_to(settings.MEDIA_ROOT))
+
+
+def _confidence(result: dict) -> float | None:
+    value = result.get("confidence")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
+    """Store many pages' results at once; each only if its claim is still ours.
+
+    Result files are written first, then one UPDATE marks the pages done; a page
+    whose claim was lost (expired and taken, cancelled) is not updated and its
+    file is removed, so a page is never written twice. Returns the stored ids.
+    """
+    if not items:
+        return set()
+    paths = {item.page_id: _write_result(item) for item in items}
+    placeholders = ", ".join(
+        ["(CAST(%s AS bigint), CAST(%s AS text), CAST(%s AS double precision), CAST(%s AS bigint))"] * len(items)
+    )
+    params: list = []
+    for item in items:
+        params += [item.page_id, paths[item.page_id], _confidence(item.result), item.pod_id]
+    table = Page._meta.db_table
+    sql = (
+        f"WITH v(id, result, confidence, pod_id) AS (VALUES {placeholders}) "
+        f"UPDATE {table} SET status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, "
+        f"error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s "
+        f"FROM v WHERE {table}.id = v.id AND {table}.claim_token = %s AND {table}.status = %s "
+        f"RETURNING {table}.id"
+    )
+    params += [Page.Status.DONE, timezone.now(), token, Page.Status.RUNNING]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        stored = {row[0] for row in cursor.fetchall()}
+    for page_id, relative in paths.items():
+        if page_id not in stored:
+            (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
+    return stored
 
 
 def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:
-    """Store a page's result once. False if the claim was lost (expired, cancelled, done elsewhere)."""
+    """Store one page's result once. False if the claim was lost (expired, cancelled, done elsewhere)."""
     page = Page.objects.filter(pk=page_id).values("job_id", "document__position").first()
     if page is None:
         return False
-    results_dir = settings.MEDIA_ROOT / "jobs" / str(page["job_id"]) / str(page["document__position"]) / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    # A file named for this attempt: a second writer can never overwrite the first's.
-    name = f"{page_id}-{uuid.uuid4().hex[:12]}.json"
-    path = results_dir / name
-    path.write_text(json.dumps(result, ensure_ascii=False))
-    confidence = result.get("confidence")
-    updated = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
-        status=Page.Status.DONE,
-        result=str(path.relative_to(settings.MEDIA_ROOT)),
-        confidence=float(confidence) if confidence is not None else None,
-        pod_id=pod_id,
-        error="",
-        claim_token="",
-        claim_expires_at=None,
-        finished_at=timezone.now(),
-    )
-    if not updated:
-        path.unlink(missing_ok=True)
-    return bool(updated)
+    item = PageResult(page_id, page["job_id"], page["document__position"], pod_id, result)
+    return page_id in pages_complete(token=token, items=[item])
 
 
 def page_attempt_failed(*, page_id: int, token: str, pod_id: int | None, error: str, final: bool = False) -> str:
@@ -538,10 +606,6 @@ def pages_requeue_from_pod(*, pod_id: int) -> int:
     return Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
         status=Page.Status.PENDING, claim_token="", claim_expires_at=None
     )
-
-
-def page_assign_pod(*, page_id: int, token: str, pod_id: int) -> None:
-    Page.objects.filter(pk=page_id, claim_token=token).update(pod_id=pod_id)
 
 
 # --- dispatchers ------------------------------------------------------------

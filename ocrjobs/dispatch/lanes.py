@@ -37,36 +37,47 @@ class LaneTable:
         self.counts = FleetCounts()
 
     def sync(self, ready: list[tuple[int, str, int]], counts: FleetCounts) -> None:
-        """Make the table match the pool's ready pods: (pod id, base url, lanes)."""
+        """Make the table match the pool's ready pods: (pod id, base url, lanes this dispatcher may use)."""
         self.counts = counts
         seen = set()
         added: list[PodLanes] = []
         for pod_id, base_url, lanes in ready:
             seen.add(pod_id)
-            if pod_id not in self.pods:
+            pod = self.pods.get(pod_id)
+            if pod is None:
                 pod = PodLanes(pod_id, base_url, lanes)
                 self.pods[pod_id] = pod
                 added.append(pod)
                 self.free += lanes
                 self.total += lanes
+            elif pod.lanes != lanes:
+                self._resize(pod, lanes)
         # Interleave new pods' lanes so that consecutive leases spread across pods.
         for lane in range(max((p.lanes for p in added), default=0)):
             self._free.extend(p for p in added if lane < p.lanes)
         for pod_id in [pid for pid in self.pods if pid not in seen]:
             self.remove(pod_id)
 
+    def _resize(self, pod: PodLanes, lanes: int) -> None:
+        # Entries beyond a pod's share are skipped when they come up; new ones are added.
+        self.free += max(0, lanes - pod.inflight) - max(0, pod.lanes - pod.inflight)
+        self.total += lanes - pod.lanes
+        if lanes > pod.lanes:
+            self._free.extend([pod] * (lanes - pod.lanes))
+        pod.lanes = lanes
+
     def remove(self, pod_id: int) -> None:
         pod = self.pods.pop(pod_id, None)
         if pod is None:
             return
         pod.active = False
-        self.free -= pod.lanes - pod.inflight
+        self.free -= max(0, pod.lanes - pod.inflight)
         self.total -= pod.lanes
 
     def lease(self) -> PodLanes | None:
         while self._free:
             pod = self._free.popleft()
-            if pod.active:
+            if pod.active and pod.inflight < pod.lanes:
                 pod.inflight += 1
                 self.free -= 1
                 return pod
@@ -74,7 +85,7 @@ class LaneTable:
 
     def release(self, pod: PodLanes) -> None:
         pod.inflight -= 1
-        if pod.active:
+        if pod.active and pod.inflight < pod.lanes:
             self.free += 1
             self._free.append(pod)
 

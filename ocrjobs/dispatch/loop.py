@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import aiohttp
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 POD_REFRESH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 2.0
 JOB_REFRESH_SECONDS = 0.5
+FLUSH_SECONDS = 0.05
+SWEEP_SECONDS = 5.0
+CLAIM_BACKOFF_SECONDS = 0.2
 REASON_LOG_SECONDS = 15.0
 IDLE_EXIT_SECONDS = 3.0
 NO_POD_EXIT_SECONDS = 30.0
@@ -47,6 +51,8 @@ class DispatchLoop:
         self.flights: set[asyncio.Task] = set()
         self.inflight: dict[int, services.ClaimedPage] = {}
         self.touched_jobs: set[int] = set()
+        self.results: list[services.PageResult] = []
+        self.assignments: list[tuple[int, int]] = []
         self.done = 0
         self.failed = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatch-db")
@@ -66,13 +72,19 @@ class DispatchLoop:
     async def run(self) -> None:
         started = time.monotonic()
         deadline = started + settings.DISPATCH_MAX_SECONDS
-        timeout = httpx.Timeout(settings.PAGE_TIMEOUT_SECONDS + 10, connect=5.0)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-        last_refresh = last_beat = last_jobs = -1e9
+        # aiohttp rather than httpx for the forwards: on this machine httpx's async
+        # client did ~160 requests/s against a zero-latency pod, aiohttp ~2,500.
+        timeout = aiohttp.ClientTimeout(total=settings.PAGE_TIMEOUT_SECONDS + 10, sock_connect=5.0)
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        self.wakeup = asyncio.Event()
+        last_refresh = last_beat = last_jobs = last_sweep = -1e9
+        claim_again_at = 0.0
         idle_since: float | None = None
         no_pod_since: float | None = None
+        flusher = None
         try:
-            async with httpx.AsyncClient(timeout=timeout, limits=limits) as self.client:
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as self.client:
+                flusher = asyncio.ensure_future(self.flush_forever())
                 while True:
                     now = time.monotonic()
                     if now - last_refresh >= POD_REFRESH_SECONDS:
@@ -85,19 +97,23 @@ class DispatchLoop:
                         await self.refresh_jobs()
                         last_jobs = now
                     stopping = self.hit_time_limit = now > deadline
-                    want = self.lanes.free - len(self.queue)
-                    if want > 0 and not stopping:
+                    # Keep one claimed page waiting per lane, so that a lane that frees up
+                    # starts its next page at once; claim in batches, not page by page.
+                    room = self.lanes.free + self.lanes.total - len(self.queue)
+                    worth_it = room >= max(1, self.lanes.total // 4) or (not self.queue and self.lanes.free)
+                    if worth_it and not stopping and now >= claim_again_at:
+                        sweep = now - last_sweep >= SWEEP_SECONDS
                         claimed = await self.db(services.pages_claim, pool_id=self.pool_id, token=self.token,
-                                                limit=want)  # fmt: skip
+                                                limit=room, sweep=sweep)  # fmt: skip
+                        last_sweep = now if sweep else last_sweep
                         self.queue.extend(claimed)
+                        if len(claimed) < room:
+                            claim_again_at = now + CLAIM_BACKOFF_SECONDS  # the backlog is (nearly) empty
                     self.start_forwards()
                     if self.queue and not self.lanes.free:
                         self.note_no_lane()
-                    if self.lanes.total == 0:
-                        no_pod_since = no_pod_since or now
-                    else:
-                        no_pod_since = None
-                    if not self.flights and not self.queue:
+                    no_pod_since = (no_pod_since or now) if self.lanes.total == 0 else None
+                    if not self.flights and not self.queue and not self.results:
                         idle_since = idle_since or now
                         if stopping or now - idle_since >= IDLE_EXIT_SECONDS:
                             if stopping or await self.try_finish():
@@ -109,11 +125,15 @@ class DispatchLoop:
                         log.info("dispatcher %s: no pod for %.0f s, leaving it to the scaler", self.dispatcher.pk,
                                  NO_POD_EXIT_SECONDS)  # fmt: skip
                         break
-                    if self.flights:
-                        await asyncio.wait(self.flights, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
-                    else:
-                        await asyncio.sleep(0.25)
+                    try:
+                        await asyncio.wait_for(self.wakeup.wait(), timeout=0.25)
+                    except TimeoutError:
+                        pass
+                    self.wakeup.clear()
         finally:
+            if flusher is not None:
+                flusher.cancel()
+            await self.flush()
             if self.queue:
                 await self.db(services.pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
                 self.queue.clear()
@@ -125,6 +145,24 @@ class DispatchLoop:
             self._io.shutdown(wait=True)
         log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s", self.dispatcher.pk, self.done,
                  self.failed, time.monotonic() - started)  # fmt: skip
+
+    async def flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Store the results gathered since the last flush in one statement, and the pods
+        that pages went to in another."""
+        if self.assignments:
+            assignments, self.assignments = self.assignments, []
+            await self.db(services.pages_assign_pods, token=self.token, assignments=assignments)
+        if self.results:
+            results, self.results = self.results, []
+            stored = await self.db(services.pages_complete, token=self.token, items=results)
+            self.done += len(stored)
+            self.touched_jobs.update(item.job_id for item in results)
+            self.wakeup.set()
 
     async def try_finish(self) -> bool:
         """End when no page waits; ending first, then looking again, closes the gap
@@ -162,45 +200,46 @@ class DispatchLoop:
 
     async def forward(self, page: services.ClaimedPage, lane: PodLanes) -> None:
         try:
-            await self.db(services.page_assign_pod, page_id=page.id, token=self.token, pod_id=lane.pod_id)
+            self.assignments.append((page.id, lane.pod_id))
             image = await self.io(_read_bytes, page.image)
             try:
-                response = await self.client.post(
-                    f"{lane.base_url}/v1/ocr", params={"lang": page.languages}, content=image
-                )
-            except httpx.TimeoutException:
+                # languages are checked at submission ([a-z_+] only): safe in a URL as they are.
+                async with self.client.post(f"{lane.base_url}/v1/ocr?lang={page.languages}", data=image) as response:
+                    status = response.status
+                    body = await response.read()
+            except TimeoutError:
                 await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=True)
                 return
-            except httpx.TransportError as exc:
+            except aiohttp.ClientError as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
                 return
-            if response.status_code == 200:
+            if status == 200:
                 lane.failures = 0
-                stored = await self.db(services.page_complete, page_id=page.id, token=self.token,
-                                       pod_id=lane.pod_id, result=response.json())  # fmt: skip
-                if stored:
-                    self.done += 1
-                    self.touched_jobs.add(page.job_id)
+                self.results.append(services.PageResult(page.id, page.job_id, page.position, lane.pod_id,
+                                                        json.loads(body)))  # fmt: skip
                 return
-            error = _error_of(response)
-            if response.status_code == 429:
+            error = _error_of(body)
+            if status == 429:
                 # The pod is full (another dispatcher shares it): try again soon, no attempt spent.
                 self.queue.appendleft(page)
                 self.inflight.pop(page.id, None)
                 await asyncio.sleep(0.2)
                 return
-            if response.status_code in (400, 413, 415):
+            if status in (400, 413, 415):
                 await self.attempt_failed(page, lane, f"the pod refused the page: {error}", final=True)
-            elif response.status_code == 504:
+            elif status == 504:
                 await self.attempt_failed(page, lane, error)
             else:
-                await self.attempt_failed(page, lane, f"HTTP {response.status_code}: {error}", pod_fault=True)
+                await self.attempt_failed(page, lane, f"HTTP {status}: {error}", pod_fault=True)
         except Exception as exc:
             log.exception("page %s: forward failed", page.id)
             await self.attempt_failed(page, lane, f"dispatch error: {exc!r}")
         finally:
             self.inflight.pop(page.id, None)
             self.lanes.release(lane)
+            # The next claimed page takes the lane now, not when the main loop comes round.
+            self.start_forwards()
+            self.wakeup.set()
 
     async def attempt_failed(
         self, page: services.ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
@@ -222,11 +261,10 @@ class DispatchLoop:
         self.lanes.sync(ready, counts)
 
     async def heartbeat(self) -> None:
-        page_ids = list(self.inflight) + [p.id for p in self.queue]
         busy_pods = [lane.pod_id for lane in self.lanes.pods.values() if lane.inflight]
         note = self.lanes.why_none() if self.queue and not self.lanes.free else ""
-        await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token, page_ids=page_ids,
-                      busy_pods=busy_pods, note=note, done=self.done, failed=self.failed)  # fmt: skip
+        await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token, busy_pods=busy_pods, note=note,
+                      done=self.done, failed=self.failed)  # fmt: skip
         await self.refresh_jobs()
 
     async def refresh_jobs(self) -> None:
@@ -243,17 +281,21 @@ def _read_bytes(relative: str) -> bytes:
     return (settings.MEDIA_ROOT / relative).read_bytes()
 
 
-def _error_of(response: httpx.Response) -> str:
+def _error_of(body: bytes) -> str:
+    text = body.decode(errors="replace")
     try:
-        return str(response.json().get("error") or response.text[:200])
-    except ValueError:
-        return response.text[:200]
+        return str(json.loads(text).get("error") or text[:200])
+    except (ValueError, AttributeError):
+        return text[:200]
 
 
 def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
+    """The pool's ready pods with the share of their lanes this dispatcher may use:
+    dispatchers of one pool split every pod's lanes between them."""
     close_old_connections()
     pods = list(Pod.objects.alive().filter(pool_id=pool_id).values_list("pk", "state", "base_url", "lanes"))
-    ready = [(pk, url, lanes) for pk, state, url, lanes in pods if state == Pod.State.READY]
+    sharing = max(1, Dispatcher.objects.live().filter(pool_id=pool_id).count())
+    ready = [(pk, url, max(1, lanes // sharing)) for pk, state, url, lanes in pods if state == Pod.State.READY]
     counts = FleetCounts(
         booting=sum(1 for p in pods if p[1] == Pod.State.BOOTING),
         ready=len(ready),
@@ -262,13 +304,11 @@ def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
     return ready, counts
 
 
-def _beat(*, dispatcher_id: int, token: str, page_ids: list[int], busy_pods: list[int], note: str, done: int,
-          failed: int) -> None:  # fmt: skip
+def _beat(*, dispatcher_id: int, token: str, busy_pods: list[int], note: str, done: int, failed: int) -> None:
     now = timezone.now()
     Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
                                                        pages_failed=failed)  # fmt: skip
-    if page_ids:
-        services.claims_renew(token=token, page_ids=page_ids)
+    services.claims_renew(token=token)  # every page this dispatcher holds, in one statement
     if busy_pods:
         Pod.objects.filter(pk__in=busy_pods).update(last_busy_at=now)
 

@@ -335,7 +335,7 @@ def test_renewing_with_another_token_leaves_the_claim_alone(page):
 def test_pages_of_a_lost_pod_wait_again_with_their_attempt_counted(page, local_pool):
     pod = Pod.objects.create(pool=local_pool, name="fa-local-lost")
     services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
-    services.page_assign_pod(page_id=page.pk, token="A", pod_id=pod.pk)
+    services.pages_assign_pods(token="A", assignments=[(page.pk, pod.pk)])
 
     assert services.pages_requeue_from_pod(pod_id=pod.pk) == 1
 

@@ -1,0 +1,202 @@
+"""Dispatch throughput: claim → lease → forward → result, on the RunPod simulator.
+
+    .venv/bin/python bench/dispatch.py                                   # zero-latency pods, SQLite
+    .venv/bin/python bench/dispatch.py --database-url postgres://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 5000   # achieved ÷ ideal
+    .venv/bin/python bench/dispatch.py --lease-only                      # cost of one lease at 8, 128, 512 pods
+
+Prints its figures and ends with one JSON line. Goals: >= 1,000 pages/s on
+PostgreSQL with zero-latency pods; achieved ÷ ideal >= 0.95 with 64 pods x 8
+lanes at 2 s per page; a lease that costs the same at 8, 128 and 512 pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._setup import REPO, django_for_bench
+
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a49444154789c63600000000200015e2f2d7a0000000049454e44ae426082"
+)
+
+
+def lease_cost() -> dict:
+    from ocrjobs.dispatch.lanes import FleetCounts, LaneTable
+
+    costs = {}
+    for pods in (8, 128, 512):
+        table = LaneTable()
+        table.sync([(n, f"http://pod-{n}", 8) for n in range(pods)], FleetCounts(ready=pods))
+        # Keep the fleet mostly busy so that a lease has to find one of the few free lanes.
+        held = [table.lease() for _ in range(pods * 8 - 4)]
+        assert all(held)
+
+        def one(table: LaneTable = table) -> None:
+            table.release(table.lease())
+
+        runs = 200_000
+        seconds = min(timeit.repeat(one, number=runs, repeat=5)) / runs
+        costs[pods] = round(seconds * 1e6, 3)
+    return costs
+
+
+def start_simulator(config: dict) -> tuple[subprocess.Popen, str]:
+    path = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(config, path)
+    path.close()
+    proc = subprocess.Popen([sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", path.name],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    for line in proc.stdout:
+        if line.startswith("RUNPODSIM "):
+            return proc, line.split()[1].strip()
+    raise SystemExit("the simulator did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=8)
+    parser.add_argument("--lanes", type=int, default=32)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per page on a virtual pod")
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--dispatchers", type=int, default=1, help="dispatcher processes")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--lease-only", action="store_true")
+    args = parser.parse_args()
+    if args.lease_only:
+        sys.path.insert(0, str(REPO))
+        costs = lease_cost()
+        for pods, micro in costs.items():
+            print(f"lease + release at {pods:4d} pods: {micro:.3f} µs")
+        print(json.dumps({"benchmark": "lease_cost", "microseconds": costs}))
+        return
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+        os.environ.setdefault("SECRET_KEY", "bench-only")
+    sim_config = {
+        "api_key": "bench-key", "boot_delay_s": 0, "model_load_s": 0, "page_latency_s": args.latency,
+        "default_lanes": args.lanes,
+        "gpu_types": [{"id": "BENCH-GPU", "displayName": "bench", "memoryInGb": 80, "securePrice": 1.0,
+                       "communityPrice": 1.0, "capacity": {"SECURE": {"DC-1": args.pods}}}],
+    }  # fmt: skip
+    sim, url = start_simulator(sim_config)
+    os.environ.update(RUNPOD_API_BASE_URL=url, RUNPOD_API_KEY="bench-key", RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
+                      FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}", DISPATCH_MAX_SECONDS="3600")  # fmt: skip
+    try:
+        django_for_bench("dispatch")
+        run(args)
+    finally:
+        sim.terminate()
+        sim.wait()
+
+
+def run(args) -> None:
+    from django.conf import settings
+    from django.db import connection
+    from django.db.models import Max
+
+    from ocrjobs import services as job_services
+    from ocrjobs.dispatch.loop import DispatchLoop
+    from ocrjobs.models import Document, Job, Page
+    from pods.models import Pod, Pool, pod_name
+    from pods.providers.base import Offer, PodSpec
+    from pods.providers.runpod import RunPodProvider
+
+    pool = Pool.objects.create(key="bench", provider="runpod", max_pods=args.pods, lanes_per_pod=args.lanes)
+    provider = RunPodProvider()
+    names = [pod_name(pool, uuid.uuid4().hex[:8]) for _ in range(args.pods)]
+    offer = Offer("BENCH-GPU", "SECURE", "DC-1")
+    with ThreadPoolExecutor(16) as ex:
+        created = list(
+            ex.map(lambda n: provider.create(PodSpec(name=n, lanes=args.lanes, offer=offer, image="img:1")), names)
+        )
+    for item in created:
+        Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY, lanes=args.lanes,
+                           base_url=f"{os.environ['RUNPOD_API_BASE_URL']}/pods/{item.provider_id}")  # fmt: skip
+    image = settings.MEDIA_ROOT / "bench" / "page.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(TINY_PNG)
+    job = Job.objects.create(pool=pool)
+    document = Document.objects.create(job=job, position=0, name="bench.pdf", kind="pdf", source="bench/page.png",
+                                       size_bytes=1, page_count=args.pages)  # fmt: skip
+    Page.objects.bulk_create(
+        [
+            Page(job=job, document=document, pool=pool, number=n, image="bench/page.png")
+            for n in range(1, args.pages + 1)
+        ],
+        batch_size=2000,
+    )
+    connection.close()
+    import resource
+
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+    started_wall = time.time()
+    started = time.monotonic()
+    if args.dispatchers == 1:
+        dispatcher = job_services.dispatcher_register(pool_id=pool.pk)
+        connection.close()
+        asyncio.run(DispatchLoop(dispatcher).run())
+    else:
+        env = dict(os.environ, DISPATCHERS_PER_POOL=str(args.dispatchers))
+        code = ("import django,os,sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE','fleetadmin.settings'); django.setup();"
+                "from ocrjobs.dispatch.loop import run_dispatcher; run_dispatcher(pool_id=int(sys.argv[1]))")  # fmt: skip
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, str(pool.pk)], cwd=REPO, env=env)
+            for _ in range(args.dispatchers)
+        ]
+        for proc in procs:
+            proc.wait()
+    loop_seconds = time.monotonic() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF if args.dispatchers == 1 else resource.RUSAGE_CHILDREN)
+    if args.dispatchers == 1:
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    else:
+        cpu = cpu_after.ru_utime + cpu_after.ru_stime
+    done = Page.objects.filter(job=job, status=Page.Status.DONE).count()
+    last = Page.objects.filter(job=job).aggregate(last=Max("finished_at"))["last"]
+    seconds = last.timestamp() - started_wall if last else loop_seconds
+    rate = done / seconds if seconds > 0 else 0.0
+    ideal = args.pods * args.lanes / args.latency if args.latency > 0 else None
+    # An ideal run still needs ceil(pages / lanes) rounds of one latency each.
+    ideal_seconds = -(-args.pages // (args.pods * args.lanes)) * args.latency if args.latency > 0 else None
+    figures = {
+        "benchmark": "dispatch",
+        "database": connection.vendor,
+        "pods": args.pods,
+        "lanes_per_pod": args.lanes,
+        "latency_s": args.latency,
+        "dispatchers": args.dispatchers,
+        "pages": args.pages,
+        "pages_done": done,
+        "seconds": round(seconds, 3),
+        "pages_per_s": round(rate, 1),
+        # The simulator's pods run on the same 2 cores; on a real fleet they are elsewhere,
+        # so what one dispatcher can carry is the pages per CPU-second it spends.
+        "dispatcher_cpu_s": round(cpu, 2),
+        "pages_per_dispatcher_cpu_s": round(done / cpu, 1) if cpu else None,
+    }
+    if ideal:
+        figures["ideal_pages_per_s"] = round(min(ideal, args.pages / ideal_seconds), 1)
+        figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
+    print(f"{done}/{args.pages} pages in {seconds:.2f} s on {connection.vendor}: {rate:.0f} pages/s "
+          f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s))")  # fmt: skip
+    print(f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second")
+    if ideal:
+        print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
