@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_q",
+    "fleetadmin",
     "accounts",
     "pods",
     "ocrjobs",
@@ -184,7 +185,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 DISPATCHER_STALE_SECONDS = envfloat("DISPATCHER_STALE_SECONDS", 20.0, minimum=2.0)
 DISPATCHERS_PER_POOL = envint("DISPATCHERS_PER_POOL", 1, minimum=1)
@@ -197,3 +198,6 @@ POD_RUNNING_TIMEOUT_SECONDS = envfloat("POD_RUNNING_TIMEOUT_SECONDS", 600.0, min
 POD_READY_TIMEOUT_SECONDS = envfloat("POD_READY_TIMEOUT_SECONDS", 600.0, minimum=1.0)
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)
 AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
+SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)
+SCALE_SECONDS_PER_PAGE_GUESS = envfloat("SCALE_SECONDS_PER_PAGE_GUESS", 2.0, minimum=0.001)
+STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)

@@ -2,11 +2,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import path
-from django.views.generic import RedirectView
 
+from fleetadmin import metrics
 from ocrjobs import api as jobs_api
 from ocrjobs import views as jobs_views
 from pods import api as pods_api
+from pods import views as pods_views
 
 
 def healthz(request):
@@ -15,8 +16,11 @@ def healthz(request):
 
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="jobs-list"), name="home"),
+    path("", pods_views.dashboard_page, name="home"),
+    path("dashboard/sections", pods_views.dashboard_sections, name="dashboard-sections"),
+    path("pods/<int:pod_id>/release", pods_views.pod_release, name="pods-release"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -28,6 +32,11 @@ urlpatterns = [
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
     path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
     path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),
+    path("v1/runpod/scale", pods_api.scale, name="api-runpod-scale"),
+    path("v1/runpod/scale/<int:request_id>", pods_api.scale_detail, name="api-runpod-scale-detail"),
+    path("v1/runpod/release", pods_api.release, name="api-runpod-release"),
+    path("v1/runpod/spend", pods_api.spend, name="api-runpod-spend"),
+    path("v1/models", pods_api.models, name="api-models"),
     path("v1/jobs", jobs_api.jobs, name="api-jobs"),
     path("v1/jobs/<int:job_id>", jobs_api.job_detail, name="api-jobs-detail"),
     path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),

@@ -27,6 +27,9 @@ class Job(models.Model):
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="jobs")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
     languages = models.CharField(max_length=100, default="eng")
+    max_dollars = models.DecimalField(
+        max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: its pages boot no pod past it"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -141,6 +144,7 @@ class Page(models.Model):
     pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="pages")
     result = models.CharField(max_length=500, blank=True, help_text="path under MEDIA_ROOT")
     confidence = models.FloatField(null=True, blank=True)
+    seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

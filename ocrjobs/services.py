@@ -515,6 +515,7 @@ class PageResult:
     position: int
     pod_id: int | None
     result: dict
+    seconds: float | None = None  # how long the pod took: the busy time that its spend is shared by
 
 
 def _write_result(item: PageResult) -> str:
@@ -545,15 +546,17 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
         return set()
     paths = {item.page_id: _write_result(item) for item in items}
     placeholders = ", ".join(
-        ["(CAST(%s AS bigint), CAST(%s AS text), CAST(%s AS double precision), CAST(%s AS bigint))"] * len(items)
-    )
+        ["(CAST(%s AS bigint), CAST(%s AS text), CAST(%s AS double precision), CAST(%s AS bigint),"
+         " CAST(%s AS double precision))"] * len(items)
+    )  # fmt: skip
     params: list = []
     for item in items:
-        params += [item.page_id, paths[item.page_id], _confidence(item.result), item.pod_id]
+        params += [item.page_id, paths[item.page_id], _confidence(item.result), item.pod_id, item.seconds]
     table = Page._meta.db_table
     sql = (
-        f"WITH v(id, result, confidence, pod_id) AS (VALUES {placeholders}) "
+        f"WITH v(id, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
         f"UPDATE {table} SET status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, "
+        f"seconds = v.seconds, "
         f"error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s "
         f"FROM v WHERE {table}.id = v.id AND {table}.claim_token = %s AND {table}.status = %s "
         f"RETURNING {table}.id"

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetadmin.api import ApiError, api_view
-from pods import capacity, selectors
+from pods import capacity, selectors, services
+from pods.models import Pod, Pool, ScaleRequest
+from pods.spend import spend_report
 
 FRESH_PRICES_WAIT_SECONDS = 15.0
 
@@ -62,3 +67,103 @@ def _enqueue_fetch(provider: str) -> None:
     from django_q.tasks import async_task
 
     async_task("pods.tasks.fetch_catalogue", provider, True, task_name=f"prices {provider}", group="prices")
+
+
+class ScaleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    pool: str = Field(min_length=1, max_length=40)
+    pods: int | None = Field(default=None, ge=0, le=10_000)
+    delta: int | None = Field(default=None, ge=-10_000, le=10_000)
+    wait_s: float = Field(default=20.0, ge=0, le=300)
+
+
+class ReleaseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    pod_id: int = Field(ge=1)
+    reason: str = Field(default="released by API", max_length=200)
+
+
+def _parse(model: type[BaseModel], request: HttpRequest) -> BaseModel:
+    if not request.content_type.startswith("application/json"):
+        raise ApiError("send a JSON body (Content-Type: application/json)", 415)
+    if len(request.body) > 10_000:
+        raise ApiError("the body is too large", 413)
+    try:
+        return model.model_validate_json(request.body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ApiError(f"{where}: {first['msg']}", 400) from None
+
+
+@api_view(scope="admin", methods=("POST",))
+async def scale(request: HttpRequest) -> JsonResponse:
+    """Set a pool's size: the result within ``wait_s``, else 202 ``pending`` with the request id."""
+    body = _parse(ScaleBody, request)
+    pool = await Pool.objects.filter(key=body.pool).afirst()
+    if pool is None:
+        raise ApiError(f"unknown pool {body.pool!r}", 404)
+    try:
+        scale_request = await sync_to_async(services.scale_request_create)(
+            pool=pool, pods=body.pods, delta=body.delta, by=str(request.api_user)
+        )
+    except ValueError as exc:
+        raise ApiError(str(exc), 400) from None
+    deadline = asyncio.get_running_loop().time() + body.wait_s
+    while scale_request.state == ScaleRequest.State.PENDING and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+        scale_request = await ScaleRequest.objects.select_related("pool").aget(pk=scale_request.pk)
+    status = 202 if scale_request.state == ScaleRequest.State.PENDING else 200
+    return JsonResponse({**scale_request.to_dict(), "url": f"/v1/runpod/scale/{scale_request.pk}"}, status=status)
+
+
+@api_view(scope="read")
+def scale_detail(request: HttpRequest, request_id: int) -> JsonResponse:
+    scale_request = ScaleRequest.objects.select_related("pool").filter(pk=request_id).first()
+    if scale_request is None:
+        raise ApiError(f"no scale request {request_id}", 404)
+    return JsonResponse(scale_request.to_dict())
+
+
+@api_view(scope="admin", methods=("POST",))
+def release(request: HttpRequest) -> JsonResponse:
+    """End a pod: its spend is attributed now, a worker terminates it. Idempotent."""
+    body = _parse(ReleaseBody, request)
+    pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
+    if pod is None:
+        raise ApiError(f"no pod {body.pod_id}", 404)
+    released = services.pod_release_request(pod=pod, reason=body.reason)
+    pod.refresh_from_db()
+    return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
+
+
+@api_view(scope="read")
+def spend(request: HttpRequest) -> JsonResponse:
+    since_text = request.GET.get("since")
+    since = None
+    if since_text:
+        since = parse_datetime(since_text)
+        if since is None:
+            raise ApiError("since must be an ISO 8601 time, e.g. 2026-11-29T00:00:00Z", 400)
+        if timezone.is_naive(since):
+            since = timezone.make_aware(since, UTC)
+    return JsonResponse(spend_report(since=since))
+
+
+@api_view(scope="read")
+def models(request: HttpRequest) -> JsonResponse:
+    """The engines the ready pods reported when they joined, by pool (no pod is asked now)."""
+    pools = []
+    for pool in Pool.objects.all():
+        engines = {}
+        for pod in pool.pods.ready():
+            engine = pod.engine or {}
+            key = (engine.get("engine"), engine.get("version"))
+            entry = engines.setdefault(key, {"engine": key[0], "version": key[1], "languages": engine.get("languages", []),
+                                             "pods": 0, "lanes": 0})  # fmt: skip
+            entry["pods"] += 1
+            entry["lanes"] += pod.lanes
+        pools.append({"pool": pool.key, "provider": pool.provider, "models": list(engines.values())})
+    return JsonResponse({"pools": pools})

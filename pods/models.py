@@ -24,6 +24,9 @@ class Pool(models.Model):
     lanes_per_pod = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(256)])
     max_parallel_boots = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
     idle_seconds = models.PositiveIntegerField(default=300, help_text="idle time before a pod above the floor is shed")
+    max_dollars_per_hour = models.DecimalField(
+        max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: no boot past this $/h"
+    )
     config = models.JSONField(default=dict, blank=True, help_text="provider settings (candidates, image, env)")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -97,6 +100,10 @@ class Pod(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     last_busy_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="a shed asked this anticipatory boot to stop before it joins"
+    )
+    engine = models.JSONField(default=dict, blank=True, help_text="what the pod's /v1/models said when it joined")
     error = models.TextField(blank=True)
 
     objects = PodQuerySet.as_manager()
@@ -275,4 +282,56 @@ class Alert(models.Model):
             "count": self.count,
             "since": self.created_at.isoformat(),
             "last": self.updated_at.isoformat(),
+        }
+
+
+class SpendEntry(models.Model):
+    """Dollars a pod cost, written when it ends: a share per job it served (by busy time)
+    and the rest, its idle and boot time, to the pool alone."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="spend_entries")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="spend_entries")
+    job = models.ForeignKey(
+        "ocrjobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="spend_entries"
+    )
+    dollars = models.DecimalField(max_digits=12, decimal_places=6)
+    seconds = models.FloatField(help_text="billed seconds this entry covers")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.pod} ${self.dollars}"
+
+
+class ScaleRequest(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        FAILED = "failed"
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="scale_requests")
+    target = models.PositiveIntegerField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    result = models.JSONField(default=dict, blank=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"scale {self.pool} to {self.target}"
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.pk,
+            "pool": self.pool.key,
+            "target": self.target,
+            "state": self.state,
+            "result": self.result,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
         }

@@ -43,3 +43,14 @@ def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
     from pods import capacity
 
     return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)
+
+
+def scale_pool(request_id: int) -> dict:
+    return services.scale_request_run(request_id=request_id).to_dict()
+
+
+def terminate_at_provider(pod_id: int) -> str:
+    """The provider side of a release asked from the front (spend is already attributed)."""
+    pod = Pod.objects.select_related("pool").get(pk=pod_id)
+    services.terminate_quietly(pod)
+    return f"{pod.name}: terminated"

@@ -141,8 +141,9 @@ class DispatchLoop:
             await self.db(services.dispatcher_end, dispatcher=self.dispatcher)
             await self.db(_save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
             await self.db(_close_connection)
-            self._db.shutdown(wait=True)
-            self._io.shutdown(wait=True)
+            # Never join threads on the loop: queued work still finishes after this returns.
+            self._db.shutdown(wait=False)
+            self._io.shutdown(wait=False)
         log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s", self.dispatcher.pk, self.done,
                  self.failed, time.monotonic() - started)  # fmt: skip
 
@@ -202,6 +203,7 @@ class DispatchLoop:
         try:
             self.assignments.append((page.id, lane.pod_id))
             image = await self.io(_read_bytes, page.image)
+            sent = time.monotonic()
             try:
                 # languages are checked at submission ([a-z_+] only): safe in a URL as they are.
                 async with self.client.post(f"{lane.base_url}/v1/ocr?lang={page.languages}", data=image) as response:
@@ -215,8 +217,10 @@ class DispatchLoop:
                 return
             if status == 200:
                 lane.failures = 0
-                self.results.append(services.PageResult(page.id, page.job_id, page.position, lane.pod_id,
-                                                        json.loads(body)))  # fmt: skip
+                self.results.append(
+                    services.PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
+                                        time.monotonic() - sent)
+                )  # fmt: skip
                 return
             error = _error_of(body)
             if status == 429:
@@ -332,13 +336,21 @@ def _drain_pod(*, pod_id: int, error: str) -> None:
         nudge_scaler(Pod.objects.get(pk=pod_id).pool_id)
 
 
+async def _watched(loop: DispatchLoop, *, name: str) -> None:
+    """Run the dispatch loop with its loop-lag sampler (invariant 3)."""
+    from fleetadmin.loopwatch import LoopWatch
+
+    async with LoopWatch(name=name, kind="dispatcher"):
+        await loop.run()
+
+
 def run_dispatcher(*, pool_id: int) -> Dispatcher | None:
     """Entry point for the worker task: register, run the loop, end."""
     dispatcher = services.dispatcher_register(pool_id=pool_id)
     if dispatcher is None:
         return None
     loop = DispatchLoop(dispatcher)
-    asyncio.run(loop.run())
+    asyncio.run(_watched(loop, name=f"dispatcher pool {dispatcher.pool.key}"))
     if loop.hit_time_limit and services.pages_waiting(pool_id=pool_id):
         # A successor takes over; one that left for want of pods is started again by the next pod ready.
         services.dispatch_ensure(pool=dispatcher.pool)

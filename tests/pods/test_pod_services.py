@@ -31,12 +31,14 @@ def _pages(pool, count: int) -> list[Page]:
     )
 
 
-def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_pool, prefix):
+def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_pool, prefix, settings):
+    settings.SCALE_SECONDS_PER_PAGE_GUESS = 2.0  # no page measured yet
+    settings.SCALE_TARGET_SECONDS = 2.0  # drain the backlog in one page time
     local_pool.max_pods = 5
     local_pool.lanes_per_pod = 2
     local_pool.max_parallel_boots = 3
     local_pool.save()
-    _pages(local_pool, 7)  # 7 pages / 2 lanes = 4 pods wanted, at most 3 booting at once
+    _pages(local_pool, 7)  # 7 pages × 2 s / (2 lanes × 2 s) = 4 pods wanted, at most 3 booting at once
 
     first = services.pool_tick(pool=local_pool)
     assert len(first.booted) == 3

@@ -1,0 +1,123 @@
+"""One broadcaster per front process: the dashboard rendered at most once a second, sent to
+this process's websocket clients.
+
+The first consumer on a loop starts it (an asyncio task on the front's loop);
+it stops when the last one leaves. Reads and rendering run on a thread of
+their own, never on the loop. Each tick renders one variant for staff and one
+per connected non-staff user, and sends each audience only the sections that
+changed since its last message.
+
+Groups carry this process's id, so with channels_redis and several fronts each
+front renders for its own clients and nobody gets another front's copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from pods import dashboard
+
+log = logging.getLogger(__name__)
+
+PROCESS_ID = uuid.uuid4().hex[:12]
+INTERVAL_SECONDS = 1.0
+# Channel layers drop group members after a day (group_expiry); dashboards stay open longer.
+GROUP_REFRESH_SECONDS = 3600.0
+
+# One thread for the dashboard's reads and rendering: it never takes a thread
+# that requests or other sync_to_async callers wait for.
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    user_id: int
+    is_staff: bool
+
+    @property
+    def audience(self) -> str:
+        return dashboard.audience_for(user_id=self.user_id, staff=self.is_staff)
+
+    @property
+    def group(self) -> str:
+        return group_for(self.audience)
+
+
+def group_for(audience: str) -> str:
+    return f"dashboard.{PROCESS_ID}.{audience.replace(':', '.')}"
+
+
+class Broadcaster:
+    def __init__(self) -> None:
+        self.subscribers: dict[str, Subscriber] = {}
+        self.sent: dict[str, dict[str, str]] = {}  # audience -> section -> the HTML it last got
+        self.task: asyncio.Task | None = None
+        self.ticks = 0
+
+    def subscribe(self, channel_name: str, subscriber: Subscriber) -> None:
+        self.subscribers[channel_name] = subscriber
+        # The newcomer's page may be older than the last message: its audience gets everything.
+        self.sent.pop(subscriber.audience, None)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-broadcaster")
+
+    def unsubscribe(self, channel_name: str) -> None:
+        self.subscribers.pop(channel_name, None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        layer = get_channel_layer()
+        render = database_sync_to_async(dashboard.render_payloads, thread_sensitive=False, executor=_executor)
+        refreshed = loop.time()
+        log.info("dashboard broadcaster %s started", PROCESS_ID)
+        while self.subscribers:
+            started = loop.time()
+            audiences = {s.audience for s in self.subscribers.values()}
+            user_ids = sorted({s.user_id for s in self.subscribers.values() if not s.is_staff})
+            try:
+                payloads = await render(staff=dashboard.STAFF in audiences, user_ids=user_ids, front=PROCESS_ID)
+                await self._send(layer, payloads, audiences)
+                if started - refreshed > GROUP_REFRESH_SECONDS:
+                    refreshed = started
+                    for channel_name, subscriber in list(self.subscribers.items()):
+                        await layer.group_add(subscriber.group, channel_name)
+            except Exception:
+                log.exception("dashboard broadcast failed; trying again next tick")
+            self.ticks += 1
+            await asyncio.sleep(max(0.0, INTERVAL_SECONDS - (loop.time() - started)))
+        self.sent.clear()
+        log.info("dashboard broadcaster %s stopped: no clients", PROCESS_ID)
+
+    async def _send(self, layer, payloads: dict[str, dict[str, str]], audiences: set[str]) -> None:
+        for audience in list(self.sent):
+            if audience not in audiences:
+                del self.sent[audience]
+        for audience, sections in payloads.items():
+            if audience not in audiences:
+                continue  # left while we rendered
+            last = self.sent.setdefault(audience, {})
+            changed = [html for name, html in sections.items() if last.get(name) != html]
+            if not changed:
+                continue
+            last.update(sections)
+            await layer.group_send(group_for(audience), {"type": "dashboard.html", "html": "".join(changed)})
+
+
+_broadcasters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broadcaster] = weakref.WeakKeyDictionary()
+
+
+def broadcaster() -> Broadcaster:
+    """This loop's broadcaster (a front has one loop; tests start a loop per test)."""
+    loop = asyncio.get_running_loop()
+    found = _broadcasters.get(loop)
+    if found is None:
+        found = _broadcasters[loop] = Broadcaster()
+    return found

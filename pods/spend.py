@@ -1,0 +1,98 @@
+"""Every pod costs money: its spend is split between the jobs it served and its pool.
+
+A job's share is the pod's price per lane-second times the seconds its pages
+held a lane; what is left (booting, idle lanes) belongs to the pool alone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from pods.models import Pod, SpendEntry
+
+MICRO = Decimal("0.000001")
+
+
+def job_shares(pod: Pod, *, since: datetime | None = None) -> dict[int, tuple[Decimal, float]]:
+    """{job id: (dollars, busy seconds)} of the pages this pod stored."""
+    from ocrjobs.models import Page
+
+    if not pod.cost_per_hr or not pod.lanes:
+        return {}
+    pages = Page.objects.filter(pod=pod, status=Page.Status.DONE, seconds__isnull=False)
+    if since is not None:
+        pages = pages.filter(finished_at__gte=since)
+    per_lane_second = pod.cost_per_hr / Decimal(3600) / Decimal(pod.lanes)
+    shares = {}
+    for job_id, busy in pages.values_list("job_id").annotate(busy=Sum("seconds")).values_list("job_id", "busy"):
+        shares[job_id] = ((per_lane_second * Decimal(str(busy))).quantize(MICRO), float(busy))
+    return shares
+
+
+def spend_attribute(pod: Pod) -> list[SpendEntry]:
+    """Write the pod's spend entries as it ends (once: a second call writes nothing)."""
+    if pod.billed_from is None or pod.spend_entries.exists():
+        return []
+    end = pod.ended_at or timezone.now()
+    billed_seconds = max(0.0, (end - pod.billed_from).total_seconds())
+    total = (pod.cost_per_hr * Decimal(str(billed_seconds)) / Decimal(3600)).quantize(MICRO)
+    entries = []
+    attributed = Decimal("0")
+    for job_id, (dollars, busy) in job_shares(pod).items():
+        dollars = min(dollars, total - attributed)  # rounding never attributes more than was billed
+        attributed += dollars
+        entries.append(SpendEntry(pod=pod, pool_id=pod.pool_id, job_id=job_id, dollars=dollars, seconds=busy, at=end))
+    entries.append(SpendEntry(pod=pod, pool_id=pod.pool_id, job=None, dollars=total - attributed,
+                              seconds=billed_seconds, at=end))  # fmt: skip
+    return SpendEntry.objects.bulk_create(entries)
+
+
+def spend_report(*, since: datetime | None = None) -> dict:
+    """Spend by pool, pod and job: entries of ended pods plus what live pods have cost so far."""
+    by_pool: dict[str, Decimal] = {}
+    by_job: dict[int, Decimal] = {}
+    by_pod: dict[str, Decimal] = {}
+    entries = SpendEntry.objects.select_related("pod", "pool")
+    if since is not None:
+        entries = entries.filter(at__gte=since)
+    for entry in entries:
+        by_pool[entry.pool.key] = by_pool.get(entry.pool.key, Decimal(0)) + entry.dollars
+        by_pod[entry.pod.name] = by_pod.get(entry.pod.name, Decimal(0)) + entry.dollars
+        if entry.job_id:
+            by_job[entry.job_id] = by_job.get(entry.job_id, Decimal(0)) + entry.dollars
+    now = timezone.now()
+    per_hour = Decimal(0)
+    for pod in Pod.objects.alive().exclude(billed_from=None).select_related("pool"):
+        per_hour += pod.cost_per_hr
+        start = max(pod.billed_from, since) if since else pod.billed_from
+        dollars = (pod.cost_per_hr * Decimal(str(max(0.0, (now - start).total_seconds()))) / Decimal(3600)).quantize(
+            MICRO
+        )
+        by_pool[pod.pool.key] = by_pool.get(pod.pool.key, Decimal(0)) + dollars
+        by_pod[pod.name] = by_pod.get(pod.name, Decimal(0)) + dollars
+        for job_id, (share, _) in job_shares(pod, since=since).items():
+            by_job[job_id] = by_job.get(job_id, Decimal(0)) + share
+    return {
+        "since": since.isoformat() if since else None,
+        "at": now.isoformat(),
+        "dollars_per_hour": float(per_hour),
+        "total": float(sum(by_pool.values(), Decimal(0))),
+        "by_pool": {key: float(value) for key, value in sorted(by_pool.items())},
+        "by_pod": {key: float(value) for key, value in sorted(by_pod.items())},
+        "by_job": {str(key): float(value) for key, value in sorted(by_job.items())},
+    }
+
+
+def job_spend(job_id: int) -> Decimal:
+    """What a job has cost so far: its entries from ended pods and its share of live ones."""
+    total = SpendEntry.objects.filter(job_id=job_id).aggregate(s=Sum("dollars"))["s"] or Decimal(0)
+    from ocrjobs.models import Page
+
+    live_pods = Pod.objects.alive().filter(pk__in=Page.objects.filter(job_id=job_id).values("pod_id"))
+    for pod in live_pods:
+        total += job_shares(pod).get(job_id, (Decimal(0), 0.0))[0]
+    return total

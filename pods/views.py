@@ -1,0 +1,57 @@
+"""The dashboard pages: the live fleet view, its fragments, and the release button."""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from pods import dashboard
+from pods.models import Pod
+
+log = logging.getLogger(__name__)
+
+
+@login_required
+def dashboard_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "pods/dashboard.html", dashboard.page_context(request.user))
+
+
+@login_required
+def dashboard_sections(request: HttpRequest) -> HttpResponse:
+    """Every section as out-of-band fragments: what the websocket sends, for a page without one."""
+    context = dashboard.page_context(request.user)
+    fragments = dashboard.render_sections(context["sections"], context)
+    return HttpResponse("".join(fragments.values()))
+
+
+@require_POST
+def pod_release(request: HttpRequest, pod_id: int) -> HttpResponse:
+    """Ask a worker to release the pod. Staff only; idempotent; marks nothing on the pod itself."""
+    if not (request.user.is_authenticated and request.user.is_staff):
+        return HttpResponseForbidden("releasing a pod is for staff only")
+    pod = get_object_or_404(Pod, pk=pod_id)
+    if not pod.is_alive:
+        message = f"{pod.name} is already {pod.state}"
+    elif dashboard.release_mark(pod.pk):
+        reason = f"dashboard: {request.user.get_username()}"
+        transaction.on_commit(lambda: _enqueue_release(pod.pk, reason))
+        log.info("release of %s requested by %s", pod.name, request.user.get_username())
+        message = "release requested"
+    else:
+        message = "release already requested"
+    if request.headers.get("HX-Request") == "true":
+        return render(request, "partials/pod_release_requested.html", {"pod": pod, "message": message})
+    messages.info(request, f"{pod.name}: {message}.")
+    return redirect("home")
+
+
+def _enqueue_release(pod_id: int, reason: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task("pods.tasks.release_pod", pod_id, reason, task_name=f"release pod {pod_id}", group="releases")

@@ -1,0 +1,114 @@
+"""Faults during dispatch: a dispatcher killed with -9, a pod killed mid-page.
+Every page ends exactly once, with one result."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+from django.conf import settings
+
+from ocrjobs.models import Dispatcher, Document, Job, Page
+from pods.models import Pod, Pool
+from pods.providers.base import Offer, PodSpec
+from pods.providers.runpod import RunPodProvider
+from pods.simulator import SimConfig, SimulatorThread
+from pods.simulator.config import GpuTypeConfig
+from tests.processes import REPO, child_env, wait_for
+
+pytestmark = pytest.mark.e2e
+
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a49444154789c63600000000200015e2f2d7a0000000049454e44ae426082"
+)
+DISPATCHER = """
+import django, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
+django.setup()
+from ocrjobs.dispatch.loop import run_dispatcher
+run_dispatcher(pool_id=int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def farm(monkeypatch, transactional_db):
+    config = SimConfig(api_key="k", boot_delay_s=0, model_load_s=0, page_latency_s=0.2, default_lanes=4,
+                       gpu_types=[GpuTypeConfig(id="G", display_name="g", secure_price=1.0,
+                                                capacity={"SECURE": {"DC": 4}})])  # fmt: skip
+    with SimulatorThread(config) as sim:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", sim.url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "k")
+        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", sim.pod_url_template)
+        yield sim
+
+
+def _fleet(sim, pods: int, pages: int) -> tuple[Pool, Job, list[Pod]]:
+    pool = Pool.objects.create(key=f"f{uuid.uuid4().hex[:6]}", provider="runpod", max_pods=pods, lanes_per_pod=4)
+    provider = RunPodProvider(api_key="k", url_template=sim.pod_url_template)
+    rows = []
+    for n in range(pods):
+        created = provider.create(PodSpec(name=f"fa-{pool.key}-{n}", lanes=4, offer=Offer("G", "SECURE", "DC"),
+                                          image="img:1"))  # fmt: skip
+        rows.append(Pod.objects.create(pool=pool, name=created.name, provider_id=created.provider_id, lanes=4,
+                                       state=Pod.State.READY, base_url=f"{sim.url}/pods/{created.provider_id}"))  # fmt: skip
+    (settings.MEDIA_ROOT / "p.png").write_bytes(TINY_PNG)
+    job = Job.objects.create(pool=pool)
+    document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="p.png", size_bytes=1, status="split",
+                                       page_count=pages)  # fmt: skip
+    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n, image="p.png")
+                              for n in range(1, pages + 1)])  # fmt: skip
+    return pool, job, rows
+
+
+def _dispatcher(pool: Pool, tmp_path, **env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DISPATCHER, str(pool.pk)], cwd=REPO,
+                            env=child_env(tmp_path, **env))  # fmt: skip
+
+
+def _assert_every_page_done_once(job: Job) -> None:
+    pages = list(job.pages.all())
+    assert {p.status for p in pages} == {Page.Status.DONE}
+    results = list((settings.MEDIA_ROOT / "jobs" / str(job.pk) / "0" / "results").glob("*.json"))
+    assert len(results) == len(pages), "a page has more than one result, or none"
+    assert sorted(int(r.name.split("-")[0]) for r in results) == sorted(p.pk for p in pages)
+    job.refresh_from_db()
+    assert job.status == Job.Status.DONE
+
+
+def test_a_dispatcher_killed_with_9_loses_no_page_and_writes_none_twice(farm, tmp_path, settings):
+    settings.DISPATCHER_STALE_SECONDS = 2
+    pool, job, _ = _fleet(farm, pods=2, pages=120)
+    first = _dispatcher(pool, tmp_path, PAGE_CLAIM_SECONDS="3", DISPATCHER_STALE_SECONDS="2")
+    try:
+        wait_for(
+            lambda: job.pages.filter(status=Page.Status.DONE).count() >= 20, 60, "the first dispatcher did nothing"
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    claimed = job.pages.filter(status=Page.Status.RUNNING).count()
+    assert claimed > 0  # it died holding pages
+    # Its heartbeat goes stale, then a successor may take the pool (the scaler tick would start it).
+    wait_for(lambda: not Dispatcher.objects.live().filter(pool=pool).exists(), 30, "the dead dispatcher looks alive")
+    second = _dispatcher(pool, tmp_path, PAGE_CLAIM_SECONDS="3", DISPATCHER_STALE_SECONDS="2")
+    assert second.wait(timeout=120) == 0
+    _assert_every_page_done_once(job)
+
+
+def test_a_pod_killed_mid_page_sends_its_pages_elsewhere_once(farm, tmp_path):
+    pool, job, pods = _fleet(farm, pods=2, pages=80)
+    dispatcher = _dispatcher(pool, tmp_path)
+    try:
+        wait_for(lambda: job.pages.filter(status=Page.Status.DONE).count() >= 10, 60, "no page was done")
+        RunPodProvider(api_key="k", url_template=farm.pod_url_template).terminate(pods[0].provider_id)
+        assert dispatcher.wait(timeout=120) == 0
+    finally:
+        if dispatcher.poll() is None:
+            dispatcher.kill()
+    _assert_every_page_done_once(job)
+    assert Pod.objects.get(pk=pods[0].pk).state == Pod.State.DRAINING  # failed pages drained it
+    assert Page.objects.filter(job=job, pod=pods[0]).count() < Page.objects.filter(job=job, pod=pods[1]).count()

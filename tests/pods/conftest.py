@@ -1,0 +1,54 @@
+"""Fixtures for the pods tests: a RunPod simulator and a pool of its GPUs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from pods.models import Pool
+from pods.simulator import SimConfig, SimulatorThread
+from pods.simulator.config import GpuTypeConfig
+
+KEY = "sim-key"
+EMPTY, GOOD = "NVIDIA EMPTY 1", "NVIDIA GOOD 2"
+
+
+@pytest.fixture
+def sim(monkeypatch, settings):
+    config = SimConfig(
+        api_key=KEY,
+        boot_delay_s=0.1,
+        model_load_s=0.1,
+        page_latency_s=0.01,
+        gpu_types=[
+            GpuTypeConfig(
+                id=EMPTY, display_name="empty", secure_price=0.10, capacity={"SECURE": {"EU-RO-1": 0, "US-KS-2": 0}}
+            ),  # fmt: skip
+            GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30, capacity={"SECURE": {"EU-RO-1": 3}}),
+        ],
+    )
+    with SimulatorThread(config) as simulator:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", simulator.url)
+        monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", simulator.pod_url_template)
+        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
+
+
+@pytest.fixture
+def pool(db):
+    return Pool.objects.create(
+        key="gpu",
+        provider="runpod",
+        max_pods=4,
+        lanes_per_pod=2,
+        config={
+            "image": "ghcr.io/example/fleetadmin-pod:1",
+            "env": {"MODEL": "olmocr"},
+            "candidates": [
+                {"gpu_types": [EMPTY, GOOD], "cloud_type": "SECURE", "data_centers": ["EU-RO-1", "US-KS-2"]}
+            ],
+        },
+    )

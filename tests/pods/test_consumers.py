@@ -1,0 +1,273 @@
+"""The dashboard's websocket: who may connect, what each kind of user receives, one broadcaster."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from fleetadmin.asgi import application
+from pods import broadcast, dashboard
+from tests.pods.dashboard_fixtures import make_fleet, make_job
+from tests.processes import child_env, start_front
+
+# The websocket stack exactly as the front serves it (origin check, session auth, routing),
+# without the loop watcher around it, which would write heartbeats from every test's loop.
+WEBSOCKETS = application.app
+ORIGIN = (b"origin", b"http://127.0.0.1")
+GUARD = 10  # seconds, against hangs only
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+
+
+@pytest.fixture
+def fleet(admin_user, ordinary_user, outsider):
+    return make_fleet(admin=admin_user, bob=ordinary_user, mallory=outsider)
+
+
+def session_cookie(user) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+def communicator(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
+    return WebsocketCommunicator(WEBSOCKETS, "/ws/dashboard", headers=[ORIGIN, *headers])
+
+
+def run(scenario):
+    """Each test runs its websocket scenario on a loop of its own, with an empty channel layer."""
+
+    async def wrapped():
+        await get_channel_layer().flush()
+        try:
+            return await scenario()
+        finally:
+            task = broadcast.broadcaster().task
+            if task is not None:
+                await asyncio.wait_for(task, GUARD)  # it ends by itself once every client left
+
+    return async_to_sync(wrapped)()
+
+
+async def messages_for(comm: WebsocketCommunicator, seconds: float) -> list[str]:
+    """Everything a client receives during a while (at least one message: the first full payload)."""
+    received = [await comm.receive_from(timeout=GUARD)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        # receive_nothing() peeks; a receive_from() that times out would cancel the consumer
+        if not await comm.receive_nothing(timeout=0.2, interval=0.02):
+            received.append(await comm.receive_from(timeout=GUARD))
+    return received
+
+
+def ids_in(html: str) -> set[str]:
+    return set(re.findall(r'<section id="([^"]+)" hx-swap-oob="true"', html)) | set(
+        re.findall(r'<span id="([^"]+)" hx-swap-oob="true"', html)
+    )
+
+
+def test_an_anonymous_connection_is_closed_with_4401(fleet):
+    async def scenario():
+        comm = communicator()
+        connected, _ = await comm.connect(timeout=GUARD)
+        assert connected  # accepted only to say why it is closed: a bare refusal would be retried
+        assert await comm.receive_output(timeout=GUARD) == {"type": "websocket.close", "code": 4401}
+        assert await comm.receive_nothing(timeout=1.5)  # and nothing was sent before or after
+        assert broadcast.broadcaster().task is None  # nobody to broadcast to: not even started
+
+    run(scenario)
+
+
+def test_a_connection_from_a_foreign_origin_is_refused(fleet, admin_user):
+    cookie = session_cookie(admin_user)
+
+    async def scenario():
+        comm = WebsocketCommunicator(WEBSOCKETS, "/ws/dashboard", headers=[(b"origin", b"http://evil.example"), cookie])
+        connected, _ = await comm.connect(timeout=GUARD)
+        assert not connected
+
+    run(scenario)
+
+
+def test_staff_receive_every_section_with_release_buttons(fleet, admin_user):
+    cookie = session_cookie(admin_user)
+
+    async def scenario():
+        comm = communicator(cookie)
+        connected, _ = await comm.connect(timeout=GUARD)
+        assert connected
+        first = await comm.receive_from(timeout=GUARD)
+        await comm.disconnect()
+        return first
+
+    first = run(scenario)
+
+    assert ids_in(first) == {f"dash-{name}" for name in dashboard.sections_for(staff=True)}
+    assert f'hx-post="/pods/{fleet.ready.pk}/release"' in first
+    assert f'id="job-{fleet.mallorys_job.pk}"' in first
+    assert "pages wait while lanes are free" in first
+
+
+def test_a_non_staff_connection_never_receives_release_buttons_or_other_users_jobs(fleet, admin_user, ordinary_user):
+    cookies = session_cookie(admin_user), session_cookie(ordinary_user)
+
+    async def scenario():
+        staff, other = (communicator(cookie) for cookie in cookies)
+        assert (await staff.connect(timeout=GUARD))[0]
+        assert (await other.connect(timeout=GUARD))[0]
+        # the fleet changes while both watch: a new job for mallory, one for bob
+        await asyncio.to_thread(make_job, fleet.mallorys_job.owner, fleet.gpu, pages=2)
+        bobs_new = await asyncio.to_thread(make_job, ordinary_user, fleet.gpu, pages=5)
+        staff_got, other_got = await asyncio.gather(messages_for(staff, 3.0), messages_for(other, 3.0))
+        await staff.disconnect()
+        await other.disconnect()
+        return staff_got, other_got, bobs_new
+
+    staff_got, other_got, bobs_new = run(scenario)
+
+    assert any("/release" in message for message in staff_got)
+    assert ids_in(other_got[0]) == {f"dash-{name}" for name in dashboard.sections_for(staff=False)}
+    everything = "".join(other_got)
+    assert "/release" not in everything and "Release" not in everything
+    assert f'id="job-{fleet.bobs_job.pk}"' in everything
+    assert f'id="job-{bobs_new.pk}"' in everything  # pushed live, without a reload
+    assert f'id="job-{fleet.mallorys_job.pk}"' not in everything
+    assert "mallory" not in everything
+    assert not ids_in(everything) & {f"dash-{name}" for name in dashboard.STAFF_SECTIONS}
+
+
+def test_a_change_is_pushed_as_the_sections_that_changed(fleet, admin_user):
+    cookie = session_cookie(admin_user)
+
+    async def scenario():
+        comm = communicator(cookie)
+        assert (await comm.connect(timeout=GUARD))[0]
+        first = await comm.receive_from(timeout=GUARD)
+        heartbeat = fleet.heartbeat
+        heartbeat.lag_s = 2.5
+        await asyncio.to_thread(heartbeat.save)
+        while True:  # until the gauge shows the new lag
+            message = await comm.receive_from(timeout=GUARD)
+            if "2.50 s" in message:
+                break
+        await comm.disconnect()
+        return first, message
+
+    first, update = run(scenario)
+
+    assert "dash-loops" in ids_in(first) and "dash-pods" in ids_in(first)
+    assert "dash-loops" in ids_in(update)
+    assert not {"dash-jobs", "dash-boots"} & ids_in(update)  # unchanged sections are not sent again
+    assert "level-bad" in update
+
+
+def test_one_broadcaster_renders_for_every_client_at_most_once_a_second(fleet, admin_user, ordinary_user, monkeypatch):
+    renders = []
+    real = dashboard.render_payloads
+
+    def counting(**kwargs):
+        renders.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(dashboard, "render_payloads", counting)
+
+    cookies = [session_cookie(user) for user in (admin_user, admin_user, ordinary_user)]
+
+    async def scenario():
+        clients = [communicator(cookie) for cookie in cookies]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for comm in clients:
+            assert (await comm.connect(timeout=GUARD))[0]
+        received = await asyncio.gather(*(messages_for(comm, 2.5) for comm in clients))
+        task = broadcast.broadcaster().task
+        for comm in clients:
+            await comm.disconnect()
+        await asyncio.wait_for(task, GUARD)
+        return received, loop.time() - started
+
+    received, elapsed = run(scenario)
+
+    assert all(messages for messages in received)
+    assert 1 <= len(renders) <= int(elapsed) + 1
+    # one render served both kinds of audience at once
+    assert {"staff": True, "user_ids": [ordinary_user.pk], "front": broadcast.PROCESS_ID} in renders
+
+
+def test_groups_belong_to_this_process():
+    staff = broadcast.Subscriber(user_id=1, is_staff=True)
+    other = broadcast.Subscriber(user_id=7, is_staff=False)
+
+    assert staff.group == f"dashboard.{broadcast.PROCESS_ID}.staff"
+    assert other.group == f"dashboard.{broadcast.PROCESS_ID}.user.7"
+
+
+# --- real fronts ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_fronts(transactional_db, tmp_path):
+    """Two daphne processes on the test database and the configured channel layer (channels_redis
+    when REDIS_URL is set: then they share it, as fronts on several hosts do)."""
+    fronts = []
+    for name in ("a", "b"):
+        var_dir = tmp_path / name
+        var_dir.mkdir()
+        fronts.append(start_front(child_env(var_dir), var_dir))
+    yield [url for _, url in fronts]
+    for process, _ in fronts:
+        process.stop()
+
+
+async def collect(url: str, cookie: str | None, seconds: float) -> tuple[list[str], int | None]:
+    """Messages a websocket client of ``url`` receives for a while, and the close code if closed."""
+    headers = {"Origin": url}
+    if cookie:
+        headers["Cookie"] = f"sessionid={cookie}"
+    received: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"{url}/ws/dashboard", headers=headers) as ws:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    message = await ws.receive(timeout=left)
+                except TimeoutError:
+                    break
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    received.append(message.data)
+                elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                    return received, ws.close_code
+    return received, None
+
+
+@pytest.mark.e2e
+def test_each_front_sends_only_its_own_renders_to_its_own_clients(two_fronts, fleet, admin_user):
+    session = session_cookie(admin_user)[1].decode().split("=", 1)[1]
+
+    async def both():
+        return await asyncio.gather(*(collect(url, session, 3.5) for url in two_fronts))
+
+    (a, _), (b, _) = asyncio.run(both())
+
+    fronts_a = {m for message in a for m in re.findall(r'data-front="([0-9a-f]+)"', message)}
+    fronts_b = {m for message in b for m in re.findall(r'data-front="([0-9a-f]+)"', message)}
+    assert a and b
+    assert len(fronts_a) == 1 and len(fronts_b) == 1, (fronts_a, fronts_b)  # nobody hears the other front
+    assert fronts_a != fronts_b
+
+
+@pytest.mark.e2e
+def test_a_real_front_closes_an_anonymous_websocket_with_4401(two_fronts, fleet):
+    received, code = asyncio.run(collect(two_fronts[0], None, 5))
+
+    assert received == []
+    assert code == 4401

@@ -1,0 +1,131 @@
+"""The control API: scale, release, spend, models."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from pods import services
+from pods.models import Pod, ScaleRequest, SpendEntry
+
+
+def _post(client, path, body, token, content_type="application/json"):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(path, data=data, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def _get(client, path, token):
+    return client.get(path, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ("{not json", 400, "json"),
+        ({"pool": "local", "pods": "3"}, 400, "pods"),
+        ({"pool": "local", "pods": 1, "delta": 1}, 400, "exactly one"),
+        ({"pool": "local"}, 400, "exactly one"),
+        ({"pool": "local", "pods": -1}, 400, "pods"),
+        ({"pool": "local", "pods": 50}, 400, "at most"),
+        ({"pool": "local", "delta": -5}, 400, "cannot have"),
+        ({"pool": "nope", "pods": 1}, 404, "unknown pool"),
+        ({"pool": "local", "pods": 1, "extra": True}, 400, "extra"),
+    ],
+)
+def test_scale_refuses_bad_requests_and_makes_nothing(client, admin_token, local_pool, body, status, words):
+    response = _post(client, "/v1/runpod/scale", body, admin_token)
+    assert response.status_code == status
+    assert words in response.json()["error"].lower()
+    assert ScaleRequest.objects.count() == 0 and OrmQ.objects.count() == 0
+
+
+def test_scale_needs_the_admin_scope(client, submit_token, local_pool):
+    assert _post(client, "/v1/runpod/scale", {"pool": "local", "pods": 1}, submit_token).status_code == 403
+    assert client.post("/v1/runpod/scale", data="{}", content_type="application/json").status_code == 401
+    assert _post(client, "/v1/runpod/scale", "pool=local", submit_token, "text/plain").status_code in (403, 415)
+
+
+def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_db, settings, tmp_path):
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from accounts.models import ApiToken
+    from pods.models import Pool
+    from tests.processes import wait_for
+
+    Pool.objects.get_or_create(key="local", defaults={"provider": "local", "max_pods": 1, "lanes_per_pod": 1})
+    admin = get_user_model().objects.create_user("ops", password="x", is_staff=True)
+    _, token = ApiToken.issue(user=admin, name="t", scopes=["admin"])
+    settings.VAR_DIR = tmp_path
+    settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+    response = _post(client, "/v1/runpod/scale", {"pool": "local", "pods": 1, "wait_s": 0}, token)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["state"] == "pending" and body["url"] == f"/v1/runpod/scale/{body['id']}"
+    assert OrmQ.objects.count() == 1  # the scaling goes on in a worker
+
+    def boot_worker() -> None:  # what a second worker does with the boot the scaling starts
+        pod = wait_for(lambda: Pod.objects.filter(state=Pod.State.BOOTING).first(), 30, "no boot started")
+        services.pod_boot(pod_id=pod.pk)
+        connection.close()
+
+    booter = threading.Thread(target=boot_worker)
+    booter.start()
+    try:
+        services.scale_request_run(request_id=body["id"])  # what the first worker does
+        booter.join(timeout=60)
+        detail = _get(client, body["url"], token).json()
+        assert detail["state"] == "done", detail
+        assert detail["result"]["ready"] == 1 and detail["result"]["booted"] == 1
+    finally:
+        for pod in Pod.objects.alive():
+            services.pod_release(pod=pod, reason="test over")
+    assert _get(client, "/v1/runpod/scale/999999", token).status_code == 404
+
+
+def test_release_is_admin_only_idempotent_and_attributes_spend_first(
+    client, admin_token, submit_token, local_pool, django_capture_on_commit_callbacks
+):
+    pod = Pod.objects.create(pool=local_pool, name="fa-local-rel", state=Pod.State.READY, provider_id="999999999",
+                             cost_per_hr=Decimal("3.60"), billed_from=timezone.now() - timezone.timedelta(seconds=10))  # fmt: skip
+    assert _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, submit_token).status_code == 403
+    assert _post(client, "/v1/runpod/release", {"pod_id": 424242}, admin_token).status_code == 404
+    assert _post(client, "/v1/runpod/release", {"pod_id": "x"}, admin_token).status_code == 400
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first = _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, admin_token)
+    assert first.status_code == 200 and first.json()["released"] is True
+    assert first.json()["pod"]["state"] == "terminated"
+    assert SpendEntry.objects.filter(pod=pod).count() == 1
+    assert OrmQ.objects.count() == 1  # the provider side runs in a worker
+
+    again = _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, admin_token)
+    assert again.status_code == 200 and again.json() == {**again.json(), "released": False, "already_ended": True}
+    assert SpendEntry.objects.filter(pod=pod).count() == 1 and OrmQ.objects.count() == 1
+
+
+def test_spend_reports_by_pool_pod_and_job_and_refuses_a_bad_since(client, read_token, local_pool):
+    Pod.objects.create(pool=local_pool, name="fa-local-live", state=Pod.State.READY, cost_per_hr=Decimal("3.60"),
+                       billed_from=timezone.now() - timezone.timedelta(seconds=100))  # fmt: skip
+    body = _get(client, "/v1/runpod/spend", read_token).json()
+    assert body["dollars_per_hour"] == pytest.approx(3.6)
+    assert body["by_pool"]["local"] == pytest.approx(0.1, rel=0.05)
+    assert "fa-local-live" in body["by_pod"]
+    since = (timezone.now() - timezone.timedelta(seconds=10)).isoformat()
+    recent = client.get("/v1/runpod/spend", {"since": since}, HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+    assert recent["by_pool"]["local"] == pytest.approx(0.01, rel=0.2)
+    assert _get(client, "/v1/runpod/spend?since=yesterday", read_token).status_code == 400
+
+
+def test_models_lists_what_ready_pods_reported(client, read_token, local_pool):
+    Pod.objects.create(pool=local_pool, name="fa-local-m", state=Pod.State.READY, lanes=2,
+                       engine={"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "ready": True})  # fmt: skip
+    body = _get(client, "/v1/models", read_token).json()
+    [pool] = [p for p in body["pools"] if p["pool"] == "local"]
+    assert pool["models"] == [{"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "pods": 1, "lanes": 2}]

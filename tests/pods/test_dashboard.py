@@ -1,0 +1,326 @@
+"""The dashboard page, its fragments and the release button."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django_q.brokers import get_broker
+from django_q.signing import SignedPackage
+
+from ocrjobs import selectors
+from ocrjobs.models import Job
+from pods import dashboard
+from pods.models import Pod
+from tests.pods.dashboard_fixtures import make_fleet, make_job
+
+SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
+STAFF_SECTION_IDS = ["dash-alerts", "dash-boots", "dash-loops"]
+
+
+@pytest.fixture(autouse=True)
+def no_release_marks():
+    cache.clear()  # release marks live in the cache, and pod ids come again in the next test
+    yield
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def empty_queue(db):
+    broker = get_broker()
+    broker.purge_queue()
+    yield broker
+    broker.purge_queue()
+
+
+@pytest.fixture
+def fleet(admin_user, ordinary_user, outsider):
+    return make_fleet(admin=admin_user, bob=ordinary_user, mallory=outsider)
+
+
+@pytest.fixture
+def alice(admin_user):
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def bob(ordinary_user):
+    client = Client()
+    client.force_login(ordinary_user)
+    return client
+
+
+def words(fragment: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", fragment))
+
+
+def text_of(response) -> str:
+    return html.unescape(response.content.decode())
+
+
+def release_url(pod: Pod) -> str:
+    return f"/pods/{pod.pk}/release"
+
+
+def queued_tasks(broker) -> list[dict]:
+    tasks = []
+    while True:
+        batch = broker.dequeue()
+        if not batch:
+            return tasks
+        for ack_id, payload in batch:
+            tasks.append(SignedPackage.loads(payload))
+            broker.acknowledge(ack_id)
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+def test_an_anonymous_visitor_is_sent_to_log_in(client, db):
+    response = client.get("/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/"
+
+
+def test_staff_see_a_release_button_on_every_live_pod_and_no_other(alice, fleet):
+    page = text_of(alice.get("/"))
+
+    assert f'action="{release_url(fleet.ready)}"' in page
+    assert f'action="{release_url(fleet.booting)}"' in page
+    assert release_url(fleet.terminated) not in page
+    assert release_url(fleet.failed) not in page
+    assert 'hx-confirm="Release pod fa-gpu-ready1?' in page
+    assert 'name="csrfmiddlewaretoken"' in page  # the button also works as a plain form
+
+
+def test_a_non_staff_user_sees_the_pods_but_no_release_button(bob, fleet):
+    page = text_of(bob.get("/"))
+
+    assert f'id="pod-{fleet.ready.pk}"' in page
+    assert "fa-gpu-ready1" in page
+    assert "/release" not in page
+    assert "Release" not in page
+
+
+def test_the_page_shows_pods_jobs_alerts_verdicts_boots_and_loops(alice, fleet):
+    page = text_of(alice.get("/"))
+
+    for section in SECTION_IDS + STAFF_SECTION_IDS:
+        assert f'id="{section}" hx-swap-oob="true"' in page
+    assert 'hx-ext="ws" ws-connect="/ws/dashboard"' in page
+    # pods: GPU, data centre, state, in flight / lanes, $/h; ended pods are not in the table
+    pods = section_html(page, "dash-pods")
+    assert "NVIDIA A40" in pods and "EU-RO-1" in pods and "US-KS-2" in pods
+    assert "state-ready" in pods and "state-booting" in pods
+    assert "0 / 4" in pods and "$0.4400" in pods
+    assert "fa-gpu-gone4" not in pods and "fa-gpu-failed3" not in pods
+    # pools: pods by state, backlog (mallory's 3 + bob's 2 waiting pages)
+    pools = section_html(page, "dash-pools")
+    assert "1 ready" in pools and "1 booting" in pools
+    assert re.search(r'id="stat-backlog">5<', pools)
+    # jobs of everybody, with owner and progress
+    jobs = section_html(page, "dash-jobs")
+    for job in (fleet.bobs_job, fleet.mallorys_job, fleet.admins_job):
+        assert f'id="job-{job.pk}"' in jobs
+    assert "mallory" in jobs and "2 / 4 pages" in words(jobs)
+    # alerts: the open one, not the resolved one; the verdict with its TTL; the boot failure and failed pod
+    alerts = section_html(page, "dash-alerts")
+    assert "pages wait while lanes are free" in alerts
+    assert "old budget alert" not in alerts
+    assert "runpod|NVIDIA A100|SECURE|*" in alerts and "no capacity" in alerts
+    assert re.search(r"1m 1[0-5]s", alerts), alerts  # ~75 s left
+    assert "no_capacity" in alerts and "fa-gpu-failed3" in alerts and "model never loaded" in alerts
+    boots = section_html(page, "dash-boots")
+    assert "runpod|NVIDIA A40|SECURE|EU-RO-1" in boots and "created" in boots
+    loops = section_html(page, "dash-loops")
+    assert "web-1:4242" in loops and "4 ms" in loops and "310 ms" in loops
+
+
+def test_a_loop_that_stopped_reporting_is_shown_as_such(alice, fleet):
+    type(fleet.heartbeat).objects.filter(pk=fleet.heartbeat.pk).update(updated_at=timezone.now() - timedelta(minutes=2))
+
+    loops = section_html(text_of(alice.get("/")), "dash-loops")
+
+    assert "stopped reporting" in loops
+    assert "2m 0" in loops
+
+
+def test_a_non_staff_user_sees_only_their_own_jobs_and_no_staff_sections(bob, fleet):
+    page = text_of(bob.get("/"))
+
+    assert f'id="job-{fleet.bobs_job.pk}"' in page
+    assert f'id="job-{fleet.mallorys_job.pk}"' not in page
+    assert f'id="job-{fleet.admins_job.pk}"' not in page
+    assert "mallory" not in page
+    for section in STAFF_SECTION_IDS:
+        assert f'id="{section}"' not in page
+    assert "pages wait while lanes are free" not in page  # alert messages are for staff
+
+
+def test_the_fallback_fragments_are_the_sections_for_that_user(alice, bob, fleet):
+    staff = text_of(alice.get("/dashboard/sections"))
+    other = text_of(bob.get("/dashboard/sections"))
+
+    for section in SECTION_IDS + STAFF_SECTION_IDS:
+        assert f'id="{section}" hx-swap-oob="true"' in staff
+    for section in SECTION_IDS:
+        assert f'id="{section}" hx-swap-oob="true"' in other
+    for section in STAFF_SECTION_IDS:
+        assert f'id="{section}"' not in other
+    assert "Release" in staff and "Release" not in other
+    assert f'id="job-{fleet.mallorys_job.pk}"' not in other
+
+
+def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, fleet, admin_user, ordinary_user):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert alice.get("/").status_code == 200
+        return len(captured)
+
+    before = queries()
+    for i in range(6):
+        Pod.objects.create(pool=fleet.gpu, name=f"fa-gpu-more{i}", state=Pod.State.READY, lanes=4,
+                           cost_per_hr=Decimal("0.30"), billed_from=timezone.now())  # fmt: skip
+        make_job(ordinary_user if i % 2 else admin_user, fleet.gpu, pages=3, done=1, pod=fleet.ready)
+
+    assert queries() == before
+
+
+# --- numbers ------------------------------------------------------------------------------------
+
+
+def test_a_jobs_cost_is_its_pages_time_on_pods_at_the_lane_price(fleet):
+    (progress,) = selectors.job_progress([fleet.bobs_job])
+
+    # two pages of 90 s each on a 4-lane pod at $0.44/h
+    assert progress.cost == (Decimal("0.44") * 180 / 3600 / 4).quantize(Decimal("0.0001"))
+    assert (progress.done, progress.expected, progress.percent) == (2, 4, 50)
+    assert progress.pages_per_s == round(2 / 60, 2)
+    assert progress.eta_s == pytest.approx(2 / round(2 / 60, 2))
+
+
+def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(local_pool, ordinary_user, outsider):
+    for _ in range(selectors.DASHBOARD_ACTIVE_JOBS + 3):
+        make_job(ordinary_user, local_pool, pages=1)
+    for _ in range(selectors.DASHBOARD_FINISHED_JOBS + 2):
+        make_job(ordinary_user, local_pool, pages=1, status=Job.Status.DONE)
+    mallorys = make_job(outsider, local_pool, pages=1)
+
+    everybody = selectors.jobs_for_dashboard()
+    bobs = selectors.jobs_for_dashboard(owner_ids=[ordinary_user.pk])
+    both = selectors.jobs_for_dashboard(owner_ids=[ordinary_user.pk, outsider.pk])
+
+    assert sum(not j.is_finished for j in everybody) == selectors.DASHBOARD_ACTIVE_JOBS
+    assert sum(j.is_finished for j in everybody) == selectors.DASHBOARD_FINISHED_JOBS
+    assert everybody[0] == mallorys  # newest active first
+    assert len(bobs) == selectors.DASHBOARD_ACTIVE_JOBS + selectors.DASHBOARD_FINISHED_JOBS
+    assert {j.owner_id for j in bobs} == {ordinary_user.pk}
+    assert mallorys in both and len(both) == len(bobs) + 1
+
+
+def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
+    now = timezone.now()
+    fleet_context, _ = dashboard.fleet_snapshot(now=now)
+    charts = fleet_context["charts"]
+
+    assert len(charts["pages"]["bars"]) == dashboard.CHART_MINUTES
+    # the two pods billed now cost 0.44 + 0.24 $/h
+    assert charts["dollars"]["current"] == pytest.approx(0.68, abs=0.01)
+    # four pages finished ~10 s ago, in this minute or the one before
+    per_minute = [bar["value"] for bar in charts["pages"]["bars"][-2:]]
+    assert any(v > 0 for v in per_minute)
+    assert fleet_context["totals"]["spend_today"] > 0
+
+
+# --- releasing a pod -----------------------------------------------------------------------------
+
+
+def test_staff_release_enqueues_the_release_task_once(alice, fleet, empty_queue, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        first = alice.post(release_url(fleet.ready))
+        second = alice.post(release_url(fleet.ready))
+
+    assert first.status_code == 302 and first["Location"] == "/"
+    assert second.status_code == 302
+    tasks = queued_tasks(empty_queue)
+    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.release_pod", (fleet.ready.pk, "dashboard: alice"))]
+    fleet.ready.refresh_from_db()
+    assert fleet.ready.state == Pod.State.READY  # the worker releases it, not the front
+    # while the worker has not released it yet, the table says so instead of offering the button again
+    pods = section_html(text_of(alice.get("/")), "dash-pods")
+    assert release_url(fleet.ready) not in pods and "releasing" in pods
+
+
+def test_an_htmx_release_answers_with_a_fragment(alice, fleet, empty_queue, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.post(release_url(fleet.booting), HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200
+    assert "release requested" in text_of(response)
+    assert len(queued_tasks(empty_queue)) == 1
+
+
+def test_releasing_a_pod_that_already_ended_enqueues_nothing(
+    alice, fleet, empty_queue, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.post(release_url(fleet.terminated), HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200
+    assert "already terminated" in text_of(response)
+    assert queued_tasks(empty_queue) == []
+
+
+def test_release_of_an_unknown_pod_is_404(alice, fleet):
+    assert alice.post("/pods/999999/release").status_code == 404
+
+
+def test_a_non_staff_user_cannot_release_a_pod(bob, fleet, empty_queue, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = bob.post(release_url(fleet.ready))
+
+    assert response.status_code == 403
+    assert queued_tasks(empty_queue) == []
+
+
+def test_an_anonymous_release_is_refused(client, fleet, empty_queue, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(release_url(fleet.ready)).status_code == 403
+    assert queued_tasks(empty_queue) == []
+
+
+def test_release_needs_the_csrf_token(admin_user, fleet, empty_queue, django_capture_on_commit_callbacks):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(release_url(fleet.ready)).status_code == 403
+    assert queued_tasks(empty_queue) == []
+
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/").content.decode()).group(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(release_url(fleet.ready), {"csrfmiddlewaretoken": token}).status_code == 302
+    assert len(queued_tasks(empty_queue)) == 1
+
+
+def test_release_answers_only_post(alice, fleet):
+    assert alice.get(release_url(fleet.ready)).status_code == 405
+
+
+def section_html(page: str, section_id: str) -> str:
+    """The HTML of one section: from its opening tag to the next section's."""
+    start = page.index(f'id="{section_id}"')
+    following = [page.find(f'id="{other}"', start + 1) for other in SECTION_IDS + STAFF_SECTION_IDS + ["dash-poll"]]
+    end = min((i for i in following if i > start), default=len(page))
+    return page[start:end]

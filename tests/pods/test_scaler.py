@@ -1,0 +1,154 @@
+"""The autoscaler: demand from the database, stalls, sheds, budgets; and spend attribution."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from ocrjobs.models import Job, Page
+from pods import services
+from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
+from pods.spend import job_spend, spend_report
+from tests.pods.conftest import GOOD
+from tests.pods.test_pod_services import _pages
+
+
+def _pod(pool: Pool, **fields) -> Pod:
+    fields.setdefault("lanes", pool.lanes_per_pod)
+    return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), **fields)
+
+
+def test_demand_is_pages_waiting_times_seconds_per_page_over_lanes(pool, settings):
+    settings.SCALE_TARGET_SECONDS = 10
+    _pages(pool, 20)
+    assert services.pool_demand(pool).wanted == 2  # 20 × 2 s / (2 lanes × 10 s)
+    done = Page.objects.filter(pool=pool)[:10]
+    Page.objects.filter(pk__in=[p.pk for p in done]).update(status=Page.Status.DONE, seconds=4.0,
+                                                            finished_at=timezone.now())  # fmt: skip
+    demand = services.pool_demand(pool)
+    assert demand.seconds_per_page == 4.0 and demand.waiting == 10
+    assert demand.wanted == 2  # 10 × 4 s / (2 × 10 s)
+
+
+def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, client, read_token):
+    settings.STALL_SECONDS = 30
+    settings.SCALE_TARGET_SECONDS = 10
+    long_ago = timezone.now() - timezone.timedelta(minutes=5)
+    _pod(pool, state=Pod.State.READY, ready_at=long_ago, base_url="http://127.0.0.1:9/none")
+    pages = _pages(pool, 50)  # plenty of demand for more pods
+    Page.objects.filter(pk=pages[0].pk).update(started_at=long_ago)  # the last start was minutes ago
+
+    result = services.pool_tick(pool=pool)
+
+    assert result.booted == [] and result.blocked.startswith("dispatch stalled")
+    assert Pod.objects.filter(pool=pool).count() == 1
+    status = client.get("/v1/runpod/status", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+    alerts = next(p for p in status["pools"] if p["key"] == pool.key)["alerts"]
+    assert [a["kind"] for a in alerts] == ["stall"] and "50 pages waiting" in alerts[0]["message"]
+
+    Page.objects.filter(pk=pages[1].pk).update(status=Page.Status.RUNNING, started_at=timezone.now(),
+                                               claim_expires_at=timezone.now() + timezone.timedelta(minutes=1))  # fmt: skip
+    services.pool_tick(pool=pool)  # pages start again: the alert is resolved
+    assert not Alert.objects.filter(kind=Alert.Kind.STALL, resolved_at__isnull=True).exists()
+
+
+@pytest.fixture
+def slow_loading_sim(monkeypatch, settings):
+    """Pods whose model takes seconds to load: a shed lands while boots are in model load."""
+    from pods.simulator import SimConfig, SimulatorThread
+    from pods.simulator.config import GpuTypeConfig
+
+    config = SimConfig(api_key="sim-key", boot_delay_s=0.1, model_load_s=4.0,
+                       gpu_types=[GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30,
+                                                capacity={"SECURE": {"EU-RO-1": 3}})])  # fmt: skip
+    with SimulatorThread(config) as simulator:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", simulator.url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "sim-key")
+        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", simulator.pod_url_template)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
+
+
+def test_a_shed_stops_an_anticipatory_boot_before_it_joins_but_not_one_pages_need(
+    slow_loading_sim, transactional_db, settings
+):
+    settings.SCALE_TARGET_SECONDS = 1000
+    pool = Pool.objects.create(key="gpu", provider="runpod", max_pods=4, lanes_per_pod=2, config={
+        "image": "img:1", "candidates": [{"gpu_types": [GOOD], "data_centers": ["EU-RO-1"]}]})  # fmt: skip
+    warm = _pod(pool, reason=Pod.Reason.WARM)
+    needed = _pod(pool, reason=Pod.Reason.DEMAND)
+    _pages(pool, 1)  # one page waits: one pod wanted, two booting
+    threads = [threading.Thread(target=services.pod_boot, kwargs={"pod_id": pk}) for pk in (warm.pk, needed.pk)]
+    for thread in threads:
+        thread.start()
+
+    tick = services.pool_tick(pool=pool)  # the shed, while both boots are still loading
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert tick.boots_cancelled == 1  # the shed says how many boots it stopped
+    warm.refresh_from_db()
+    needed.refresh_from_db()
+    assert warm.state == Pod.State.TERMINATED and "cancelled by a shed" in warm.error
+    assert needed.state == Pod.State.READY
+    assert slow_loading_sim.stats()["pods_running"] == 1
+
+
+def test_a_pool_budget_cap_blocks_new_boots_with_an_alert(pool, settings):
+    pool.max_dollars_per_hour = Decimal("0.20")
+    pool.save()
+    settings.SCALE_TARGET_SECONDS = 10
+    _pod(pool, state=Pod.State.READY, cost_per_hr=Decimal("0.30"), billed_from=timezone.now(),
+         ready_at=timezone.now())  # fmt: skip
+    _pages(pool, 40)
+    result = services.pool_tick(pool=pool)
+    assert result.booted == [] and result.blocked.startswith("budget cap")
+    assert Alert.objects.filter(kind=Alert.Kind.BUDGET, pool=pool, resolved_at__isnull=True).exists()
+
+
+def test_a_job_past_its_budget_wants_no_pod(pool):
+    pages = _pages(pool, 4)
+    job = pages[0].job
+    billed_from = timezone.now() - timezone.timedelta(seconds=100)
+    pod = _pod(pool, state=Pod.State.TERMINATED, cost_per_hr=Decimal("3.60"), billed_from=billed_from)
+    Page.objects.filter(pk=pages[0].pk).update(
+        status=Page.Status.DONE, pod=pod, seconds=20.0, finished_at=timezone.now()
+    )
+    pod.ended_at = timezone.now()
+    pod.save()
+    from pods.spend import spend_attribute
+
+    spend_attribute(pod)
+    Job.objects.filter(pk=job.pk).update(max_dollars=Decimal("0.01"))
+    assert job_spend(job.pk) >= Decimal("0.01")
+    assert services.pool_demand(pool).wanted == 0
+
+
+def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool):
+    start = timezone.now() - timezone.timedelta(seconds=100)
+    pod = _pod(pool, state=Pod.State.READY, cost_per_hr=Decimal("3.60"), billed_from=start, lanes=2)
+    a = _pages(pool, 2)
+    b = _pages(pool, 1)
+    for page in a + b:
+        Page.objects.filter(pk=page.pk).update(
+            status=Page.Status.DONE, pod=pod, seconds=10.0, finished_at=timezone.now()
+        )
+    Pod.objects.filter(pk=pod.pk).update(ended_at=start + timezone.timedelta(seconds=100))
+    pod.refresh_from_db()
+    services.pod_end(pod=pod, state=Pod.State.TERMINATED)
+
+    entries = {e.job_id: e.dollars for e in SpendEntry.objects.filter(pod=pod)}
+    # $3.60/h = $0.001/s for 100 s; a lane-second costs $0.0005.
+    assert entries[a[0].job_id] == Decimal("0.010000")
+    assert entries[b[0].job_id] == Decimal("0.005000")
+    assert entries[None] == Decimal("0.085000")
+    assert sum(entries.values()) == Decimal("0.100000")
+    report = spend_report()
+    assert report["by_pool"][pool.key] == pytest.approx(0.1)
+    assert report["by_job"][str(a[0].job_id)] == pytest.approx(0.01)
+    services.pod_end(pod=pod, state=Pod.State.TERMINATED)  # ending twice attributes once
+    assert SpendEntry.objects.filter(pod=pod).count() == 3

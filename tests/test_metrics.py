@@ -1,0 +1,211 @@
+"""/metrics: Prometheus text that its own parser reads, values from the database, auth, no secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetadmin.loopwatch import LoopWatch
+from fleetadmin.models import LoopHeartbeat
+from ocrjobs.models import Document, Job, Page
+from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+
+SECRET = "rpa_TESTSECRET0123456789abcdefNEVERSHOWN"
+
+
+def scrape(client, token: str | None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=")
+    return parse(response.content.decode())
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(metrics: dict, metric: str, /, **labels: str) -> float:
+    return metrics[(metric, tuple(sorted(labels.items())))]
+
+
+def _pages(pool: Pool, statuses: dict[str, int], *, expired: int = 0) -> None:
+    job = Job.objects.create(pool=pool)
+    total = sum(statuses.values()) + expired
+    document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="x", size_bytes=1,
+                                       page_count=total)  # fmt: skip
+    now = timezone.now()
+    rows, number = [], 0
+    for status, count in [*statuses.items(), ("expired", expired)]:
+        for _ in range(count):
+            number += 1
+            claim = None
+            if status == Page.Status.RUNNING:
+                claim = now + timedelta(seconds=60)
+            elif status == "expired":
+                status, claim = Page.Status.RUNNING, now - timedelta(seconds=5)
+            rows.append(Page(job=job, document=document, pool=pool, number=number, image=f"p{number}.png",
+                             status=status, claim_expires_at=claim))  # fmt: skip
+    Page.objects.bulk_create(rows)
+
+
+@pytest.fixture
+def fleet(local_pool):
+    now = timezone.now()
+    cloud = Pool.objects.create(key="cloud", provider="runpod", max_pods=4, lanes_per_pod=4)
+    Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2,
+                       cost_per_hr=Decimal("0.50"), billed_from=now - timedelta(hours=1))  # fmt: skip
+    Pod.objects.create(pool=local_pool, name="fa-local-b", state=Pod.State.BOOTING, lanes=2)
+    Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.TERMINATED, lanes=2,
+                       cost_per_hr=Decimal("1.00"), billed_from=now - timedelta(hours=3),
+                       ended_at=now - timedelta(hours=1))  # fmt: skip
+    booting = Pod.objects.create(pool=cloud, name="fa-cloud-a", state=Pod.State.BOOTING, lanes=4,
+                                 cost_per_hr=Decimal("2.40"), billed_from=now - timedelta(minutes=30),
+                                 error=f"provider said: bad key {SECRET}")  # fmt: skip
+    failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.FAILED, lanes=4)
+    BootAttempt.objects.create(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
+    for _ in range(3):
+        BootAttempt.objects.create(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
+                                   error=f"no capacity ({SECRET})")  # fmt: skip
+    CapacityVerdict.objects.create(key="runpod|H100|SECURE|*", blocked_until=now + timedelta(seconds=60))
+    CapacityVerdict.objects.create(key="runpod|A100|SECURE|*", blocked_until=now - timedelta(seconds=60))
+    CapacityVerdict.objects.create(key="runpod|L4|SECURE|*", probing_until=now + timedelta(seconds=60))
+    Alert.raise_(pool=cloud, kind=Alert.Kind.STALL, message="dispatch stalled")
+    Alert.raise_(pool=cloud, kind=Alert.Kind.AUTH, message=f"runpod refused {SECRET}")
+    Alert.resolve(pool=cloud, kind=Alert.Kind.AUTH)
+    _pages(local_pool, {Page.Status.PENDING: 5, Page.Status.RUNNING: 2, Page.Status.DONE: 3, Page.Status.FAILED: 1},
+           expired=1)  # fmt: skip
+    _pages(cloud, {Page.Status.DONE: 7})
+    return local_pool, cloud
+
+
+def test_it_answers_the_fleet_from_the_database(client, read_token, fleet):
+    metrics = scrape(client, read_token)
+
+    assert value(metrics, "fleetadmin_pods", pool="local", state="ready") == 1
+    assert value(metrics, "fleetadmin_pods", pool="local", state="booting") == 1
+    assert value(metrics, "fleetadmin_pods", pool="local", state="terminated") == 1
+    assert value(metrics, "fleetadmin_pods", pool="local", state="lost") == 0
+    assert value(metrics, "fleetadmin_pods", pool="cloud", state="failed") == 1
+    assert value(metrics, "fleetadmin_lanes_total", pool="local") == 2  # ready pods only
+    assert value(metrics, "fleetadmin_lanes_used", pool="local") == 2
+    assert value(metrics, "fleetadmin_backlog_pages", pool="local") == 6  # 5 pending + 1 whose claim expired
+    assert value(metrics, "fleetadmin_backlog_pages", pool="cloud") == 0
+    assert value(metrics, "fleetadmin_pages_done_total", pool="local") == 3
+    assert value(metrics, "fleetadmin_pages_done_total", pool="cloud") == 7
+    assert value(metrics, "fleetadmin_pages_failed_total", pool="local") == 1
+    assert value(metrics, "fleetadmin_boot_attempts_total", pool="cloud", outcome="created") == 1
+    assert value(metrics, "fleetadmin_boot_attempts_total", pool="cloud", outcome="no_capacity") == 3
+    assert value(metrics, "fleetadmin_capacity_verdicts_blocked") == 1
+    assert value(metrics, "fleetadmin_capacity_verdicts_probing") == 1
+    assert value(metrics, "fleetadmin_alerts_open", kind="stall") == 1
+    assert value(metrics, "fleetadmin_alerts_open", kind="auth") == 0
+    # $/h: live pods billed now; spend: every pod from billed_from to its end (or now)
+    assert value(metrics, "fleetadmin_dollars_per_hour", pool="local") == pytest.approx(0.50)
+    assert value(metrics, "fleetadmin_dollars_per_hour", pool="cloud") == pytest.approx(2.40)
+    assert value(metrics, "fleetadmin_spend_dollars_total", pool="local") == pytest.approx(0.50 + 2.00, abs=0.01)
+    assert value(metrics, "fleetadmin_spend_dollars_total", pool="cloud") == pytest.approx(1.20, abs=0.01)
+
+
+def test_it_shows_every_running_loop_with_its_lag_and_flags_the_stale_ones(client, read_token):
+    now = timezone.now()
+    LoopHeartbeat.objects.create(name="front", kind="front", host="web1", pid=10, lag_s=0.002, worst_lag_s=0.3,
+                                 stalls=2, blocked_s=0.7, updated_at=now)  # fmt: skip
+    LoopHeartbeat.objects.create(name="dispatcher pool local", kind="dispatcher", host="w1", pid=20, lag_s=4.0,
+                                 worst_lag_s=4.0, stalls=1, blocked_s=4.0, updated_at=now - timedelta(seconds=30))  # fmt: skip
+    LoopHeartbeat.objects.create(name="dispatcher pool cloud", kind="dispatcher", host="w1", pid=21,
+                                 updated_at=now, stopped_at=now)  # fmt: skip
+    metrics = scrape(client, read_token)
+
+    front = {"name": "front", "kind": "front", "host": "web1", "pid": "10"}
+    stuck = {"name": "dispatcher pool local", "kind": "dispatcher", "host": "w1", "pid": "20"}
+    assert value(metrics, "fleetadmin_loop_lag_seconds", **front) == pytest.approx(0.002)
+    assert value(metrics, "fleetadmin_loop_worst_lag_seconds", **front) == pytest.approx(0.3)
+    assert value(metrics, "fleetadmin_loop_stalls_total", **front) == 2
+    assert value(metrics, "fleetadmin_loop_blocked_seconds_total", **front) == pytest.approx(0.7)
+    assert value(metrics, "fleetadmin_loop_stale", **front) == 0
+    assert value(metrics, "fleetadmin_loop_stale", **stuck) == 1
+    assert value(metrics, "fleetadmin_loop_report_age_seconds", **stuck) >= 30
+    assert not [key for key in metrics if ("pid", "21") in key[1]]  # a loop that stopped cleanly is not shown
+
+
+def test_loop_lag_rises_when_a_loop_is_blocked_on_purpose(client, read_token, transactional_db):
+    def lag_series(metrics: dict, watch: LoopWatch) -> dict[str, float]:
+        labels = (("host", watch.host), ("kind", "worker"), ("name", watch.name), ("pid", str(watch.pid)))
+        return {name: v for (name, key), v in metrics.items() if key == labels}
+
+    async def scenario() -> tuple[dict, dict]:
+        watch = LoopWatch(name="test lag on metrics", kind="worker")
+        watch.start()
+        await asyncio.sleep(0.6)
+        await watch.publish()
+        before = lag_series(await asyncio.to_thread(scrape, client, read_token), watch)
+        # The loop held on purpose, longer than the sampler's sleep: it wakes >= 0.3 s late. Scheduled as a
+        # callback so that no async def here holds a blocking call (the static loop check walks the tests).
+        asyncio.get_running_loop().call_soon(time.sleep, 0.8)
+        await asyncio.sleep(0.6)  # due after the sampler's wake-up, so it runs after the sampler recorded it
+        await watch.publish()
+        after = lag_series(await asyncio.to_thread(scrape, client, read_token), watch)
+        await watch.close()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before["fleetadmin_loop_stalls_total"] == 0
+    assert before["fleetadmin_loop_worst_lag_seconds"] < 0.25
+    assert after["fleetadmin_loop_lag_seconds"] > 0.25
+    assert after["fleetadmin_loop_worst_lag_seconds"] > 0.25
+    assert after["fleetadmin_loop_stalls_total"] == 1
+    assert after["fleetadmin_loop_blocked_seconds_total"] > 0.25
+    assert after["fleetadmin_loop_stale"] == 0
+
+
+def test_it_needs_credentials(client, db):
+    response = client.get("/metrics")
+    assert response.status_code == 401
+    assert "error" in response.json() and b"fleetadmin_" not in response.content
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer fa_not-a-token").status_code == 401
+
+
+def test_a_logged_in_user_and_every_scope_may_read_it(client, ordinary_user, submit_token, admin_token):
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {submit_token}").status_code == 200
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {admin_token}").status_code == 200
+    client.force_login(ordinary_user)
+    assert client.get("/metrics").status_code == 200
+    assert client.post("/metrics").status_code == 405
+
+
+def test_the_runpod_key_never_appears(client, read_token, fleet, monkeypatch, settings, tmp_path):
+    monkeypatch.setenv("RUNPOD_API_KEY", SECRET)
+    key_file = tmp_path / "runpod-key"
+    key_file.write_text(SECRET)
+    monkeypatch.setenv("RUNPOD_API_KEY_FILE", str(key_file))
+    settings.RUNPOD_API_KEY = SECRET
+    LoopHeartbeat.objects.create(name="front", kind="front", host="web1", pid=10)
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")
+    assert response.status_code == 200
+    assert b"fleetadmin_pods" in response.content and b"fleetadmin_loop_lag_seconds" in response.content
+    assert SECRET.encode() not in response.content
+    assert b"TESTSECRET" not in response.content
+
+
+def test_a_scrape_is_a_few_queries_whatever_the_size_of_the_fleet(
+    client, read_token, fleet, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(10):
+        scrape(client, read_token)
+    local, cloud = fleet
+    Pod.objects.bulk_create([Pod(pool=cloud, name=f"fa-cloud-x{n}", state=Pod.State.READY, lanes=4) for n in range(40)])
+    _pages(cloud, {Page.Status.PENDING: 30})
+    with django_assert_max_num_queries(10):
+        metrics = scrape(client, read_token)
+    assert value(metrics, "fleetadmin_pods", pool="cloud", state="ready") == 40
