@@ -144,7 +144,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "jobs-new"
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -201,3 +201,6 @@ AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
 SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)
 SCALE_SECONDS_PER_PAGE_GUESS = envfloat("SCALE_SECONDS_PER_PAGE_GUESS", 2.0, minimum=0.001)
 STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)
+URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+# Only for tests and closed networks: lets documents be fetched from private and loopback addresses.
+URL_FETCH_ALLOW_PRIVATE = envbool("URL_FETCH_ALLOW_PRIVATE", False)

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetadmin.api import ApiError, api_view
 from ocrjobs import selectors, services
@@ -42,29 +43,71 @@ def jobs(request: HttpRequest) -> JsonResponse:
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > settings.OCR_MAX_REQUEST_BYTES:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
-    if not request.content_type.startswith("multipart/form-data"):
-        raise ApiError("send the files as multipart/form-data (field 'files')", 415)
-    try:
-        files = request.FILES.getlist("files") + request.FILES.getlist("file")
-    except TooManyFilesSent:
-        limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
-        raise ApiError(f"too many files; the limit is {limit} per request", 413) from None
-    except RequestDataTooBig:
-        raise ApiError("the form fields are larger than the limit", 413) from None
-    except MultiPartParserError as exc:
-        # Django would answer its own HTML 400; the API answers JSON.
-        raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
-    uploads = [services.Upload(name=f.name, file=f) for f in files]
+    if request.content_type.startswith("application/json"):
+        # Documents by URL only: {"urls": [...], "pool": ..., "languages": ..., "skip_text_pages": ...}
+        body = _json_submission(request)
+        uploads, fields = [], body
+    elif request.content_type.startswith("multipart/form-data"):
+        try:
+            files = request.FILES.getlist("files") + request.FILES.getlist("file")
+        except TooManyFilesSent:
+            limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+            raise ApiError(f"too many files; the limit is {limit} per request", 413) from None
+        except RequestDataTooBig:
+            raise ApiError("the form fields are larger than the limit", 413) from None
+        except MultiPartParserError as exc:
+            # Django would answer its own HTML 400; the API answers JSON.
+            raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
+        uploads = [services.Upload(name=f.name, file=f) for f in files]
+        urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
+        fields = {
+            "pool": request.POST.get("pool") or None,
+            "languages": request.POST.get("languages") or None,
+            "urls": urls,
+            "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
+        }
+    else:
+        raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
     try:
         job = services.job_submit(
             owner=request.api_user,
             uploads=uploads,
-            pool_key=request.POST.get("pool") or None,
-            languages=request.POST.get("languages") or None,
+            pool_key=fields.get("pool"),
+            languages=fields.get("languages"),
+            urls=fields.get("urls") or [],
+            skip_text_pages=fields.get("skip_text_pages", False),
         )
     except services.SubmissionError as exc:
         raise ApiError(exc.message, exc.status) from None
     return JsonResponse(_job_dict(job), status=201)
+
+
+def _flag(value: str) -> bool:
+    if value.lower() in ("", "0", "false", "off", "no"):
+        return False
+    if value.lower() in ("1", "true", "on", "yes"):
+        return True
+    raise ApiError(f"skip_text_pages must be true or false, not {value[:20]!r}", 400)
+
+
+class _JsonSubmission(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    urls: list[str] = Field(min_length=1, max_length=1000)
+    pool: str | None = None
+    languages: str | None = None
+    skip_text_pages: bool = False
+
+
+def _json_submission(request: HttpRequest) -> dict:
+    if len(request.body) > 1_000_000:
+        raise ApiError("the JSON body is larger than 1 MB", 413)
+    try:
+        return _JsonSubmission.model_validate_json(request.body).model_dump()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ApiError(f"{where}: {first['msg']}", 400) from None
 
 
 @api_view(scope="read")

@@ -22,6 +22,23 @@ class MultipleFileField(forms.FileField):
 
 
 class JobForm(forms.Form):
-    files = MultipleFileField(help_text="PDF, PNG, JPEG or TIFF; several at once")
+    files = MultipleFileField(required=False, help_text="PDF, PNG, JPEG or TIFF; several at once")
+    urls = forms.CharField(
+        required=False,
+        label="URLs",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.org/report.pdf"}),
+        help_text="or documents to fetch, one http(s) URL per line (a worker fetches them)",
+    )
     pool = forms.ModelChoiceField(queryset=Pool.objects.all(), to_field_name="key", empty_label=None)
     languages = forms.CharField(initial="eng", max_length=100, help_text="tesseract codes joined by +, e.g. eng+deu")
+    skip_text_pages = forms.BooleanField(
+        required=False, label="Skip pages that already have text", help_text="PDF pages with a text layer keep it"
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        files = [f for f in cleaned.get("files") or [] if f]
+        cleaned["files"] = files
+        # Neither files nor URLs: the submission service says so, in the same words as the API.
+        cleaned["url_list"] = [line.strip() for line in (cleaned.get("urls") or "").splitlines() if line.strip()]
+        return cleaned

@@ -27,6 +27,7 @@ class Job(models.Model):
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="jobs")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
     languages = models.CharField(max_length=100, default="eng")
+    skip_text_pages = models.BooleanField(default=False, help_text="PDF pages with a text layer keep it, no OCR")
     max_dollars = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: its pages boot no pod past it"
     )
@@ -64,6 +65,7 @@ class Job(models.Model):
             "status": self.status,
             "pool": self.pool.key,
             "languages": self.languages,
+            "skip_text_pages": self.skip_text_pages,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts(),
@@ -75,6 +77,7 @@ class Document(models.Model):
     class Kind(models.TextChoices):
         PDF = "pdf"
         IMAGE = "image"
+        URL = "url", "URL (not fetched yet)"
 
     class Status(models.TextChoices):
         PENDING = "pending"  # waiting to be split into pages
@@ -85,7 +88,8 @@ class Document(models.Model):
     position = models.PositiveIntegerField()
     name = models.CharField(max_length=255)
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    source = models.CharField(max_length=500, help_text="path under MEDIA_ROOT")
+    source = models.CharField(max_length=500, blank=True, help_text="path under MEDIA_ROOT")
+    url = models.URLField(max_length=2000, blank=True, help_text="fetched by a worker, never by the front")
     size_bytes = models.PositiveBigIntegerField()
     page_count = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
@@ -107,6 +111,7 @@ class Document(models.Model):
             "id": self.pk,
             "name": self.name,
             "kind": self.kind,
+            "url": self.url,
             "size_bytes": self.size_bytes,
             "page_count": self.page_count,
             "status": self.status,

@@ -6,18 +6,23 @@ everything about pages runs in workers.
 
 from __future__ import annotations
 
+import io
+import ipaddress
 import json
 import logging
 import os
 import re
 import shutil
 import socket
+import time
 import unicodedata
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import httpx
 import pypdfium2 as pdfium
 from django.conf import settings
 from django.db import connection, transaction
@@ -196,17 +201,28 @@ def resolve_languages(value: str | None) -> str:
     return value
 
 
-def job_submit(*, owner, uploads: list[Upload], pool_key: str | None = None, languages: str | None = None) -> Job:
-    """Check every file, then store the job and its documents in one transaction.
+def job_submit(
+    *,
+    owner,
+    uploads: list[Upload],
+    pool_key: str | None = None,
+    languages: str | None = None,
+    urls: list[str] | None = None,
+    skip_text_pages: bool = False,
+) -> Job:
+    """Check every file (and the form of every URL), then store the job and its documents in
+    one transaction. URLs are fetched later by a worker, never by the front.
 
     Nothing is left behind on a bad file: no rows, no files on disk.
     """
     pool = resolve_pool(pool_key)
     languages = resolve_languages(languages)
-    if not uploads:
-        raise SubmissionError("no files: send at least one PDF or image")
-    if len(uploads) > settings.OCR_MAX_FILES_PER_JOB:
-        raise SubmissionError(f"{len(uploads)} files; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
+    urls = [check_url(url) for url in (urls or []) if url.strip()]
+    if not uploads and not urls:
+        raise SubmissionError("no files: send at least one PDF or image, or a URL of one")
+    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
+        count = len(uploads) + len(urls)
+        raise SubmissionError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
     staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
     staging.mkdir(parents=True)
     job_dir: Path | None = None
@@ -214,7 +230,7 @@ def job_submit(*, owner, uploads: list[Upload], pool_key: str | None = None, lan
         staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages)  # fmt: skip
+                                     languages=languages, skip_text_pages=skip_text_pages)  # fmt: skip
             job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
             documents = []
             for position, item in enumerate(staged):
@@ -232,9 +248,24 @@ def job_submit(*, owner, uploads: list[Upload], pool_key: str | None = None, lan
                         page_count=item.page_count,
                     )  # fmt: skip
                 )
+            for offset, url in enumerate(urls):
+                documents.append(
+                    Document(
+                        job=job,
+                        position=len(staged) + offset,
+                        name=_name_from_url(url),
+                        kind=Document.Kind.URL,
+                        url=url,
+                        source="",
+                        size_bytes=0,
+                        page_count=0,
+                    )  # fmt: skip
+                )
             Document.objects.bulk_create(documents)
-            document_ids = list(job.documents.values_list("pk", flat=True))
-            transaction.on_commit(lambda: _enqueue_splits(document_ids))
+            split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
+            fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
+            transaction.on_commit(lambda: _enqueue_splits(split_ids))
+            transaction.on_commit(lambda: _enqueue_fetches(fetch_ids))
     except BaseException:
         if job_dir is not None:
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -243,6 +274,139 @@ def job_submit(*, owner, uploads: list[Upload], pool_key: str | None = None, lan
         shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+def _name_from_url(url: str) -> str:
+    path = urllib.parse.urlsplit(url).path
+    return clean_filename(urllib.parse.unquote(path.rsplit("/", 1)[-1])) if path.strip("/") else "document"
+
+
+def _address_allowed(address: str) -> bool:
+    if settings.URL_FETCH_ALLOW_PRIVATE:
+        return True
+    ip = ipaddress.ip_address(address)
+    return ip.is_global and not ip.is_multicast
+
+
+def check_url(url: str) -> str:
+    """What can be checked without the network (the front never resolves or fetches):
+    http(s) only, a host, no literal private or loopback address."""
+    url = url.strip()
+    if len(url) > 2000:
+        raise SubmissionError("a URL is longer than 2,000 characters")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise SubmissionError(f"{url[:100]}: only http and https URLs can be fetched")
+    host = parts.hostname
+    if not host:
+        raise SubmissionError(f"{url[:100]}: the URL has no host")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise SubmissionError(f"{url[:100]}: the port is not a number") from None
+    if settings.URL_FETCH_ALLOW_PRIVATE:
+        return url
+    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+        raise SubmissionError(f"{url[:100]}: private and loopback addresses are refused")
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        return url  # a name: resolved and checked by the worker that fetches it
+    if not _address_allowed(str(literal)):
+        raise SubmissionError(f"{url[:100]}: private and loopback addresses are refused")
+    return url
+
+
+def _enqueue_fetches(document_ids: list[int]) -> None:
+    from django_q.tasks import async_task
+
+    for document_id in document_ids:
+        async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}",
+                   group="splits")  # fmt: skip
+
+
+class _Response(io.RawIOBase):
+    """A streamed HTTP body as a file, stopping at the time limit."""
+
+    def __init__(self, chunks, deadline: float):
+        self.chunks = chunks
+        self.deadline = deadline
+        self.buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self.buffer) < size:
+            if time.monotonic() > self.deadline:
+                raise SubmissionError(f"the download took longer than {settings.URL_FETCH_TIMEOUT_SECONDS:.0f} s")
+            chunk = next(self.chunks, b"")
+            if not chunk:
+                break
+            self.buffer += chunk
+        data, self.buffer = (self.buffer, b"") if size < 0 else (self.buffer[:size], self.buffer[size:])
+        return data
+
+
+def document_fetch(*, document_id: int) -> Document:
+    """Fetch a URL document (in a worker): every address the name resolves to must be public,
+    redirects are checked the same way, the size and time limits hold; then it is checked
+    like an upload and split. A bad URL fails its document, not the job."""
+    document = Document.objects.select_related("job").get(pk=document_id)
+    if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
+        return document
+    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
+    staging.mkdir(parents=True)
+    try:
+        staged = _fetch_to(document.url, staging)
+        source = f"jobs/{document.job_id}/{document.position}/source{staged.suffix}"
+        (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged.path, settings.MEDIA_ROOT / source)
+    except SubmissionError as exc:
+        log.info("document %s (%s) not fetched: %s", document.pk, document.url, exc.message)
+        document.status = Document.Status.FAILED
+        document.error = exc.message[:2000]
+        document.save(update_fields=["status", "error"])
+        job_refresh(job_id=document.job_id)
+        return document
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    document.kind, document.source = staged.kind, source
+    document.size_bytes, document.page_count = staged.size, staged.page_count
+    document.save(update_fields=["kind", "source", "size_bytes", "page_count"])
+    return document_split(document_id=document.pk)
+
+
+def _fetch_to(url: str, staging: Path) -> _Staged:
+    deadline = time.monotonic() + settings.URL_FETCH_TIMEOUT_SECONDS
+    for _ in range(4):  # the URL and up to three redirects
+        check_url(url)
+        parts = urllib.parse.urlsplit(url)
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)}
+        except socket.gaierror as exc:
+            raise SubmissionError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
+        if not all(_address_allowed(address) for address in addresses):
+            raise SubmissionError(f"{parts.hostname}: resolves to a private or loopback address; refused")
+        timeout = httpx.Timeout(settings.URL_FETCH_TIMEOUT_SECONDS, connect=10.0)
+        try:
+            with httpx.Client(timeout=timeout, follow_redirects=False) as client, client.stream("GET", url) as response:
+                if response.is_redirect:
+                    url = urllib.parse.urljoin(url, response.headers.get("location", ""))
+                    continue
+                if response.status_code != 200:
+                    raise SubmissionError(f"{url[:100]}: the server answered HTTP {response.status_code}")
+                length = int(response.headers.get("content-length") or 0)
+                if length > settings.OCR_MAX_FILE_BYTES:
+                    raise SubmissionError(
+                        f"{url[:100]}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
+                        413,
+                    )
+                body = _Response(response.iter_bytes(CHUNK), deadline)
+                return _stage(Upload(name=_name_from_url(url), file=body), staging, 0)
+        except httpx.HTTPError as exc:
+            raise SubmissionError(f"{url[:100]}: the download failed ({exc.__class__.__name__}: {exc})") from None
+    raise SubmissionError(f"{url[:100]}: too many redirects")
 
 
 def _enqueue_splits(document_ids: list[int]) -> None:
@@ -281,8 +445,12 @@ def document_split(*, document_id: int) -> Document:
             if number in existing:
                 continue
             page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
+            text = renderer.text_layer(number) if document.job.skip_text_pages else ""
             try:
-                page.image = renderer.render(number, pages_dir)
+                if text:
+                    _keep_text_layer(page, document, text)
+                else:
+                    page.image = renderer.render(number, pages_dir)
             except Exception as exc:
                 # One bad page must not cost the rest of the document.
                 page.status = Page.Status.FAILED
@@ -311,6 +479,23 @@ def _save_pages(document: Document, pages: list[Page]) -> None:
         return
     Page.objects.bulk_create(pages, ignore_conflicts=True)
     Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+
+
+TEXT_LAYER_MIN_CHARS = 20
+
+
+def _keep_text_layer(page: Page, document: Document, text: str) -> None:
+    """A page whose PDF already has text keeps it: done without a pod, confidence 100."""
+    result = {"text": text, "lines": [], "confidence": 100.0, "width": None, "height": None, "source": "text layer"}
+    results_dir = settings.MEDIA_ROOT / "jobs" / str(document.job_id) / str(document.position) / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"text-layer-{page.number}.json"
+    path.write_text(json.dumps(result, ensure_ascii=False))
+    page.result = str(path.relative_to(settings.MEDIA_ROOT))
+    page.status = Page.Status.DONE
+    page.confidence = 100.0
+    page.seconds = 0.0
+    page.finished_at = timezone.now()
 
 
 class _PageRenderer:
@@ -342,6 +527,21 @@ class _PageRenderer:
         frame = self.image.convert("L") if self.image.mode not in ("L", "RGB") else self.image
         frame.save(settings.MEDIA_ROOT / relative, compress_level=1)
         return str(relative)
+
+    def text_layer(self, number: int) -> str:
+        """The page's embedded text, when it has enough to count as a text page."""
+        if self.pdf is None:
+            return ""
+        page = self.pdf[number - 1]
+        try:
+            textpage = page.get_textpage()
+            try:
+                text = textpage.get_text_bounded().replace("\r\n", "\n").strip()
+            finally:
+                textpage.close()
+        finally:
+            page.close()
+        return text if len(text.replace(" ", "").replace("\n", "")) >= TEXT_LAYER_MIN_CHARS else ""
 
     def close(self) -> None:
         if self.pdf is not None:

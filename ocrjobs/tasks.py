@@ -16,3 +16,8 @@ def dispatch_pool(pool_id: int) -> str:
     if dispatcher is None:
         return "enough dispatchers are running"
     return f"dispatcher {dispatcher.pk} ended"
+
+
+def fetch_document(document_id: int) -> str:
+    document = services.document_fetch(document_id=document_id)
+    return f"document {document.pk}: {document.status}"

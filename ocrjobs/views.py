@@ -37,6 +37,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 uploads=uploads,
                 pool_key=form.cleaned_data["pool"].key,
                 languages=form.cleaned_data["languages"],
+                urls=form.cleaned_data["url_list"],
+                skip_text_pages=form.cleaned_data["skip_text_pages"],
             )
         except services.SubmissionError as exc:
             form.add_error(None, exc.message)

@@ -40,6 +40,9 @@ def fleet_status() -> dict:
         .values_list("pool_id", "n")
     )
     alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
+    from ocrjobs.models import Dispatcher
+
+    dispatchers = list(Dispatcher.objects.live().values_list("pool_id", "note", "host", "pid"))
     result = []
     for pool in pools:
         pods = [p for p in alive if p.pool_id == pool.pk]
@@ -56,6 +59,13 @@ def fleet_status() -> dict:
                 "pages_per_s": round(done_recently.get(pool.pk, 0) / RATE_WINDOW_SECONDS, 2),
                 "dollars_per_hour": float(per_hour),
                 "alerts": [a.to_dict() for a in alerts if a.pool_id == pool.pk],
+                "dispatch": {
+                    "dispatchers": [f"{host}:{pid}" for pool_id, _, host, pid in dispatchers if pool_id == pool.pk],
+                    # Why pages wait with no lane, as the dispatchers last said it (no pods, none healthy, ...).
+                    "no_lane_reason": next(
+                        (note for pool_id, note, _, _ in dispatchers if pool_id == pool.pk and note), ""
+                    ),
+                },
                 "pod_list": [p.to_dict() for p in pods],
             }
         )

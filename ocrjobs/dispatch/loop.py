@@ -35,6 +35,7 @@ JOB_REFRESH_SECONDS = 0.5
 FLUSH_SECONDS = 0.05
 SWEEP_SECONDS = 5.0
 CLAIM_BACKOFF_SECONDS = 0.2
+SCALER_NUDGE_SECONDS = 15.0
 REASON_LOG_SECONDS = 15.0
 IDLE_EXIT_SECONDS = 3.0
 NO_POD_EXIT_SECONDS = 30.0
@@ -59,6 +60,7 @@ class DispatchLoop:
         self._io = ThreadPoolExecutor(4, thread_name_prefix="dispatch-io")
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
+        self._last_nudge = -1e9
 
     async def db(self, fn, /, **kwargs):
         """Run a database call on the loop's own database thread."""
@@ -140,6 +142,7 @@ class DispatchLoop:
             await self.refresh_jobs()
             await self.db(services.dispatcher_end, dispatcher=self.dispatcher)
             await self.db(_save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
+            await self.db(_nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
             await self.db(_close_connection)
             # Never join threads on the loop: queued work still finishes after this returns.
             self._db.shutdown(wait=False)
@@ -267,6 +270,11 @@ class DispatchLoop:
     async def heartbeat(self) -> None:
         busy_pods = [lane.pod_id for lane in self.lanes.pods.values() if lane.inflight]
         note = self.lanes.why_none() if self.queue and not self.lanes.free else ""
+        now = time.monotonic()
+        if note and now - self._last_nudge >= SCALER_NUDGE_SECONDS:
+            # Pages wait for lanes: the scaler hears it within seconds, not at its next schedule.
+            self._last_nudge = now
+            await self.db(_nudge_scaler, pool_id=self.pool_id)
         await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token, busy_pods=busy_pods, note=note,
                       done=self.done, failed=self.failed)  # fmt: skip
         await self.refresh_jobs()
@@ -315,6 +323,12 @@ def _beat(*, dispatcher_id: int, token: str, busy_pods: list[int], note: str, do
     services.claims_renew(token=token)  # every page this dispatcher holds, in one statement
     if busy_pods:
         Pod.objects.filter(pk__in=busy_pods).update(last_busy_at=now)
+
+
+def _nudge_scaler(*, pool_id: int) -> None:
+    from pods.tasks import nudge_scaler
+
+    nudge_scaler(pool_id)
 
 
 def _save_counts(*, dispatcher_id: int, done: int, failed: int) -> None:

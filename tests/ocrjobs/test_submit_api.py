@@ -207,7 +207,7 @@ def test_it_refuses_more_files_than_a_job_may_have(client, submit_token, media_r
 
     response = post_files(client, submit_token, [("a.png", image_bytes(["a"])), ("b.png", image_bytes(["b"]))])
 
-    assert_refused(response, 413, "2 files", "limit is 1")
+    assert_refused(response, 413, "2 documents", "limit is 1")
     assert_nothing_made(media_root)
 
 
@@ -266,7 +266,16 @@ def test_it_refuses_a_request_without_files(client, submit_token, media_root):
     assert_nothing_made(media_root)
 
 
-def test_it_refuses_a_body_that_is_not_multipart(client, submit_token, media_root):
+def test_it_refuses_a_body_that_is_neither_multipart_nor_json(client, submit_token, media_root):
+    response = client.post(
+        URL, "files=a.pdf", content_type="text/plain", headers={"Authorization": f"Bearer {submit_token}"}
+    )
+
+    assert_refused(response, 415, "multipart/form-data")
+    assert_nothing_made(media_root)
+
+
+def test_a_json_body_carries_urls_only(client, submit_token, media_root):
     response = client.post(
         URL,
         json.dumps({"files": ["a.pdf"]}),
@@ -274,7 +283,7 @@ def test_it_refuses_a_body_that_is_not_multipart(client, submit_token, media_roo
         headers={"Authorization": f"Bearer {submit_token}"},
     )
 
-    assert_refused(response, 415, "multipart/form-data")
+    assert_refused(response, 400, "urls")  # the first thing wrong with it: files cannot come as JSON
     assert_nothing_made(media_root)
 
 

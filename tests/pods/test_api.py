@@ -72,3 +72,12 @@ def test_fresh_prices_are_fetched_by_a_worker_and_the_answer_says_when_still_ref
 
 def test_unknown_provider_is_404(client, read_token):
     assert _get(client, "/v1/runpod/prices?provider=aws", read_token).status_code == 404
+
+
+def test_status_shows_why_dispatch_has_no_lane(client, read_token, local_pool):
+    from ocrjobs.models import Dispatcher
+
+    Dispatcher.objects.create(pool=local_pool, token="t1", host="w1", pid=7, note="none healthy (2 booting)")
+    body = _get(client, "/v1/runpod/status", read_token).json()
+    pool = next(p for p in body["pools"] if p["key"] == "local")
+    assert pool["dispatch"] == {"dispatchers": ["w1:7"], "no_lane_reason": "none healthy (2 booting)"}

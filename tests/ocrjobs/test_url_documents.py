@@ -1,0 +1,172 @@
+"""Documents by URL (fetched by a worker, never the front) and PDF pages that keep their text layer."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from ocrjobs import services
+from ocrjobs.models import Document, Job, Page
+from tests.factories import pdf_bytes
+
+URL = "/v1/jobs"
+
+
+def _post_json(client, token, body):
+    return client.post(URL, json.dumps(body), content_type="application/json",
+                       headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.org/a.pdf",
+        "file:///etc/passwd",
+        "http://127.0.0.1/a.pdf",
+        "http://10.1.2.3/a.pdf",
+        "http://[::1]/a.pdf",
+        "http://localhost:8000/a.pdf",
+        "http://printer.local/a.pdf",
+        "http://169.254.169.254/latest/meta-data",
+        "https:///nohost",
+    ],
+)
+def test_the_front_refuses_urls_it_must_never_fetch(client, submit_token, local_pool, url):
+    response = _post_json(client, submit_token, {"urls": [url], "pool": "local"})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["error"]
+    assert not Job.objects.exists() and not Document.objects.exists()
+
+
+def test_a_url_is_stored_unfetched_and_handed_to_a_worker(
+    client, submit_token, local_pool, django_capture_on_commit_callbacks
+):
+    from django_q.models import OrmQ
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _post_json(client, submit_token, {"urls": ["https://example.org/reports/q3%20report.pdf"]})
+    assert response.status_code == 201
+    document = Document.objects.get()
+    assert (document.kind, document.url, document.name) == ("url", "https://example.org/reports/q3%20report.pdf",
+                                                            "q3 report.pdf")  # fmt: skip
+    assert [task.func() for task in OrmQ.objects.all()] == ["ocrjobs.tasks.fetch_document"]
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    routes: dict[str, tuple[int, dict, bytes]] = {}
+
+    def do_GET(self):  # noqa: N802
+        status, headers, body = self.routes.get(self.path, (404, {}, b"no"))
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def file_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Files.routes
+    server.shutdown()
+    _Files.routes.clear()
+
+
+def _url_job(local_pool, url) -> Document:
+    job = Job.objects.create(pool=local_pool)
+    return Document.objects.create(job=job, position=0, name="x", kind="url", url=url, size_bytes=0, page_count=0)
+
+
+def test_a_worker_fetches_checks_and_splits_a_url_document(file_server, local_pool, settings):
+    settings.URL_FETCH_ALLOW_PRIVATE = True  # the test's server is on loopback
+    base, routes = file_server
+    routes["/old"] = (302, {"Location": "/report.pdf"}, b"")
+    routes["/report.pdf"] = (200, {"Content-Type": "application/pdf"}, pdf_bytes())
+    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/old").pk)
+    assert (document.kind, document.page_count, document.status) == ("pdf", 3, "split")
+    assert document.source_path.read_bytes().startswith(b"%PDF-")
+    assert Page.objects.filter(document=document).count() == 3
+
+
+@pytest.mark.parametrize(
+    ("route", "words"),
+    [
+        ((200, {}, b"hello, not a pdf"), "not a pdf"),
+        ((404, {}, b""), "http 404"),
+        ((200, {}, b"%PDF-1.7 broken"), "corrupt"),
+    ],
+)
+def test_a_bad_download_fails_its_document_not_the_worker(file_server, local_pool, settings, route, words):
+    settings.URL_FETCH_ALLOW_PRIVATE = True
+    base, routes = file_server
+    routes["/doc"] = route
+    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/doc").pk)
+    assert document.status == "failed" and words in document.error.lower()
+    assert Job.objects.get().status == Job.Status.FAILED
+
+
+def test_a_download_over_the_size_limit_is_refused(file_server, local_pool, settings):
+    settings.URL_FETCH_ALLOW_PRIVATE = True
+    settings.OCR_MAX_FILE_BYTES = 1000
+    base, routes = file_server
+    routes["/big.pdf"] = (200, {}, pdf_bytes())
+    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/big.pdf").pk)
+    assert document.status == "failed" and "limit" in document.error
+
+
+def test_a_name_that_resolves_to_a_private_address_is_refused_before_connecting(local_pool, monkeypatch):
+    def resolve(host, port, *args, **kwargs):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port or 80))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    document = services.document_fetch(document_id=_url_job(local_pool, "http://files.example.org/a.pdf").pk)
+    assert document.status == "failed" and "private or loopback" in document.error
+
+
+def _pdf_with_text(lines: list[str]) -> bytes:
+    """A one-page PDF with a real text layer (Helvetica), built by hand."""
+    content = "BT /F1 18 Tf 72 720 Td " + " ".join(f"({line}) Tj 0 -24 Td" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(content)} >>\nstream\n{content}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip):
+    from django.core.files.base import ContentFile
+
+    text = ["This page already carries its own text layer.", "No OCR is needed for it."]
+    upload = services.Upload(name="born-digital.pdf", file=ContentFile(_pdf_with_text(text)))
+    job = services.job_submit(owner=None, uploads=[upload], pool_key="local", skip_text_pages=skip)
+    services.document_split(document_id=job.documents.get().pk)
+    page = Page.objects.get(job=job)
+    if skip:
+        assert page.status == Page.Status.DONE and page.pod is None and page.image == ""
+        assert "already carries its own text layer" in page.read_result()["text"]
+        job.refresh_from_db()
+        assert job.status == Job.Status.DONE
+    else:
+        assert page.status == Page.Status.PENDING and page.image.endswith(".png")
