@@ -59,7 +59,7 @@ def test_a_url_is_stored_unfetched_and_handed_to_a_worker(
 class _Files(http.server.BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, dict, bytes]] = {}
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         status, headers, body = self.routes.get(self.path, (404, {}, b"no"))
         self.send_response(status)
         for key, value in headers.items():
