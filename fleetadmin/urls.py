@@ -10,8 +10,8 @@ from pods import api as pods_api
 from pods import views as pods_views
 
 
-def healthz(request):
-    # Touches no database: it answers as long as the front's loop runs.
+async def healthz(request):
+    # Touches no database and no thread: it answers as long as the front's loop runs.
     return JsonResponse({"status": "ok"})
 
 
