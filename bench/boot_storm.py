@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import REPO, django_for_bench
+from bench._setup import django_for_bench, start_simulator
 
 GPU_TYPES = 10
 DATA_CENTERS = [f"DC-{n}" for n in range(1, 8)]
@@ -40,20 +38,6 @@ def sim_config(capacity_per_candidate: int) -> dict:
                      "communityPrice": price, "capacity": {"SECURE": {dc: stock for dc in DATA_CENTERS}}})  # fmt: skip
     return {"api_key": "bench-key", "boot_delay_s": 0.5, "model_load_s": 0.3, "page_latency_s": 0.01,
             "gpu_types": gpus}  # fmt: skip
-
-
-def start_simulator(config: dict) -> tuple[subprocess.Popen, str]:
-    path = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(config, path)
-    path.close()
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", path.name],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    for line in proc.stdout:
-        if line.startswith("RUNPODSIM "):
-            return proc, line.split()[1].strip()
-    raise SystemExit("the simulator did not start")
 
 
 def main() -> None:

@@ -18,14 +18,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import timeit
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import REPO, django_for_bench
+from bench._setup import REPO, django_for_bench, start_simulator
 
 TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
@@ -51,18 +50,6 @@ def lease_cost() -> dict:
         seconds = min(timeit.repeat(one, number=runs, repeat=5)) / runs
         costs[pods] = round(seconds * 1e6, 3)
     return costs
-
-
-def start_simulator(config: dict) -> tuple[subprocess.Popen, str]:
-    path = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(config, path)
-    path.close()
-    proc = subprocess.Popen([sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", path.name],
-                            cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    for line in proc.stdout:
-        if line.startswith("RUNPODSIM "):
-            return proc, line.split()[1].strip()
-    raise SystemExit("the simulator did not start")
 
 
 def main() -> None:
