@@ -54,3 +54,27 @@ def local_pool(db):
         key="local", defaults={"provider": "local", "min_pods": 0, "max_pods": 1, "lanes_per_pod": 2}
     )
     return pool
+
+
+@pytest.fixture
+def queued(db):
+    """The django-q2 queue (ORM or Redis broker), emptied for this test.
+
+    ``queued()`` lists the functions of the tasks enqueued since, in order; no
+    cluster consumes them here.
+    """
+    from django_q.brokers import get_broker
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    broker = get_broker()
+    broker.purge_queue()
+
+    def tasks() -> list[str]:
+        if hasattr(broker.connection, "lrange"):  # Redis
+            raw = broker.connection.lrange(broker.list_key, 0, -1)
+        else:
+            raw = list(OrmQ.objects.filter(key=broker.list_key).order_by("id").values_list("payload", flat=True))
+        return [SignedPackage.loads(item)["func"] for item in raw]
+
+    return tasks

@@ -7,7 +7,6 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
-from django_q.models import OrmQ
 
 from ocrjobs.models import Document, Job, Page
 from tests.factories import (
@@ -100,13 +99,13 @@ def test_it_accepts_several_files_and_counts_each_documents_pages(client, submit
 
 
 def test_it_enqueues_one_split_per_document_once_the_job_is_committed(
-    client, submit_token, django_capture_on_commit_callbacks
+    client, submit_token, django_capture_on_commit_callbacks, queued
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = post_files(client, submit_token, [("a.pdf", pdf_bytes()), ("b.png", image_bytes(["x"]))])
 
     assert response.status_code == 201
-    assert OrmQ.objects.count() == 2
+    assert queued() == ["ocrjobs.tasks.split_document", "ocrjobs.tasks.split_document"]
 
 
 # --- bad files ------------------------------------------------------------------

@@ -43,17 +43,15 @@ def test_the_front_refuses_urls_it_must_never_fetch(client, submit_token, local_
 
 
 def test_a_url_is_stored_unfetched_and_handed_to_a_worker(
-    client, submit_token, local_pool, django_capture_on_commit_callbacks
+    client, submit_token, local_pool, django_capture_on_commit_callbacks, queued
 ):
-    from django_q.models import OrmQ
-
     with django_capture_on_commit_callbacks(execute=True):
         response = _post_json(client, submit_token, {"urls": ["https://example.org/reports/q3%20report.pdf"]})
     assert response.status_code == 201
     document = Document.objects.get()
     assert (document.kind, document.url, document.name) == ("url", "https://example.org/reports/q3%20report.pdf",
                                                             "q3 report.pdf")  # fmt: skip
-    assert [task.func() for task in OrmQ.objects.all()] == ["ocrjobs.tasks.fetch_document"]
+    assert queued() == ["ocrjobs.tasks.fetch_document"]
 
 
 class _Files(http.server.BaseHTTPRequestHandler):

@@ -6,7 +6,6 @@ from decimal import Decimal
 
 import pytest
 from django.utils import timezone
-from django_q.models import OrmQ
 
 from pods import api as pods_api
 from pods.models import Alert, CapacityVerdict, Pod, PriceCatalogue
@@ -46,10 +45,10 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, read_token,
     assert verdict["candidate"] == "runpod|H100|SECURE|*" and verdict["blocked"] and 0 < verdict["remaining_s"] <= 60
 
 
-def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token):
+def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token, queued):
     response = _get(client, "/v1/runpod/prices", read_token)
     assert response.status_code == 503
-    assert OrmQ.objects.count() == 1  # the fetch went to a worker, not done by the front
+    assert queued() == ["pods.tasks.fetch_catalogue"]  # the fetch went to a worker, not done by the front
 
 
 def test_prices_answers_the_cached_catalogue(client, read_token):
@@ -61,13 +60,13 @@ def test_prices_answers_the_cached_catalogue(client, read_token):
 
 
 def test_fresh_prices_are_fetched_by_a_worker_and_the_answer_says_when_still_refreshing(
-    client, read_token, monkeypatch
+    client, read_token, monkeypatch, queued
 ):
     monkeypatch.setattr(pods_api, "FRESH_PRICES_WAIT_SECONDS", 0.3)
     PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now(), offers=[])
     body = _get(client, "/v1/runpod/prices?fresh=1", read_token).json()
     assert body["refreshing"] is True  # no worker runs in this test: the old list comes back, marked
-    assert OrmQ.objects.count() == 1
+    assert queued() == ["pods.tasks.fetch_catalogue"]
 
 
 def test_unknown_provider_is_404(client, read_token):

@@ -9,7 +9,6 @@ from decimal import Decimal
 
 import pytest
 from django.utils import timezone
-from django_q.models import OrmQ
 
 from pods import services
 from pods.models import Pod, ScaleRequest, SpendEntry
@@ -38,11 +37,11 @@ def _get(client, path, token):
         ({"pool": "local", "pods": 1, "extra": True}, 400, "extra"),
     ],
 )
-def test_scale_refuses_bad_requests_and_makes_nothing(client, admin_token, local_pool, body, status, words):
+def test_scale_refuses_bad_requests_and_makes_nothing(client, admin_token, local_pool, body, status, words, queued):
     response = _post(client, "/v1/runpod/scale", body, admin_token)
     assert response.status_code == status
     assert words in response.json()["error"].lower()
-    assert ScaleRequest.objects.count() == 0 and OrmQ.objects.count() == 0
+    assert ScaleRequest.objects.count() == 0 and queued() == []
 
 
 def test_scale_needs_the_admin_scope(client, submit_token, local_pool):
@@ -51,7 +50,7 @@ def test_scale_needs_the_admin_scope(client, submit_token, local_pool):
     assert _post(client, "/v1/runpod/scale", "pool=local", submit_token, "text/plain").status_code in (403, 415)
 
 
-def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_db, settings, tmp_path):
+def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_db, settings, tmp_path, queued):
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -68,7 +67,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
     assert response.status_code == 202
     body = response.json()
     assert body["state"] == "pending" and body["url"] == f"/v1/runpod/scale/{body['id']}"
-    assert OrmQ.objects.count() == 1  # the scaling goes on in a worker
+    assert queued() == ["pods.tasks.scale_pool"]  # the scaling goes on in a worker
 
     def boot_worker() -> None:  # what a second worker does with the boot the scaling starts
         pod = wait_for(lambda: Pod.objects.filter(state=Pod.State.BOOTING).first(), 30, "no boot started")
@@ -90,7 +89,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
 
 
 def test_release_is_admin_only_idempotent_and_attributes_spend_first(
-    client, admin_token, submit_token, local_pool, django_capture_on_commit_callbacks
+    client, admin_token, submit_token, local_pool, django_capture_on_commit_callbacks, queued
 ):
     pod = Pod.objects.create(pool=local_pool, name="fa-local-rel", state=Pod.State.READY, provider_id="999999999",
                              cost_per_hr=Decimal("3.60"), billed_from=timezone.now() - timezone.timedelta(seconds=10))  # fmt: skip
@@ -103,11 +102,11 @@ def test_release_is_admin_only_idempotent_and_attributes_spend_first(
     assert first.status_code == 200 and first.json()["released"] is True
     assert first.json()["pod"]["state"] == "terminated"
     assert SpendEntry.objects.filter(pod=pod).count() == 1
-    assert OrmQ.objects.count() == 1  # the provider side runs in a worker
+    assert queued() == ["pods.tasks.terminate_at_provider"]  # the provider side runs in a worker
 
     again = _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, admin_token)
     assert again.status_code == 200 and again.json() == {**again.json(), "released": False, "already_ended": True}
-    assert SpendEntry.objects.filter(pod=pod).count() == 1 and OrmQ.objects.count() == 1
+    assert SpendEntry.objects.filter(pod=pod).count() == 1 and len(queued()) == 1
 
 
 def test_spend_reports_by_pool_pod_and_job_and_refuses_a_bad_since(client, read_token, local_pool):
