@@ -10,6 +10,18 @@ from pods import api as pods_api
 from pods import views as pods_views
 
 
+def not_found(request, exception=None):
+    """The API answers an unknown path in its own error shape; pages get Django's 404 page."""
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": f"no endpoint at {request.path}"}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+handler404 = not_found
+
+
 async def healthz(request):
     # Touches no database and no thread: it answers as long as the front's loop runs.
     return JsonResponse({"status": "ok"})

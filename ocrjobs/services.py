@@ -131,7 +131,20 @@ def _count_pdf_pages(name: str, path: Path) -> int:
             raise SubmissionError(f"{name}: the document has no pages") from None
         raise SubmissionError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
     try:
-        return len(pdf)
+        pages = len(pdf)
+        if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+            return pages  # refused for its page count; no need to measure every page
+        scale = settings.OCR_RENDER_DPI / 72
+        for index in range(pages):
+            width, height = pdf.get_page_size(index)
+            pixels = int(width * scale) * int(height * scale)
+            if pixels > settings.OCR_MAX_IMAGE_PIXELS:
+                raise SubmissionError(
+                    f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
+                    f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
+                    413,
+                )
+        return pages
     finally:
         pdf.close()
 

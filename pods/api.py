@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -85,13 +86,27 @@ class ReleaseBody(BaseModel):
     reason: str = Field(default="released by API", max_length=200)
 
 
+MAX_JSON_BYTES = 10_000
+
+
 def _parse(model: type[BaseModel], request: HttpRequest) -> BaseModel:
     if not request.content_type.startswith("application/json"):
         raise ApiError("send a JSON body (Content-Type: application/json)", 415)
-    if len(request.body) > 10_000:
-        raise ApiError("the body is too large", 413)
+    # Judged by its declared length first: reading a huge body would be Django's own HTML 400.
     try:
-        return model.model_validate_json(request.body)
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError("the Content-Length header is not a number", 400) from None
+    if declared > MAX_JSON_BYTES:
+        raise ApiError(f"the body is too large ({declared} bytes; the limit is {MAX_JSON_BYTES})", 413)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise ApiError(f"the body is too large (the limit is {MAX_JSON_BYTES} bytes)", 413) from None
+    if len(body) > MAX_JSON_BYTES:
+        raise ApiError(f"the body is too large (the limit is {MAX_JSON_BYTES} bytes)", 413)
+    try:
+        return model.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"

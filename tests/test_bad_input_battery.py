@@ -1,0 +1,313 @@
+"""Bad input the endpoint tests do not cover yet: image bombs at full size, file names on the
+form, malformed and mistyped JSON on every JSON POST endpoint, bodies over the limits, ids
+too large for the database, and paths under /v1/ that match no endpoint.
+
+Each gets a clear 4xx (``{"error": ...}`` for the API, a form error on a page) and leaves
+nothing behind. What is already covered lives beside its endpoint: tests/ocrjobs/
+test_submit_api.py (files, pools, languages, sizes, names, tokens), test_job_form.py,
+test_jobs_api.py and tests/pods/test_control_api.py (scale and release basics).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import struct
+import zlib
+
+import pypdfium2 as pdfium
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django_q.brokers import get_broker
+
+from ocrjobs.models import Document
+from pods.models import Pod, ScaleRequest
+from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.ocrjobs.helpers import assert_nothing_made, files_under
+from tests.ocrjobs.test_submit_api import assert_refused, raw_multipart
+
+pytestmark = pytest.mark.usefixtures("local_pool")
+
+
+def auth(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+# --- image bombs: headers that claim 10^10 pixels, a few hundred bytes on disk --------------------
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png_bomb(width: int = 100_000, height: int = 100_000) -> bytes:
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(b"\0" * 1000))
+            + _png_chunk(b"IEND", b""))  # fmt: skip
+
+
+def tiff_bomb(width: int = 100_000, height: int = 100_000) -> bytes:
+    tags = [(256, 4, 1, width), (257, 4, 1, height), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+            (273, 4, 1, 200), (277, 3, 1, 1), (278, 4, 1, height), (279, 4, 1, 1)]  # fmt: skip
+    ifd = struct.pack("<H", len(tags)) + b"".join(struct.pack("<HHII", *tag) for tag in tags) + struct.pack("<I", 0)
+    head = b"II*\x00" + struct.pack("<I", 8) + ifd
+    return head + b"\0" * (201 - len(head))
+
+
+def jpeg_bomb(width: int = 65_500, height: int = 65_500) -> bytes:
+    frame = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
+    scan = b"\xff\xda" + struct.pack(">HB", 8, 1) + b"\x01\x00\x00\x3f\x00"
+    return b"\xff\xd8" + frame + scan + b"\x00" * 16 + b"\xff\xd9"
+
+
+def pdf_with_a_page_of(points: float) -> bytes:
+    """A valid one-page PDF whose page is ``points`` square (14,400 pt = 200 inches, the PDF maximum)."""
+    document = pdfium.PdfDocument.new()
+    document.new_page(points, points)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+BOMBS = {
+    "bomb.png": (png_bomb(), "100000×100000"),
+    "bomb.tif": (tiff_bomb(), "100000×100000"),
+    "bomb.jpg": (jpeg_bomb(), "65500×65500"),
+}
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_an_image_bomb_at_the_default_limit_is_refused_unread_over_the_api(client, submit_token, media_root, name):
+    content, size = BOMBS[name]
+    assert len(content) < 2000
+
+    response = client.post("/v1/jobs", {"files": [SimpleUploadedFile(name, content)]}, headers=auth(submit_token))
+
+    assert_refused(response, 413, name, size, "100000000 pixels")
+    assert_nothing_made(media_root)
+
+
+def test_an_image_bomb_on_the_form_is_a_form_error(client, ordinary_user, media_root):
+    client.force_login(ordinary_user)
+
+    response = client.post("/jobs/new", {"files": [SimpleUploadedFile("bomb.png", png_bomb())], "pool": "local",
+                                         "languages": "eng"})  # fmt: skip
+
+    assert response.status_code == 400
+    assert "bomb.png: 100000×100000 pixels is over the limit" in html.unescape(response.content.decode())
+    assert_nothing_made(media_root)
+
+
+def test_a_pdf_page_that_would_render_past_the_pixel_limit_is_refused_at_submission(
+    client, submit_token, media_root, settings
+):
+    # 14,400 pt at the render DPI (200) is 40,000 × 40,000 pixels: 1.6 GB for the splitter to allocate.
+    assert (14_400 / 72 * settings.OCR_RENDER_DPI) ** 2 > settings.OCR_MAX_IMAGE_PIXELS
+
+    response = client.post("/v1/jobs", {"files": [SimpleUploadedFile("poster.pdf", pdf_with_a_page_of(14_400))]},
+                           headers=auth(submit_token))  # fmt: skip
+
+    assert_refused(response, 413, "poster.pdf", "pixels")
+    assert_nothing_made(media_root)
+
+
+# --- file names on the form ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [("../../etc/passwd.pdf", "passwd.pdf"), ("..\\..\\boot.ini.pdf", "boot.ini.pdf"),
+     ("a\x00b\u202egnp.pdf", "abgnp.pdf"), (".hidden.pdf", "hidden.pdf"), ("x" * 300 + ".pdf", "x" * 200)],
+)  # fmt: skip
+def test_a_file_name_on_the_form_is_kept_clean_and_inside_media_root(
+    client, ordinary_user, media_root, tmp_path, sent, stored
+):
+    client.force_login(ordinary_user)
+    body, content_type = raw_multipart([("files", sent, pdf_bytes(PAGES_TRUTH[:1])), ("pool", None, b"local"),
+                                        ("languages", None, b"eng")])  # fmt: skip
+
+    response = client.generic("POST", "/jobs/new", body, content_type=content_type)
+
+    assert response.status_code == 302, response.content
+    document = Document.objects.get()
+    assert document.name == stored
+    assert files_under(tmp_path) == [document.source_path]
+    assert document.source_path.is_relative_to(media_root)
+
+
+# --- malformed JSON and wrong types on every JSON POST endpoint ---------------------------------
+
+
+MALFORMED = {
+    "not json": b"{not json",
+    "empty": b"",
+    "truncated": b'{"pool": "local", "pods": 1',
+    "null": b"null",
+    "a list": b"[]",
+    "a string": b'"local"',
+    "a number": b"1",
+    "not utf-8": b'{"pool": "\xff\xfe"}',
+    "nested deep": b"[" * 5000 + b"]" * 5000,
+    "huge number": b'{"pool": "local", "pods": 1' + b"0" * 400 + b"}",
+    "NaN": b'{"pool": "local", "pods": NaN}',
+}
+
+
+@pytest.fixture
+def pod(local_pool, queued):
+    return Pod.objects.create(pool=local_pool, name="fa-local-battery", state=Pod.State.READY, provider_id="999999")
+
+
+def assert_control_plane_untouched(pod: Pod) -> None:
+    assert ScaleRequest.objects.count() == 0
+    assert get_broker().queue_size() == 0  # the queue was emptied for the test by `queued`
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.READY
+
+
+@pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
+@pytest.mark.parametrize("body", list(MALFORMED))
+def test_malformed_json_gets_a_400_json_error_and_changes_nothing(client, admin_token, pod, url, body):
+    # CONTENT_TYPE also for the empty body, which the test client would otherwise send without one.
+    response = client.post(url, MALFORMED[body], content_type="application/json", headers=auth(admin_token),
+                           CONTENT_TYPE="application/json")  # fmt: skip
+
+    assert_refused(response, 400)
+    assert_control_plane_untouched(pod)
+
+
+WRONG_TYPES = [
+    ("/v1/runpod/scale", {"pool": 5, "pods": 1}, "pool"),
+    ("/v1/runpod/scale", {"pool": ["local"], "pods": 1}, "pool"),
+    ("/v1/runpod/scale", {"pool": "local", "pods": 1.5}, "pods"),
+    ("/v1/runpod/scale", {"pool": "local", "pods": True}, "pods"),
+    ("/v1/runpod/scale", {"pool": "local", "pods": None}, "exactly one"),
+    ("/v1/runpod/scale", {"pool": "local", "delta": "-1"}, "delta"),
+    ("/v1/runpod/scale", {"pool": "local", "pods": 1, "wait_s": "soon"}, "wait_s"),
+    ("/v1/runpod/scale", {"pool": "", "pods": 1}, "pool"),
+    ("/v1/runpod/release", {"pod_id": True}, "pod_id"),
+    ("/v1/runpod/release", {"pod_id": 1.0}, "pod_id"),
+    ("/v1/runpod/release", {"pod_id": [1]}, "pod_id"),
+    ("/v1/runpod/release", {"pod_id": None}, "pod_id"),
+    ("/v1/runpod/release", {}, "pod_id"),
+    ("/v1/runpod/release", {"pod_id": 1, "reason": 5}, "reason"),
+    ("/v1/runpod/release", {"pod_id": 1, "reason": "x" * 201}, "reason"),
+    ("/v1/runpod/release", {"pod_id": 1, "force": True}, "force"),
+]
+
+
+@pytest.mark.parametrize(("url", "body", "names"), WRONG_TYPES)
+def test_a_field_of_the_wrong_type_is_named_in_a_400(client, admin_token, pod, url, body, names):
+    response = client.post(url, json.dumps(body), content_type="application/json", headers=auth(admin_token))
+
+    assert_refused(response, 400, names)
+    assert_control_plane_untouched(pod)
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [({"pool": "local", "pods": 10**6}, "pods"), ({"pool": "local", "pods": 2**64}, "pods"),
+     ({"pool": "local", "delta": 10**6}, "delta"), ({"pool": "local", "delta": 9_999}, "at most"),
+     ({"pool": "local", "delta": -(2**64)}, "delta"), ({"pool": "local", "pods": 0, "wait_s": -1}, "wait_s"),
+     ({"pool": "local", "pods": 0, "wait_s": 301}, "wait_s"), ({"pool": "local", "pods": 0, "wait_s": 1e308}, "wait_s")],
+)  # fmt: skip
+def test_negative_or_huge_scale_requests_are_refused(client, admin_token, pod, body, names):
+    response = client.post("/v1/runpod/scale", json.dumps(body), content_type="application/json",
+                           headers=auth(admin_token))  # fmt: skip
+
+    assert_refused(response, 400, names)
+    assert_control_plane_untouched(pod)
+
+
+@pytest.mark.parametrize("pod_id", [0, -1, 2**63, 10**30])
+def test_release_of_an_impossible_pod_id_is_a_4xx_not_a_crash(client, admin_token, pod, pod_id):
+    response = client.post("/v1/runpod/release", json.dumps({"pod_id": pod_id}), content_type="application/json",
+                           headers=auth(admin_token))  # fmt: skip
+
+    assert_refused(response, 400 if pod_id < 1 else 404)
+    assert_control_plane_untouched(pod)
+
+
+@pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_json_endpoint_refuses_another_content_type_with_415(client, admin_token, pod, url, content_type):
+    body = "pool=local&pods=1&pod_id=1" if "form" in content_type else '{"pool": "local", "pods": 1}'
+    if content_type == "multipart/form-data":
+        content_type += "; boundary=x"
+    response = client.post(url, body, content_type=content_type, headers=auth(admin_token))
+
+    assert_refused(response, 415, "application/json")
+    assert_control_plane_untouched(pod)
+
+
+# --- bodies over the limits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
+@pytest.mark.parametrize("size", [20_000, 3 * 1024 * 1024], ids=["over the endpoint's 10 kB", "over Django's 2.5 MB"])
+def test_a_json_body_over_the_limit_gets_a_413_json_error(client, admin_token, pod, url, size):
+    padding = "x" * size
+    body = json.dumps({"pool": "local", "pods": 1, "pod_id": pod.pk, "reason": padding})
+
+    response = client.post(url, body, content_type="application/json", headers=auth(admin_token))
+
+    assert_refused(response, 413, "too large")
+    assert_control_plane_untouched(pod)
+
+
+def test_form_fields_over_djangos_memory_limit_on_submission_get_a_413_json_error(
+    client, submit_token, media_root, settings
+):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post("/v1/jobs", {"files": [upload], "languages": "e" * 5000}, headers=auth(submit_token))
+
+    assert_refused(response, 413, "form fields")
+    assert_nothing_made(media_root)
+
+
+# --- ids too large for the database, and paths that match no endpoint -----------------------------
+
+
+HUGE = 2**70
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+@pytest.mark.parametrize(
+    "url",
+    [f"/v1/jobs/{HUGE}", f"/v1/jobs/{HUGE}/result.txt", f"/v1/jobs/{HUGE}/result.jsonl", f"/v1/jobs/{HUGE}/cancel",
+     f"/v1/jobs/{HUGE}/retry", f"/v1/runpod/scale/{HUGE}"],
+)  # fmt: skip
+def test_an_id_too_large_for_the_database_in_an_api_path_is_a_json_404(client, admin_token, url, method):
+    response = getattr(client, method)(url, headers=auth(admin_token))
+
+    if response.status_code == 405:
+        return  # the other method is the one that reaches the lookup
+    assert_refused(response, 404)
+
+
+@pytest.mark.parametrize("url", [f"/jobs/{HUGE}", f"/jobs/{HUGE}/progress"])
+def test_an_id_too_large_for_the_database_in_a_page_path_is_a_404(client, admin_user, url):
+    client.force_login(admin_user)
+
+    assert client.get(url).status_code == 404
+
+
+@pytest.mark.parametrize("url", [f"/jobs/{HUGE}/cancel", f"/jobs/{HUGE}/retry", f"/pods/{HUGE}/release"])
+def test_a_button_posting_an_id_too_large_for_the_database_is_a_404(client, admin_user, url, queued):
+    client.force_login(admin_user)
+
+    assert client.post(url).status_code == 404
+    assert queued() == []
+
+
+@pytest.mark.parametrize("url", ["/v1/jobs/abc", "/v1/jobs/1/result.pdf", "/v1/nothing", "/v1/runpod/scale/-1"])
+def test_a_path_under_v1_that_matches_no_endpoint_gets_a_json_404(url, admin_token):
+    client = Client(raise_request_exception=False)
+
+    response = client.get(url, headers=auth(admin_token))
+
+    assert_refused(response, 404)

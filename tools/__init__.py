@@ -1,0 +1,1 @@
+"""Operator tools that run from outside the project's processes (no Django needed)."""
