@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from fleetadmin.db import retry_on_db_error
 from pods import services
 from pods.models import Pod, Pool
 from pods.providers.base import ProviderError
@@ -11,16 +12,19 @@ from pods.providers.base import ProviderError
 log = logging.getLogger(__name__)
 
 
+@retry_on_db_error
 def boot_pod(pod_id: int) -> str:
     pod = services.pod_boot(pod_id=pod_id)
     return f"{pod.name}: {pod.state}"
 
 
+@retry_on_db_error
 def release_pod(pod_id: int, reason: str) -> str:
     pod = services.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
     return f"{pod.name}: {pod.state}"
 
 
+@retry_on_db_error
 def scaler_tick(pool_id: int | None = None) -> list[dict]:
     """Reconcile each provider in use with the database, then tick every pool (or one)."""
     pools = list(Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id))
@@ -39,16 +43,19 @@ def nudge_scaler(pool_id: int) -> None:
     async_task("pods.tasks.scaler_tick", pool_id, task_name=f"tick pool {pool_id}", group="scaler")
 
 
+@retry_on_db_error
 def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
     from pods import capacity
 
     return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)
 
 
+@retry_on_db_error
 def scale_pool(request_id: int) -> dict:
     return services.scale_request_run(request_id=request_id).to_dict()
 
 
+@retry_on_db_error
 def terminate_at_provider(pod_id: int) -> str:
     """The provider side of a release asked from the front (spend is already attributed)."""
     pod = Pod.objects.select_related("pool").get(pk=pod_id)

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from fleetadmin.db import DB_ERRORS
 from ocrjobs import services
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
@@ -63,10 +64,20 @@ class DispatchLoop:
         self._last_nudge = -1e9
 
     async def db(self, fn, /, **kwargs):
-        """Run a database call on the loop's own database thread."""
-        context = contextvars.copy_context()
-        call = functools.partial(context.run, fn, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._db, call)
+        """Run a database call on the loop's own database thread; once more on a fresh
+        connection if the database dropped ours (every call here is safe to repeat)."""
+        loop = asyncio.get_running_loop()
+        for attempt in (1, 2, 3):
+            context = contextvars.copy_context()
+            call = functools.partial(context.run, fn, **kwargs)
+            try:
+                return await loop.run_in_executor(self._db, call)
+            except DB_ERRORS as exc:
+                if attempt == 3:
+                    raise
+                log.warning("dispatcher %s: database error (%s); again on a fresh connection", self.dispatcher.pk, exc)
+                await loop.run_in_executor(self._db, _close_connection)
+                await asyncio.sleep(0.5 * attempt)
 
     async def io(self, fn, /, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)

@@ -1,0 +1,605 @@
+"""Control plane under load: the run that stalled the old system, scaled to this machine.
+
+    .venv/bin/python bench/control_plane.py [--database-url postgres://...] [--pods 68 --lanes 8 --latency 2]
+        [--booting 32] [--rate 20 --seconds 30] [--asgi module:app]
+
+A RunPod simulator (a subprocess), a real daphne front and a real qcluster on a
+fresh database. ``--pods`` virtual pods are created through the RunPod provider
+and join the pool ready; pages are stored directly; a scaler tick (the qcluster's
+own schedule, nudged once) starts the dispatcher and boots ``--booting`` more pods.
+Those boots are real django-q2 tasks in the qcluster's workers, polling the
+simulator for pods that never come up (a ``boot_stuck`` fault on their creates),
+so they stay booting for the whole measurement. Once the dispatcher holds 1,000
+or more pages (claimed and being forwarded) and every boot has created its pod,
+tools/loadprobe.py measures ``/healthz`` and ``/v1/runpod/status`` (read token)
+from outside at a fixed rate while a sampler reads pages in flight and pods
+booting from the database.
+
+Prints p50/p90/p99/max and unanswered for both URLs, pages in flight and pods
+booting during the probe, and ends with one JSON line. Goal: status p99 <= 100 ms,
+healthz p99 <= 20 ms, nothing unanswered (the system this replaces left the status
+endpoint unanswered for 30 s), under the load described (load_met: a mean of 1,000
+or more pages in flight and every boot still booting). 68 pods × 8 lanes: the
+dispatcher holds its lanes' pages plus one prefetched page per lane, refilled in
+batches of a quarter, so 64 pods would average a little under 1,000.
+
+It also prints, to tell a slow front from a starved one: the cores each process
+used during the probe and how many of its threads were runnable but waiting for a
+CPU (Linux schedstat; "other processes" is the rest of the machine, which this
+benchmark does not control), the simulator's calls per second (pages, GraphQL),
+the loops' worst lag, pods drained and dispatchers started. ``--asgi`` serves the
+front from another ASGI application, to measure a candidate fix without editing
+the project.
+
+The process helpers here (``Children``, ``start_simulator``, ``start_front``,
+``start_workers``) are shared with bench/storm.py. Every child leads its own
+process group and is ended by it, so a qcluster's workers never outlive the
+benchmark, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._setup import REPO, django_for_bench
+
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a49444154789c63600000000200015e2f2d7a0000000049454e44ae426082"
+)
+GPU = "CP-GPU"
+API_KEY = "bench-key"
+IN_FLIGHT_GOAL = 1000
+GOALS_P99_MS = {"/healthz": 20.0, "/v1/runpod/status": 100.0}
+LABELS = {"/healthz": "healthz", "/v1/runpod/status": "status"}
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+class Child:
+    """A process leading its own process group: ending it ends the whole group (workers included)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")
+        self.popen = subprocess.Popen(
+            # A process group of its own (not a session: a new session is a new scheduler
+            # autogroup on Linux, which would change how the CPU is shared between the children).
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def _signal_group(self, sig: int) -> bool:
+        try:
+            os.killpg(self.popen.pid, sig)  # the group this child leads (process_group=0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def _group_gone(self) -> bool:
+        try:
+            os.killpg(self.popen.pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self._signal_group(signal.SIGTERM):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not (self.popen.poll() is not None and self._group_gone()):
+                time.sleep(0.2)
+            self._signal_group(signal.SIGKILL)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Children:
+    """Every process the benchmark started; ``stop_all`` ends them, newest first."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.started: list[Child] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        child = Child(name, argv, dict(env if env is not None else os.environ), self.log_dir)
+        self.started.append(child)
+        return child
+
+    def stop_all(self) -> None:
+        for child in reversed(self.started):
+            try:
+                child.stop()
+            except Exception as exc:  # keep ending the others
+                print(f"stopping {child.name}: {exc!r}", file=sys.stderr)
+        self.started.clear()
+
+
+def raise_on_sigterm() -> None:
+    """SIGTERM ends the benchmark through its finally blocks (children are stopped)."""
+
+    def handler(signum, frame):
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def wait_for(predicate, timeout: float, message, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(message() if callable(message) else message)
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_simulator(children: Children, config: dict) -> str:
+    path = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-")) / "sim.json"
+    path.write_text(json.dumps(config))
+    sim = children.start("runpodsim", [sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", str(path)])
+
+    def announced() -> str | None:
+        for line in sim.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("RUNPODSIM "):
+                return line.split()[1].strip()
+        if not sim.alive():
+            raise SystemExit(f"the simulator exited:\n{sim.tail()}")
+        return None
+
+    return wait_for(announced, 60, lambda: f"the simulator did not start:\n{sim.tail()}")
+
+
+def point_at_simulator(url: str) -> None:
+    os.environ.update(
+        RUNPOD_API_BASE_URL=url,
+        RUNPOD_API_KEY=API_KEY,
+        RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
+        FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}",
+    )
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The benchmark's environment (database, var dir, simulator) for a front or a qcluster."""
+    from django.conf import settings
+
+    env = dict(os.environ)
+    env.update(
+        FLEETADMIN_VAR_DIR=str(settings.VAR_DIR),
+        MEDIA_ROOT=str(settings.MEDIA_ROOT),
+        SECRET_KEY=settings.SECRET_KEY,
+        PYTHONUNBUFFERED="1",
+        OMP_THREAD_LIMIT="1",
+    )
+    if not os.environ.get("DATABASE_URL"):
+        env["SQLITE_PATH"] = str(settings.DATABASES["default"]["NAME"])
+    env.update(extra)
+    return env
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_front(children: Children, env: dict[str, str], application: str = "fleetadmin.asgi:application") -> str:
+    port = free_port()
+    front = children.start(
+        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), application], env
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _answers(f"{url}/healthz"), 60, lambda: f"daphne did not answer:\n{front.tail()}")
+    return url
+
+
+def start_workers(children: Children, env: dict[str, str]) -> Child:
+    return children.start("qcluster", [sys.executable, "manage.py", "qcluster"], env)
+
+
+def sim_get(url: str, path: str) -> dict:
+    import httpx
+
+    return httpx.get(f"{url}{path}", timeout=10).json()
+
+
+def read_token(username: str = "bench") -> str:
+    from django.contrib.auth import get_user_model
+
+    from accounts.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    return ApiToken.issue(user=user, name="benchmark probe", scopes=["read"])[1]
+
+
+def run_probe(urls: list[str], rate: float, seconds: float, headers: dict[str, str], timeout: float, stop=None):
+    """tools/loadprobe's probe on an event loop of its own (call from a thread or the main thread)."""
+    from tools.loadprobe import probe
+
+    return asyncio.run(probe(urls, rate, seconds, headers, timeout, stop=stop))
+
+
+def summary(values: list[float]) -> dict:
+    if not values:
+        return {"min": None, "mean": None, "max": None}
+    return {"min": min(values), "mean": round(statistics.fmean(values), 1), "max": max(values)}
+
+
+def loop_lag() -> dict:
+    """The worst loop lag and stalls each watched loop reported (front, dispatchers)."""
+    from fleetadmin.models import LoopHeartbeat
+
+    rows = LoopHeartbeat.objects.values_list("kind", "name", "worst_lag_s", "stalls")
+    return {f"{kind} {name}": {"worst_lag_s": round(worst, 3), "stalls": stalls} for kind, name, worst, stalls in rows}
+
+
+class CpuMeter:
+    """CPU used by each child's process group (and by the rest of the machine) between two reads, and
+    the time their threads spent runnable but waiting for a CPU (Linux schedstat): the first says who
+    is busy, the second who is starved."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, children: Children):
+        self.children = children
+
+    @classmethod
+    def _processes(cls) -> dict[int, tuple[int, float]]:
+        """{pid: (process group, CPU seconds)} of every process on the machine."""
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # after "pid (comm)": state ppid pgrp session ... utime(12th) stime(13th)
+            found[int(entry)] = (int(fields[2]), (int(fields[11]) + int(fields[12])) / cls.TICK)
+        return found
+
+    @staticmethod
+    def _waited(pid: int) -> float:
+        """Seconds the process's threads spent runnable, waiting for a CPU."""
+        total = 0
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+        except OSError:
+            pass
+        return total / 1e9
+
+    @classmethod
+    def _machine(cls) -> float:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        busy = sum(values) - values[3] - values[4]  # all but idle and iowait
+        return busy / cls.TICK
+
+    def read(self, roles: dict[int, str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+        """(CPU seconds, seconds waiting for a CPU) so far by role: each child's name, ``roles``
+        (pid -> name) carved out of them, this process ("bench"); CPU also for the whole machine."""
+        roles = roles or {}
+        groups = {child.popen.pid: child.name for child in self.children.started}
+        cpu: dict[str, float] = {"machine": self._machine()}
+        waited: dict[str, float] = {}
+        for pid, (group, seconds) in self._processes().items():
+            name = roles.get(pid) or groups.get(group) or ("bench" if pid == os.getpid() else None)
+            if name:
+                cpu[name] = cpu.get(name, 0.0) + seconds
+                waited[name] = waited.get(name, 0.0) + self._waited(pid)
+        return cpu, waited
+
+    @staticmethod
+    def spent(before, after, seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+        """(cores used, threads waiting for a CPU) on average by role between two reads
+        (processes that ended in between drop out: a floor)."""
+
+        def rate(b: dict[str, float], a: dict[str, float]) -> dict[str, float]:
+            return {name: round(max(0.0, a.get(name, 0.0) - b.get(name, 0.0)) / seconds, 2) for name in a}
+
+        used, waiting = rate(before[0], after[0]), rate(before[1], after[1])
+        used["other processes"] = round(
+            max(0.0, used["machine"] - sum(v for k, v in used.items() if k != "machine")), 2
+        )
+        return used, waiting
+
+
+# --- the benchmark --------------------------------------------------------------------------------
+
+
+def sim_config(args) -> dict:
+    return {
+        "api_key": API_KEY,
+        "boot_delay_s": 0.5,
+        "model_load_s": 0.3,
+        "page_latency_s": args.latency,
+        "default_lanes": args.lanes,
+        "gpu_types": [{"id": GPU, "displayName": "control plane bench", "memoryInGb": 48, "securePrice": 0.5,
+                       "communityPrice": 0.3, "capacity": {"SECURE": {"DC-1": args.pods + args.booting}}}],
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=68, help="ready virtual pods")
+    parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--latency", type=float, default=2.0, help="seconds per page on a virtual pod")
+    parser.add_argument("--booting", type=int, default=32, help="pods the scaler boots during the measurement")
+    parser.add_argument("--pages", type=int, default=0, help="default: enough for the whole run")
+    parser.add_argument("--rate", type=float, default=20.0, help="probe requests per second per URL")
+    parser.add_argument("--seconds", type=float, default=30.0, help="probe duration")
+    parser.add_argument("--timeout", type=float, default=5.0, help="a probe request unanswered this long counts")
+    parser.add_argument("--paths", default=",".join(GOALS_P99_MS), help="comma-separated paths to probe")
+    parser.add_argument(
+        "--asgi", default="fleetadmin.asgi:application", help="the front's ASGI application (to try a change)"
+    )
+    parser.add_argument("--q-workers", type=int, default=0, help="qcluster workers (default: booting + 4)")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    args = parser.parse_args()
+    args.q_workers = args.q_workers or args.booting + 4
+    args.paths = [path.strip() for path in args.paths.split(",") if path.strip()]
+    if not args.pages:
+        # What the fleet drains in ~3 minutes: set-up, the probe and a margin, never running dry.
+        args.pages = int(args.pods * args.lanes / max(args.latency, 0.01) * 180)
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+        os.environ.setdefault("SECRET_KEY", "bench-only")
+    raise_on_sigterm()
+    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-control-plane-logs-"))
+    children = Children(log_dir)
+    try:
+        url = start_simulator(children, sim_config(args))
+        point_at_simulator(url)
+        os.environ.update(DISPATCH_MAX_SECONDS="3600", Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
+        django_for_bench("control-plane")
+        run(args, children, url)
+    finally:
+        children.stop_all()
+        print(f"logs: {log_dir}", file=sys.stderr)
+
+
+def run(args, children: Children, sim_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.conf import settings
+    from django.db import close_old_connections, connection
+    from django.utils import timezone
+
+    from fleetadmin.schedules import setup_schedules
+    from ocrjobs.models import Document, Job, Page
+    from pods.models import Pod, Pool, pod_name
+    from pods.providers.base import Offer, PodSpec
+    from pods.providers.runpod import RunPodProvider
+    from pods.tasks import nudge_scaler
+
+    total = args.pods + args.booting
+    pool = Pool.objects.create(
+        key="cp", provider="runpod", min_pods=total, max_pods=total, lanes_per_pod=args.lanes,
+        max_parallel_boots=args.booting, idle_seconds=3600,
+        config={"image": "ghcr.io/example/fleetadmin-pod:1",
+                "candidates": [{"gpu_types": [GPU], "cloud_type": "SECURE", "data_centers": ["DC-1"]}]},
+    )  # fmt: skip
+    provider = RunPodProvider()
+    offer = Offer(GPU, "SECURE", "DC-1")
+    names = [pod_name(pool, uuid.uuid4().hex[:8]) for _ in range(args.pods)]
+    with ThreadPoolExecutor(16) as ex:
+        created = list(
+            ex.map(lambda n: provider.create(PodSpec(name=n, lanes=args.lanes, offer=offer, image="img:1")), names)
+        )
+    now = timezone.now()
+    Pod.objects.bulk_create(
+        [
+            Pod(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY, lanes=args.lanes,
+                base_url=f"{sim_url}/pods/{item.provider_id}", gpu_type=GPU, cloud_type="SECURE", data_center="DC-1",
+                cost_per_hr=item.cost_per_hr, billed_from=now, ready_at=now, last_busy_at=now)
+            for item in created
+        ]
+    )  # fmt: skip
+    wait_for(
+        lambda: all(p["model"] == "ok" for p in sim_get(sim_url, "/sim/pods")["pods"]), 60, "virtual pods not ready"
+    )
+    image = settings.MEDIA_ROOT / "bench" / "page.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(TINY_PNG)
+    job = Job.objects.create(pool=pool, status=Job.Status.RUNNING)
+    per_document = 100
+    documents = Document.objects.bulk_create(
+        [
+            Document(job=job, position=n, name=f"doc-{n}.pdf", kind="pdf", source="bench/page.png", size_bytes=1,
+                     page_count=min(per_document, args.pages - n * per_document), status="split")
+            for n in range(-(-args.pages // per_document))
+        ]
+    )  # fmt: skip
+    Page.objects.bulk_create(
+        (
+            Page(job=job, document=document, pool=pool, number=number, image="bench/page.png")
+            for document in documents
+            for number in range(1, document.page_count + 1)
+        ),
+        batch_size=2000,
+    )
+    token = read_token()
+    # The boots the tick starts create pods that never come up: they stay booting, their
+    # boot tasks polling the simulator, for as long as the measurement lasts.
+    import httpx
+
+    httpx.post(
+        f"{sim_url}/sim/faults", json={"faults": [{"kind": "boot_stuck", "count": args.booting}], "append": True}
+    ).raise_for_status()
+    setup_schedules()
+    connection.close()
+    env = child_env(Q_WORKERS=str(args.q_workers))
+    front_url = start_front(children, env, args.asgi)
+    workers = start_workers(children, env)
+    started = time.monotonic()
+    nudge_scaler(pool.pk)
+
+    def in_flight() -> int:
+        return Page.objects.filter(
+            pool=pool, status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()
+        ).count()  # fmt: skip
+
+    def booting() -> int:
+        return Pod.objects.filter(pool=pool, state=Pod.State.BOOTING).exclude(provider_id="").count()
+
+    def loaded() -> bool:
+        if not workers.alive():
+            raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+        return in_flight() >= IN_FLIGHT_GOAL and booting() >= args.booting
+
+    wait_for(
+        loaded,
+        180,
+        lambda: f"no load after 180 s: {in_flight()} pages in flight, {booting()} pods booting\n{workers.tail()}",
+        interval=0.5,
+    )
+    setup_seconds = time.monotonic() - started
+    connection.close()
+
+    samples: dict[str, list[float]] = {"in_flight": [], "booting": [], "ready": [], "at_pods": [], "sim_booting": []}
+    stop = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not stop.is_set():
+                samples["in_flight"].append(in_flight())
+                samples["booting"].append(booting())
+                samples["ready"].append(Pod.objects.filter(pool=pool, state=Pod.State.READY).count())
+                pods = sim_get(sim_url, "/sim/pods")["pods"]
+                samples["at_pods"].append(sum(p["busy"] for p in pods))
+                samples["sim_booting"].append(sum(1 for p in pods if not p["runtime_up"]))
+                stop.wait(1.0)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    from ocrjobs.models import Dispatcher
+
+    roles = {pid: "qcluster dispatcher" for pid in Dispatcher.objects.live().values_list("pid", flat=True)}
+    connection.close()
+    meter = CpuMeter(children)
+    sampler = threading.Thread(target=sample, name="sampler")
+    sim_before = sim_get(sim_url, "/sim/stats")
+    cpu_before, cpu_started = meter.read(roles), time.monotonic()
+    sampler.start()
+    urls = {path: f"{front_url}{path}" for path in args.paths}
+    try:
+        figures = run_probe(list(urls.values()), args.rate, args.seconds, {"Authorization": f"Bearer {token}"},
+                            args.timeout)  # fmt: skip
+    finally:
+        stop.set()
+        sampler.join()
+    cores, cpu_wait = CpuMeter.spent(cpu_before, meter.read(roles), time.monotonic() - cpu_started)
+    sim_after = sim_get(sim_url, "/sim/stats")
+    calls_per_s = {
+        key: round((sim_after.get(key, 0) - sim_before.get(key, 0)) / figures["elapsed_s"], 1)
+        for key in ("ocr_pages", "graphql_calls", "pod_calls", "myself_calls")
+    }
+    lags = loop_lag()
+    drained = Pod.objects.filter(pool=pool, error__startswith="drained after").count()
+    dispatchers = Dispatcher.objects.filter(pool=pool).count()
+    rows = {path: figures["urls"][url] for path, url in urls.items()}
+    in_flight_s, booting_s = summary(samples["in_flight"]), summary(samples["booting"])
+    load_met = bool(samples["in_flight"]) and in_flight_s["mean"] >= IN_FLIGHT_GOAL and booting_s["min"] >= args.booting
+    latency_met = all(
+        row["unanswered"] == 0
+        and row["non_2xx"] == 0
+        and row["p99_ms"] is not None
+        and row["p99_ms"] <= GOALS_P99_MS.get(path, float("inf"))
+        for path, row in rows.items()
+    ) and set(GOALS_P99_MS) <= set(rows)
+    keys = ("count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "unanswered", "non_2xx")
+    result = {
+        "benchmark": "control_plane",
+        "database": connection.vendor,
+        "pods_ready": args.pods,
+        "lanes_per_pod": args.lanes,
+        "latency_s": args.latency,
+        "pods_booting_target": args.booting,
+        "q_workers": args.q_workers,
+        "rate_per_url": args.rate,
+        "probe_seconds": args.seconds,
+        "setup_seconds": round(setup_seconds, 1),
+        **{LABELS.get(path, path): {k: row[k] for k in keys} for path, row in rows.items()},
+        "probe_send_lag_max_ms": figures["send_lag_max_ms"],
+        "pages_in_flight": in_flight_s,
+        "pages_at_pods": summary(samples["at_pods"]),
+        "pods_booting": booting_s,
+        "pods_booting_at_simulator": summary(samples["sim_booting"]),
+        "pages_per_s_during_probe": calls_per_s["ocr_pages"],
+        "simulator_calls_per_s": calls_per_s,
+        "cores_used": cores,
+        "threads_waiting_for_cpu": cpu_wait,
+        "loop_lag": lags,
+        "pods_drained": drained,
+        "dispatchers_started": dispatchers,
+        "load_met": load_met,
+        "goal_met": bool(load_met and latency_met),
+    }
+    print(f"database {connection.vendor}; {args.pods} ready pods × {args.lanes} lanes at {args.latency} s/page, "
+          f"{args.booting} pods booting, {args.q_workers} qcluster workers; load reached in {setup_seconds:.1f} s")  # fmt: skip
+    print(f"probe: {args.rate:g}/s per URL for {args.seconds:g} s (timeout {args.timeout:g} s)")
+    width = max(len(path) for path in rows)
+    print(
+        f"{'':{width}} {'count':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'unanswered':>11} {'non-2xx':>8}   goal"
+    )
+    for path, row in rows.items():
+        cells = " ".join(f"{'-' if row[k] is None else format(row[k], '.1f'):>7}" for k in keys[1:5])
+        goal = f"p99 <= {GOALS_P99_MS[path]:g} ms" if path in GOALS_P99_MS else ""
+        print(f"{path:{width}} {row['count']:>6} {cells} {row['unanswered']:>11} {row['non_2xx']:>8}   {goal}")
+    print(f"pages in flight (claimed, DB): min {in_flight_s['min']} mean {in_flight_s['mean']} max {in_flight_s['max']}"
+          f"; at the pods: mean {result['pages_at_pods']['mean']}; {result['pages_per_s_during_probe']} pages/s")  # fmt: skip
+    print(f"pods booting (DB): min {booting_s['min']} max {booting_s['max']}; "
+          f"at the simulator: min {result['pods_booting_at_simulator']['min']}")  # fmt: skip
+    print(f"simulator calls/s during the probe: {calls_per_s}")
+    print("cores used during the probe: " + ", ".join(f"{k} {v}" for k, v in sorted(cores.items())))
+    print("threads waiting for a CPU (mean): " + ", ".join(f"{k} {v}" for k, v in sorted(cpu_wait.items())))
+    for name, lag in lags.items():
+        print(f"loop {name}: worst lag {lag['worst_lag_s']} s, {lag['stalls']} stalls")
+    print(f"pods drained by the dispatcher: {drained}; dispatchers started: {dispatchers}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

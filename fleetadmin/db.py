@@ -1,0 +1,41 @@
+"""Surviving a database that dropped our connections (a restart, a failover, a killed backend).
+
+Persistent connections (CONN_MAX_AGE=None) outlive such a drop in long-lived
+workers: the next query fails once with OperationalError. The work here is
+idempotent, so it is run again on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+from django.db import InterfaceError, OperationalError, connections
+
+log = logging.getLogger(__name__)
+
+DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def retry_on_db_error(func=None, *, attempts: int = 4, delay: float = 1.0):
+    """Run an idempotent task again, on fresh connections, when the database dropped them."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for attempt in range(1, attempts + 1):
+                try:
+                    return fn(*args, **kwargs)
+                except DB_ERRORS as exc:
+                    if attempt == attempts:
+                        raise
+                    log.warning("%s: database error (%s); again on a fresh connection", fn.__name__, exc)
+                    for connection in connections.all(initialized_only=True):
+                        connection.close()
+                    time.sleep(delay * attempt)
+            return None
+
+        return wrapper
+
+    return decorate(func) if func is not None else decorate
