@@ -160,6 +160,20 @@ def pod(local_pool, queued):
     return Pod.objects.create(pool=local_pool, name="fa-local-battery", state=Pod.State.READY, provider_id="999999")
 
 
+@pytest.fixture
+def post_as_admin(client, admin_token, django_capture_on_commit_callbacks):
+    """POST as an admin token and run what the view left for after its commit (enqueued tasks) at once,
+    so that a task a bad request should not have enqueued shows up in the queue."""
+
+    def post(url: str, body: bytes | str, content_type: str = "application/json"):
+        with django_capture_on_commit_callbacks(execute=True):
+            # CONTENT_TYPE also for an empty body, which the test client would otherwise send without one.
+            return client.post(url, body, content_type=content_type, headers=auth(admin_token),
+                               CONTENT_TYPE=content_type)  # fmt: skip
+
+    return post
+
+
 def assert_control_plane_untouched(pod: Pod) -> None:
     assert ScaleRequest.objects.count() == 0
     assert get_broker().queue_size() == 0  # the queue was emptied for the test by `queued`
@@ -169,10 +183,8 @@ def assert_control_plane_untouched(pod: Pod) -> None:
 
 @pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
 @pytest.mark.parametrize("body", list(MALFORMED))
-def test_malformed_json_gets_a_400_json_error_and_changes_nothing(client, admin_token, pod, url, body):
-    # CONTENT_TYPE also for the empty body, which the test client would otherwise send without one.
-    response = client.post(url, MALFORMED[body], content_type="application/json", headers=auth(admin_token),
-                           CONTENT_TYPE="application/json")  # fmt: skip
+def test_malformed_json_gets_a_400_json_error_and_changes_nothing(post_as_admin, pod, url, body):
+    response = post_as_admin(url, MALFORMED[body])
 
     assert_refused(response, 400)
     assert_control_plane_untouched(pod)
@@ -199,8 +211,8 @@ WRONG_TYPES = [
 
 
 @pytest.mark.parametrize(("url", "body", "names"), WRONG_TYPES)
-def test_a_field_of_the_wrong_type_is_named_in_a_400(client, admin_token, pod, url, body, names):
-    response = client.post(url, json.dumps(body), content_type="application/json", headers=auth(admin_token))
+def test_a_field_of_the_wrong_type_is_named_in_a_400(post_as_admin, pod, url, body, names):
+    response = post_as_admin(url, json.dumps(body))
 
     assert_refused(response, 400, names)
     assert_control_plane_untouched(pod)
@@ -208,23 +220,27 @@ def test_a_field_of_the_wrong_type_is_named_in_a_400(client, admin_token, pod, u
 
 @pytest.mark.parametrize(
     ("body", "names"),
-    [({"pool": "local", "pods": 10**6}, "pods"), ({"pool": "local", "pods": 2**64}, "pods"),
-     ({"pool": "local", "delta": 10**6}, "delta"), ({"pool": "local", "delta": 9_999}, "at most"),
-     ({"pool": "local", "delta": -(2**64)}, "delta"), ({"pool": "local", "pods": 0, "wait_s": -1}, "wait_s"),
-     ({"pool": "local", "pods": 0, "wait_s": 301}, "wait_s"), ({"pool": "local", "pods": 0, "wait_s": 1e308}, "wait_s")],
-)  # fmt: skip
-def test_negative_or_huge_scale_requests_are_refused(client, admin_token, pod, body, names):
-    response = client.post("/v1/runpod/scale", json.dumps(body), content_type="application/json",
-                           headers=auth(admin_token))  # fmt: skip
+    [
+        ({"pool": "local", "pods": 10**6}, "pods"),
+        ({"pool": "local", "pods": 2**64}, "pods"),
+        ({"pool": "local", "delta": 10**6}, "delta"),
+        ({"pool": "local", "delta": 9_999}, "at most"),
+        ({"pool": "local", "delta": -(2**64)}, "delta"),
+        ({"pool": "local", "pods": 0, "wait_s": -1}, "wait_s"),
+        ({"pool": "local", "pods": 0, "wait_s": 301}, "wait_s"),
+        ({"pool": "local", "pods": 0, "wait_s": 1e308}, "wait_s"),
+    ],
+)
+def test_negative_or_huge_scale_requests_are_refused(post_as_admin, pod, body, names):
+    response = post_as_admin("/v1/runpod/scale", json.dumps(body))
 
     assert_refused(response, 400, names)
     assert_control_plane_untouched(pod)
 
 
 @pytest.mark.parametrize("pod_id", [0, -1, 2**63, 10**30])
-def test_release_of_an_impossible_pod_id_is_a_4xx_not_a_crash(client, admin_token, pod, pod_id):
-    response = client.post("/v1/runpod/release", json.dumps({"pod_id": pod_id}), content_type="application/json",
-                           headers=auth(admin_token))  # fmt: skip
+def test_release_of_an_impossible_pod_id_is_a_4xx_not_a_crash(post_as_admin, pod, pod_id):
+    response = post_as_admin("/v1/runpod/release", json.dumps({"pod_id": pod_id}))
 
     assert_refused(response, 400 if pod_id < 1 else 404)
     assert_control_plane_untouched(pod)
@@ -232,11 +248,11 @@ def test_release_of_an_impossible_pod_id_is_a_4xx_not_a_crash(client, admin_toke
 
 @pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
-def test_a_json_endpoint_refuses_another_content_type_with_415(client, admin_token, pod, url, content_type):
+def test_a_json_endpoint_refuses_another_content_type_with_415(post_as_admin, pod, url, content_type):
     body = "pool=local&pods=1&pod_id=1" if "form" in content_type else '{"pool": "local", "pods": 1}'
     if content_type == "multipart/form-data":
         content_type += "; boundary=x"
-    response = client.post(url, body, content_type=content_type, headers=auth(admin_token))
+    response = post_as_admin(url, body, content_type)
 
     assert_refused(response, 415, "application/json")
     assert_control_plane_untouched(pod)
@@ -247,11 +263,11 @@ def test_a_json_endpoint_refuses_another_content_type_with_415(client, admin_tok
 
 @pytest.mark.parametrize("url", ["/v1/runpod/scale", "/v1/runpod/release"])
 @pytest.mark.parametrize("size", [20_000, 3 * 1024 * 1024], ids=["over the endpoint's 10 kB", "over Django's 2.5 MB"])
-def test_a_json_body_over_the_limit_gets_a_413_json_error(client, admin_token, pod, url, size):
+def test_a_json_body_over_the_limit_gets_a_413_json_error(post_as_admin, pod, url, size):
     padding = "x" * size
     body = json.dumps({"pool": "local", "pods": 1, "pod_id": pod.pk, "reason": padding})
 
-    response = client.post(url, body, content_type="application/json", headers=auth(admin_token))
+    response = post_as_admin(url, body)
 
     assert_refused(response, 413, "too large")
     assert_control_plane_untouched(pod)
@@ -297,10 +313,13 @@ def test_an_id_too_large_for_the_database_in_a_page_path_is_a_404(client, admin_
 
 
 @pytest.mark.parametrize("url", [f"/jobs/{HUGE}/cancel", f"/jobs/{HUGE}/retry", f"/pods/{HUGE}/release"])
-def test_a_button_posting_an_id_too_large_for_the_database_is_a_404(client, admin_user, url, queued):
+def test_a_button_posting_an_id_too_large_for_the_database_is_a_404(
+    client, admin_user, url, queued, django_capture_on_commit_callbacks
+):
     client.force_login(admin_user)
 
-    assert client.post(url).status_code == 404
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(url).status_code == 404
     assert queued() == []
 
 
