@@ -38,6 +38,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from PIL import Image
+
+    from .engine import MAX_PIXELS
+
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
     server = make_server(args.host, args.port, args.lanes, args.page_timeout, args.name, args.max_bytes)
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -14,9 +14,9 @@ from PIL import Image, ImageOps
 ENGINE = "tesseract"
 MAX_PIXELS = 100_000_000
 
-# Pillow only *warns* between MAX_IMAGE_PIXELS and twice that, so decode_image also
-# checks the size itself; the global still stops the worst bombs inside Image.open.
-Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+# decode_image checks the size itself (Pillow only warns between its MAX_IMAGE_PIXELS
+# and twice that). Pillow's global is set by the pod process (__main__), not on
+# import: a process that imports this module for other reasons keeps its own.
 
 _MODES_16BIT = {"I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
