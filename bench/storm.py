@@ -1,0 +1,401 @@
+"""Storm: the run that broke the system this replaces, scaled to this machine, on the RunPod simulator.
+
+    .venv/bin/python bench/storm.py [--database-url postgres://...] [--docs 2000 --pages-per-doc 4]
+        [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S]
+
+Thousands of documents of several pages (stored directly in the database, every
+page a tiny PNG) wait in a RunPod pool with no pod. A real qcluster does
+everything else: scaler ticks boot pods over a catalogue whose cheapest GPU types
+have no capacity anywhere, dispatchers forward every page to the virtual pods
+(a fixed per-page latency: the simulator has no jitter), idle pods are shed
+(``idle_seconds`` small), spend is attributed. A real daphne front serves
+``/v1/runpod/status`` and ``/healthz``, probed from outside at a fixed rate for the
+whole run (tools/loadprobe.py). The benchmark nudges the scaler every
+``--tick-seconds`` (the design's ~15 s tick; 0 leaves it to the project's own
+schedule and nudges) and waits until every page has ended and every pod has
+been released.
+
+Figures:
+- makespan: first tick to the last page done;
+- dollars: the spend report once every pod has ended (pods.spend.spend_report);
+- peak pods: most pods alive at once (from their created/ended times);
+- paid ÷ busy GPU-seconds: paid = Σ over pods of billed seconds (provider create
+  to end, one GPU each); busy = Σ over pages done of the seconds the page held a
+  lane ÷ its pod's lanes (a pod whose lanes are all busy for 1 s is 1 busy
+  GPU-second). The paid time is split into boot (create to ready), idle after the
+  pod's last page, and the rest;
+- create calls at the provider (simulator), no-capacity answers, catalogue fetches;
+- /v1/runpod/status latency during the run (p50/p99, unanswered);
+- pages lost (not done, or done without a result file) and duplicated (more than
+  one result file under MEDIA_ROOT/jobs/<job>/<pos>/results/ for a page, or the
+  simulator OCR'd more pages than were stored);
+- growth while stalled: STALL alerts raised and pods created while one was open.
+
+Goal line: paid ÷ busy <= 1.15, nothing lost or duplicated, no growth while dispatch
+is stalled. Default size: a few minutes here; --docs/--pages-per-doc/--max-pods scale it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._setup import django_for_bench
+from bench.control_plane import (
+    API_KEY,
+    TINY_PNG,
+    Children,
+    CpuMeter,
+    child_env,
+    point_at_simulator,
+    raise_on_sigterm,
+    read_token,
+    run_probe,
+    sim_get,
+    start_front,
+    start_simulator,
+    start_workers,
+)
+
+DATA_CENTERS = ["EU-RO-1", "US-TX-3", "EU-SE-1"]
+# (GPU type, $/h on the secure cloud, free GPUs per data centre): the cheapest have none anywhere.
+CATALOGUE = [
+    ("NVIDIA RTX A4000", 0.17, 0),
+    ("NVIDIA GeForce RTX 3090", 0.22, 0),
+    ("NVIDIA RTX A5000", 0.27, 8),
+    ("NVIDIA A40", 0.40, 8),
+    ("NVIDIA L4", 0.43, 8),
+    ("NVIDIA GeForce RTX 4090", 0.69, 8),
+]
+PAID_OVER_BUSY_GOAL = 1.15
+
+
+def sim_config(args) -> dict:
+    return {
+        "api_key": API_KEY,
+        "boot_delay_s": args.boot_delay,
+        "model_load_s": args.model_load,
+        "page_latency_s": args.latency,
+        "default_lanes": args.lanes,
+        "gpu_types": [
+            {"id": gpu, "displayName": gpu.replace("NVIDIA ", ""), "memoryInGb": 24, "securePrice": price,
+             "communityPrice": round(price * 0.6, 2), "capacity": {"SECURE": {dc: free for dc in DATA_CENTERS}}}
+            for gpu, price, free in CATALOGUE
+        ],
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--pages-per-doc", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=4, help="the documents are spread over this many jobs")
+    parser.add_argument("--latency", type=float, default=0.5, help="seconds per page on a virtual pod")
+    parser.add_argument("--lanes", type=int, default=4, help="lanes per pod")
+    parser.add_argument("--max-pods", type=int, default=48)
+    parser.add_argument("--parallel-boots", type=int, default=8, help="the pool's max_parallel_boots")
+    parser.add_argument("--boot-delay", type=float, default=6.0, help="seconds until a created pod runs")
+    parser.add_argument("--model-load", type=float, default=3.0, help="then seconds until its model is loaded")
+    parser.add_argument("--idle-seconds", type=int, default=10, help="the pool's idle_seconds (shedding)")
+    parser.add_argument("--tick-seconds", type=float, default=15.0, help="nudge the scaler this often (0: never)")
+    parser.add_argument(
+        "--guess", type=float, default=None,
+        help="SCALE_SECONDS_PER_PAGE_GUESS for the workers (default: the project's own)",
+    )  # fmt: skip
+    parser.add_argument("--q-workers", type=int, default=0, help="default: parallel boots + 4")
+    parser.add_argument("--probe-rate", type=float, default=5.0, help="status/healthz requests per second each")
+    parser.add_argument("--max-seconds", type=float, default=1800, help="give up after this long")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    args = parser.parse_args()
+    args.q_workers = args.q_workers or args.parallel_boots + 4
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+        os.environ.setdefault("SECRET_KEY", "bench-only")
+    raise_on_sigterm()
+    children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-storm-logs-")))
+    try:
+        url = start_simulator(children, sim_config(args))
+        point_at_simulator(url)
+        os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
+        django_for_bench("storm")
+        run(args, children, url)
+    finally:
+        children.stop_all()
+        print(f"logs: {children.log_dir}", file=sys.stderr)
+
+
+def create_pages(args, pool) -> list[int]:
+    from django.conf import settings
+
+    from ocrjobs.models import Document, Job, Page
+
+    image = settings.MEDIA_ROOT / "bench" / "page.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(TINY_PNG)
+    jobs = [Job.objects.create(pool=pool, status=Job.Status.RUNNING) for _ in range(args.jobs)]
+    documents = Document.objects.bulk_create(
+        [
+            Document(job=jobs[n % args.jobs], position=n // args.jobs, name=f"doc-{n}.pdf", kind="pdf",
+                     source="bench/page.png", size_bytes=len(TINY_PNG), page_count=args.pages_per_doc,
+                     status="split")
+            for n in range(args.docs)
+        ],
+        batch_size=2000,
+    )  # fmt: skip
+    Page.objects.bulk_create(
+        (
+            Page(job_id=document.job_id, document=document, pool=pool, number=number, image="bench/page.png")
+            for document in documents
+            for number in range(1, args.pages_per_doc + 1)
+        ),
+        batch_size=2000,
+    )
+    return [job.pk for job in jobs]
+
+
+def peak_alive(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    alive = peak = 0
+    for _, step in events:
+        alive += step
+        peak = max(peak, alive)
+    return peak
+
+
+def result_files(job_ids: list[int]) -> Counter:
+    """How many result files each page id has on disk."""
+    from django.conf import settings
+
+    files: Counter = Counter()
+    for job_id in job_ids:
+        for path in (settings.MEDIA_ROOT / "jobs" / str(job_id)).glob("*/results/*.json"):
+            files[int(path.name.split("-", 1)[0])] += 1
+    return files
+
+
+def run(args, children: Children, sim_url: str) -> None:
+    from django.db import connection
+    from django.db.models import Max, Min
+    from django.utils import timezone
+
+    from fleetadmin.schedules import setup_schedules
+    from ocrjobs.models import Page
+    from pods import services
+    from pods.models import Alert, Pod, Pool
+    from pods.spend import spend_report
+    from pods.tasks import nudge_scaler
+
+    pool = Pool.objects.create(
+        key="storm", provider="runpod", min_pods=0, max_pods=args.max_pods, lanes_per_pod=args.lanes,
+        max_parallel_boots=args.parallel_boots, idle_seconds=args.idle_seconds,
+        config={"image": "ghcr.io/example/fleetadmin-pod:1",
+                "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
+                                "data_centers": DATA_CENTERS}]},
+    )  # fmt: skip
+    job_ids = create_pages(args, pool)
+    pages_total = args.docs * args.pages_per_doc
+    token = read_token()
+    setup_schedules()
+    connection.close()
+    extra = {"Q_WORKERS": str(args.q_workers)}
+    if args.guess is not None:
+        extra["SCALE_SECONDS_PER_PAGE_GUESS"] = str(args.guess)
+    env = child_env(**extra)
+    front_url = start_front(children, env)
+    workers = start_workers(children, env)
+
+    stop = threading.Event()
+    probe_result: dict = {}
+
+    def probe() -> None:
+        urls = [f"{front_url}/v1/runpod/status", f"{front_url}/healthz"]
+        probe_result.update(
+            run_probe(urls, args.probe_rate, args.max_seconds, {"Authorization": f"Bearer {token}"}, 5.0, stop=stop)
+        )
+
+    prober = threading.Thread(target=probe, name="probe")
+    meter = CpuMeter(children)
+    cpu_before = meter.read()
+    started_wall = timezone.now()
+    started = time.monotonic()
+    prober.start()
+    nudge_scaler(pool.pk)
+    last_nudge = time.monotonic()
+    peak_sampled = 0
+    finished = Page.objects.filter(pool=pool, status__in=Page.FINISHED)
+    try:
+        while True:
+            now = time.monotonic()
+            if not workers.alive():
+                raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+            ended = finished.count()
+            alive = Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).count()
+            peak_sampled = max(peak_sampled, alive)
+            if ended >= pages_total:
+                break
+            if now - started > args.max_seconds:
+                print(f"gave up after {args.max_seconds:.0f} s: {ended}/{pages_total} pages ended", file=sys.stderr)
+                break
+            if args.tick_seconds and now - last_nudge >= args.tick_seconds:
+                nudge_scaler(pool.pk)
+                last_nudge = now
+            time.sleep(1.0)
+        pages_done_at = time.monotonic()
+        # Every pod should now be shed as idle (idle_seconds, then a tick).
+        shed_deadline = time.monotonic() + args.idle_seconds + max(args.tick_seconds, 60) * 2 + 30
+        while Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).exists():
+            if time.monotonic() > shed_deadline:
+                break
+            if args.tick_seconds and time.monotonic() - last_nudge >= args.tick_seconds:
+                nudge_scaler(pool.pk)
+                last_nudge = time.monotonic()
+            time.sleep(1.0)
+        pods_ended_at = time.monotonic()
+    finally:
+        stop.set()
+        prober.join()
+    cpu_after = meter.read()
+    not_shed = list(Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).select_related("pool"))
+    for pod in not_shed:
+        services.pod_release(pod=pod, reason="benchmark over")
+    workers_cores, _ = CpuMeter.spent(cpu_before, cpu_after, pods_ended_at - started)
+
+    # --- figures ---------------------------------------------------------------------------------
+    pages = Page.objects.filter(pool=pool)
+    counts = Counter(pages.values_list("status", flat=True))
+    done = counts.get(Page.Status.DONE, 0)
+    span = pages.filter(status=Page.Status.DONE).aggregate(first=Min("started_at"), last=Max("finished_at"))
+    makespan = (span["last"] - started_wall).total_seconds() if span["last"] else None
+    files = result_files(job_ids)
+    done_ids = set(pages.filter(status=Page.Status.DONE).values_list("id", flat=True))
+    duplicated_files = sum(1 for n in files.values() if n > 1)
+    done_without_file = sum(1 for page_id in done_ids if files.get(page_id, 0) == 0)
+    stats = sim_get(sim_url, "/sim/stats")
+    extra_forwards = stats["ocr_pages"] - done
+    lost = pages_total - done + done_without_file
+
+    pods = list(Pod.objects.filter(pool=pool))
+    lanes = {pod.pk: pod.lanes for pod in pods}
+    paid = boot = idle_after = 0.0
+    last_page = dict(
+        pages.filter(status=Page.Status.DONE).values_list("pod_id").annotate(last=Max("finished_at"))
+        .values_list("pod_id", "last")
+    )  # fmt: skip
+    intervals = []
+    for pod in pods:
+        intervals.append((pod.created_at.timestamp(), (pod.ended_at or timezone.now()).timestamp()))
+        if pod.billed_from is None:
+            continue
+        end = pod.ended_at or timezone.now()
+        billed = max(0.0, (end - pod.billed_from).total_seconds())
+        paid += billed
+        if pod.ready_at:
+            boot += max(0.0, (pod.ready_at - pod.billed_from).total_seconds())
+            idle_after += max(0.0, (end - (last_page.get(pod.pk) or pod.ready_at)).total_seconds())
+        else:
+            boot += billed
+    busy = sum(
+        seconds / lanes[pod_id]
+        for pod_id, seconds in pages.filter(status=Page.Status.DONE, seconds__isnull=False).values_list(
+            "pod_id", "seconds"
+        )
+        if pod_id in lanes
+    )
+    ratio = paid / busy if busy else None
+    spend = spend_report()
+    stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL))
+    end_wall = timezone.now()
+    grown_while_stalled = sum(
+        Pod.objects.filter(pool=pool, created_at__gte=a.created_at, created_at__lte=a.resolved_at or end_wall).count()
+        for a in stalls
+    )
+    status_url, healthz_url = f"{front_url}/v1/runpod/status", f"{front_url}/healthz"
+    status_row = probe_result.get("urls", {}).get(status_url, {})
+    healthz_row = probe_result.get("urls", {}).get(healthz_url, {})
+    goal = {
+        "paid_over_busy": ratio is not None and ratio <= PAID_OVER_BUSY_GOAL,
+        "nothing_lost": lost == 0,
+        "nothing_duplicated": duplicated_files == 0 and extra_forwards <= 0,
+        "no_growth_while_stalled": grown_while_stalled == 0,
+    }
+    result = {
+        "benchmark": "storm",
+        "database": connection.vendor,
+        "documents": args.docs,
+        "pages": pages_total,
+        "latency_s": args.latency,
+        "lanes_per_pod": args.lanes,
+        "max_pods": args.max_pods,
+        "boot_s": args.boot_delay + args.model_load,
+        "idle_seconds": args.idle_seconds,
+        "tick_seconds": args.tick_seconds,
+        "seconds_per_page_guess": args.guess,
+        "makespan_s": round(makespan, 1) if makespan is not None else None,
+        "pages_done_after_s": round(pages_done_at - started, 1),
+        "pods_ended_after_s": round(pods_ended_at - started, 1),
+        "pages_by_status": dict(counts),
+        "dollars": round(spend["total"], 4),
+        "pods_booted": len(pods),
+        "peak_pods": peak_alive(intervals),
+        "peak_pods_sampled": peak_sampled,
+        "paid_gpu_s": round(paid, 1),
+        "busy_gpu_s": round(busy, 1),
+        "paid_over_busy": round(ratio, 3) if ratio is not None else None,
+        "paid_boot_s": round(boot, 1),
+        "paid_idle_after_last_page_s": round(idle_after, 1),
+        "paid_other_idle_s": round(paid - boot - idle_after - busy, 1),
+        "create_calls": stats["create_calls"],
+        "no_capacity_answers": stats["no_capacity_answers"],
+        "catalogue_fetches": stats["catalogue_calls"],
+        "graphql_calls": stats["graphql_calls"],
+        "status": {k: status_row.get(k) for k in ("count", "p50_ms", "p99_ms", "max_ms", "unanswered", "non_2xx")},
+        "healthz": {k: healthz_row.get(k) for k in ("count", "p50_ms", "p99_ms", "max_ms", "unanswered", "non_2xx")},
+        "pages_lost": lost,
+        "pages_done_without_result_file": done_without_file,
+        "pages_with_duplicate_results": duplicated_files,
+        "ocr_forwards_beyond_pages_done": extra_forwards,
+        "stall_alerts": len(stalls),
+        "stall_alert_raises": sum(a.count for a in stalls),
+        "pods_created_while_stalled": grown_while_stalled,
+        "pods_not_shed_by_the_system": len(not_shed),
+        "pods_left_at_provider": sim_get(sim_url, "/sim/stats")["pods_total"],
+        "cores_used": workers_cores,
+        "goal": goal,
+        "goal_met": all(goal.values()),
+    }
+    print(f"{pages_total} pages ({args.docs} documents × {args.pages_per_doc}) on {connection.vendor}: "
+          f"{args.latency} s/page, {args.lanes} lanes/pod, ≤ {args.max_pods} pods, boot {result['boot_s']:g} s, "
+          f"idle {args.idle_seconds} s, tick every {args.tick_seconds:g} s")  # fmt: skip
+    print(f"makespan             {result['makespan_s']} s (pods all ended after {result['pods_ended_after_s']} s)")
+    print(f"pages                {dict(counts)}")
+    print(f"dollars spent        ${result['dollars']}")
+    print(f"pods                 {len(pods)} booted, peak {result['peak_pods']} alive at once")
+    print(f"paid ÷ busy          {result['paid_over_busy']} (paid {result['paid_gpu_s']} GPU-s: boot "
+          f"{result['paid_boot_s']}, idle after last page {result['paid_idle_after_last_page_s']}, other idle "
+          f"{result['paid_other_idle_s']}; busy {result['busy_gpu_s']} GPU-s)  goal <= {PAID_OVER_BUSY_GOAL}")  # fmt: skip
+    print(f"provider             {stats['create_calls']} create calls ({stats['no_capacity_answers']} no capacity), "
+          f"{stats['catalogue_calls']} catalogue fetches, {result['pods_left_at_provider']} pods left")  # fmt: skip
+    print(f"status endpoint      p50 {status_row.get('p50_ms')} ms, p99 {status_row.get('p99_ms')} ms, "
+          f"max {status_row.get('max_ms')} ms, {status_row.get('unanswered')} unanswered of {status_row.get('count')}")  # fmt: skip
+    print(f"healthz              p50 {healthz_row.get('p50_ms')} ms, p99 {healthz_row.get('p99_ms')} ms, "
+          f"{healthz_row.get('unanswered')} unanswered of {healthz_row.get('count')}")  # fmt: skip
+    print(f"lost / duplicated    {lost} lost ({done_without_file} done without a file), {duplicated_files} with "
+          f"several result files, {extra_forwards} OCR forwards beyond pages done")  # fmt: skip
+    print(f"stalls               {len(stalls)} STALL alerts ({result['stall_alert_raises']} raises), "
+          f"{grown_while_stalled} pods created while one was open")  # fmt: skip
+    print(f"pods not shed        {len(not_shed)} (released by the benchmark)")
+    print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
