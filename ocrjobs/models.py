@@ -157,7 +157,9 @@ class Page(models.Model):
     objects = PageQuerySet.as_manager()
 
     class Meta:
-        ordering = ["document__position", "number"]
+        # By id (pages are made in document and page order): an ordering on the document's
+        # position made every query of pages, counts included, join the documents.
+        ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["document", "number"], name="page_number_unique")]
         indexes = [
             models.Index(fields=["pool", "status", "claim_expires_at"], name="page_claim_idx"),
