@@ -1,4 +1,23 @@
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
 from django.apps import AppConfig
+from django.conf import settings
+
+# What a qcluster's workers import for their tasks. The qcluster imports it once, before it forks
+# them: the runpod SDK alone costs a worker 1.5-2 s of CPU, and 32 workers paying it on their first
+# boot at once starved the machine (the front included).
+WORKER_MODULES = ("pods.providers.runpod", "pods.tasks", "ocrjobs.tasks")
+
+
+def forks_workers(argv: list[str]) -> bool:
+    """Whether this process runs a django-q2 cluster, which forks the workers: ``manage.py qcluster``,
+    or the cluster that ``manage.py workers`` starts (``workers --cluster``), not its supervisor."""
+    command = argv[1] if len(argv) > 1 else ""
+    return command == "qcluster" or (command == "workers" and "--cluster" in argv[2:])
 
 
 class FleetadminConfig(AppConfig):
@@ -7,3 +26,17 @@ class FleetadminConfig(AppConfig):
     name = "fleetadmin"
     verbose_name = "fleetadmin"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Only there: every other command and the test suite import the SDK when they use it.
+        if forks_workers(sys.argv):
+            prepare_workers()
+
+
+def prepare_workers() -> None:
+    """In the process that forks the workers, before it does: what they all inherit."""
+    # Invariant 1 on a shared machine: the front (and the database) get the CPU first when
+    # workers want more than there is; the workers' work waits a little, requests do not.
+    os.nice(settings.WORKERS_NICE)
+    for module in WORKER_MODULES:
+        importlib.import_module(module)

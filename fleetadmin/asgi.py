@@ -1,5 +1,6 @@
 """The front: Django over daphne, static files served by the ASGI handler
-(plain daphne serves no /static/)."""
+(plain daphne serves no /static/), ``GET /healthz`` answered before Django
+(fleetadmin/healthz.py), and PostgreSQL connections from a pool."""
 
 import os
 
@@ -8,10 +9,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
+from django.apps import apps
+from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
+from fleetadmin.db import use_connection_pool
+from fleetadmin.healthz import HealthzFirst
 from fleetadmin.loopwatch import watch_loop
+
+if not apps.ready and settings.DATABASE_FRONT_POOL:
+    # This module starts the process (daphne): a front, whose requests each run on a new
+    # thread, pools its connections. A process that imports it later (tests) keeps its own.
+    use_connection_pool(settings.DATABASES, settings.DATABASE_FRONT_POOL)
 
 django_asgi = get_asgi_application()
 
@@ -19,7 +29,7 @@ from pods.routing import websocket_urlpatterns  # noqa: E402  (needs the apps lo
 
 application = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_asgi),
+        "http": HealthzFirst(ASGIStaticFilesHandler(django_asgi)),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

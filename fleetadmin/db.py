@@ -1,4 +1,5 @@
-"""Surviving a database that dropped our connections (a restart, a failover, a killed backend).
+"""Surviving a database that dropped our connections (a restart, a failover, a killed backend),
+and the front's connection pool.
 
 Persistent connections (CONN_MAX_AGE=None) outlive such a drop in long-lived
 workers: the next query fails once with OperationalError. The work here is
@@ -39,3 +40,17 @@ def retry_on_db_error(func=None, *, attempts: int = 4, delay: float = 1.0):
         return wrapper
 
     return decorate(func) if func is not None else decorate
+
+
+def use_connection_pool(databases: dict, pool: dict) -> None:
+    """Give the default PostgreSQL database Django's psycopg pool (``OPTIONS["pool"]``), before any
+    connection is made. A connection closed at the end of a request goes back to the pool."""
+    default = databases["default"]
+    if default["ENGINE"] != "django.db.backends.postgresql":
+        return
+    default["OPTIONS"] = {**default.get("OPTIONS", {}), "pool": dict(pool)}
+    default["CONN_MAX_AGE"] = 0  # the pool keeps the connections (Django refuses both)
+    # No check before each checkout: it was one more round trip on every request, the slowest part
+    # of a request on a busy machine. A connection that broke while idle (a database restart)
+    # fails one request and the pool drops it when it comes back.
+    default["CONN_HEALTH_CHECKS"] = False

@@ -93,6 +93,14 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=None, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         raise EnvError("DATABASE_URL is for PostgreSQL; leave it unset for the embedded SQLite")
+    # The front (daphne) runs each request on a thread of its own, where a persistent connection
+    # is opened and lost every time: fleetadmin/asgi.py gives the front this pool instead
+    # (psycopg_pool). Workers keep persistent connections: a pool does not survive django-q2's fork.
+    DATABASE_FRONT_POOL = {
+        "min_size": 2,
+        "max_size": envint("DATABASE_FRONT_POOL_SIZE", 16, minimum=1),
+        "timeout": 10.0,  # seconds a request waits for a free connection
+    }
 else:
     DATABASES = {
         "default": {
@@ -110,6 +118,7 @@ else:
             "TEST": {"NAME": envstr("SQLITE_TEST_PATH", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
         }
     }
+    DATABASE_FRONT_POOL = None  # SQLite opens a connection in microseconds
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -191,6 +200,11 @@ LOGGING = {
 }
 DISPATCHER_STALE_SECONDS = envfloat("DISPATCHER_STALE_SECONDS", 20.0, minimum=2.0)
 DISPATCHERS_PER_POOL = envint("DISPATCHERS_PER_POOL", 1, minimum=1)
+# Task leases (fleetadmin/leases.py): a split or boot task renews its lease while it
+# works; the scaler sends again a task that did not start within the grace, or
+# stopped renewing (its worker killed, the broker lost it).
+TASK_LEASE_SECONDS = envfloat("TASK_LEASE_SECONDS", 60.0, minimum=1.0)
+TASK_START_GRACE_SECONDS = envfloat("TASK_START_GRACE_SECONDS", 300.0, minimum=1.0)
 OCR_LANGUAGES = [lang.strip() for lang in envstr("OCR_LANGUAGES", "eng").split(",") if lang.strip()]
 OCR_MAX_REQUEST_BYTES = envint("OCR_MAX_REQUEST_BYTES", 2 * 1024 * 1024 * 1024, minimum=1)
 CAPACITY_VERDICT_TTL_SECONDS = envfloat("CAPACITY_VERDICT_TTL_SECONDS", 90.0, minimum=1.0)
@@ -198,10 +212,22 @@ CATALOGUE_TTL_SECONDS = envfloat("CATALOGUE_TTL_SECONDS", 60.0, minimum=1.0)
 POD_CREATE_TIMEOUT_SECONDS = envfloat("POD_CREATE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 POD_RUNNING_TIMEOUT_SECONDS = envfloat("POD_RUNNING_TIMEOUT_SECONDS", 600.0, minimum=1.0)
 POD_READY_TIMEOUT_SECONDS = envfloat("POD_READY_TIMEOUT_SECONDS", 600.0, minimum=1.0)
+# How often a boot asks the provider (and the pod) how it is doing: 32 boots at 0.2 s were
+# 130 GraphQL calls a second, for pods that take minutes to come up.
+POD_POLL_SECONDS = envfloat("POD_POLL_SECONDS", 1.0, minimum=0.01)
+# The workers' CPU priority below the front's (nice increment, 0-19): on a machine they share,
+# the front answers first and the workers use what is left (fleetadmin/apps.py).
+WORKERS_NICE = envint("WORKERS_NICE", 5, minimum=0)
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)
 AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
 SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)
 SCALE_SECONDS_PER_PAGE_GUESS = envfloat("SCALE_SECONDS_PER_PAGE_GUESS", 2.0, minimum=0.001)
+# Cost-aware sizing: every pod costs its boot and its idle tail (the pool's idle_seconds)
+# beyond its pages. No more pods are wanted than keep that fixed cost within this share
+# of the work waiting (0 turns the cap off). A boot's length is measured from the pool's
+# last boots; SCALE_BOOT_SECONDS_GUESS until there are some.
+SCALE_MAX_OVERHEAD = envfloat("SCALE_MAX_OVERHEAD", 0.12, minimum=0.0)
+SCALE_BOOT_SECONDS_GUESS = envfloat("SCALE_BOOT_SECONDS_GUESS", 60.0, minimum=0.0)
 STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)
 URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.

@@ -9,6 +9,7 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from fleetadmin.leases import TaskLeased
 from pods.models import Pod, Pool
 
 
@@ -73,7 +74,7 @@ class Job(models.Model):
         }
 
 
-class Document(models.Model):
+class Document(TaskLeased):
     class Kind(models.TextChoices):
         PDF = "pdf"
         IMAGE = "image"

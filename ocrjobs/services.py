@@ -30,6 +30,7 @@ from django.db.models import F
 from django.utils import timezone
 from PIL import Image
 
+from fleetadmin import leases
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pool
 
@@ -259,6 +260,7 @@ def job_submit(
                         source=source,
                         size_bytes=item.size,
                         page_count=item.page_count,
+                        **leases.queued(),
                     )  # fmt: skip
                 )
             for offset, url in enumerate(urls):
@@ -272,6 +274,7 @@ def job_submit(
                         source="",
                         size_bytes=0,
                         page_count=0,
+                        **leases.queued(),
                     )  # fmt: skip
                 )
             Document.objects.bulk_create(documents)
@@ -368,6 +371,20 @@ def document_fetch(*, document_id: int) -> Document:
     document = Document.objects.select_related("job").get(pk=document_id)
     if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
         return document
+    row = Document.objects.filter(pk=document_id, kind=Document.Kind.URL, status=Document.Status.PENDING)
+    lease = leases.acquire(row)
+    if lease is None:
+        log.info("document %s: another task is fetching it", document_id)
+        return document
+    try:
+        # The download has its own time limit; the lease outlasts it.
+        leases.renew(row, lease, seconds=settings.URL_FETCH_TIMEOUT_SECONDS + settings.TASK_LEASE_SECONDS)
+        return _fetch_and_split(document, lease)
+    finally:
+        leases.release(Document.objects.filter(pk=document_id), lease)
+
+
+def _fetch_and_split(document: Document, lease: str) -> Document:
     staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
     staging.mkdir(parents=True)
     try:
@@ -387,7 +404,7 @@ def document_fetch(*, document_id: int) -> Document:
     document.kind, document.source = staged.kind, source
     document.size_bytes, document.page_count = staged.size, staged.page_count
     document.save(update_fields=["kind", "source", "size_bytes", "page_count"])
-    return document_split(document_id=document.pk)
+    return document_split(document_id=document.pk, lease=lease)
 
 
 def _fetch_to(url: str, staging: Path) -> _Staged:
@@ -430,14 +447,32 @@ def _enqueue_splits(document_ids: list[int]) -> None:
                    group="splits")  # fmt: skip
 
 
-def document_split(*, document_id: int) -> Document:
+def document_split(*, document_id: int, lease: str | None = None) -> Document:
     """Render a document's pages to images and create their rows, a batch at a time.
 
     Pages become claimable batch by batch, so OCR starts before a long PDF is
     fully split. Run again after a crash, it makes only the pages still missing.
+    One task splits a document at a time: it holds the document's lease (``lease``:
+    one its caller already holds), renewed batch by batch.
     """
-    document = Document.objects.select_related("job").get(pk=document_id)
-    if document.status != Document.Status.PENDING or document.job.status == Job.Status.CANCELLED:
+    row = Document.objects.filter(pk=document_id, status=Document.Status.PENDING)
+    if lease is None:
+        lease = leases.acquire(row)
+        if lease is None:
+            log.info("document %s: split already, or another task is splitting it", document_id)
+            return Document.objects.get(pk=document_id)
+    try:
+        return _split(Document.objects.select_related("job").get(pk=document_id), row, lease)
+    except leases.LeaseLost:
+        log.warning("document %s: another task took over its split", document_id)
+        return Document.objects.get(pk=document_id)
+    finally:
+        # Expired now: if it is still pending, the next scaler tick sends it again.
+        leases.release(Document.objects.filter(pk=document_id), lease)
+
+
+def _split(document: Document, row, lease: str) -> Document:
+    if document.job.status == Job.Status.CANCELLED:
         return document
     pages_dir = document.source_path.parent / "pages"
     pages_dir.mkdir(parents=True, exist_ok=True)
@@ -471,12 +506,14 @@ def document_split(*, document_id: int) -> Document:
                 page.finished_at = timezone.now()
             batch.append(page)
             if len(batch) >= SPLIT_BATCH:
+                leases.renew(row, lease)  # still ours: then these pages are ours to save
                 _save_pages(document, batch)
                 batch = []
                 if not nudged:
                     # The first pages can be read while the rest are rendered.
                     _nudge(document.job.pool_id)
                     nudged = True
+        leases.renew(row, lease)
         _save_pages(document, batch)
     finally:
         renderer.close()
@@ -485,6 +522,27 @@ def document_split(*, document_id: int) -> Document:
     job_refresh(job_id=document.job_id)
     _nudge(document.job.pool_id)
     return document
+
+
+def documents_recover(*, pool_id: int) -> list[int]:
+    """Send again the fetch or split of every waiting document whose task never started
+    or stopped renewing its lease (its worker was killed; the broker lost it)."""
+    lost = leases.expired(
+        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING).exclude(
+            job__status=Job.Status.CANCELLED
+        )
+    )
+    documents = list(lost.values_list("pk", "kind"))
+    if not documents:
+        return []
+    Document.objects.filter(pk__in=[pk for pk, _ in documents]).update(**leases.queued())
+    fetches = [pk for pk, kind in documents if kind == Document.Kind.URL]
+    splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
+    log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
+                len(splits))  # fmt: skip
+    _enqueue_fetches(fetches)
+    _enqueue_splits(splits)
+    return [pk for pk, _ in documents]
 
 
 def _save_pages(document: Document, pages: list[Page]) -> None:
@@ -705,17 +763,21 @@ def claims_renew(*, token: str, page_ids: list[int] | None = None) -> int:
     return pages.update(claim_expires_at=expires)
 
 
-def pages_assign_pods(*, token: str, assignments: list[tuple[int, int]]) -> None:
+def pages_assign_pods(*, token: str, assignments: list[tuple[int, int, int]]) -> None:
     """Record which pod each running page went to (one statement for many pages),
-    so that a pod that goes away sends its pages back to the queue at once."""
+    so that a pod that goes away sends its pages back to the queue at once.
+
+    ``assignments`` are (page id, attempt, pod id): a superseded attempt records nothing.
+    """
     if not assignments:
         return
     table = Page._meta.db_table
-    placeholders = ", ".join(["(CAST(%s AS bigint), CAST(%s AS bigint))"] * len(assignments))
-    params = [value for pair in assignments for value in pair] + [token, Page.Status.RUNNING]
+    placeholders = ", ".join(["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS bigint))"] * len(assignments))
+    params = [value for row in assignments for value in row] + [token, Page.Status.RUNNING]
     sql = (
-        f"WITH v(id, pod_id) AS (VALUES {placeholders}) UPDATE {table} SET pod_id = v.pod_id "
-        f"FROM v WHERE {table}.id = v.id AND {table}.claim_token = %s AND {table}.status = %s"
+        f"WITH v(id, attempts, pod_id) AS (VALUES {placeholders}) UPDATE {table} SET pod_id = v.pod_id "
+        f"FROM v WHERE {table}.id = v.id AND {table}.attempts = v.attempts "
+        f"AND {table}.claim_token = %s AND {table}.status = %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -729,14 +791,20 @@ class PageResult:
     pod_id: int | None
     result: dict
     seconds: float | None = None  # how long the pod took: the busy time that its spend is shared by
+    attempt: int | None = None  # the claim's attempt number; None: whichever attempt holds the claim
 
 
-def _write_result(item: PageResult) -> str:
+def _write_result(item: PageResult, token: str) -> str:
+    """Write a result file named for its claim (token and attempt): another claim's writer
+    can never overwrite it, and the same claim's writer trying again after a database
+    error writes the same file, not a second one. Written whole, then renamed into place."""
     results_dir = settings.MEDIA_ROOT / "jobs" / str(item.job_id) / str(item.position) / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
-    # A file named for this attempt: a second writer can never overwrite the first's.
-    path = results_dir / f"{item.page_id}-{uuid.uuid4().hex[:12]}.json"
-    path.write_text(json.dumps(item.result, ensure_ascii=False))
+    claim = f"{item.attempt}-{token[:12]}" if item.attempt is not None else uuid.uuid4().hex[:12]
+    path = results_dir / f"{item.page_id}-{claim}.json"
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    partial.write_text(json.dumps(item.result, ensure_ascii=False))
+    os.replace(partial, path)
     return str(path.relative_to(settings.MEDIA_ROOT))
 
 
@@ -752,34 +820,46 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
     """Store many pages' results at once; each only if its claim is still ours.
 
     Result files are written first, then one UPDATE marks the pages done; a page
-    whose claim was lost (expired and taken, cancelled) is not updated and its
-    file is removed, so a page is never written twice. Returns the stored ids.
+    whose claim was lost (expired and taken, cancelled, or superseded by a newer
+    attempt) is not updated and its file is removed, so a page is never written
+    twice. Of two results for one page in a batch, the first counts. Returns the
+    stored ids.
     """
-    if not items:
+    unique: dict[int, PageResult] = {}
+    for item in items:
+        unique.setdefault(item.page_id, item)
+    if not unique:
         return set()
-    paths = {item.page_id: _write_result(item) for item in items}
+    paths = {page_id: _write_result(item, token) for page_id, item in unique.items()}
     placeholders = ", ".join(
-        ["(CAST(%s AS bigint), CAST(%s AS text), CAST(%s AS double precision), CAST(%s AS bigint),"
-         " CAST(%s AS double precision))"] * len(items)
+        ["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
+         " CAST(%s AS bigint), CAST(%s AS double precision))"] * len(unique)
     )  # fmt: skip
     params: list = []
-    for item in items:
-        params += [item.page_id, paths[item.page_id], _confidence(item.result), item.pod_id, item.seconds]
+    for page_id, item in unique.items():
+        params += [page_id, item.attempt, paths[page_id], _confidence(item.result), item.pod_id, item.seconds]
     table = Page._meta.db_table
     sql = (
-        f"WITH v(id, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
+        f"WITH v(id, attempts, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
         f"UPDATE {table} SET status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, "
         f"seconds = v.seconds, "
         f"error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s "
-        f"FROM v WHERE {table}.id = v.id AND {table}.claim_token = %s AND {table}.status = %s "
+        f"FROM v WHERE {table}.id = v.id AND {table}.attempts = COALESCE(v.attempts, {table}.attempts) "
+        f"AND {table}.claim_token = %s AND {table}.status = %s "
         f"RETURNING {table}.id"
     )
     params += [Page.Status.DONE, timezone.now(), token, Page.Status.RUNNING]
+    # On a database error the files stay: whether the commit happened is unknown. Called
+    # again, this writes the same files (named for their claims) and sorts them out.
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         stored = {row[0] for row in cursor.fetchall()}
-    for page_id, relative in paths.items():
-        if page_id not in stored:
+    refused = {page_id: relative for page_id, relative in paths.items() if page_id not in stored}
+    if refused:
+        # Not stored now, but maybe by this same call before a database error cut off its
+        # answer: a file that a page refers to stays.
+        kept = set(Page.objects.filter(pk__in=refused, result__in=refused.values()).values_list("result", flat=True))
+        for relative in set(refused.values()) - kept:
             (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
     return stored
 
@@ -793,20 +873,25 @@ def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict)
     return page_id in pages_complete(token=token, items=[item])
 
 
-def page_attempt_failed(*, page_id: int, token: str, pod_id: int | None, error: str, final: bool = False) -> str:
-    """Record a failed attempt: the page waits for another, or fails when they are spent."""
-    page = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).first()
+def page_attempt_failed(
+    *, page_id: int, token: str, pod_id: int | None, error: str, final: bool = False, attempt: int | None = None
+) -> str:
+    """Record a failed attempt: the page waits for another, or fails when they are spent.
+    ``attempt`` names the claim that failed; a superseded one changes nothing ("lost")."""
+    claim = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING)
+    if attempt is not None:
+        claim = claim.filter(attempts=attempt)
+    page = claim.first()
     if page is None:
         return "lost"
+    claim = claim.filter(attempts=page.attempts)
     if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
-        Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
+        claim.update(
             status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
             claim_expires_at=None, finished_at=timezone.now(),
         )  # fmt: skip
         return "failed"
-    Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING).update(
-        status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None
-    )
+    claim.update(status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None)
     return "retry"
 
 

@@ -7,7 +7,7 @@ from datetime import UTC
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,9 +20,21 @@ from pods.spend import spend_report
 FRESH_PRICES_WAIT_SECONDS = 15.0
 
 
+def _status_json() -> bytes:
+    return selectors.fleet_status_snapshot.get().json
+
+
 @api_view(scope="read")
-def status(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(selectors.fleet_status())
+async def status(request: HttpRequest) -> HttpResponse:
+    """The fleet as of at most ``selectors.STATUS_MAX_AGE_SECONDS`` ago (one snapshot per process).
+
+    While the snapshot is young it is answered from the loop, with the JSON encoded once per
+    snapshot, and refreshed ahead on the snapshot's own thread. Only when there is no young one
+    does the request wait, on its thread, for the one computation in progress (or make it).
+    """
+    snapshot = selectors.fleet_status_snapshot.peek()
+    body = snapshot.json if snapshot is not None else await sync_to_async(_status_json)()
+    return HttpResponse(body, content_type="application/json")
 
 
 def _catalogue_dict(provider: str, catalogue: capacity.Catalogue, *, refreshing: bool = False) -> dict:

@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 
 from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard
 from pods.models import Alert, BootAttempt, Pod, Pool
-from pods.selectors import fleet_status
+from pods.selectors import fleet_status_cached
 
 STAFF = "staff"
 FLEET_SECTIONS = ("live", "pools", "charts", "pods", "jobs")
@@ -139,7 +139,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
     """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
     from ocrjobs.models import Page
 
-    status = fleet_status()
+    status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     chart_start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
     since = min(midnight, chart_start)

@@ -8,6 +8,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from fleetadmin.leases import TaskLeased
+
 
 class Pool(models.Model):
     """A set of interchangeable pods of one provider, grown and shed together."""
@@ -24,6 +26,9 @@ class Pool(models.Model):
     lanes_per_pod = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(256)])
     max_parallel_boots = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
     idle_seconds = models.PositiveIntegerField(default=300, help_text="idle time before a pod above the floor is shed")
+    shed_tick_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="a tick is due then: a pod will have idled long enough"
+    )
     max_dollars_per_hour = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: no boot past this $/h"
     )
@@ -67,7 +72,7 @@ class PodQuerySet(models.QuerySet):
         return self.filter(state=Pod.State.READY)
 
 
-class Pod(models.Model):
+class Pod(TaskLeased):
     class State(models.TextChoices):
         BOOTING = "booting"
         READY = "ready"

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from decimal import Decimal
+from typing import NamedTuple
 
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from fleetadmin.snapshot import Snapshot
 from pods import capacity
 from pods.models import Alert, Pod, Pool
 
 RATE_WINDOW_SECONDS = 60
+# Invariant 1: the status endpoint and the dashboard answer from a snapshot at most this old,
+# so that their cost does not grow with the requests (about two computations a second per process).
+STATUS_MAX_AGE_SECONDS = 1.0
 
 
 def fleet_status() -> dict:
@@ -24,10 +32,15 @@ def fleet_status() -> dict:
     now = timezone.now()
     since = now - timezone.timedelta(seconds=RATE_WINDOW_SECONDS)
     pools = list(Pool.objects.all())
-    alive = list(Pod.objects.alive().select_related("pool"))
+    pool_of = {pool.pk: pool for pool in pools}
+    # (a pod of a pool made since the line above is in the next snapshot)
+    alive = [pod for pod in Pod.objects.alive() if pod.pool_id in pool_of]
+    for pod in alive:
+        pod.pool = pool_of[pod.pool_id]  # the pools just read, not one more instance per pod
     page_counts = {
         row["pool_id"]: row
-        for row in Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).values("pool_id")
+        for row in Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+        .order_by().values("pool_id")  # aggregates: no ORDER BY, nothing added to the GROUP BY
         .annotate(
             waiting=Count("id", filter=Q(status=Page.Status.PENDING) | Q(claim_expires_at__lt=now)),
             running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
@@ -35,6 +48,7 @@ def fleet_status() -> dict:
     }  # fmt: skip
     done_recently = dict(
         Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
+        .order_by()
         .values_list("pool_id")
         .annotate(n=Count("id"))
         .values_list("pool_id", "n")
@@ -75,3 +89,26 @@ def fleet_status() -> dict:
         "alerts": [a.to_dict() for a in alerts],
         "capacity_verdicts": capacity.verdicts_for_status(),
     }
+
+
+class FleetStatus(NamedTuple):
+    data: dict
+    json: bytes  # what the status endpoint answers, encoded once per snapshot
+
+
+def _fleet_status_with_json() -> FleetStatus:
+    data = fleet_status()
+    return FleetStatus(data, json.dumps(data, cls=DjangoJSONEncoder).encode())
+
+
+# Refreshed ahead on its own thread, which gives its connection back after each refresh (to the
+# front's pool on PostgreSQL).
+fleet_status_snapshot: Snapshot[FleetStatus] = Snapshot(
+    _fleet_status_with_json, max_age=STATUS_MAX_AGE_SECONDS, after_refresh=connections.close_all, name="fleet-status"
+)
+
+
+def fleet_status_cached() -> dict:
+    """``fleet_status()`` at most ``STATUS_MAX_AGE_SECONDS`` old, computed once for concurrent callers
+    in this process. Shared by every caller: read it, never change it."""
+    return fleet_status_snapshot.get().data

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from fleetadmin import leases
 from pods import capacity
 from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
 from pods.poolconfig import PoolConfigError, pool_offers
@@ -35,6 +37,9 @@ from pods.providers.base import (
 log = logging.getLogger(__name__)
 
 UNKNOWN_OFFER_BLOCK_SECONDS = 3600.0
+# A shed tick waits in a worker at most this long; later sheds are the schedule's.
+SHED_TICK_HORIZON_SECONDS = 90.0
+SHED_TICK_MARGIN_SECONDS = 0.5
 
 
 class BootFailed(Exception):
@@ -46,6 +51,8 @@ class BootCancelled(BootFailed):
 
 
 def _check_cancelled(pod: Pod) -> None:
+    """Between every step of a boot: renew its lease, and stop if the boot is no longer wanted."""
+    leases.renew(Pod.objects.filter(pk=pod.pk), pod.task_lease_token)
     state, cancel = Pod.objects.filter(pk=pod.pk).values_list("state", "cancel_requested_at").get()
     if cancel is not None:
         raise BootCancelled("cancelled by a shed before it joined")
@@ -80,9 +87,22 @@ def pod_boot(*, pod_id: int) -> Pod:
     for, not created twice. Each stage has its own time limit, counted from the
     pod's creation so that a retried boot keeps them.
     """
-    pod = Pod.objects.select_related("pool").get(pk=pod_id)
-    if pod.state != Pod.State.BOOTING:
-        return pod
+    row = Pod.objects.filter(pk=pod_id, state=Pod.State.BOOTING)
+    lease = leases.acquire(row)
+    if lease is None:
+        log.info("pod %s: booted already, or another task is booting it", pod_id)
+        return Pod.objects.select_related("pool").get(pk=pod_id)
+    try:
+        return _boot(Pod.objects.select_related("pool").get(pk=pod_id))
+    except leases.LeaseLost:
+        log.warning("pod %s: another task took over its boot", pod_id)
+        return Pod.objects.select_related("pool").get(pk=pod_id)
+    finally:
+        # Expired now: if it is still booting, the next scaler tick sends it again.
+        leases.release(Pod.objects.filter(pk=pod_id), lease)
+
+
+def _boot(pod: Pod) -> Pod:
     provider = get_provider(pod.pool.provider)
     try:
         if not pod.provider_id:
@@ -147,6 +167,7 @@ def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
     candidates = capacity.priced(offers, catalogue)
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     deadline = time.monotonic() + settings.POD_CREATE_TIMEOUT_SECONDS
+    errors: dict[str, str] = {}  # candidate -> the last error other than "no capacity"
     while True:
         blocked = capacity.blocked_keys(keys)
         waited_on = 0
@@ -170,6 +191,7 @@ def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
             try:
                 created = provider.create(spec)
             except NoCapacity as exc:
+                errors.pop(key, None)
                 _attempt(pod, key, BootAttempt.Outcome.NO_CAPACITY, exc, started)
                 capacity.probe_finish(key, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
                 continue
@@ -186,6 +208,7 @@ def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
             except Transient as exc:
                 _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
                 capacity.probe_finish(key)
+                errors[key] = str(exc)
                 continue
             except ValueError as exc:  # a value the SDK cannot send safely
                 _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
@@ -201,10 +224,22 @@ def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
             Alert.resolve(pool=pool, kind=Alert.Kind.AUTH)
             return
         if not waited_on:
-            raise BootFailed(f"no capacity on any of the {len(candidates)} candidates")
+            raise BootFailed(_none_created(len(candidates), errors))
         if time.monotonic() > deadline:
             raise BootFailed(f"no candidate free after {settings.POD_CREATE_TIMEOUT_SECONDS:.0f} s")
         time.sleep(0.1)
+
+
+def _none_created(candidates: int, errors: dict[str, str]) -> str:
+    """Why a walk of every candidate created no pod: no capacity, or errors (not the same thing)."""
+    if not errors:
+        return f"no capacity on any of the {candidates} candidates"
+    key, error = list(errors.items())[-1]
+    others = candidates - len(errors)
+    return (
+        f"{len(errors)} of the {candidates} candidates failed with errors (last, {key}: {error})"
+        + (f"; no capacity on the other {others}" if others else "")
+    )[:2000]
 
 
 def _attempt(pod: Pod, key: str, outcome: str, error: Exception | None, started: float) -> None:
@@ -227,13 +262,13 @@ def _wait_until_serving(pod: Pod, provider: Provider) -> tuple[ProviderPod, dict
             break
         if timezone.now() > running_by:
             raise BootFailed(f"not running after {settings.POD_RUNNING_TIMEOUT_SECONDS:.0f} s")
-        time.sleep(0.2)
+        time.sleep(settings.POD_POLL_SECONDS)
     ready_by = timezone.now() + timezone.timedelta(seconds=settings.POD_READY_TIMEOUT_SECONDS)
     while (engine := pod_engine(seen.base_url)) is None:
         _check_cancelled(pod)  # during model load
         if timezone.now() > ready_by:
             raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
-        time.sleep(0.2)
+        time.sleep(settings.POD_POLL_SECONDS)
         if provider.get(pod.provider_id) is None:
             raise BootFailed("the pod went away while loading its model")
     return seen, engine
@@ -345,6 +380,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         row = pods.filter(name=seen.name).first()
         if row is not None and row.is_alive and not row.provider_id:
             _save_created(row, seen, None)  # the boot died between create and save
+            Pod.objects.filter(pk=row.pk).update(**leases.queued())
             _enqueue_boots([row.pk])
             result.adopted.append(seen.name)
             continue
@@ -353,6 +389,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             adopted = Pod.objects.create(
                 pool=pool, name=seen.name, provider_id=provider_id, lanes=pool.lanes_per_pod,
                 cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
+                **leases.queued(),
             )  # fmt: skip
             _enqueue_boots([adopted.pk])
             result.adopted.append(seen.name)
@@ -382,6 +419,7 @@ class Demand:
     seconds_per_page: float
     wanted: int  # pods, between the warm floor and max pods
     capped_jobs: list[int] = field(default_factory=list)
+    affordable: int | None = None  # pods whose boots and idle tails the work pays for (None: no cap)
 
 
 def seconds_per_page(pool: Pool) -> float:
@@ -396,6 +434,14 @@ def seconds_per_page(pool: Pool) -> float:
     return float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
 
 
+def boot_seconds(pool: Pool) -> float:
+    """Measured: the mean time from create to ready of the pool's last boots; a setting until there are some."""
+    recent = pool.pods.filter(ready_at__isnull=False).order_by("-ready_at")[:20]
+    times = [(p.ready_at - (p.billed_from or p.created_at)).total_seconds() for p in recent.only(
+        "ready_at", "billed_from", "created_at")]  # fmt: skip
+    return sum(times) / len(times) if times else settings.SCALE_BOOT_SECONDS_GUESS
+
+
 def _jobs_over_budget(pool: Pool) -> list[int]:
     from ocrjobs.models import Job, Page
     from pods.spend import job_spend
@@ -407,8 +453,10 @@ def _jobs_over_budget(pool: Pool) -> list[int]:
 
 def pool_demand(pool: Pool) -> Demand:
     """Pods wanted: the work waiting (pages × measured seconds per page), spread over the
-    lanes of a pod, drained within SCALE_TARGET_SECONDS; between the floor and max pods.
-    Pages of jobs past their budget want no pod."""
+    lanes of a pod, drained within SCALE_TARGET_SECONDS; but no more pods than the work
+    pays for (each costs its boot and its idle tail, which may add SCALE_MAX_OVERHEAD of
+    the work at most); between the floor and max pods. Pages of jobs past their budget
+    want no pod."""
     from ocrjobs.models import Page
 
     capped = _jobs_over_budget(pool)
@@ -418,10 +466,15 @@ def pool_demand(pool: Pool) -> Demand:
     per_page = seconds_per_page(pool)
     work = (waiting + running) * per_page  # lane-seconds
     wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
+    affordable = None
+    fixed = boot_seconds(pool) + pool.idle_seconds  # pod-seconds each pod costs beyond its pages
+    if settings.SCALE_MAX_OVERHEAD and fixed > 0:
+        affordable = math.floor(settings.SCALE_MAX_OVERHEAD * work / pool.lanes_per_pod / fixed)
+        wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
     wanted = min(max(wanted, pool.min_pods), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped)
+    return Demand(waiting, running, per_page, wanted, capped, affordable)
 
 
 def dispatch_stalled(pool: Pool, demand: Demand) -> str:
@@ -520,6 +573,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 name=pod_name(pool, uuid.uuid4().hex[:8]),
                 lanes=pool.lanes_per_pod,
                 reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
+                **leases.queued(),
             )
             booted.append(pod.pk)
         if booted:
@@ -549,12 +603,28 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 pod_release(pod=pod, reason="shed: idle" if idle else "shed: scale request")
                 shed.append(pod.pk)
                 surplus -= 1
+            elif pod.pk not in busy:
+                # Surplus, but not idle long enough yet: tick the moment it is, not a schedule later.
+                _tick_when_sheddable(pool, pod.last_busy_at + timezone.timedelta(seconds=pool.idle_seconds))
+                break
     if cancelled or shed:
         log.info("pool %s shed: stopped %d anticipatory boots, released %d pods", pool.key, cancelled, len(shed))
     waiting = pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
         dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
     return TickResult(pool.key, waiting, demand.wanted, len(serving), booted, shed, cancelled, blocked)
+
+
+def _tick_when_sheddable(pool: Pool, at) -> None:
+    """Have a tick run at ``at``, when a surplus pod will have idled long enough, if that is
+    sooner than the schedule would come (one such tick per pool, the earliest wins)."""
+    now = timezone.now()
+    if (at - now).total_seconds() > SHED_TICK_HORIZON_SECONDS:
+        return  # the schedule comes before then
+    at = max(at, now) + timezone.timedelta(seconds=SHED_TICK_MARGIN_SECONDS)
+    due = Q(shed_tick_at__isnull=True) | Q(shed_tick_at__lt=now) | Q(shed_tick_at__gt=at)
+    if Pool.objects.filter(pk=pool.pk).filter(due).update(shed_tick_at=at):
+        _enqueue("pods.tasks.shed_tick", pool.pk, at.isoformat(), name=f"shed tick pool {pool.pk}")
 
 
 def _auth_blocked(pool: Pool) -> str:
@@ -569,6 +639,18 @@ def _enqueue(func: str, *args, name: str) -> None:
     from django_q.tasks import async_task
 
     async_task(func, *args, task_name=name, group="scaler")
+
+
+def boots_recover(*, pool: Pool) -> list[int]:
+    """Send again the boot of every booting pod whose task never started or stopped
+    renewing its lease (its worker was killed; the broker lost it). A boot is safe to
+    run again: a pod already created is waited for, not created twice."""
+    lost = list(leases.expired(pool.pods.filter(state=Pod.State.BOOTING)).values_list("pk", flat=True))
+    if lost:
+        Pod.objects.filter(pk__in=lost).update(**leases.queued())
+        log.warning("pool %s: sending again %d boots whose tasks were lost", pool.key, len(lost))
+        _enqueue_boots(lost)
+    return lost
 
 
 def _enqueue_boots(pod_ids: list[int]) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime
+
+from django.utils import timezone
 
 from fleetadmin.db import retry_on_db_error
 from pods import services
@@ -33,7 +37,26 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
             services.reconcile(provider_name=provider_name)
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
+    from ocrjobs.services import documents_recover
+
+    for pool in pools:
+        # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted).
+        services.boots_recover(pool=pool)
+        documents_recover(pool_id=pool.pk)
     return [vars(services.pool_tick(pool=pool)) for pool in pools]
+
+
+@retry_on_db_error
+def shed_tick(pool_id: int, at: str) -> str:
+    """A tick at a set time (``at``, ISO 8601): when a surplus pod will have idled long enough."""
+    when = datetime.fromisoformat(at)
+    delay = (when - timezone.now()).total_seconds()
+    if delay > 0:
+        time.sleep(min(delay, services.SHED_TICK_HORIZON_SECONDS))
+    if not Pool.objects.filter(pk=pool_id, shed_tick_at=when).update(shed_tick_at=None):
+        return "superseded by an earlier tick"
+    scaler_tick(pool_id)
+    return "ticked"
 
 
 def nudge_scaler(pool_id: int) -> None:

@@ -14,6 +14,29 @@ def media_root(settings, tmp_path):
     return settings.MEDIA_ROOT
 
 
+@pytest.fixture(autouse=True)
+def sizing_by_target_only(settings):
+    # The scaler tests size fleets by the time target; the cost cap has tests of its own
+    # (tests/pods/test_scaler.py), which turn it back on.
+    settings.SCALE_MAX_OVERHEAD = 0.0
+
+
+@pytest.fixture(autouse=True)
+def fast_boot_polls(settings):
+    # Simulated pods come up in tenths of a second; a boot in a test asks as often as it used to.
+    settings.POD_POLL_SECONDS = 0.2
+
+
+@pytest.fixture(autouse=True)
+def fresh_fleet_status():
+    # The status snapshot lives as long as the process: no test sees the one before's fleet.
+    from pods.selectors import fleet_status_snapshot
+
+    fleet_status_snapshot.clear()
+    yield
+    fleet_status_snapshot.clear()
+
+
 @pytest.fixture
 def admin_user(db):
     return get_user_model().objects.create_user("alice", password="alice-pass-1", is_staff=True, is_superuser=True)

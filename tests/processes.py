@@ -1,7 +1,8 @@
-"""Real fleetadmin processes for tests: daphne and qcluster on the test database."""
+"""Real fleetadmin processes for tests: daphne and the workers (qcluster) on the test database."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,6 +14,8 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 from django.db import connection
+
+from fleetadmin.workers import processes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,20 +51,40 @@ def child_env(var_dir: Path, **extra: str) -> dict[str, str]:
 
 
 class Process:
+    """A child in a session of its own, so that stop() finds every process it started."""
+
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.popen = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        """Signal the process group, then kill whatever of the session is left.
+
+        The session holds the whole tree, also the workers' cluster, which the supervisor runs in a
+        process group of its own; local pods start sessions of their own and are left to the
+        ``deployment`` fixture.
+        """
         if self.popen.poll() is None:
-            self.popen.send_signal(sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+                pass
+        session, deadline = self.popen.pid, time.monotonic() + timeout
+        while (left := [p for p in processes() if p.session == session and p.state not in "ZX"]) and (
+            time.monotonic() < deadline
+        ):
+            for process in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+            self.popen.poll()  # reaps the leader
+            time.sleep(0.05)
+        self.popen.wait()
         self.log.close()
 
     def tail(self, lines: int = 40) -> str:
@@ -83,7 +106,8 @@ def start_front(env: dict[str, str], log_dir: Path) -> tuple[Process, str]:
 
 
 def start_workers(env: dict[str, str], log_dir: Path, name: str = "qcluster") -> Process:
-    return Process(name, [sys.executable, "manage.py", "qcluster"], env, log_dir)
+    """The workers as production runs them: the supervisor and its django-q2 cluster."""
+    return Process(name, [sys.executable, "manage.py", "workers"], env, log_dir)
 
 
 def _answers(url: str) -> bool:

@@ -41,6 +41,12 @@ REASON_LOG_SECONDS = 15.0
 IDLE_EXIT_SECONDS = 3.0
 NO_POD_EXIT_SECONDS = 30.0
 POD_FAILURES_TO_DRAIN = 5
+# A pod that refuses a connection leaves this dispatcher's lanes at once (its page
+# goes to another lane, no attempt spent); refusing again after that drains it.
+REFUSED_SHUN_SECONDS = 10.0
+REFUSALS_TO_DRAIN = 2
+LAG_SAMPLE_SECONDS = 0.25
+LAG_EXCUSES_TIMEOUT_SECONDS = 1.0  # a loop this late may itself have missed the pod's answer
 
 
 class DispatchLoop:
@@ -54,7 +60,10 @@ class DispatchLoop:
         self.inflight: dict[int, services.ClaimedPage] = {}
         self.touched_jobs: set[int] = set()
         self.results: list[services.PageResult] = []
-        self.assignments: list[tuple[int, int]] = []
+        self.assignments: list[tuple[int, int, int]] = []
+        self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
+        self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
+        self.lagged_at = -1e9  # when the loop last woke late enough to excuse a pod's timeout
         self.done = 0
         self.failed = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatch-db")
@@ -94,10 +103,11 @@ class DispatchLoop:
         claim_again_at = 0.0
         idle_since: float | None = None
         no_pod_since: float | None = None
-        flusher = None
+        flusher = sampler = None
         try:
             async with aiohttp.ClientSession(timeout=timeout, connector=connector) as self.client:
                 flusher = asyncio.ensure_future(self.flush_forever())
+                sampler = asyncio.ensure_future(self.sample_lag())
                 while True:
                     now = time.monotonic()
                     if now - last_refresh >= POD_REFRESH_SECONDS:
@@ -144,8 +154,9 @@ class DispatchLoop:
                         pass
                     self.wakeup.clear()
         finally:
-            if flusher is not None:
-                flusher.cancel()
+            for task in (flusher, sampler):
+                if task is not None:
+                    task.cancel()
             await self.flush()
             if self.queue:
                 await self.db(services.pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
@@ -165,6 +176,14 @@ class DispatchLoop:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             await self.flush()
+
+    async def sample_lag(self) -> None:
+        while True:
+            expected = time.monotonic() + LAG_SAMPLE_SECONDS
+            await asyncio.sleep(LAG_SAMPLE_SECONDS)
+            woke = time.monotonic()
+            if woke - expected >= LAG_EXCUSES_TIMEOUT_SECONDS:
+                self.lagged_at = woke
 
     async def flush(self) -> None:
         """Store the results gathered since the last flush in one statement, and the pods
@@ -196,6 +215,12 @@ class DispatchLoop:
             if lane is None:
                 return
             page = self.queue.popleft()
+            if page.id in self.inflight:
+                # Claimed again while its forward is still out (the pod it went to was
+                # declared lost): that forward now stands for the newer attempt.
+                self.inflight[page.id] = page
+                self.lanes.release(lane)
+                continue
             self.inflight[page.id] = page
             task = asyncio.ensure_future(self.forward(page, lane))
             self.flights.add(task)
@@ -214,8 +239,11 @@ class DispatchLoop:
         )  # fmt: skip
 
     async def forward(self, page: services.ClaimedPage, lane: PodLanes) -> None:
+        """Send one page to one lane. While it is out, ``self.inflight[page.id]`` is the
+        newest claim it stands for; a page handed back to the queue leaves ``inflight``."""
+        handed_back = False
         try:
-            self.assignments.append((page.id, lane.pod_id))
+            self.assignments.append((page.id, page.attempts, lane.pod_id))
             image = await self.io(_read_bytes, page.image)
             sent = time.monotonic()
             try:
@@ -224,24 +252,33 @@ class DispatchLoop:
                     status = response.status
                     body = await response.read()
             except TimeoutError:
-                await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=True)
+                # Not the pod's fault if this loop was itself too late to read the answer.
+                excused = self.lagged_at >= sent
+                await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=not excused)
+                return
+            except aiohttp.ClientConnectorError as exc:
+                # Nothing reached the pod: the page goes to another lane on this claim.
+                handed_back = True
+                self.hand_back(page)
+                await self.connection_refused(lane, exc)
                 return
             except aiohttp.ClientError as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
                 return
+            self.refusals.pop(lane.pod_id, None)
             if status == 200:
                 lane.failures = 0
                 self.results.append(
                     services.PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
-                                        time.monotonic() - sent)
+                                        time.monotonic() - sent, attempt=self.claim_of(page).attempts)
                 )  # fmt: skip
                 return
             error = _error_of(body)
             if status == 429:
                 # The pod is full (another dispatcher shares it): try again soon, no attempt spent.
-                self.queue.appendleft(page)
-                self.inflight.pop(page.id, None)
                 await asyncio.sleep(0.2)
+                handed_back = True
+                self.hand_back(page)
                 return
             if status in (400, 413, 415):
                 await self.attempt_failed(page, lane, f"the pod refused the page: {error}", final=True)
@@ -253,18 +290,47 @@ class DispatchLoop:
             log.exception("page %s: forward failed", page.id)
             await self.attempt_failed(page, lane, f"dispatch error: {exc!r}")
         finally:
-            self.inflight.pop(page.id, None)
+            if not handed_back:
+                self.inflight.pop(page.id, None)
             self.lanes.release(lane)
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
             self.wakeup.set()
 
+    def claim_of(self, page: services.ClaimedPage) -> services.ClaimedPage:
+        """The newest claim on this page that this dispatcher holds."""
+        return self.inflight.get(page.id, page)
+
+    def hand_back(self, page: services.ClaimedPage) -> None:
+        """Put a page that never reached a pod back at the head of the queue, on its claim."""
+        self.queue.appendleft(self.inflight.pop(page.id, page))
+
+    async def connection_refused(self, lane: PodLanes, exc: Exception) -> None:
+        """The pod took no connection: none of its lanes gets a page for a while (the
+        forwards already out to it count as one refusal), and the scaler hears of it
+        (a dead pod is found lost by its reconcile). A pod that refuses again after
+        that is drained: it is not serving."""
+        pod_id = lane.pod_id
+        now = time.monotonic()
+        if self.shunned.get(pod_id, 0) > now:
+            return
+        refusals = self.refusals[pod_id] = self.refusals.get(pod_id, 0) + 1
+        self.shunned[pod_id] = now + REFUSED_SHUN_SECONDS
+        self.lanes.remove(pod_id)
+        log.warning("pod %s refused a connection (%d time(s) in a row): %r", pod_id, refusals, exc)
+        if refusals >= REFUSALS_TO_DRAIN:
+            self.refusals.pop(pod_id, None)
+            await self.db(_drain_pod, pod_id=pod_id, error=f"refusing connections {refusals} times: {exc!r}")
+        else:
+            await self.db(_nudge_scaler, pool_id=self.pool_id)
+
     async def attempt_failed(
         self, page: services.ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
     ) -> None:
+        claim = self.claim_of(page)
         outcome = await self.db(services.page_attempt_failed, page_id=page.id, token=self.token,
-                                pod_id=lane.pod_id, error=error, final=final)  # fmt: skip
-        log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, page.attempts, lane.pod_id, error, outcome)
+                                pod_id=lane.pod_id, error=error, final=final, attempt=claim.attempts)  # fmt: skip
+        log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, claim.attempts, lane.pod_id, error, outcome)
         if outcome == "failed":
             self.failed += 1
             self.touched_jobs.add(page.job_id)
@@ -272,10 +338,14 @@ class DispatchLoop:
             lane.failures += 1
             if lane.failures >= POD_FAILURES_TO_DRAIN and lane.active:
                 self.lanes.remove(lane.pod_id)
-                await self.db(_drain_pod, pod_id=lane.pod_id, error=error)
+                await self.db(_drain_pod, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
 
     async def refresh_pods(self) -> None:
         ready, counts = await self.db(_fleet, pool_id=self.pool_id)
+        if self.shunned:
+            now = time.monotonic()
+            self.shunned = {pod_id: until for pod_id, until in self.shunned.items() if until > now}
+            ready = [pod for pod in ready if pod[0] not in self.shunned]
         self.lanes.sync(ready, counts)
 
     async def heartbeat(self) -> None:
@@ -352,10 +422,10 @@ def _revive(*, dispatcher_id: int) -> None:
 
 def _drain_pod(*, pod_id: int, error: str) -> None:
     updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
-        state=Pod.State.DRAINING, error=f"drained after {POD_FAILURES_TO_DRAIN} failed pages: {error}"[:2000]
+        state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
     )
     if updated:
-        log.warning("pod %s drained after %d failed pages", pod_id, POD_FAILURES_TO_DRAIN)
+        log.warning("pod %s drained after %s", pod_id, error)
         from pods.tasks import nudge_scaler
 
         nudge_scaler(Pod.objects.get(pk=pod_id).pool_id)

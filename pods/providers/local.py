@@ -89,6 +89,9 @@ class LocalProvider:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # The pod is the provider's, not the worker's: like a RunPod pod it outlives a restart
+                # of the workers, which kills their process group (fleetadmin.workers).
+                start_new_session=True,
             )  # fmt: skip
         # /proc may show the forked parent's command line for a moment after
         # the spawn; wait until it shows the pod's own, so get() finds it.

@@ -68,6 +68,33 @@ def test_using_a_token_records_when_it_was_last_used(client, ordinary_user):
     assert row.last_used_at is not None
 
 
+def test_last_used_is_written_at_most_once_a_minute_per_token(client, ordinary_user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from fleetadmin.api import LAST_USED_RESOLUTION_SECONDS
+
+    row, token = ApiToken.issue(user=ordinary_user, name="t", scopes=["read"])
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def stamp_after_a_request():
+        assert client.get("/v1/jobs", headers=headers).status_code == 200
+        row.refresh_from_db()
+        return row.last_used_at
+
+    first = stamp_after_a_request()
+    assert first is not None
+    assert stamp_after_a_request() == first  # a second later: not written again
+    with CaptureQueriesContext(connection) as seen:
+        client.get("/v1/jobs", headers=headers)
+    assert seen.captured_queries and not [q for q in seen.captured_queries if q["sql"].startswith("UPDATE")]
+
+    a_minute_ago = timezone.now() - timezone.timedelta(seconds=LAST_USED_RESOLUTION_SECONDS + 1)
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=a_minute_ago)
+    assert stamp_after_a_request() > a_minute_ago  # older than a minute: written again
+
+
 def test_the_hash_of_a_token_does_not_authenticate(client, ordinary_user):
     row, _ = ApiToken.issue(user=ordinary_user, name="t", scopes=["admin"])
 

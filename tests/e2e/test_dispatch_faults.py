@@ -4,6 +4,7 @@ Every page ends exactly once, with one result."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -112,3 +113,25 @@ def test_a_pod_killed_mid_page_sends_its_pages_elsewhere_once(farm, tmp_path):
     _assert_every_page_done_once(job)
     assert Pod.objects.get(pk=pods[0].pk).state == Pod.State.DRAINING  # failed pages drained it
     assert Page.objects.filter(job=job, pod=pods[0]).count() < Page.objects.filter(job=job, pod=pods[1]).count()
+
+
+def test_a_pod_that_refuses_connections_spends_no_attempt_and_is_drained(farm, tmp_path):
+    # 300 pages at 0.2 s on 4 lanes keep the dispatcher busy past the pod's first 10 s away.
+    pool, job, pods = _fleet(farm, pods=2, pages=300)
+    with socket.socket() as closed:  # a port that nothing listens on: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    Pod.objects.filter(pk=pods[0].pk).update(base_url=dead_url)
+
+    dispatcher = _dispatcher(pool, tmp_path)
+    try:
+        assert dispatcher.wait(timeout=120) == 0
+    finally:
+        if dispatcher.poll() is None:
+            dispatcher.kill()
+
+    _assert_every_page_done_once(job)
+    assert set(job.pages.values_list("attempts", flat=True)) == {1}  # a refused connection spent no attempt
+    assert not job.pages.filter(pod=pods[0]).exists()
+    dead = Pod.objects.get(pk=pods[0].pk)
+    assert (dead.state, "refusing connections 2 times" in dead.error) == (Pod.State.DRAINING, True)

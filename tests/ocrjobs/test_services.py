@@ -247,6 +247,75 @@ def test_complete_twice_with_the_same_token_stores_the_result_once(page):
     assert results_of(page) == [page.document.source_path.parent / "results" / page.result.rsplit("/", 1)[-1]]
 
 
+def test_two_results_for_one_page_in_one_batch_store_the_first_and_leave_one_file(page):
+    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    first, second = (
+        services.PageResult(page.pk, claim.job_id, claim.position, None, result_for(text), attempt=claim.attempts)
+        for text in ("first", "second")
+    )
+
+    assert services.pages_complete(token="A", items=[first, second]) == {page.pk}
+
+    page = reload(page)
+    assert page.read_result()["text"] == "first\n"
+    assert results_of(page) == [page.document.source_path.parent / "results" / page.result.rsplit("/", 1)[-1]]
+
+
+def test_a_batch_stored_again_after_a_lost_answer_keeps_its_one_file(page):
+    # The database committed the batch but the connection dropped before the answer came back:
+    # the dispatcher stores the same batch again on a fresh connection.
+    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    item = services.PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+    assert services.pages_complete(token="A", items=[item]) == {page.pk}
+
+    assert services.pages_complete(token="A", items=[item]) == set()
+
+    page = reload(page)
+    assert page.read_result()["text"] == "once\n"
+    assert results_of(page) == [page.document.source_path.parent / "results" / page.result.rsplit("/", 1)[-1]]
+
+
+def test_a_batch_stored_again_after_a_failed_try_leaves_one_file(page, monkeypatch):
+    from django.db import OperationalError
+
+    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    item = services.PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+
+    def connection_dropped(result):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patched:  # the files are written, then the database fails
+        patched.setattr(services, "_confidence", connection_dropped)
+        with pytest.raises(OperationalError):
+            services.pages_complete(token="A", items=[item])
+    assert services.pages_complete(token="A", items=[item]) == {page.pk}  # tried again, as the dispatcher does
+
+    page = reload(page)
+    assert results_of(page) == [page.document.source_path.parent / "results" / page.result.rsplit("/", 1)[-1]]
+
+
+def test_a_result_of_a_superseded_attempt_with_the_same_token_is_refused_and_its_file_removed(page, local_pool):
+    pod = Pod.objects.create(pool=local_pool, name="fa-local-gone")
+    old = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    services.pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
+    services.pages_requeue_from_pod(pod_id=pod.pk)  # the pod was lost; the same dispatcher claims it again
+    new = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    assert (old.attempts, new.attempts) == (1, 2)
+
+    late = services.PageResult(page.pk, old.job_id, old.position, pod.pk, result_for("late"), attempt=old.attempts)
+    assert services.pages_complete(token="A", items=[late]) == set()
+    services.pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
+    assert services.page_attempt_failed(page_id=page.pk, token="A", pod_id=pod.pk, error="x",
+                                        attempt=old.attempts) == "lost"  # fmt: skip
+
+    page = reload(page)
+    assert (page.status, page.attempts, page.pod_id, page.error) == (Page.Status.RUNNING, 2, None, "")
+    assert results_of(page) == []
+    fresh = services.PageResult(page.pk, new.job_id, new.position, None, result_for("fresh"), attempt=new.attempts)
+    assert services.pages_complete(token="A", items=[fresh]) == {page.pk}
+    assert reload(page).read_result()["text"] == "fresh\n"
+
+
 def test_complete_with_a_token_that_never_claimed_the_page_is_refused(page):
     services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
@@ -335,7 +404,7 @@ def test_renewing_with_another_token_leaves_the_claim_alone(page):
 def test_pages_of_a_lost_pod_wait_again_with_their_attempt_counted(page, local_pool):
     pod = Pod.objects.create(pool=local_pool, name="fa-local-lost")
     services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
-    services.pages_assign_pods(token="A", assignments=[(page.pk, pod.pk)])
+    services.pages_assign_pods(token="A", assignments=[(page.pk, 1, pod.pk)])
 
     assert services.pages_requeue_from_pod(pod_id=pod.pk) == 1
 

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from pods import api as pods_api
+from pods import selectors
 from pods.models import Alert, CapacityVerdict, Pod, PriceCatalogue
 
 
@@ -80,3 +81,23 @@ def test_status_shows_why_dispatch_has_no_lane(client, read_token, local_pool):
     body = _get(client, "/v1/runpod/status", read_token).json()
     pool = next(p for p in body["pools"] if p["key"] == "local")
     assert pool["dispatch"] == {"dispatchers": ["w1:7"], "no_lane_reason": "none healthy (2 booting)"}
+
+
+# The snapshot is refreshed ahead on a thread of its own: what it shows must be committed.
+@pytest.mark.django_db(transaction=True)
+def test_status_answers_from_a_snapshot_at_most_a_second_old(client, read_token, local_pool, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(selectors.fleet_status_snapshot, "clock", lambda: clock[0])
+    computed_before = selectors.fleet_status_snapshot.computations
+
+    def pods_seen() -> set[str]:
+        body = _get(client, "/v1/runpod/status", read_token).json()
+        return {p["name"] for p in next(p for p in body["pools"] if p["key"] == "local")["pod_list"]}
+
+    assert pods_seen() == set()
+    Pod.objects.create(pool=local_pool, name="fa-local-new", state=Pod.State.BOOTING, lanes=2)
+    clock[0] += selectors.STATUS_MAX_AGE_SECONDS
+    assert pods_seen() == set()  # the snapshot is exactly max_age old: still served
+    clock[0] += 0.01
+    assert pods_seen() == {"fa-local-new"}
+    assert selectors.fleet_status_snapshot.computations - computed_before == 2

@@ -106,6 +106,7 @@ def test_5xx_that_outlast_a_boots_retries_fail_it_cleanly_and_the_next_tick_boot
     [failed] = _tick_and_boot(good_pool)
 
     assert failed.state == Pod.State.FAILED
+    assert "failed with errors" in failed.error and "no capacity" not in failed.error  # the reason, not a guess
     assert sim.stats()["pods_created"] == 0
     assert list(BootAttempt.objects.values_list("outcome", flat=True)) == [BootAttempt.Outcome.TRANSIENT]
     # A 5xx says nothing about capacity: the candidate is not blocked for the next boot.

@@ -152,3 +152,80 @@ def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool)
     assert report["by_job"][str(a[0].job_id)] == pytest.approx(0.01)
     services.pod_end(pod=pod, state=Pod.State.TERMINATED)  # ending twice attributes once
     assert SpendEntry.objects.filter(pod=pod).count() == 3
+
+
+def test_a_surplus_pod_not_idle_long_enough_gets_a_tick_the_moment_it_is(sim, pool, queued):
+    from pods.tasks import shed_tick
+
+    pool.idle_seconds = 10
+    pool.save()
+    last_busy = timezone.now() - timezone.timedelta(seconds=4)
+    pod = _pod(pool, state=Pod.State.READY, ready_at=last_busy, last_busy_at=last_busy, base_url="http://x")
+
+    result = services.pool_tick(pool=pool)
+
+    assert result.shed == []
+    pool.refresh_from_db()
+    assert pool.shed_tick_at == last_busy + timezone.timedelta(seconds=10.5)
+    assert queued() == ["pods.tasks.shed_tick"]
+    services.pool_tick(pool=pool)
+    assert queued() == ["pods.tasks.shed_tick"]  # one such tick per pool
+
+    # The tick's time comes (as if the task had slept until then): the pod is shed.
+    Pod.objects.filter(pk=pod.pk).update(last_busy_at=last_busy - timezone.timedelta(seconds=10))
+    assert shed_tick(pool.pk, pool.shed_tick_at.isoformat()) == "ticked"
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.TERMINATED and "idle" in pod.error
+    pool.refresh_from_db()
+    assert pool.shed_tick_at is None
+    assert (
+        shed_tick(pool.pk, (timezone.now() - timezone.timedelta(seconds=1)).isoformat())
+        == "superseded by an earlier tick"
+    )
+
+
+def test_a_surplus_pod_due_later_than_the_schedule_gets_no_tick_of_its_own(sim, pool, queued):
+    pool.idle_seconds = 3600
+    pool.save()
+    _pod(pool, state=Pod.State.READY, last_busy_at=timezone.now(), base_url="http://x")
+
+    services.pool_tick(pool=pool)
+
+    pool.refresh_from_db()
+    assert pool.shed_tick_at is None and queued() == []
+
+
+def test_the_cost_cap_wants_no_more_pods_than_the_work_pays_for(pool, settings):
+    settings.SCALE_MAX_OVERHEAD = 0.1
+    settings.SCALE_TARGET_SECONDS = 10
+    settings.SCALE_BOOT_SECONDS_GUESS = 30
+    pool.idle_seconds, pool.max_pods = 10, 50
+    pool.save()
+    _pages(pool, 200)  # 200 × 2 s over 2 lanes: 200 pod-seconds of work; the target alone wants 20 pods
+
+    demand = services.pool_demand(pool)
+
+    # Each pod costs 30 s of boot and 10 s of idle tail; 10% of 200 pod-seconds pays for 0.5 of one.
+    assert (demand.affordable, demand.wanted) == (0, 1)  # pages wait: one pod all the same
+
+    _pages(pool, 1800)  # 2,000 pages: 2,000 pod-seconds pay for 5 pods
+    assert (services.pool_demand(pool).affordable, services.pool_demand(pool).wanted) == (5, 5)
+
+    settings.SCALE_MAX_OVERHEAD = 0.0  # off: the time target alone
+    assert services.pool_demand(pool).wanted == 50
+
+
+def test_the_cost_cap_counts_the_boots_the_pool_measured(pool, settings):
+    settings.SCALE_MAX_OVERHEAD = 0.1
+    settings.SCALE_BOOT_SECONDS_GUESS = 600
+    pool.idle_seconds, pool.max_pods = 0, 50
+    pool.save()
+    now = timezone.now()
+    for boot in (8, 12):  # measured: 10 s from create to ready
+        _pod(pool, state=Pod.State.TERMINATED, created_at=now - timezone.timedelta(seconds=100),
+             billed_from=now - timezone.timedelta(seconds=100), ready_at=now - timezone.timedelta(seconds=100 - boot))  # fmt: skip
+    _pages(pool, 1000)  # 1,000 pod-seconds
+
+    assert services.boot_seconds(pool) == pytest.approx(10)
+    assert services.pool_demand(pool).affordable == 10

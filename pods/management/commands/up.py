@@ -34,7 +34,9 @@ class Command(BaseCommand):
             "front": subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "fleetadmin.asgi:application"]
             ),
-            "workers": subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=settings.BASE_DIR),
+            # The supervisor: it starts the django-q2 cluster afresh when a worker is killed, and ends
+            # every process of the cluster when it stops.
+            "workers": subprocess.Popen([sys.executable, "manage.py", "workers"], cwd=settings.BASE_DIR),
         }
         stopping = False
 
@@ -62,7 +64,7 @@ class Command(BaseCommand):
             for child in children.values():
                 if child.poll() is None:
                     child.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 30  # the workers' grace (10 s) and their kill fit in it
             for child in children.values():
                 try:
                     child.wait(timeout=max(0.1, deadline - time.monotonic()))

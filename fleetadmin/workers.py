@@ -1,0 +1,284 @@
+"""The workers: django-q2's cluster, under a supervisor that starts it afresh when it breaks.
+
+django-q2's processes share multiprocessing queues whose locks are plain semaphores. An idle
+worker waits for its next task inside ``Queue.get`` holding the task queue's read lock; killed
+there by a signal (``kill -9``, the OOM killer), it never gives the lock back. The Sentinel
+reincarnates it, the new worker logs "ready" and waits on the lock with the others, and no task
+runs again. The monitor holds the result queue's read lock the same way, and a feeder thread
+holds a queue's write lock while it writes. A lock whose holder is dead cannot be freed from
+inside the cluster, so the cluster is ended as a whole and started again:
+
+- ``GuardedSentinel`` ends its cluster, instead of reincarnating, when it finds one of its
+  processes killed by a signal. It never signals a process it still guards (a worker it stops for
+  a timeout leaves the pool first), and recycled or timed-out workers exit by themselves with 0;
+- ``Supervisor`` runs the cluster in a process group of its own. When the cluster exits, or one of
+  its processes stays dead and unreaped for ``stuck_seconds`` (the Sentinel's guard loop is stuck,
+  e.g. on the timer lock of a worker killed while holding it), it kills the whole group and starts
+  a new cluster. SIGTERM or Ctrl-C gives the workers ``grace_seconds`` to finish, then kills the
+  group.
+
+Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# The cluster's exit code when its Sentinel ended it because a process was killed (EX_TEMPFAIL).
+EXIT_PROCESS_KILLED = 75
+# A cluster that ran this long was healthy: the next restart waits the shortest delay again.
+HEALTHY_SECONDS = 60.0
+MAX_RESTART_DELAY = 60.0
+
+
+def killed_by_signal(exitcode: int | None) -> bool:
+    """Whether a cluster process ended by a signal, so that a queue lock it held may never be freed.
+
+    ``None`` is a process still running (a worker the Sentinel is about to stop for a timeout);
+    0 or more is a process that exited by itself, releasing its locks on the way out.
+    """
+    return exitcode is not None and exitcode < 0
+
+
+def restart_delay(quick_failures: int) -> float:
+    """Seconds before the next start, after ``quick_failures`` clusters in a row died young."""
+    return min(MAX_RESTART_DELAY, 2.0 ** max(0, quick_failures))
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe_exit(code: int) -> str:
+    if code == EXIT_PROCESS_KILLED:
+        return "its Sentinel ended it: one of its processes was killed by a signal"
+    if code < 0:
+        return f"its main process was killed by {signal_name(-code)}"
+    return f"it exited with code {code}"
+
+
+# --- the cluster (the supervisor's child) -------------------------------------------------------
+
+
+def guarded_sentinel_class():
+    from django_q.cluster import Sentinel
+    from django_q.conf import logger
+
+    class GuardedSentinel(Sentinel):
+        def reincarnate(self, process):
+            if killed_by_signal(process.exitcode):
+                logger.critical(
+                    "%s (pid %s) was killed by %s; a queue lock it held may never be freed, so the whole "
+                    "cluster stops and is started afresh",
+                    process.name,
+                    process.pid,
+                    signal_name(-process.exitcode),
+                )
+                self.end_cluster()
+            super().reincarnate(process)
+
+        def end_cluster(self):
+            # The pusher first: no task leaves the broker for a queue that nobody will read.
+            for process in [self.pusher, *self.pool, self.monitor]:
+                if process is not None:
+                    process.kill()
+            logging.shutdown()
+            os._exit(EXIT_PROCESS_KILLED)
+
+    return GuardedSentinel
+
+
+def run_cluster() -> int:
+    """Run one django-q2 cluster in this process until it stops; its Sentinel's exit code.
+
+    The same as ``manage.py qcluster``, with a Sentinel that ends the cluster when one of its
+    processes is killed (see the module's docstring).
+    """
+    import django_q.cluster
+
+    # Cluster.start() looks the Sentinel class up in its module when it forks the Sentinel.
+    django_q.cluster.Sentinel = guarded_sentinel_class()
+    cluster = django_q.cluster.Cluster()
+    cluster.start()  # SIGTERM or SIGINT from now on: the Sentinel stops its processes and exits 0
+    cluster.sentinel.join()
+    code = cluster.sentinel.exitcode or 0
+    return 128 - code if code < 0 else code
+
+
+# --- the supervisor --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    start_ticks: int  # tells a reused pid apart
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The fields after the parenthesised command name, which may hold spaces.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return ProcInfo(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+
+
+def processes() -> list[ProcInfo]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            info = proc_info(int(entry.name))
+            if info is not None:
+                found.append(info)
+    return found
+
+
+def group_members(pgrp: int) -> list[ProcInfo]:
+    """The living processes of a process group, wherever they were reparented."""
+    return [p for p in processes() if p.pgrp == pgrp and p.state not in "ZX"]
+
+
+def process_tree(pid: int) -> list[ProcInfo]:
+    """A process and its descendants, zombies included (cheaper than reading all of /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        info = proc_info(todo.pop())
+        if info is None:
+            continue
+        found.append(info)
+        for children in Path(f"/proc/{info.pid}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in children.read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return found
+
+
+class DeadWatch:
+    """Notices a process of the cluster that stays dead and unreaped.
+
+    django-q2 reaps its dead processes within a guard cycle (half a second) and the main process
+    joins its Sentinel, so a zombie that lasts means the process that should reap it is stuck.
+    """
+
+    def __init__(self, stuck_seconds: float):
+        self.stuck_seconds = stuck_seconds
+        self.dead_since: dict[tuple[int, int], float] = {}
+
+    def stuck(self, members: list[ProcInfo], main_pid: int, now: float) -> ProcInfo | None:
+        zombies = {(p.pid, p.start_ticks): p for p in members if p.state == "Z" and p.pid != main_pid}
+        self.dead_since = {key: self.dead_since.get(key, now) for key in zombies}
+        for key, since in self.dead_since.items():
+            if now - since >= self.stuck_seconds:
+                return zombies[key]
+        return None
+
+
+class Supervisor:
+    """Runs ``argv`` (one cluster) in its own process group and starts it again whenever it breaks.
+
+    ``run()`` returns after ``stop()`` (the command calls it on SIGTERM and SIGINT), once every
+    process of the group has ended.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        grace_seconds: float = 10.0,
+        stuck_seconds: float = 60.0,
+        poll_seconds: float = 0.5,
+    ):
+        self.argv = argv
+        self.cwd = cwd
+        self.env = env
+        self.grace_seconds = grace_seconds
+        self.stuck_seconds = stuck_seconds
+        self.poll_seconds = poll_seconds
+        self.restarts = 0
+        self.child: subprocess.Popen | None = None
+        # A flag, not a threading.Event: stop() runs in signal handlers, and Event.set() there can
+        # deadlock on the lock that the interrupted Event.wait() holds.
+        self._stopping = False
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def run(self) -> None:
+        quick_failures = 0
+        while not self._stopping:
+            started = time.monotonic()
+            self.child = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, process_group=0)
+            log.info("workers started (cluster pid %s)", self.child.pid)
+            reason = self._watch(self.child)
+            if reason is None:
+                break
+            log.critical("the workers broke (%s); ending every process of the cluster and starting anew", reason)
+            self._end(self.child, grace_seconds=0)
+            quick_failures = 0 if time.monotonic() - started >= HEALTHY_SECONDS else quick_failures + 1
+            if not self._sleep(restart_delay(quick_failures)):
+                self.restarts += 1
+        log.info("stopping the workers")
+        self._end(self.child, grace_seconds=self.grace_seconds)
+        log.info("workers stopped")
+
+    def _watch(self, child: subprocess.Popen) -> str | None:
+        """Why the cluster must be started anew, or None once asked to stop."""
+        watch = DeadWatch(self.stuck_seconds)
+        while True:
+            code = child.poll()
+            if code is not None:
+                return describe_exit(code)
+            cluster = [p for p in process_tree(child.pid) if p.pgrp == child.pid]  # local pods have their own
+            stuck = watch.stuck(cluster, child.pid, time.monotonic())
+            if stuck is not None:
+                return f"process {stuck.pid} has been dead and unreaped for {self.stuck_seconds:g} s"
+            if self._sleep(self.poll_seconds):
+                return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early when asked to stop; whether asked to stop."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+        return self._stopping
+
+    def _end(self, child: subprocess.Popen | None, *, grace_seconds: float) -> None:
+        """End every process of the child's group: SIGTERM to the cluster first when there is grace."""
+        if child is None:
+            return
+        if grace_seconds > 0 and child.poll() is None:
+            child.send_signal(signal.SIGTERM)  # django-q2 lets each worker finish its task
+            try:
+                child.wait(timeout=grace_seconds)
+            except subprocess.TimeoutExpired:
+                log.warning("the workers did not stop within %g s; killing them", grace_seconds)
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait()
+        deadline = time.monotonic() + 30
+        while left := group_members(child.pid):
+            if time.monotonic() > deadline:
+                log.error("processes %s of the old cluster outlived SIGKILL", [p.pid for p in left])
+                return
+            time.sleep(0.05)

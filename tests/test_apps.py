@@ -1,0 +1,43 @@
+"""fleetadmin/apps.py: the process that forks the workers (a qcluster) imports their modules (the
+runpod SDK above all) once, before it forks them, and lowers their CPU priority below the front's;
+no other process pays for that import at start-up or changes its priority."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from fleetadmin.apps import WORKER_MODULES, forks_workers
+from tests.processes import REPO, child_env
+
+AFTER_SETUP = (
+    "import json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "
+    "nice = os.nice(0); import django; django.setup(); "
+    "print(json.dumps({{'loaded': sorted(m for m in {modules!r} if m in sys.modules), 'nicer': os.nice(0) - nice}}))"
+)
+
+
+def _after_setup(argv: list[str], env: dict[str, str]) -> dict:
+    code = AFTER_SETUP.format(argv=argv, modules=("runpod", *WORKER_MODULES))
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_qcluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_before_forking(tmp_path):
+    for argv in (["manage.py", "qcluster"], ["manage.py", "workers", "--cluster"]):
+        shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
+        assert shown == {"loaded": sorted(("runpod", *WORKER_MODULES)), "nicer": 3}, argv
+
+
+def test_other_commands_neither_import_the_runpod_sdk_at_start_up_nor_change_priority(tmp_path):
+    for argv in (["manage.py", "migrate"], ["manage.py", "workers"], ["pytest"]):
+        assert _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3")) == {"loaded": [], "nicer": 0}, argv
+
+
+def test_the_processes_that_fork_workers_are_the_qcluster_and_the_supervised_cluster():
+    assert forks_workers(["manage.py", "qcluster"]) and forks_workers(["django-admin", "qcluster", "--run-once"])
+    assert forks_workers(["/repo/manage.py", "workers", "--cluster"])
+    assert not forks_workers(["manage.py", "workers"])  # the supervisor starts the cluster as a new program
+    assert not forks_workers(["manage.py", "runpodsim", "qcluster"]) and not forks_workers(["manage.py"])

@@ -1,0 +1,89 @@
+"""The front's entry point (fleetadmin/asgi.py): on PostgreSQL its connections come from a pool;
+processes that do not start from it (workers, commands, this test suite) keep their settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from fleetadmin.db import use_connection_pool
+from tests.processes import REPO, child_env
+
+SHOW_DATABASE = (
+    "from django.conf import settings; from django.db import connection; "
+    "print(json.dumps({'pool': settings.DATABASES['default'].get('OPTIONS', {}).get('pool'), "
+    "'conn_max_age': settings.DATABASES['default']['CONN_MAX_AGE'], "
+    "'health_checks': settings.DATABASES['default']['CONN_HEALTH_CHECKS']}))"
+)
+
+
+def _python(code: str, env: dict[str, str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def postgres_env(tmp_path, settings) -> dict[str, str]:
+    # Nothing listens there: settings are read, no connection is made.
+    return child_env(tmp_path, DATABASE_URL="postgres://nobody@127.0.0.1:9/none", SECRET_KEY="x")
+
+
+def test_the_front_pools_postgresql_connections(postgres_env):
+    shown = _python(f"import json, fleetadmin.asgi; {SHOW_DATABASE}", postgres_env)
+
+    assert shown["pool"]["max_size"] >= shown["pool"]["min_size"] >= 1
+    assert shown["conn_max_age"] == 0  # Django refuses a pool with persistent connections
+    assert shown["health_checks"] is False  # no round trip before every request's query
+
+
+def test_other_processes_keep_persistent_connections(postgres_env):
+    # A qcluster forks its workers: a pool's connections and threads would not survive it.
+    code = f"import json, django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; django.setup(); {SHOW_DATABASE}"
+    kept = {"pool": None, "conn_max_age": None, "health_checks": True}
+    assert _python(code, postgres_env) == kept
+    # ...and one that imports the front's module after it started keeps them too.
+    later = code.replace("django.setup();", "django.setup(); import fleetadmin.asgi;")
+    assert _python(later, postgres_env) == kept
+
+
+def test_the_embedded_sqlite_front_has_no_pool(tmp_path, settings):
+    env = child_env(tmp_path)
+    env.pop("DATABASE_URL", None)
+    env["SQLITE_PATH"] = str(tmp_path / "db.sqlite3")
+    shown = _python(f"import json, fleetadmin.asgi; {SHOW_DATABASE}", env)
+    assert shown["pool"] is None
+
+
+def test_use_connection_pool_leaves_sqlite_alone():
+    databases = {"default": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"timeout": 20}, "CONN_MAX_AGE": 0}}
+    use_connection_pool(databases, {"min_size": 1, "max_size": 2})
+    assert databases["default"]["OPTIONS"] == {"timeout": 20}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is for PostgreSQL")
+def test_on_postgresql_the_front_reuses_pooled_connections_across_request_threads(tmp_path, db):
+    # What Django's ASGI handler does: each request on a new thread, its connection closed at the end.
+    code = """
+import json, threading, fleetadmin.asgi
+from django.db import connection
+
+def request():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    connection.close()
+
+for _ in range(20):
+    thread = threading.Thread(target=request)
+    thread.start()
+    thread.join()
+stats = connection.pool.get_stats()
+print(json.dumps({"requests": stats["requests_num"], "connections": stats.get("connections_num", 0)}))
+"""
+    shown = _python(code, child_env(tmp_path))
+    assert shown["requests"] == 20
+    assert shown["connections"] <= 4  # the pool's few, not one per request

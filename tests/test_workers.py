@@ -1,0 +1,207 @@
+"""The workers' supervisor (fleetadmin.workers): when a cluster is started afresh, and that a
+restart or a stop leaves no process of the old cluster behind.
+
+The supervisor tests run it on small stand-in clusters (plain Python processes) instead of
+django-q2; tests/e2e/test_worker_supervisor.py runs the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fleetadmin.workers import (
+    DeadWatch,
+    ProcInfo,
+    Supervisor,
+    group_members,
+    guarded_sentinel_class,
+    killed_by_signal,
+    proc_info,
+    restart_delay,
+)
+from tests.processes import wait_for
+
+GUARD = 60  # seconds, against hangs only
+
+
+# --- the decisions ----------------------------------------------------------------------------------
+
+
+def test_only_a_process_killed_by_a_signal_counts_as_killed():
+    assert killed_by_signal(-9) and killed_by_signal(-15)
+    assert not killed_by_signal(None)  # still running: a worker the Sentinel is about to stop for a timeout
+    assert not killed_by_signal(0)  # recycled, or ended its task after a timeout
+    assert not killed_by_signal(1)  # a Python error: its locks were released on the way out
+
+
+class EndedCluster(Exception):
+    pass
+
+
+@pytest.fixture
+def sentinel(monkeypatch):
+    """A GuardedSentinel that starts nothing: what it reincarnates and whether it ends its cluster."""
+    from django_q.cluster import Sentinel
+
+    def end_cluster():
+        raise EndedCluster()
+
+    reincarnated = []
+    monkeypatch.setattr(Sentinel, "reincarnate", lambda self, process: reincarnated.append(process))
+    cls = guarded_sentinel_class()
+    guarded = cls.__new__(cls)
+    monkeypatch.setattr(guarded, "end_cluster", end_cluster)
+    guarded.reincarnated = reincarnated
+    return guarded
+
+
+@pytest.mark.parametrize("exitcode", [-9, -15, -11, -40])
+def test_the_sentinel_ends_its_cluster_when_a_process_of_it_was_killed(sentinel, exitcode):
+    killed = SimpleNamespace(name="Process-1", pid=4242, exitcode=exitcode)
+    with pytest.raises(EndedCluster):
+        sentinel.reincarnate(killed)
+    assert sentinel.reincarnated == []
+
+
+@pytest.mark.parametrize("exitcode", [0, 1, None])
+def test_the_sentinel_reincarnates_a_recycled_timed_out_or_failed_worker_as_django_q2_does(sentinel, exitcode):
+    worker = SimpleNamespace(name="Process-1", pid=4242, exitcode=exitcode)
+    sentinel.reincarnate(worker)
+    assert sentinel.reincarnated == [worker]
+
+
+def test_restarts_of_a_cluster_that_keeps_dying_young_wait_longer_up_to_a_minute():
+    delays = [restart_delay(n) for n in range(10)]
+    assert delays == sorted(delays)
+    assert delays[0] <= 2 and delays[-1] == 60
+
+
+def _proc(pid: int, state: str = "S", start: int = 100) -> ProcInfo:
+    return ProcInfo(pid=pid, state=state, ppid=1, pgrp=10, session=10, start_ticks=start)
+
+
+def test_a_process_dead_and_unreaped_past_the_limit_means_the_cluster_is_stuck():
+    watch = DeadWatch(stuck_seconds=60)
+    main, sentinel, worker = _proc(10), _proc(11), _proc(12)
+    assert watch.stuck([main, sentinel, worker], 10, now=0) is None
+    dead = _proc(12, "Z")
+    assert watch.stuck([main, sentinel, dead], 10, now=1) is None
+    assert watch.stuck([main, sentinel, dead], 10, now=60) is None
+    assert watch.stuck([main, sentinel, dead], 10, now=61) == dead
+
+
+def test_a_dead_process_that_was_reaped_in_time_or_is_the_main_one_is_not_stuck():
+    watch = DeadWatch(stuck_seconds=60)
+    main, sentinel = _proc(10), _proc(11)
+    assert watch.stuck([main, sentinel, _proc(12, "Z")], 10, now=0) is None
+    assert watch.stuck([main, sentinel], 10, now=30) is None  # reaped: forgotten
+    assert watch.stuck([main, sentinel, _proc(12, "Z", start=200)], 10, now=70) is None  # the pid reused
+    assert watch.stuck([_proc(10, "Z"), sentinel], 10, now=500) is None  # the main process: the supervisor reaps it
+
+
+# --- the supervisor, on stand-in clusters -----------------------------------------------------------
+
+# A stand-in cluster: it records each start (its pid, a helper process of its group, and whether a
+# process of an earlier start's group was still alive), then behaves as its run number says.
+STAND_IN = textwrap.dedent(
+    """
+    import json, os, signal, subprocess, sys, time
+    from pathlib import Path
+
+    sys.path.insert(0, {repo!r})
+    from fleetadmin.workers import group_members
+
+    record = Path({record!r})
+    runs = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    behaviour = {behaviours!r}[min(len(runs), {last})]
+    if behaviour == "ignore-sigterm":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    helper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                               "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    leftovers = [p.pid for run in runs for p in group_members(run["pid"])]
+    if behaviour == "leave-a-zombie":
+        if os.fork() == 0:  # a "Sentinel" whose "worker" dies and is never reaped
+            if os.fork() == 0:
+                os._exit(0)
+            time.sleep(600)
+            os._exit(0)
+    with record.open("a") as out:
+        out.write(json.dumps({{"pid": os.getpid(), "helper": helper.pid, "leftovers": leftovers}}) + "\\n")
+    if behaviour == "exit-75":
+        sys.exit(75)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.fixture
+def supervise(tmp_path):
+    record = tmp_path / "runs.jsonl"
+    started: list[tuple[Supervisor, threading.Thread]] = []
+
+    def start(*behaviours: str, **options) -> Supervisor:
+        script = tmp_path / "stand_in_cluster.py"
+        repo = str(Path(__file__).resolve().parents[1])
+        script.write_text(
+            STAND_IN.format(repo=repo, record=str(record), behaviours=behaviours, last=len(behaviours) - 1)
+        )
+        supervisor = Supervisor([sys.executable, str(script)], poll_seconds=0.1, **options)
+        thread = threading.Thread(target=supervisor.run, daemon=True)
+        thread.start()
+        started.append((supervisor, thread))
+        return supervisor
+
+    def runs() -> list[dict]:
+        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+    start.runs = runs
+    yield start
+    for supervisor, thread in started:
+        supervisor.stop()
+        thread.join(GUARD)
+
+
+def _alive(pid: int) -> bool:
+    info = proc_info(pid)
+    return info is not None and info.state not in "ZX"
+
+
+def test_a_cluster_that_exits_is_started_afresh_once_every_process_of_its_group_is_killed(supervise):
+    supervisor = supervise("exit-75", "stay")
+
+    first, second = wait_for(lambda: supervise.runs()[:2] if len(supervise.runs()) >= 2 else None, GUARD,
+                             lambda: f"the cluster was not started again: {supervise.runs()}")  # fmt: skip
+    assert first["leftovers"] == []
+    assert second["leftovers"] == []  # the first cluster's helper, which ignores SIGTERM, was gone before
+    assert not _alive(first["helper"])
+    assert _alive(second["pid"]) and _alive(second["helper"])
+    assert supervisor.restarts == 1
+
+
+def test_a_cluster_with_a_process_dead_and_unreaped_is_started_afresh(supervise):
+    supervise("leave-a-zombie", "stay", stuck_seconds=1)
+
+    first, second = wait_for(lambda: supervise.runs()[:2] if len(supervise.runs()) >= 2 else None, GUARD,
+                             lambda: f"the stuck cluster was not started again: {supervise.runs()}")  # fmt: skip
+    assert second["leftovers"] == []
+    assert group_members(first["pid"]) == []
+
+
+@pytest.mark.parametrize("behaviour", ["stay", "ignore-sigterm"])
+def test_stop_ends_every_process_of_the_cluster_and_starts_none_again(supervise, behaviour):
+    supervisor = supervise(behaviour, grace_seconds=1)
+    run = wait_for(lambda: supervise.runs()[0] if supervise.runs() else None, GUARD, "the cluster never started")
+
+    supervisor.stop()
+
+    wait_for(lambda: supervisor.child.poll() is not None and not group_members(run["pid"]), GUARD,
+             lambda: f"left running: {group_members(run['pid'])}")  # fmt: skip
+    assert not _alive(run["helper"])
+    assert len(supervise.runs()) == 1 and supervisor.restarts == 0
