@@ -165,3 +165,16 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
     assert result.lost == [ready.name]
     assert Pod.objects.get(pk=ready.pk).state == Pod.State.LOST
     assert sim.stats()["pods_running"] == 0
+
+
+def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(sim, pool, settings, monkeypatch):
+    settings.POD_POLL_SECONDS = 0.07
+    slept = []
+    real_sleep = services.time.sleep
+    monkeypatch.setattr(services.time, "sleep", lambda seconds: slept.append(seconds) or real_sleep(seconds))
+
+    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+
+    assert pod.state == Pod.State.READY, pod.error
+    assert settings.POD_POLL_SECONDS in slept, slept  # waiting for it to run and to load its model
+    assert 0.2 not in slept, slept  # the fixed interval it had
