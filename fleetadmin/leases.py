@@ -52,15 +52,14 @@ def queued() -> dict:
     }
 
 
-def acquire(queryset: QuerySet) -> str | None:
+def acquire(queryset: QuerySet, *, seconds: float | None = None) -> str | None:
     """Take the lease of the one row in ``queryset`` (which also says what state it must
-    be in); the token, or None when another task holds it."""
+    be in) for ``seconds`` (TASK_LEASE_SECONDS); the token, or None when another task holds it."""
     now = timezone.now()
     token = uuid.uuid4().hex
+    seconds = settings.TASK_LEASE_SECONDS if seconds is None else seconds
     free = Q(task_lease_token="") | Q(task_lease_until__lt=now) | Q(task_lease_until__isnull=True)
-    taken = queryset.filter(free).update(
-        task_lease_until=now + timedelta(seconds=settings.TASK_LEASE_SECONDS), task_lease_token=token
-    )
+    taken = queryset.filter(free).update(task_lease_until=now + timedelta(seconds=seconds), task_lease_token=token)
     return token if taken else None
 
 

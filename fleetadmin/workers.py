@@ -17,7 +17,9 @@ inside the cluster, so the cluster is ended as a whole and started again:
   a new cluster. SIGTERM or Ctrl-C gives the workers ``grace_seconds`` to finish, then kills the
   group.
 
-Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker).
+Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits,
+fetches and boots, whose rows hold task leases, are sent again by the scaler tick once their
+leases lapse (fleetadmin/leases.py), on either broker.
 """
 
 from __future__ import annotations

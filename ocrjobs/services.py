@@ -372,13 +372,12 @@ def document_fetch(*, document_id: int) -> Document:
     if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
         return document
     row = Document.objects.filter(pk=document_id, kind=Document.Kind.URL, status=Document.Status.PENDING)
-    lease = leases.acquire(row)
+    # The download has its own time limit; the lease outlasts it.
+    lease = leases.acquire(row, seconds=settings.URL_FETCH_TIMEOUT_SECONDS + settings.TASK_LEASE_SECONDS)
     if lease is None:
         log.info("document %s: another task is fetching it", document_id)
         return document
     try:
-        # The download has its own time limit; the lease outlasts it.
-        leases.renew(row, lease, seconds=settings.URL_FETCH_TIMEOUT_SECONDS + settings.TASK_LEASE_SECONDS)
         return _fetch_and_split(document, lease)
     finally:
         leases.release(Document.objects.filter(pk=document_id), lease)

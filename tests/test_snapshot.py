@@ -97,8 +97,9 @@ def test_past_refresh_after_callers_get_the_value_at_once_while_one_refresh_runs
     assert threads[0] == threading.current_thread().name and threads[1].startswith("fleet-test")
 
 
-def test_a_caller_past_max_age_waits_for_the_refresh_in_progress_instead_of_computing():
-    clock, release, started = Clock(), threading.Event(), threading.Event()
+def _second_computation_stalls():
+    """compute() counting its calls; the second says it started, then waits for release."""
+    release, started = threading.Event(), threading.Event()
     calls = []
 
     def compute() -> int:
@@ -108,6 +109,12 @@ def test_a_caller_past_max_age_waits_for_the_refresh_in_progress_instead_of_comp
             assert release.wait(10)
         return len(calls)
 
+    return compute, calls, started, release
+
+
+def test_a_caller_past_max_age_waits_for_the_refresh_in_progress_instead_of_computing():
+    clock = Clock()
+    compute, calls, started, release = _second_computation_stalls()
     snapshot = Snapshot(compute, max_age=1.0, refresh_after=0.5, clock=clock)
     snapshot.get()
     clock.now += 0.6
@@ -139,16 +146,8 @@ def test_a_failed_computation_is_not_kept_and_the_next_caller_computes():
 
 
 def test_clear_forgets_the_value_and_any_computation_in_progress():
-    clock, release, started = Clock(), threading.Event(), threading.Event()
-    calls = []
-
-    def compute() -> int:
-        calls.append(1)
-        if len(calls) == 2:
-            started.set()
-            assert release.wait(10)
-        return len(calls)
-
+    clock = Clock()
+    compute, _, started, release = _second_computation_stalls()
     snapshot = Snapshot(compute, max_age=1.0, refresh_after=0.5, clock=clock)
     assert snapshot.get() == 1
     clock.now += 0.6

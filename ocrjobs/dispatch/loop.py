@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from fleetadmin.db import DB_ERRORS
+from fleetadmin.loopwatch import LoopWatch
 from ocrjobs import services
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
@@ -45,8 +46,8 @@ POD_FAILURES_TO_DRAIN = 5
 # goes to another lane, no attempt spent); refusing again after that drains it.
 REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
-LAG_SAMPLE_SECONDS = 0.25
-LAG_EXCUSES_TIMEOUT_SECONDS = 1.0  # a loop this late may itself have missed the pod's answer
+# A loop blocked this long while a page was out may itself have missed the pod's answer.
+BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
 
 
 class DispatchLoop:
@@ -63,7 +64,7 @@ class DispatchLoop:
         self.assignments: list[tuple[int, int, int]] = []
         self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
         self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
-        self.lagged_at = -1e9  # when the loop last woke late enough to excuse a pod's timeout
+        self.watch: LoopWatch | None = None  # the loop's lag sampler, set by _watched()
         self.done = 0
         self.failed = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatch-db")
@@ -103,11 +104,10 @@ class DispatchLoop:
         claim_again_at = 0.0
         idle_since: float | None = None
         no_pod_since: float | None = None
-        flusher = sampler = None
+        flusher = None
         try:
             async with aiohttp.ClientSession(timeout=timeout, connector=connector) as self.client:
                 flusher = asyncio.ensure_future(self.flush_forever())
-                sampler = asyncio.ensure_future(self.sample_lag())
                 while True:
                     now = time.monotonic()
                     if now - last_refresh >= POD_REFRESH_SECONDS:
@@ -154,9 +154,8 @@ class DispatchLoop:
                         pass
                     self.wakeup.clear()
         finally:
-            for task in (flusher, sampler):
-                if task is not None:
-                    task.cancel()
+            if flusher is not None:
+                flusher.cancel()
             await self.flush()
             if self.queue:
                 await self.db(services.pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
@@ -176,14 +175,6 @@ class DispatchLoop:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             await self.flush()
-
-    async def sample_lag(self) -> None:
-        while True:
-            expected = time.monotonic() + LAG_SAMPLE_SECONDS
-            await asyncio.sleep(LAG_SAMPLE_SECONDS)
-            woke = time.monotonic()
-            if woke - expected >= LAG_EXCUSES_TIMEOUT_SECONDS:
-                self.lagged_at = woke
 
     async def flush(self) -> None:
         """Store the results gathered since the last flush in one statement, and the pods
@@ -246,6 +237,7 @@ class DispatchLoop:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
             image = await self.io(_read_bytes, page.image)
             sent = time.monotonic()
+            blocked_before = self.blocked_seconds()
             try:
                 # languages are checked at submission ([a-z_+] only): safe in a URL as they are.
                 async with self.client.post(f"{lane.base_url}/v1/ocr?lang={page.languages}", data=image) as response:
@@ -253,7 +245,7 @@ class DispatchLoop:
                     body = await response.read()
             except TimeoutError:
                 # Not the pod's fault if this loop was itself too late to read the answer.
-                excused = self.lagged_at >= sent
+                excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
                 await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=not excused)
                 return
             except aiohttp.ClientConnectorError as exc:
@@ -296,6 +288,10 @@ class DispatchLoop:
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
             self.wakeup.set()
+
+    def blocked_seconds(self) -> float:
+        """How long this loop has been blocked so far, as its lag sampler measured it."""
+        return self.watch.blocked_s if self.watch is not None else 0.0
 
     def claim_of(self, page: services.ClaimedPage) -> services.ClaimedPage:
         """The newest claim on this page that this dispatcher holds."""
@@ -433,9 +429,8 @@ def _drain_pod(*, pod_id: int, error: str) -> None:
 
 async def _watched(loop: DispatchLoop, *, name: str) -> None:
     """Run the dispatch loop with its loop-lag sampler (invariant 3)."""
-    from fleetadmin.loopwatch import LoopWatch
-
-    async with LoopWatch(name=name, kind="dispatcher"):
+    async with LoopWatch(name=name, kind="dispatcher") as watch:
+        loop.watch = watch
         await loop.run()
 
 
