@@ -119,13 +119,17 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
     pages, dollars, labels = [], [], []
     for start in minutes:
         end = min(start + timedelta(minutes=1), now)
-        seconds = max(1.0, (end - start).total_seconds())
-        pages.append(pages_by_minute.get(start, 0) / seconds)
-        cost = sum(
-            float(cost_per_hr) * _overlap_seconds(billed_from, ended_at or now, start, end)
-            for _, billed_from, ended_at, cost_per_hr in billed
-        )
-        dollars.append(cost / seconds)
+        seconds = (end - start).total_seconds()
+        # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
+        pages.append(pages_by_minute.get(start, 0) / max(1.0, seconds))
+        if seconds > 0:
+            cost = sum(
+                float(cost_per_hr) * _overlap_seconds(billed_from, ended_at or now, start, end)
+                for _, billed_from, ended_at, cost_per_hr in billed
+            )
+            dollars.append(cost / seconds)
+        else:  # the minute begins now: what the pods billed now cost per hour
+            dollars.append(sum(float(c) for _, b, e, c in billed if b <= now and (e is None or e > now)))
         labels.append(timezone.localtime(start).strftime("%H:%M"))
     return {
         "pages": _chart(pages, labels, "pages/s", 2),

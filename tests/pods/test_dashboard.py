@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 import pytest
 from django.core.cache import cache
@@ -242,7 +242,20 @@ def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
     # four pages finished ~10 s ago, in this minute or the one before
     per_minute = [bar["value"] for bar in charts["pages"]["bars"][-2:]]
     assert any(v > 0 for v in per_minute)
-    assert fleet_context["totals"]["spend_today"] > 0
+    # at least the ready pod's half hour at $0.44/h, or as much of it as today has had
+    since_midnight = (now - timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)).total_seconds()
+    ready_today = Decimal("0.44") * Decimal(min(1800.0, since_midnight)) / 3600
+    assert fleet_context["totals"]["spend_today"] >= ready_today.quantize(Decimal("0.01"), ROUND_DOWN)
+
+
+@pytest.mark.parametrize("into_the_minute", [timedelta(0), timedelta(milliseconds=70), timedelta(seconds=30),
+                                             timedelta(seconds=59, milliseconds=990)])  # fmt: skip
+def test_the_dollars_per_hour_now_do_not_depend_on_how_far_into_the_minute_it_is(fleet, into_the_minute):
+    # the pods were billed minutes before; CI once read $0.05/h at 70 ms past the minute
+    now = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1) + into_the_minute
+    fleet_context, _ = dashboard.fleet_snapshot(now=now)
+
+    assert fleet_context["charts"]["dollars"]["current"] == pytest.approx(0.68, abs=0.01)
 
 
 # --- releasing a pod -----------------------------------------------------------------------------
