@@ -15,7 +15,7 @@ inside the cluster, so the cluster is ended as a whole and started again:
   its processes stays dead and unreaped for ``stuck_seconds`` (the Sentinel's guard loop is stuck,
   e.g. on the timer lock of a worker killed while holding it), it kills the whole group and starts
   a new cluster. SIGTERM or Ctrl-C gives the workers ``grace_seconds`` to finish, then kills the
-  group.
+  group. A supervisor killed with -9 takes its cluster with it (the kernel sends it SIGTERM).
 
 Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits,
 fetches and boots, whose rows hold task leases, are sent again by the scaler tick once their
@@ -24,6 +24,7 @@ leases lapse (fleetadmin/leases.py), on either broker.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -192,6 +193,30 @@ class DeadWatch:
         return None
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def ended_with(parent: int):
+    """A ``preexec_fn`` that has the kernel send SIGTERM to the child when ``parent`` dies.
+
+    A supervisor killed with -9 would otherwise leave its cluster running unsupervised, and the next
+    supervisor would start a second one beside it. SIGTERM is what ``stop()`` sends too: django-q2
+    lets each worker finish its task and the cluster exits. Linux only (prctl); elsewhere, nothing.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def end_with_parent() -> None:  # runs in the child, between fork and exec
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return end_with_parent
+
+
 class Supervisor:
     """Runs ``argv`` (one cluster) in its own process group and starts it again whenever it breaks.
 
@@ -228,7 +253,9 @@ class Supervisor:
         quick_failures = 0
         while not self._stopping:
             started = time.monotonic()
-            self.child = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, process_group=0)
+            self.child = subprocess.Popen(
+                self.argv, cwd=self.cwd, env=self.env, process_group=0, preexec_fn=ended_with(os.getpid())
+            )
             log.info("workers started (cluster pid %s)", self.child.pid)
             reason = self._watch(self.child)
             if reason is None:

@@ -7,7 +7,11 @@ django-q2; tests/e2e/test_worker_supervisor.py runs the real one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -141,27 +145,33 @@ STAND_IN = textwrap.dedent(
 )
 
 
+REPO = str(Path(__file__).resolve().parents[1])
+
+
+def stand_in_cluster(tmp_path: Path, record: Path, behaviours: tuple[str, ...]) -> Path:
+    script = tmp_path / "stand_in_cluster.py"
+    script.write_text(STAND_IN.format(repo=REPO, record=str(record), behaviours=behaviours, last=len(behaviours) - 1))
+    return script
+
+
+def read_runs(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
 @pytest.fixture
 def supervise(tmp_path):
     record = tmp_path / "runs.jsonl"
     started: list[tuple[Supervisor, threading.Thread]] = []
 
     def start(*behaviours: str, **options) -> Supervisor:
-        script = tmp_path / "stand_in_cluster.py"
-        repo = str(Path(__file__).resolve().parents[1])
-        script.write_text(
-            STAND_IN.format(repo=repo, record=str(record), behaviours=behaviours, last=len(behaviours) - 1)
-        )
+        script = stand_in_cluster(tmp_path, record, behaviours)
         supervisor = Supervisor([sys.executable, str(script)], poll_seconds=0.1, **options)
         thread = threading.Thread(target=supervisor.run, daemon=True)
         thread.start()
         started.append((supervisor, thread))
         return supervisor
 
-    def runs() -> list[dict]:
-        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-
-    start.runs = runs
+    start.runs = lambda: read_runs(record)
     yield start
     for supervisor, thread in started:
         supervisor.stop()
@@ -205,3 +215,24 @@ def test_stop_ends_every_process_of_the_cluster_and_starts_none_again(supervise,
              lambda: f"left running: {group_members(run['pid'])}")  # fmt: skip
     assert not _alive(run["helper"])
     assert len(supervise.runs()) == 1 and supervisor.restarts == 0
+
+
+def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):
+    record = tmp_path / "runs.jsonl"
+    script = stand_in_cluster(tmp_path, record, ("stay",))
+    supervisor = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {REPO!r})
+        from fleetadmin.workers import Supervisor
+        Supervisor([sys.executable, {str(script)!r}], poll_seconds=0.1).run()
+        """)])  # fmt: skip
+    run = wait_for(lambda: read_runs(record)[0] if read_runs(record) else None, GUARD, "the cluster never started")
+    try:
+        supervisor.kill()
+        supervisor.wait()
+
+        # the cluster got SIGTERM (a real one stops its workers, which finish their tasks first)
+        wait_for(lambda: not _alive(run["pid"]), GUARD, "the cluster outlived its supervisor")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run["pid"], signal.SIGKILL)  # the stand-in's helper ignores SIGTERM

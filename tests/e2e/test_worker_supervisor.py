@@ -18,11 +18,11 @@ import httpx
 import pytest
 
 from accounts.models import ApiToken
-from fleetadmin.workers import processes
+from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
 from tests.e2e.test_process_faults import assert_every_page_done_once
 from tests.factories import pdf_bytes
-from tests.processes import wait_for
+from tests.processes import child_env, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -85,3 +85,26 @@ def test_an_idle_worker_killed_with_9_does_not_stop_the_workers_for_good(live_sy
     # django-q2 alone gets here too (it reincarnates the worker); only with the supervisor do tasks run.
     wait_for(as_many_workers_as_before, GUARD, lambda: f"the workers were not replaced\n{live_system.logs()}")
     assert_every_page_done_once(submit_and_finish(live_system, headers, "after.pdf"))
+
+
+@pytest.mark.timeout(300)
+def test_the_workers_killed_with_9_take_their_cluster_with_them(transactional_db, tmp_path):
+    workers = start_workers(child_env(tmp_path, Q_WORKERS="2"), tmp_path, name="workers")
+    try:
+        wait_for(lambda: len(READY.findall(workers.log_path.read_bytes())) >= 2, GUARD,
+                 lambda: f"the workers never got ready\n{workers.tail()}")  # fmt: skip
+        supervisor = workers.popen.pid
+        cluster = [p for p in processes() if p.session == supervisor and p.pid != supervisor]
+        assert len(cluster) >= 4  # the cluster's main process, its Sentinel, monitor, pusher and workers
+
+        workers.popen.kill()
+        workers.popen.wait()
+
+        def left() -> list[ProcInfo]:
+            return [p for p in cluster if (now := proc_info(p.pid)) and now.start_ticks == p.start_ticks
+                    and now.state not in "ZX"]  # fmt: skip
+
+        # Unsupervised, a cluster would run on, and the next supervisor would start a second one.
+        wait_for(lambda: not left(), GUARD, lambda: f"left running: {left()}\n{workers.tail()}")
+    finally:
+        workers.stop()

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from fleetadmin.workers import ended_with
 from pods.models import Pod
 from pods.providers import get_provider
 from pods.services import pod_release
@@ -30,13 +31,17 @@ class Command(BaseCommand):
     def handle(self, *args, port: int, host: str, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("bootstrap")
+        # Both end with this process, also when it is killed with -9 (they get SIGTERM).
         children = {
             "front": subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "fleetadmin.asgi:application"]
+                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "fleetadmin.asgi:application"],
+                preexec_fn=ended_with(os.getpid()),
             ),
             # The supervisor: it starts the django-q2 cluster afresh when a worker is killed, and ends
             # every process of the cluster when it stops.
-            "workers": subprocess.Popen([sys.executable, "manage.py", "workers"], cwd=settings.BASE_DIR),
+            "workers": subprocess.Popen(
+                [sys.executable, "manage.py", "workers"], cwd=settings.BASE_DIR, preexec_fn=ended_with(os.getpid())
+            ),
         }
         stopping = False
 
