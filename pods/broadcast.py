@@ -7,6 +7,9 @@ their own, never on the loop. Each tick renders one variant for staff and one
 per connected non-staff user, and sends each audience only the sections that
 changed since its last message.
 
+Every SESSION_CHECK_SECONDS it checks each client's session again and closes the
+websockets of those logged out (4401).
+
 Groups carry this process's id, so with channels_redis and several fronts each
 front renders for its own clients and nobody gets another front's copy.
 """
@@ -19,9 +22,13 @@ import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib import import_module
+from types import SimpleNamespace
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user
 
 from pods import dashboard
 
@@ -31,6 +38,9 @@ PROCESS_ID = uuid.uuid4().hex[:12]
 INTERVAL_SECONDS = 1.0
 # Channel layers drop group members after a day (group_expiry); dashboards stay open longer.
 GROUP_REFRESH_SECONDS = 3600.0
+# How often each client's session is checked again: a logout, an expired session, a deactivated
+# user or a changed password ends its websocket within this time, on whichever front holds it.
+SESSION_CHECK_SECONDS = 5.0
 
 # One thread for the dashboard's reads and rendering: it never takes a thread
 # that requests or other sync_to_async callers wait for.
@@ -41,6 +51,7 @@ _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
 class Subscriber:
     user_id: int
     is_staff: bool
+    session_key: str | None = None
 
     @property
     def audience(self) -> str:
@@ -53,6 +64,21 @@ class Subscriber:
 
 def group_for(audience: str) -> str:
     return f"dashboard.{PROCESS_ID}.{audience.replace(':', '.')}"
+
+
+def sessions_ended(subscribers: dict[str, Subscriber]) -> list[str]:
+    """The channels whose session no longer logs their user in as they connected: logged out,
+    expired, the user deactivated, their password changed, or made staff or no longer staff."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    users = {
+        key: get_user(SimpleNamespace(session=store(key))) for key in {s.session_key for s in subscribers.values()}
+    }
+    return [
+        channel_name
+        for channel_name, subscriber in subscribers.items()
+        if users[subscriber.session_key].pk != subscriber.user_id
+        or bool(users[subscriber.session_key].is_staff) != subscriber.is_staff
+    ]
 
 
 class Broadcaster:
@@ -76,13 +102,21 @@ class Broadcaster:
         loop = asyncio.get_running_loop()
         layer = get_channel_layer()
         render = database_sync_to_async(dashboard.render_payloads, thread_sensitive=False, executor=_executor)
-        refreshed = loop.time()
+        check = database_sync_to_async(sessions_ended, thread_sensitive=False, executor=_executor)
+        refreshed = checked = loop.time()
         log.info("dashboard broadcaster %s started", PROCESS_ID)
         while self.subscribers:
             started = loop.time()
             audiences = {s.audience for s in self.subscribers.values()}
             user_ids = sorted({s.user_id for s in self.subscribers.values() if not s.is_staff})
             try:
+                if started - checked >= SESSION_CHECK_SECONDS:
+                    checked = started
+                    for channel_name in await check(dict(self.subscribers)):
+                        self.unsubscribe(channel_name)
+                        await layer.send(channel_name, {"type": "session.ended"})
+                    if not self.subscribers:
+                        break
                 payloads = await render(staff=dashboard.STAFF in audiences, user_ids=user_ids, front=PROCESS_ID)
                 await self._send(layer, payloads, audiences)
                 if started - refreshed > GROUP_REFRESH_SECONDS:

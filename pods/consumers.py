@@ -29,7 +29,10 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.subscriber = broadcast.Subscriber(user_id=user.pk, is_staff=bool(user.is_staff))
+        session = self.scope.get("session")
+        self.subscriber = broadcast.Subscriber(
+            user_id=user.pk, is_staff=bool(user.is_staff), session_key=session.session_key if session else None
+        )
         await self.channel_layer.group_add(self.subscriber.group, self.channel_name)
         await self.accept()
         broadcast.broadcaster().subscribe(self.channel_name, self.subscriber)
@@ -45,3 +48,8 @@ class DashboardConsumer(AsyncWebsocketConsumer):
 
     async def dashboard_html(self, event: dict) -> None:
         await self.send(text_data=event["html"])
+
+    async def session_ended(self, event: dict) -> None:
+        """The broadcaster found the session logged out (or its user changed): the page reloads
+        on this code (static/dashboard.js), which takes it to the login page."""
+        await self.close(code=CLOSE_UNAUTHENTICATED)

@@ -1,8 +1,20 @@
 // The dashboard's only script: remember whether the websocket is open, so that
-// the fallback poll (hx-trigger filter on #dash-poll) runs only without it.
+// the fallback poll (hx-trigger filter on #dash-poll) runs only without it; and
+// reload the page when the server closes the websocket because the session has
+// ended (4401: logged out, here or in another tab), which leads to the login page.
 (function () {
+  var SESSION_ENDED = 4401;
   function mark(state) { document.body.dataset.live = state; }
   document.addEventListener("htmx:wsOpen", function () { mark("on"); });
-  document.addEventListener("htmx:wsClose", function () { mark("off"); });
+  document.addEventListener("htmx:wsClose", function (e) {
+    mark("off");
+    var closed = e.detail && e.detail.event;
+    var last = Number(sessionStorage.getItem("fa-reloaded-at") || 0);
+    // at most one reload a minute: a page that loads and is refused again stays as it is
+    if (closed && closed.code === SESSION_ENDED && Date.now() - last > 60000) {
+      sessionStorage.setItem("fa-reloaded-at", String(Date.now()));
+      window.location.reload();
+    }
+  });
   document.addEventListener("htmx:wsError", function () { mark("off"); });
 })();

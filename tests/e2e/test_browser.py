@@ -122,6 +122,13 @@ def test_the_dashboard_lives_in_a_browser(live_system, orm_beside_playwright, br
         pod.pk,
     )
     assert status == 403
+
+    # Logging out in another tab ends the dashboard's websocket, and the page goes to the login page.
+    tab = other.context.new_page()
+    tab.goto(f"{url}/jobs/new")
+    tab.click("header form button")
+    tab.wait_for_url(re.compile(r"/login/$"))
+    other.wait_for_url(re.compile(r"/login/\?next=/$"), timeout=SHORT_MS)
     other.context.close()
 
     ARTIFACTS.mkdir(exist_ok=True)

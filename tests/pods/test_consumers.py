@@ -8,6 +8,7 @@ import re
 import aiohttp
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
@@ -200,6 +201,67 @@ def test_one_broadcaster_renders_for_every_client_at_most_once_a_second(fleet, a
     assert 1 <= len(renders) <= int(elapsed) + 1
     # one render served both kinds of audience at once
     assert {"staff": True, "user_ids": [ordinary_user.pk], "front": broadcast.PROCESS_ID} in renders
+
+
+def log_out(cookie: tuple[bytes, bytes]) -> None:
+    client = Client()
+    client.cookies["sessionid"] = cookie[1].decode().split("=", 1)[1]
+    assert client.post("/logout/").status_code == 302
+
+
+def deactivate(user) -> None:
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+
+
+def change_password(user) -> None:
+    user.set_password("a-new-pass-2")
+    user.save(update_fields=["password"])
+
+
+def take_staff(user) -> None:
+    user.is_staff = False
+    user.save(update_fields=["is_staff"])
+
+
+async def closed_with(comm: WebsocketCommunicator, seconds: float) -> int | None:
+    """The close code the client got within a while, reading past the updates; None if still open."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        if not await comm.receive_nothing(timeout=0.1, interval=0.02):
+            output = await comm.receive_output(timeout=GUARD)
+            if output["type"] == "websocket.close":
+                return output["code"]
+    return None
+
+
+@pytest.mark.parametrize(
+    "end_session", [log_out, deactivate, change_password, take_staff], ids=lambda f: f.__name__
+)  # fmt: skip
+def test_a_websocket_is_closed_when_its_session_no_longer_logs_its_user_in(fleet, admin_user, ordinary_user,
+                                                                          monkeypatch, end_session):  # fmt: skip
+    monkeypatch.setattr(broadcast, "SESSION_CHECK_SECONDS", 0.2)
+    ended, kept = session_cookie(admin_user), session_cookie(ordinary_user)
+    ended_other_tab = session_cookie(admin_user) if end_session is log_out else None  # another session of alice's
+
+    async def scenario():
+        comms = {name: communicator(cookie) for name, cookie in
+                 [("ended", ended), ("kept", kept), ("other tab", ended_other_tab)] if cookie}  # fmt: skip
+        for comm in comms.values():
+            assert (await comm.connect(timeout=GUARD))[0]
+            await comm.receive_from(timeout=GUARD)  # the first full payload: it is live
+        await database_sync_to_async(end_session)(ended if end_session is log_out else admin_user)
+
+        assert await closed_with(comms["ended"], GUARD) == 4401
+        assert await closed_with(comms["kept"], 1.0) is None  # five checks later: bob's stays open
+        if "other tab" in comms:
+            assert await closed_with(comms["other tab"], 0.1) is None  # a logout ends its own session only
+        for name, comm in comms.items():
+            if name != "ended":
+                await comm.disconnect()
+
+    run(scenario)
 
 
 def test_groups_belong_to_this_process():
