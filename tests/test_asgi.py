@@ -87,3 +87,49 @@ print(json.dumps({"requests": stats["requests_num"], "connections": stats.get("c
     shown = _python(code, child_env(tmp_path))
     assert shown["requests"] == 20
     assert shown["connections"] <= 4  # the pool's few, not one per request
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is for PostgreSQL")
+def test_connections_the_server_ended_while_pooled_are_replaced_not_used(tmp_path, db):
+    # What a restart does to the front: the server ends the connections sitting in its pool.
+    code = """
+import json, os, threading, time, fleetadmin.asgi, psycopg
+from django.db import connection
+
+pids, barrier = [], threading.Barrier(4)
+
+def hold():  # four requests at once: four connections in the pool afterwards
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pids.append(cursor.fetchone()[0])
+        barrier.wait()
+    connection.close()
+
+threads = [threading.Thread(target=hold) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as admin:
+    admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [pids])
+    while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()[0]:
+        time.sleep(0.05)
+
+results = []
+def request():
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        results.append("ok")
+    except Exception as exc:
+        results.append(type(exc).__name__)
+    finally:
+        connection.close()
+
+for _ in range(8):
+    thread = threading.Thread(target=request)
+    thread.start()
+    thread.join()
+print(json.dumps({"ended": len(set(pids)), "results": results}))
+"""
+    shown = _python(code, child_env(tmp_path))
+    assert shown["ended"] == 4
+    assert shown["results"] == ["ok"] * 8
