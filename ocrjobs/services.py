@@ -406,20 +406,36 @@ def _fetch_and_split(document: Document, lease: str) -> Document:
     return document_split(document_id=document.pk, lease=lease)
 
 
+def _pinned(url: str, address: str) -> tuple[httpx.URL, dict]:
+    """The request for ``url`` sent to the address that was checked, so that a name which resolves
+    differently the second time (DNS rebinding) cannot lead the download to a private address.
+    The name still goes in the Host header and, for https, in the TLS handshake (SNI), where the
+    certificate is checked against it."""
+    original = httpx.URL(url)
+    default_port = {"http": 80, "https": 443}[original.scheme]
+    host = original.host if original.port in (None, default_port) else f"{original.host}:{original.port}"
+    extensions = {"sni_hostname": original.host} if original.scheme == "https" else {}
+    return original.copy_with(host=address), {"headers": {"Host": host}, "extensions": extensions}
+
+
 def _fetch_to(url: str, staging: Path) -> _Staged:
     deadline = time.monotonic() + settings.URL_FETCH_TIMEOUT_SECONDS
     for _ in range(4):  # the URL and up to three redirects
         check_url(url)
         parts = urllib.parse.urlsplit(url)
         try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)}
+            addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
         except socket.gaierror as exc:
             raise SubmissionError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
-        if not all(_address_allowed(address) for address in addresses):
+        if not addresses or not all(_address_allowed(address) for address in addresses):
             raise SubmissionError(f"{parts.hostname}: resolves to a private or loopback address; refused")
         timeout = httpx.Timeout(settings.URL_FETCH_TIMEOUT_SECONDS, connect=10.0)
+        target, pinning = _pinned(url, addresses[0])
         try:
-            with httpx.Client(timeout=timeout, follow_redirects=False) as client, client.stream("GET", url) as response:
+            with (
+                httpx.Client(timeout=timeout, follow_redirects=False) as client,
+                client.stream("GET", target, **pinning) as response,
+            ):
                 if response.is_redirect:
                     url = urllib.parse.urljoin(url, response.headers.get("location", ""))
                     continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import ssl
+import subprocess
 import threading
 
 import pytest
@@ -129,6 +131,82 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_before_connecting(
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     document = services.document_fetch(document_id=_url_job(local_pool, "http://files.example.org/a.pdf").pk)
     assert document.status == "failed" and "private or loopback" in document.error
+
+
+def test_the_download_goes_to_the_address_that_was_checked_not_a_second_answer(file_server, local_pool, monkeypatch,
+                                                                              settings):  # fmt: skip
+    # DNS rebinding: the name answers a permitted address when checked, a forbidden one after.
+    base, routes = file_server
+    port = int(base.rsplit(":", 1)[1])
+    routes["/report.pdf"] = (200, {}, pdf_bytes())
+    seen_hosts = []
+    monkeypatch.setattr(_Files, "do_GET", _recording_host(_Files.do_GET, seen_hosts))
+    answers = iter(["127.0.0.1"])  # the test's server; every later lookup answers 127.0.0.2
+
+    real_getaddrinfo = socket.getaddrinfo
+
+    def resolve(host, port, *args, **kwargs):
+        if host != "files.example.org":  # an address: what connecting to it looks up
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port or 80))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(services, "_address_allowed", lambda address: address == "127.0.0.1")
+
+    document = services.document_fetch(
+        document_id=_url_job(local_pool, f"http://files.example.org:{port}/report.pdf").pk
+    )
+
+    assert (document.status, document.page_count) == ("split", 3), document.error
+    assert seen_hosts == [f"files.example.org:{port}"]  # the server was asked for the name, at the checked address
+
+
+@pytest.fixture
+def tls_file_server(file_server, tmp_path, monkeypatch):
+    """The file server behind TLS, its certificate for files.example.org only, trusted by the fetch."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(key),
+                    "-out", str(cert), "-subj", "/CN=files.example.org",
+                    "-addext", "subjectAltName=DNS:files.example.org"], check=True, capture_output=True)  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    yield server.server_address[1], file_server[1]
+    server.shutdown()
+
+
+def test_an_https_download_pinned_to_its_address_checks_the_certificate_against_the_name(tls_file_server,
+                                                                                       local_pool, monkeypatch):  # fmt: skip
+    port, routes = tls_file_server
+    routes["/report.pdf"] = (200, {}, pdf_bytes())
+    real_getaddrinfo = socket.getaddrinfo
+
+    def resolve(host, port, *args, **kwargs):
+        if host != "files.example.org":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(services, "_address_allowed", lambda address: address == "127.0.0.1")
+
+    # the certificate names files.example.org, not 127.0.0.1: the handshake is for the name
+    document = services.document_fetch(
+        document_id=_url_job(local_pool, f"https://files.example.org:{port}/report.pdf").pk
+    )
+
+    assert (document.status, document.page_count) == ("split", 3), document.error
+
+
+def _recording_host(do_get, seen: list[str]):
+    def recording(handler):
+        seen.append(handler.headers["Host"])
+        do_get(handler)
+
+    return recording
 
 
 def _pdf_with_text(lines: list[str]) -> bytes:
