@@ -165,6 +165,8 @@ class Page(models.Model):
         indexes = [
             models.Index(fields=["pool", "status", "claim_expires_at"], name="page_claim_idx"),
             models.Index(fields=["job", "status"], name="page_job_status_idx"),
+            # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
+            models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
         ]
 
     def __str__(self) -> str:
