@@ -96,7 +96,7 @@ def main() -> None:
 
     with_index = measure(args.repeats)
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP INDEX {INDEX}")
+        cursor.execute(f"DROP INDEX IF EXISTS {INDEX}")
         cursor.execute("ANALYZE")
     without_index = measure(args.repeats)
 

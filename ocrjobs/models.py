@@ -163,7 +163,8 @@ class Page(models.Model):
         ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["document", "number"], name="page_number_unique")]
         indexes = [
-            models.Index(fields=["pool", "status", "claim_expires_at"], name="page_claim_idx"),
+            # status first: also the in-flight count of every pool at once (status) reads only its range
+            models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
             models.Index(fields=["job", "status"], name="page_job_status_idx"),
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),

@@ -37,22 +37,20 @@ def fleet_status() -> dict:
     alive = [pod for pod in Pod.objects.alive() if pod.pool_id in pool_of]
     for pod in alive:
         pod.pool = pool_of[pod.pool_id]  # the pools just read, not one more instance per pod
-    page_counts = {
-        row["pool_id"]: row
-        for row in Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING])
-        .order_by().values("pool_id")  # aggregates: no ORDER BY, nothing added to the GROUP BY
-        .annotate(
-            waiting=Count("id", filter=Q(status=Page.Status.PENDING) | Q(claim_expires_at__lt=now)),
-            running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
-        )
-    }  # fmt: skip
-    done_recently = dict(
-        Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
-        .order_by()
-        .values_list("pool_id")
-        .annotate(n=Count("id"))
-        .values_list("pool_id", "n")
-    )
+    # One row each, counted per pool by filters rather than GROUP BY pool: grouped, SQLite walks the
+    # (pool, status, ...) index over every page ever made for its order; this way both reads are
+    # ranges of the (status, finished_at) index (bench/status_history.py).
+    in_flight = Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).aggregate(
+        **{f"waiting_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk) & (Q(status=Page.Status.PENDING)
+                                                                            | Q(claim_expires_at__lt=now)))
+           for pool in pools},
+        **{f"running_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk, status=Page.Status.RUNNING,
+                                                      claim_expires_at__gte=now))
+           for pool in pools},
+    ) if pools else {}  # fmt: skip
+    done_recently = Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since).aggregate(
+        **{f"done_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk)) for pool in pools}
+    ) if pools else {}  # fmt: skip
     alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
     from ocrjobs.models import Dispatcher
 
@@ -62,15 +60,14 @@ def fleet_status() -> dict:
         pods = [p for p in alive if p.pool_id == pool.pk]
         states = Counter(p.state for p in pods)
         ready_lanes = sum(p.lanes for p in pods if p.state == Pod.State.READY)
-        counts = page_counts.get(pool.pk, {"waiting": 0, "running": 0})
         per_hour = sum((p.cost_per_hr for p in pods if p.billed_from), Decimal("0"))
         result.append(
             {
                 **pool.to_dict(),
                 "pods": {state: states.get(state, 0) for state in Pod.ALIVE_STATES},
-                "lanes": {"used": counts["running"], "total": ready_lanes},
-                "backlog": counts["waiting"],
-                "pages_per_s": round(done_recently.get(pool.pk, 0) / RATE_WINDOW_SECONDS, 2),
+                "lanes": {"used": in_flight[f"running_{pool.pk}"], "total": ready_lanes},
+                "backlog": in_flight[f"waiting_{pool.pk}"],
+                "pages_per_s": round(done_recently[f"done_{pool.pk}"] / RATE_WINDOW_SECONDS, 2),
                 "dollars_per_hour": float(per_hour),
                 "alerts": [a.to_dict() for a in alerts if a.pool_id == pool.pk],
                 "dispatch": {
