@@ -362,6 +362,8 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
         errors += _errors_of(RunPodProvider().catalogue)
         errors += _errors_of(lambda: RunPodProvider().get("nosuchpod"))
         sim.set_faults([])
+        # Only the boots above are meant to time out: this one gets limits no busy machine reaches.
+        settings.POD_RUNNING_TIMEOUT_SECONDS = settings.POD_READY_TIMEOUT_SECONDS = 30.0
         ready = _boot(pool)
         assert stuck.state == never_ready.state == Pod.State.FAILED
         assert ready.state == Pod.State.READY  # the key really reached RunPod

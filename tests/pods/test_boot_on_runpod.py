@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 
 from pods import capacity, services
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from pods.simulator import app as simulator_app
+from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
 from tests.processes import REPO, child_env, wait_for
 
@@ -167,14 +170,30 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
     assert sim.stats()["pods_running"] == 0
 
 
-def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(sim, pool, settings, monkeypatch):
+@pytest.fixture
+def boot_clock(monkeypatch, request):
+    """The ``sim`` simulator on a clock that moves only while a boot sleeps: its pods run, then
+    load their model, after the same polls on any machine (a busy one would find them ready at once)."""
+    now = [0.0]
+    monkeypatch.setattr(simulator_app, "Farm", functools.partial(Farm, clock=lambda: now[0]))
+    return request.getfixturevalue("sim"), now
+
+
+def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, pool, settings, monkeypatch):
+    sim, now = boot_clock
     settings.POD_POLL_SECONDS = 0.07
     slept = []
     real_sleep = services.time.sleep
-    monkeypatch.setattr(services.time, "sleep", lambda seconds: slept.append(seconds) or real_sleep(seconds))
+
+    def sleep(seconds):
+        slept.append(("to run" if now[0] < sim.config.boot_delay_s else "to load its model", seconds))
+        now[0] += seconds  # the only way the simulator's time passes
+        real_sleep(seconds)
+
+    monkeypatch.setattr(services.time, "sleep", sleep)
 
     pod = services.pod_boot(pod_id=_new_pod(pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
-    assert settings.POD_POLL_SECONDS in slept, slept  # waiting for it to run and to load its model
-    assert 0.2 not in slept, slept  # the fixed interval it had
+    assert {stage for stage, _ in slept} == {"to run", "to load its model"}, slept  # it waited for both
+    assert {seconds for _, seconds in slept} == {settings.POD_POLL_SECONDS}, slept  # not the 0.2 s it had

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from pods import services
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, pod_name
@@ -154,10 +156,10 @@ def test_a_slow_create_past_the_stage_limit_still_leaves_no_pod_running(sim, goo
 
 
 def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_candidates(sim, pool, settings):
-    settings.CAPACITY_VERDICT_TTL_SECONDS = 1.0
     settings.SCALE_SECONDS_PER_PAGE_GUESS = 1.0
     _pages(pool, 2)
     sim.set_faults([{"kind": "no_capacity"}])
+    before = timezone.now()
 
     [first] = _tick_and_boot(pool)
 
@@ -168,6 +170,8 @@ def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_
     verdicts = CapacityVerdict.objects.filter(key__in=candidates, blocked_until__isnull=False)
     assert {v.key for v in verdicts} == candidates  # written for every booter to see
     assert "no longer any instances" in verdicts.first().reason
+    ttl = timedelta(seconds=settings.CAPACITY_VERDICT_TTL_SECONDS)
+    assert all(before + ttl <= v.blocked_until <= timezone.now() + ttl for v in verdicts)  # they last the TTL
     assert sim.stats()["pods_total"] == 0
 
     creates = sim.stats()["create_calls"]
@@ -178,8 +182,9 @@ def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_
     assert_no_pod_unaccounted(sim, settings)
 
     # Capacity comes back; once the verdicts expire, the next tick boots without a person.
+    # Their end is moved into the past rather than waited for: the test does not race the TTL.
     sim.set_faults([])
-    time.sleep(1.1)
+    CapacityVerdict.objects.filter(key__in=candidates).update(blocked_until=timezone.now() - timedelta(seconds=1))
     [third] = _tick_and_boot(pool)
 
     assert third.state == Pod.State.READY, third.error
@@ -190,7 +195,6 @@ def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_
 
 
 def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim, good_pool, settings):
-    settings.AUTH_RETRY_SECONDS = 1.0
     settings.SCALE_SECONDS_PER_PAGE_GUESS = 1.0
     good_pool.max_pods = 1
     good_pool.save()
@@ -211,8 +215,13 @@ def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim,
     assert sim.stats()["create_calls"] == creates
     assert Pod.objects.filter(pool=good_pool).count() == 2
 
-    sim.set_faults([])  # the key works again; after AUTH_RETRY_SECONDS a tick tries once more
-    time.sleep(1.1)
+    # The key works again. The block lasts AUTH_RETRY_SECONDS from the last refusal: the alert is
+    # aged instead of waited for, first to half of that (still blocked), then past it (a tick tries once more).
+    sim.set_faults([])
+    refusals = Alert.objects.filter(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
+    refusals.update(updated_at=timezone.now() - timedelta(seconds=settings.AUTH_RETRY_SECONDS / 2))
+    assert _tick_and_boot(good_pool) == []
+    refusals.update(updated_at=timezone.now() - timedelta(seconds=settings.AUTH_RETRY_SECONDS + 1))
     [booted] = _tick_and_boot(good_pool)
 
     assert booted.state == Pod.State.READY, booted.error
