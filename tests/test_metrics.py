@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -37,6 +38,32 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def value(metrics: dict, metric: str, /, **labels: str) -> float:
     return metrics[(metric, tuple(sorted(labels.items())))]
+
+
+async def until(predicate, guard: float = 5.0) -> None:
+    """Wait until the predicate holds, polling every 10 ms. The guard stops a hang; it is no timing assertion."""
+    deadline = asyncio.get_running_loop().time() + guard
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"still not true after {guard} s"
+        await asyncio.sleep(0.01)
+
+
+async def next_sample(watch: LoopWatch) -> None:
+    """Return (within a poll) once the sampler has recorded its next wake-up and gone back to its sleep."""
+    seen = watch.samples
+    await until(lambda: watch.samples > seen)
+
+
+@pytest.fixture(autouse=True)
+def no_garbage_collection_pauses():
+    # A full collection holds the loop 100+ ms: a loop watch would count it as lag the test
+    # did not make. Collect now, and not during the test.
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()
 
 
 def _pages(pool: Pool, statuses: dict[str, int], *, expired: int = 0) -> None:
@@ -144,27 +171,35 @@ def test_loop_lag_rises_when_a_loop_is_blocked_on_purpose(client, read_token, tr
         labels = (("host", watch.host), ("kind", "worker"), ("name", watch.name), ("pid", str(watch.pid)))
         return {name: v for (name, key), v in metrics.items() if key == labels}
 
-    async def scenario() -> tuple[dict, dict]:
+    async def scenario() -> tuple[dict, dict, int, dict]:
         watch = LoopWatch(name="test lag on metrics", kind="worker")
         watch.start()
-        await asyncio.sleep(0.6)
+        await next_sample(watch)  # a quiet one
         await watch.publish()
         before = lag_series(await asyncio.to_thread(scrape, client, read_token), watch)
-        # The loop held on purpose, longer than the sampler's sleep: it wakes >= 0.3 s late. Scheduled as a
-        # callback so that no async def here holds a blocking call (the static loop check walks the tests).
-        asyncio.get_running_loop().call_soon(time.sleep, 0.8)
-        await asyncio.sleep(0.6)  # due after the sampler's wake-up, so it runs after the sampler recorded it
+        await next_sample(watch)
+        # A busy machine may have stalled the loop while the scrape thread held the GIL: count from here.
+        stalls = watch.stalls
+        # The sampler has just gone back to its 0.5 s sleep; the loop held on purpose 0.9 s: it wakes ~0.4 s
+        # late. Scheduled as a callback so that no async def here holds a blocking call (the static loop
+        # check walks the tests).
+        asyncio.get_running_loop().call_soon(time.sleep, 0.9)
+        await next_sample(watch)  # the one that woke late
+        published = watch.snapshot()  # what publish() writes: the next sample is 0.5 s away
         await watch.publish()
         after = lag_series(await asyncio.to_thread(scrape, client, read_token), watch)
         await watch.close()
-        return before, after
+        return before, after, stalls, published
 
-    before, after = asyncio.run(scenario())
+    before, after, stalls, published = asyncio.run(scenario())
     assert before["fleetadmin_loop_stalls_total"] == 0
     assert before["fleetadmin_loop_worst_lag_seconds"] < 0.25
-    assert after["fleetadmin_loop_lag_seconds"] > 0.25
+    assert published["stalls"] == stalls + 1  # the block, once
+    assert published["lag_s"] > 0.25
+    assert after["fleetadmin_loop_lag_seconds"] == pytest.approx(published["lag_s"], abs=1e-5)
     assert after["fleetadmin_loop_worst_lag_seconds"] > 0.25
-    assert after["fleetadmin_loop_stalls_total"] == 1
+    assert after["fleetadmin_loop_stalls_total"] == published["stalls"]
+    assert after["fleetadmin_loop_blocked_seconds_total"] == pytest.approx(published["blocked_s"], abs=1e-5)
     assert after["fleetadmin_loop_blocked_seconds_total"] > 0.25
     assert after["fleetadmin_loop_stale"] == 0
 
