@@ -58,12 +58,15 @@ class DispatchLoop:
         self.lanes = LaneTable()
         self.queue: deque[services.ClaimedPage] = deque()
         self.flights: set[asyncio.Task] = set()
+        # page id -> the newest claim on it, while a forward is out for it; and that forward's task
         self.inflight: dict[int, services.ClaimedPage] = {}
+        self.forwarding: dict[int, asyncio.Task] = {}
         self.touched_jobs: set[int] = set()
         self.results: list[services.PageResult] = []
         self.assignments: list[tuple[int, int, int]] = []
         self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
         self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
+        self.drained: set[int] = set()  # pods this loop drained: never back, whatever a stale read says
         self.watch: LoopWatch | None = None  # the loop's lag sampler, set by _watched()
         self.done = 0
         self.failed = 0
@@ -206,7 +209,7 @@ class DispatchLoop:
             if lane is None:
                 return
             page = self.queue.popleft()
-            if page.id in self.inflight:
+            if page.id in self.forwarding:
                 # Claimed again while its forward is still out (the pod it went to was
                 # declared lost): that forward now stands for the newer attempt.
                 self.inflight[page.id] = page
@@ -214,6 +217,7 @@ class DispatchLoop:
                 continue
             self.inflight[page.id] = page
             task = asyncio.ensure_future(self.forward(page, lane))
+            self.forwarding[page.id] = task
             self.flights.add(task)
             task.add_done_callback(self.flights.discard)
 
@@ -231,8 +235,7 @@ class DispatchLoop:
 
     async def forward(self, page: services.ClaimedPage, lane: PodLanes) -> None:
         """Send one page to one lane. While it is out, ``self.inflight[page.id]`` is the
-        newest claim it stands for; a page handed back to the queue leaves ``inflight``."""
-        handed_back = False
+        newest claim it stands for, until its outcome is known (``forward_over``)."""
         try:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
             image = await self.io(_read_bytes, page.image)
@@ -250,7 +253,6 @@ class DispatchLoop:
                 return
             except aiohttp.ClientConnectorError as exc:
                 # Nothing reached the pod: the page goes to another lane on this claim.
-                handed_back = True
                 self.hand_back(page)
                 await self.connection_refused(lane, exc)
                 return
@@ -260,16 +262,17 @@ class DispatchLoop:
             self.refusals.pop(lane.pod_id, None)
             if status == 200:
                 lane.failures = 0
+                attempt = self.claim_of(page).attempts  # the answer stands for the newest claim
                 self.results.append(
                     services.PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
-                                        time.monotonic() - sent, attempt=self.claim_of(page).attempts)
+                                        time.monotonic() - sent, attempt=attempt)
                 )  # fmt: skip
+                self.forward_over(page.id, attempt)
                 return
             error = _error_of(body)
             if status == 429:
                 # The pod is full (another dispatcher shares it): try again soon, no attempt spent.
                 await asyncio.sleep(0.2)
-                handed_back = True
                 self.hand_back(page)
                 return
             if status in (400, 413, 415):
@@ -282,8 +285,7 @@ class DispatchLoop:
             log.exception("page %s: forward failed", page.id)
             await self.attempt_failed(page, lane, f"dispatch error: {exc!r}")
         finally:
-            if not handed_back:
-                self.inflight.pop(page.id, None)
+            self.forward_over(page.id, page.attempts)  # if not said already: a newer claim goes back to the queue
             self.lanes.release(lane)
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
@@ -298,8 +300,21 @@ class DispatchLoop:
         return self.inflight.get(page.id, page)
 
     def hand_back(self, page: services.ClaimedPage) -> None:
-        """Put a page that never reached a pod back at the head of the queue, on its claim."""
+        """Put a page that never reached a pod back at the head of the queue, on its newest claim."""
+        if self.forwarding.get(page.id) is asyncio.current_task():
+            del self.forwarding[page.id]
         self.queue.appendleft(self.inflight.pop(page.id, page))
+
+    def forward_over(self, page_id: int, attempt: int) -> None:
+        """This forward's outcome for the page is known (stored as ``attempt``): it no longer holds the
+        page, so a claim that comes now gets a forward of its own; and a newer claim that came while the
+        outcome was being stored, which the outcome does not answer, goes back to the queue."""
+        if self.forwarding.get(page_id) is not asyncio.current_task():
+            return  # said already; the page may have a new forward of its own by now
+        del self.forwarding[page_id]
+        newest = self.inflight.pop(page_id, None)
+        if newest is not None and newest.attempts > attempt:
+            self.queue.appendleft(newest)
 
     async def connection_refused(self, lane: PodLanes, exc: Exception) -> None:
         """The pod took no connection: none of its lanes gets a page for a while (the
@@ -316,6 +331,7 @@ class DispatchLoop:
         log.warning("pod %s refused a connection (%d time(s) in a row): %r", pod_id, refusals, exc)
         if refusals >= REFUSALS_TO_DRAIN:
             self.refusals.pop(pod_id, None)
+            self.drained.add(pod_id)
             await self.db(_drain_pod, pod_id=pod_id, error=f"refusing connections {refusals} times: {exc!r}")
         else:
             await self.db(_nudge_scaler, pool_id=self.pool_id)
@@ -327,6 +343,8 @@ class DispatchLoop:
         outcome = await self.db(services.page_attempt_failed, page_id=page.id, token=self.token,
                                 pod_id=lane.pod_id, error=error, final=final, attempt=claim.attempts)  # fmt: skip
         log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, claim.attempts, lane.pod_id, error, outcome)
+        # Before anything else is awaited: the page may be claimed again any moment now.
+        self.forward_over(page.id, claim.attempts)
         if outcome == "failed":
             self.failed += 1
             self.touched_jobs.add(page.job_id)
@@ -334,10 +352,13 @@ class DispatchLoop:
             lane.failures += 1
             if lane.failures >= POD_FAILURES_TO_DRAIN and lane.active:
                 self.lanes.remove(lane.pod_id)
+                self.drained.add(lane.pod_id)
                 await self.db(_drain_pod, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
 
     async def refresh_pods(self) -> None:
         ready, counts = await self.db(_fleet, pool_id=self.pool_id)
+        # A read that began before a drain was stored still lists the pod as ready.
+        ready = [pod for pod in ready if pod[0] not in self.drained]
         if self.shunned:
             now = time.monotonic()
             self.shunned = {pod_id: until for pod_id, until in self.shunned.items() if until > now}
