@@ -1,10 +1,15 @@
-"""A process that claims and completes pages until none wait (for the concurrency test)."""
+"""A process that claims and completes pages until none wait (for the concurrency test).
+
+Once Django is set up it prints ``ready`` and waits for the go file (its third argument) to
+exist, so that the test starts every worker's claiming at once, whatever each start-up took.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 import uuid
 
 import django
@@ -14,6 +19,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 django.setup()
 
 from ocrjobs import services  # noqa: E402
+
+GO_GUARD = 300  # seconds, against a test that died before saying go
+
+
+def wait_for_go(go: str) -> None:
+    print("ready", flush=True)
+    deadline = time.monotonic() + GO_GUARD
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            sys.exit(f"no go file {go} after {GO_GUARD} s")
+        time.sleep(0.01)
 
 
 def main(pool_id: int, batch: int) -> None:
@@ -32,4 +48,5 @@ def main(pool_id: int, batch: int) -> None:
 
 
 if __name__ == "__main__":
+    wait_for_go(sys.argv[3])
     main(int(sys.argv[1]), int(sys.argv[2]))

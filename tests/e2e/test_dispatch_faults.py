@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
@@ -82,12 +83,22 @@ def _assert_every_page_done_once(job: Job) -> None:
 
 def test_a_dispatcher_killed_with_9_loses_no_page_and_writes_none_twice(farm, tmp_path, settings):
     settings.DISPATCHER_STALE_SECONDS = 2
-    pool, job, _ = _fleet(farm, pods=2, pages=120)
+    # 240 pages at 0.2 s on 8 lanes: seconds of work still to do once 20 are done.
+    pool, job, _ = _fleet(farm, pods=2, pages=240)
     first = _dispatcher(pool, tmp_path, PAGE_CLAIM_SECONDS="3", DISPATCHER_STALE_SECONDS="2")
+
+    def stopped_holding_pages() -> bool:
+        """Mid-job, the dispatcher frozen (SIGSTOP): the pages it holds now are those it dies holding."""
+        if job.pages.filter(status=Page.Status.DONE).count() < 20:
+            return False
+        first.send_signal(signal.SIGSTOP)
+        if job.pages.filter(status=Page.Status.RUNNING).exists():
+            return True
+        first.send_signal(signal.SIGCONT)  # between two claims: let it run on
+        return False
+
     try:
-        wait_for(
-            lambda: job.pages.filter(status=Page.Status.DONE).count() >= 20, 60, "the first dispatcher did nothing"
-        )
+        wait_for(stopped_holding_pages, 60, "the first dispatcher never held pages with 20 done")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -101,15 +112,22 @@ def test_a_dispatcher_killed_with_9_loses_no_page_and_writes_none_twice(farm, tm
 
 
 def test_a_pod_killed_mid_page_sends_its_pages_elsewhere_once(farm, tmp_path):
-    pool, job, pods = _fleet(farm, pods=2, pages=80)
+    # 400 pages at 0.2 s on 8 lanes: about 10 s of work, so that most of it is still to do when pod 0 goes.
+    pages = 400
+    pool, job, pods = _fleet(farm, pods=2, pages=pages)
     dispatcher = _dispatcher(pool, tmp_path)
     try:
         wait_for(lambda: job.pages.filter(status=Page.Status.DONE).count() >= 10, 60, "no page was done")
         RunPodProvider(api_key="k", url_template=farm.pod_url_template).terminate(pods[0].provider_id)
+        killed = timezone.now()
         assert dispatcher.wait(timeout=120) == 0
     finally:
         if dispatcher.poll() is None:
             dispatcher.kill()
+    # The precondition, stated: a page claimed after the kill was sent after it, pod 0 failing its share (a run
+    # of failures drains it) and pod 1 doing all of them; more than half were.
+    claimed_after = job.pages.filter(started_at__gt=killed).count()
+    assert claimed_after > pages // 2, f"only {claimed_after} of {pages} pages were claimed after pod 0 was killed"
     _assert_every_page_done_once(job)
     assert Pod.objects.get(pk=pods[0].pk).state == Pod.State.DRAINING  # failed pages drained it
     assert Page.objects.filter(job=job, pod=pods[0]).count() < Page.objects.filter(job=job, pod=pods[1]).count()
