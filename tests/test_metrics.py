@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -16,6 +15,7 @@ from fleetadmin.loopwatch import LoopWatch
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Document, Job, Page
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from tests.test_loopwatch import next_sample, no_garbage_collection_pauses, until  # noqa: F401  (an autouse fixture)
 
 SECRET = "rpa_TESTSECRET0123456789abcdefNEVERSHOWN"
 
@@ -38,32 +38,6 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def value(metrics: dict, metric: str, /, **labels: str) -> float:
     return metrics[(metric, tuple(sorted(labels.items())))]
-
-
-async def until(predicate, guard: float = 5.0) -> None:
-    """Wait until the predicate holds, polling every 10 ms. The guard stops a hang; it is no timing assertion."""
-    deadline = asyncio.get_running_loop().time() + guard
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"still not true after {guard} s"
-        await asyncio.sleep(0.01)
-
-
-async def next_sample(watch: LoopWatch) -> None:
-    """Return (within a poll) once the sampler has recorded its next wake-up and gone back to its sleep."""
-    seen = watch.samples
-    await until(lambda: watch.samples > seen)
-
-
-@pytest.fixture(autouse=True)
-def no_garbage_collection_pauses():
-    # A full collection holds the loop 100+ ms: a loop watch would count it as lag the test
-    # did not make. Collect now, and not during the test.
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    yield
-    if enabled:
-        gc.enable()
 
 
 def _pages(pool: Pool, statuses: dict[str, int], *, expired: int = 0) -> None:
