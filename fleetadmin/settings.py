@@ -218,6 +218,14 @@ POD_POLL_SECONDS = envfloat("POD_POLL_SECONDS", 1.0, minimum=0.01)
 # The workers' CPU priority below the front's (nice increment, 0-19): on a machine they share,
 # the front answers first and the workers use what is left (fleetadmin/apps.py).
 WORKERS_NICE = envint("WORKERS_NICE", 5, minimum=0)
+# RunPod (pods/providers/runpod.py). The SDK itself reads RUNPOD_API_BASE_URL on every
+# call (the simulator is pointed at that way); these are ours. The URL template's
+# placeholders: {pod_id}, {port} (the pod server's port inside the pod), {ip} and
+# {public_port} (from the pod's runtime port mapping).
+RUNPOD_API_KEY = envsecret("RUNPOD_API_KEY")
+RUNPOD_POD_URL_TEMPLATE = envstr("RUNPOD_POD_URL_TEMPLATE", "https://{pod_id}-{port}.proxy.runpod.net")
+# Seconds slept between tries of a transient failure (three tries); tests shorten it.
+RUNPOD_RETRY_DELAYS = (0.5, 1.0)
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)
 AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
 SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)

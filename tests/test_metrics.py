@@ -194,10 +194,6 @@ def test_a_logged_in_user_and_every_scope_may_read_it(client, ordinary_user, sub
 
 
 def test_the_runpod_key_never_appears(client, read_token, fleet, monkeypatch, settings, tmp_path):
-    monkeypatch.setenv("RUNPOD_API_KEY", SECRET)
-    key_file = tmp_path / "runpod-key"
-    key_file.write_text(SECRET)
-    monkeypatch.setenv("RUNPOD_API_KEY_FILE", str(key_file))
     settings.RUNPOD_API_KEY = SECRET
     LoopHeartbeat.objects.create(name="front", kind="front", host="web1", pid=10)
     response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")

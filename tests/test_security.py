@@ -35,6 +35,7 @@ from pods.simulator.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
 from tests.processes import REPO
+from tests.runpod import point_at_simulator
 
 # The only URL names anybody may call without credentials. Keep it this small.
 PUBLIC = {"healthz", "login", "logout"}
@@ -300,11 +301,6 @@ def _simulator(api_key: str, faults: list[dict] | None = None) -> SimulatorThrea
     ))  # fmt: skip
 
 
-def _point_at(monkeypatch, sim: SimulatorThread) -> None:
-    monkeypatch.setenv("RUNPOD_API_BASE_URL", sim.url)
-    monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", sim.pod_url_template)
-
-
 def _boot(pool: Pool) -> Pod:
     pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
     return services.pod_boot(pod_id=pod.pk)
@@ -318,17 +314,12 @@ def _errors_of(call) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("source", ["RUNPOD_API_KEY", "RUNPOD_API_KEY_FILE"])
 def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
-    source, monkeypatch, settings, tmp_path, admin_user, every_log_line
+    monkeypatch, settings, tmp_path, admin_user, every_log_line
 ):
+    # Read from RUNPOD_API_KEY or RUNPOD_API_KEY_FILE at start (the fresh-interpreter test below).
     marker = f"rpk-LEAKCHECK-{uuid.uuid4().hex}"
-    if source == "RUNPOD_API_KEY":
-        monkeypatch.setenv("RUNPOD_API_KEY", marker)
-    else:
-        (tmp_path / "runpod-key").write_text(marker + "\n")
-        monkeypatch.setenv("RUNPOD_API_KEY_FILE", str(tmp_path / "runpod-key"))
-        monkeypatch.setenv("RUNPOD_API_KEY", "not-the-key-the-file-wins")
+    settings.RUNPOD_API_KEY = marker
     assert RunPodProvider().api_key == marker
     settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
     settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
@@ -341,7 +332,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
 
     # 1. RunPod refuses the key (a simulator that expects another one).
     with _simulator("another-key") as sim:
-        _point_at(monkeypatch, sim)
+        point_at_simulator(sim, monkeypatch, settings)
         refused = _boot(pool)
         errors += _errors_of(RunPodProvider().catalogue)
         errors += _errors_of(lambda: services.reconcile(provider_name="runpod"))
@@ -354,7 +345,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
         {"kind": "boot_stuck", "count": 1},
     ]
     with _simulator(marker, faults) as sim:
-        _point_at(monkeypatch, sim)
+        point_at_simulator(sim, monkeypatch, settings)
         stuck = _boot(pool)  # 5xx on the cheapest, then a pod that never runs
         sim.set_faults([{"kind": "model_fail", "count": 1}])
         never_ready = _boot(pool)
@@ -436,19 +427,23 @@ def test_an_unreadable_secret_key_file_stops_start_up_without_a_fallback(tmp_pat
     assert "from-the-env" not in result.stderr + result.stdout
 
 
-def test_the_runpod_key_file_is_read_by_the_provider_in_a_fresh_interpreter(tmp_path):
+def test_the_runpod_key_file_and_url_template_reach_the_provider_in_a_fresh_interpreter(tmp_path):
     key = f"rpk-{uuid.uuid4().hex}"
-    (tmp_path / "runpod").write_text(key)
+    (tmp_path / "runpod").write_text(key + "\n")
 
     result = _settings_in_a_fresh_interpreter(
         tmp_path,
-        "from pods.providers.runpod import RunPodProvider; import hashlib; "
-        "print(hashlib.sha256(RunPodProvider().api_key.encode()).hexdigest())",
+        "from pods.providers.runpod import RunPodProvider; import hashlib; provider = RunPodProvider(); "
+        "print(hashlib.sha256(provider.api_key.encode()).hexdigest()); print(provider.url_template)",
         RUNPOD_API_KEY_FILE=str(tmp_path / "runpod"),
         RUNPOD_API_KEY="env-key",
+        RUNPOD_POD_URL_TEMPLATE="http://{ip}:{public_port}/pods/{pod_id}",
     )
 
     import hashlib
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == hashlib.sha256(key.encode()).hexdigest()
+    assert result.stdout.split() == [
+        hashlib.sha256(key.encode()).hexdigest(),
+        "http://{ip}:{public_port}/pods/{pod_id}",
+    ]

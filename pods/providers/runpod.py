@@ -12,20 +12,14 @@ What this module adds to the SDK:
   auth, transient) and transient ones are retried with bounded back-off;
 - a pod's base URL comes from ``RUNPOD_POD_URL_TEMPLATE``.
 
-Settings read (Django setting first, then the environment, then the default):
-- ``RUNPOD_API_KEY`` / ``RUNPOD_API_KEY_FILE``
-- ``RUNPOD_POD_URL_TEMPLATE``: default ``https://{pod_id}-{port}.proxy.runpod.net``;
-  placeholders ``{pod_id}``, ``{port}`` (the pod server's port inside the pod),
-  ``{ip}`` and ``{public_port}`` (from the pod's runtime port mapping). The
-  simulator prints the template to use, ``http://127.0.0.1:PORT/pods/{pod_id}``.
-- ``RUNPOD_RETRY_DELAYS``: seconds slept between tries, default ``(0.5, 1.0)``
-  (three tries); a Django setting only.
+Settings (read from the environment in fleetadmin/settings.py): ``RUNPOD_API_KEY``
+(or ``RUNPOD_API_KEY_FILE``), ``RUNPOD_POD_URL_TEMPLATE`` (the simulator prints the
+one to use, ``http://127.0.0.1:PORT/pods/{pod_id}``) and ``RUNPOD_RETRY_DELAYS``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import unicodedata
@@ -40,7 +34,6 @@ from django.conf import settings
 from runpod.api.graphql import run_graphql_query
 from runpod.error import AuthenticationError, QueryError
 
-from fleetadmin.env import envsecret
 from pods.providers.base import (
     AuthFailed,
     NoCapacity,
@@ -56,10 +49,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_URL_TEMPLATE = "https://{pod_id}-{port}.proxy.runpod.net"
 DEFAULT_PORTS = "8000/http"
 DEFAULT_POD_PORT = 8000
-DEFAULT_RETRY_DELAYS = (0.5, 1.0)
 CLOUD_TYPES = ("SECURE", "COMMUNITY", "ALL")
 
 # One query for the whole price list: the SDK's get_gpus() has no prices and its
@@ -222,13 +213,6 @@ def _decimal(value: object) -> Decimal:
 # -- the provider ------------------------------------------------------------------------------------
 
 
-def _setting(name: str, default: str = "") -> str:
-    value = getattr(settings, name, None)
-    if value:
-        return str(value)
-    return os.environ.get(name, "").strip() or default
-
-
 class RunPodProvider:
     name = "runpod"
 
@@ -240,16 +224,14 @@ class RunPodProvider:
         retry_delays: Sequence[float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if api_key is None:
-            api_key = getattr(settings, "RUNPOD_API_KEY", "") or envsecret("RUNPOD_API_KEY")
-        self.api_key = api_key
-        self.url_template = url_template or _setting("RUNPOD_POD_URL_TEMPLATE", DEFAULT_URL_TEMPLATE)
+        self.api_key = settings.RUNPOD_API_KEY if api_key is None else api_key
+        self.url_template = url_template or settings.RUNPOD_POD_URL_TEMPLATE
         try:
             self.url_template.format(pod_id="x", port=1, ip="127.0.0.1", public_port=1)
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"RUNPOD_POD_URL_TEMPLATE {self.url_template!r} is not usable: {exc!r}") from None
         if retry_delays is None:
-            retry_delays = getattr(settings, "RUNPOD_RETRY_DELAYS", DEFAULT_RETRY_DELAYS)
+            retry_delays = settings.RUNPOD_RETRY_DELAYS
         self.retry_delays = tuple(float(delay) for delay in retry_delays)
         self._sleep = sleep
 

@@ -20,6 +20,7 @@ from pods.providers.runpod import RunPodProvider
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.processes import REPO, child_env, wait_for
+from tests.runpod import point_at_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -37,14 +38,12 @@ run_dispatcher(pool_id=int(sys.argv[1]))
 
 
 @pytest.fixture
-def farm(monkeypatch, transactional_db):
+def farm(monkeypatch, settings, transactional_db):
     config = SimConfig(api_key="k", boot_delay_s=0, model_load_s=0, page_latency_s=0.2, default_lanes=4,
                        gpu_types=[GpuTypeConfig(id="G", display_name="g", secure_price=1.0,
                                                 capacity={"SECURE": {"DC": 4}})])  # fmt: skip
     with SimulatorThread(config) as sim:
-        monkeypatch.setenv("RUNPOD_API_BASE_URL", sim.url)
-        monkeypatch.setenv("RUNPOD_API_KEY", "k")
-        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", sim.pod_url_template)
+        point_at_simulator(sim, monkeypatch, settings, api_key="k")
         yield sim
 
 

@@ -9,6 +9,7 @@ import pytest
 from pods.models import Pool
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
+from tests.runpod import point_at_simulator
 
 KEY = "sim-key"
 EMPTY, GOOD = "NVIDIA EMPTY 1", "NVIDIA GOOD 2"
@@ -29,9 +30,7 @@ def sim(monkeypatch, settings):
         ],
     )
     with SimulatorThread(config) as simulator:
-        monkeypatch.setenv("RUNPOD_API_BASE_URL", simulator.url)
-        monkeypatch.setenv("RUNPOD_API_KEY", KEY)
-        monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", simulator.pod_url_template)
+        point_at_simulator(simulator, monkeypatch, settings, api_key=KEY)
         settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
         settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
         yield simulator

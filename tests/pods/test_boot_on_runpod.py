@@ -68,8 +68,8 @@ def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
     assert not capacity.probe_acquire(key)  # blocked for everybody now
 
 
-def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, monkeypatch):
-    monkeypatch.setenv("RUNPOD_API_KEY", "wrong-key")
+def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
+    settings.RUNPOD_API_KEY = "wrong-key"
     pod = services.pod_boot(pod_id=_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED
     alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)

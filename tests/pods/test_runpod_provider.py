@@ -18,7 +18,7 @@ import pytest
 
 from pods.providers import get_provider
 from pods.providers.base import AuthFailed, NoCapacity, Offer, PodSpec, Transient, UnknownOffer
-from pods.providers.runpod import DEFAULT_URL_TEMPLATE, RunPodProvider, UnsafeValue
+from pods.providers.runpod import RunPodProvider, UnsafeValue
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 
@@ -294,14 +294,10 @@ def test_terminating_a_pod_that_is_gone_counts_as_done(provider: RunPodProvider,
     assert sim.stats()["terminate_calls"] == 3
 
 
-def test_key_and_url_template_come_from_the_environment(
-    sim: SimulatorThread, monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:
-    key_file = tmp_path / "runpod-key"
-    key_file.write_text(KEY + "\n")
-    monkeypatch.setenv("RUNPOD_API_KEY", "stale-key")
-    monkeypatch.setenv("RUNPOD_API_KEY_FILE", str(key_file))
-    monkeypatch.setenv("RUNPOD_POD_URL_TEMPLATE", "http://{ip}:{public_port}/pods/{pod_id}")
+def test_key_and_url_template_come_from_the_settings(sim: SimulatorThread, settings) -> None:
+    # Settings read them from the environment at start: tests/test_security.py, in a fresh interpreter.
+    settings.RUNPOD_API_KEY = KEY
+    settings.RUNPOD_POD_URL_TEMPLATE = "http://{ip}:{public_port}/pods/{pod_id}"
 
     provider = get_provider("runpod")
 
@@ -310,8 +306,7 @@ def test_key_and_url_template_come_from_the_environment(
     assert wait_serving(provider, created.provider_id) == f"{sim.url}/pods/{created.provider_id}"
 
 
-def test_the_default_url_is_runpods_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RUNPOD_POD_URL_TEMPLATE", raising=False)
+def test_the_default_url_is_runpods_proxy() -> None:
     provider = RunPodProvider(api_key=KEY)
     pod = {
         "id": "abc123def45678",
@@ -326,7 +321,7 @@ def test_the_default_url_is_runpods_proxy(monkeypatch: pytest.MonkeyPatch) -> No
 
     seen = provider._provider_pod(pod)
 
-    assert provider.url_template == DEFAULT_URL_TEMPLATE
+    assert provider.url_template == "https://{pod_id}-{port}.proxy.runpod.net"
     assert seen.running and seen.base_url == "https://abc123def45678-8888.proxy.runpod.net"
     assert seen.age_seconds > 12  # measured from lastStatusChange, long ago
 
