@@ -9,8 +9,10 @@ from django.http.multipartparser import MultiPartParserError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetadmin.api import ApiError, api_view
-from ocrjobs import selectors, services
+from ocrjobs import selectors
 from ocrjobs.models import Job
+from ocrjobs.services import jobs as job_services
+from ocrjobs.services.submission import SubmissionError, Upload, job_submit
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -58,7 +60,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
         except MultiPartParserError as exc:
             # Django would answer its own HTML 400; the API answers JSON.
             raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
-        uploads = [services.Upload(name=f.name, file=f) for f in files]
+        uploads = [Upload(name=f.name, file=f) for f in files]
         urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
         fields = {
             "pool": request.POST.get("pool") or None,
@@ -69,7 +71,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
     try:
-        job = services.job_submit(
+        job = job_submit(
             owner=request.api_user,
             uploads=uploads,
             pool_key=fields.get("pool"),
@@ -77,7 +79,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
             urls=fields.get("urls") or [],
             skip_text_pages=fields.get("skip_text_pages", False),
         )
-    except services.SubmissionError as exc:
+    except SubmissionError as exc:
         raise ApiError(exc.message, exc.status) from None
     return JsonResponse(_job_dict(job), status=201)
 
@@ -133,7 +135,7 @@ def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse
 
 @api_view(scope="submit", methods=("POST",))
 def job_cancel(request: HttpRequest, job_id: int) -> JsonResponse:
-    job = services.job_cancel(job=_job_for(request, job_id))
+    job = job_services.job_cancel(job=_job_for(request, job_id))
     return JsonResponse(_job_dict(job))
 
 
@@ -142,6 +144,6 @@ def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
     job = _job_for(request, job_id)
     if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
         raise ApiError(f"job {job.pk} is {job.status}: only a partial or failed job has pages to retry", 409)
-    retried = services.job_retry_failed(job=job)
+    retried = job_services.job_retry_failed(job=job)
     job.refresh_from_db()
     return JsonResponse({**_job_dict(job), "retried_pages": retried})

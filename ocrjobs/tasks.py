@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from fleetadmin.db import retry_on_db_error
-from ocrjobs import services
 from ocrjobs.dispatch.loop import run_dispatcher
+from ocrjobs.services.fetch import document_fetch
+from ocrjobs.services.split import document_split
 
 
 @retry_on_db_error
 def split_document(document_id: int) -> str:
-    document = services.document_split(document_id=document_id)
+    document = document_split(document_id=document_id)
     return f"document {document.pk}: {document.status}"
 
 
@@ -23,5 +24,5 @@ def dispatch_pool(pool_id: int) -> str:
 
 @retry_on_db_error
 def fetch_document(document_id: int) -> str:
-    document = services.document_fetch(document_id=document_id)
+    document = document_fetch(document_id=document_id)
     return f"document {document.pk}: {document.status}"
