@@ -29,6 +29,13 @@ def error(message: str, status: int = 400) -> JsonResponse:
 
 
 class ApiError(Exception):
+    """Bad input or a refusal: a message for a person and the HTTP status that fits it.
+
+    Raised by the API views and by the services they call (a submission's checks);
+    ``api_view`` answers it as ``{"error": message}``, the job form shows the message.
+    This module imports nothing of the apps' services, so any of them may raise it.
+    """
+
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.message = message

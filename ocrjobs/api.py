@@ -12,7 +12,7 @@ from fleetadmin.api import ApiError, api_view
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import SubmissionError, Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -70,17 +70,14 @@ def jobs(request: HttpRequest) -> JsonResponse:
         }
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
-    try:
-        job = job_submit(
-            owner=request.api_user,
-            uploads=uploads,
-            pool_key=fields.get("pool"),
-            languages=fields.get("languages"),
-            urls=fields.get("urls") or [],
-            skip_text_pages=fields.get("skip_text_pages", False),
-        )
-    except SubmissionError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    job = job_submit(
+        owner=request.api_user,
+        uploads=uploads,
+        pool_key=fields.get("pool"),
+        languages=fields.get("languages"),
+        urls=fields.get("urls") or [],
+        skip_text_pages=fields.get("skip_text_pages", False),
+    )
     return JsonResponse(_job_dict(job), status=201)
 
 

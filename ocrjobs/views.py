@@ -8,11 +8,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import SubmissionError, Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -42,7 +43,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 urls=form.cleaned_data["url_list"],
                 skip_text_pages=form.cleaned_data["skip_text_pages"],
             )
-        except SubmissionError as exc:
+        except ApiError as exc:
             form.add_error(None, exc.message)
         else:
             messages.success(request, f"Job {job.pk} submitted.")

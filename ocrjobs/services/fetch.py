@@ -19,12 +19,12 @@ import httpx
 from django.conf import settings
 
 from fleetadmin import leases
+from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import (
     CHUNK,
-    SubmissionError,
     Upload,
     _address_allowed,
     _name_from_url,
@@ -50,7 +50,7 @@ class _Response(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         while size < 0 or len(self.buffer) < size:
             if time.monotonic() > self.deadline:
-                raise SubmissionError(f"the download took longer than {settings.URL_FETCH_TIMEOUT_SECONDS:.0f} s")
+                raise ApiError(f"the download took longer than {settings.URL_FETCH_TIMEOUT_SECONDS:.0f} s")
             chunk = next(self.chunks, b"")
             if not chunk:
                 break
@@ -86,7 +86,7 @@ def _fetch_and_split(document: Document, lease: str) -> Document:
         source = f"jobs/{document.job_id}/{document.position}/source{staged.suffix}"
         (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged.path, settings.MEDIA_ROOT / source)
-    except SubmissionError as exc:
+    except ApiError as exc:
         log.info("document %s (%s) not fetched: %s", document.pk, document.url, exc.message)
         document.status = Document.Status.FAILED
         document.error = exc.message[:2000]
@@ -121,9 +121,9 @@ def _fetch_to(url: str, staging: Path) -> _Staged:
         try:
             addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
         except socket.gaierror as exc:
-            raise SubmissionError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
+            raise ApiError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
         if not addresses or not all(_address_allowed(address) for address in addresses):
-            raise SubmissionError(f"{parts.hostname}: resolves to a private or loopback address; refused")
+            raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
         timeout = httpx.Timeout(settings.URL_FETCH_TIMEOUT_SECONDS, connect=10.0)
         target, pinning = _pinned(url, addresses[0])
         try:
@@ -135,15 +135,15 @@ def _fetch_to(url: str, staging: Path) -> _Staged:
                     url = urllib.parse.urljoin(url, response.headers.get("location", ""))
                     continue
                 if response.status_code != 200:
-                    raise SubmissionError(f"{url[:100]}: the server answered HTTP {response.status_code}")
+                    raise ApiError(f"{url[:100]}: the server answered HTTP {response.status_code}")
                 length = int(response.headers.get("content-length") or 0)
                 if length > settings.OCR_MAX_FILE_BYTES:
-                    raise SubmissionError(
+                    raise ApiError(
                         f"{url[:100]}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
                         413,
                     )
                 body = _Response(response.iter_bytes(CHUNK), deadline)
                 return _stage(Upload(name=_name_from_url(url), file=body), staging, 0)
         except httpx.HTTPError as exc:
-            raise SubmissionError(f"{url[:100]}: the download failed ({exc.__class__.__name__}: {exc})") from None
-    raise SubmissionError(f"{url[:100]}: too many redirects")
+            raise ApiError(f"{url[:100]}: the download failed ({exc.__class__.__name__}: {exc})") from None
+    raise ApiError(f"{url[:100]}: too many redirects")

@@ -23,6 +23,7 @@ from django.db import transaction
 from PIL import Image
 
 from fleetadmin import leases
+from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
 from pods.models import Pool
 
@@ -34,15 +35,6 @@ LANGUAGE_RE = re.compile(r"^[a-z][a-z_]{1,30}(\+[a-z][a-z_]{1,30})*$")
 # Pillow's own bomb guard raises for images over twice this; we check the size
 # ourselves so that the error names the limit.
 Image.MAX_IMAGE_PIXELS = None
-
-
-class SubmissionError(Exception):
-    """Bad input: a message for a person and the HTTP status that fits it."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
 
 @dataclass
@@ -90,20 +82,20 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
         while chunk := upload.file.read(CHUNK):
             size += len(chunk)
             if size > limit:
-                raise SubmissionError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+                raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
             out.write(chunk)
     if size == 0:
-        raise SubmissionError(f"{name}: the file is empty")
+        raise ApiError(f"{name}: the file is empty")
     with open(path, "rb") as f:
         sniffed = _sniff(f.read(8))
     if sniffed is None:
-        raise SubmissionError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+        raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
     kind, suffix = sniffed
     pages = _count_pdf_pages(name, path) if kind == Document.Kind.PDF else _count_image_frames(name, path)
     if pages == 0:
-        raise SubmissionError(f"{name}: the document has no pages")
+        raise ApiError(f"{name}: the document has no pages")
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-        raise SubmissionError(
+        raise ApiError(
             f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413
         )
     return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages)
@@ -117,11 +109,9 @@ def _count_pdf_pages(name: str, path: Path) -> int:
             # PDFium also answers "incorrect password" for a PDF with no pages;
             # only a file with an encryption dictionary is really encrypted.
             if _has_encrypt_entry(path):
-                raise SubmissionError(
-                    f"{name}: the PDF is encrypted; remove its password and submit it again"
-                ) from None
-            raise SubmissionError(f"{name}: the document has no pages") from None
-        raise SubmissionError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
+                raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+            raise ApiError(f"{name}: the document has no pages") from None
+        raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
     try:
         pages = len(pdf)
         if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
@@ -131,7 +121,7 @@ def _count_pdf_pages(name: str, path: Path) -> int:
             width, height = pdf.get_page_size(index)
             pixels = int(width * scale) * int(height * scale)
             if pixels > settings.OCR_MAX_IMAGE_PIXELS:
-                raise SubmissionError(
+                raise ApiError(
                     f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
                     f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
                     413,
@@ -156,7 +146,7 @@ def _has_encrypt_entry(path: Path) -> bool:
 def _check_pixels(name: str, image: Image.Image) -> None:
     width, height = image.size
     if width * height > settings.OCR_MAX_IMAGE_PIXELS:
-        raise SubmissionError(
+        raise ApiError(
             f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels", 413
         )
 
@@ -176,10 +166,10 @@ def _count_image_frames(name: str, path: Path) -> int:
                     for frame in range(1, frames):
                         image.seek(frame)
                         _check_pixels(name, image)
-    except SubmissionError:
+    except ApiError:
         raise
     except Exception as exc:  # Pillow raises many types for a broken file
-        raise SubmissionError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
+        raise ApiError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
     return frames
 
 
@@ -187,22 +177,22 @@ def resolve_pool(key: str | None) -> Pool:
     if not key:
         pool = Pool.objects.order_by("pk").first()
         if pool is None:
-            raise SubmissionError("no pool is configured", 409)
+            raise ApiError("no pool is configured", 409)
         return pool
     try:
         return Pool.objects.get(key=key)
     except Pool.DoesNotExist:
-        raise SubmissionError(f"unknown pool {key!r}", 404) from None
+        raise ApiError(f"unknown pool {key!r}", 404) from None
 
 
 def resolve_languages(value: str | None) -> str:
     value = (value or "eng").strip()
     if not LANGUAGE_RE.match(value):
-        raise SubmissionError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
+        raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
     unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
     if unknown:
         available = ", ".join(settings.OCR_LANGUAGES)
-        raise SubmissionError(f"language {unknown[0]!r} is not available (available: {available})")
+        raise ApiError(f"language {unknown[0]!r} is not available (available: {available})")
     return value
 
 
@@ -224,10 +214,10 @@ def job_submit(
     languages = resolve_languages(languages)
     urls = [check_url(url) for url in (urls or []) if url.strip()]
     if not uploads and not urls:
-        raise SubmissionError("no files: send at least one PDF or image, or a URL of one")
+        raise ApiError("no files: send at least one PDF or image, or a URL of one")
     if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
         count = len(uploads) + len(urls)
-        raise SubmissionError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
+        raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
     staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
     staging.mkdir(parents=True)
     job_dir: Path | None = None
@@ -300,27 +290,27 @@ def check_url(url: str) -> str:
     http(s) only, a host, no literal private or loopback address."""
     url = url.strip()
     if len(url) > 2000:
-        raise SubmissionError("a URL is longer than 2,000 characters")
+        raise ApiError("a URL is longer than 2,000 characters")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise SubmissionError(f"{url[:100]}: only http and https URLs can be fetched")
+        raise ApiError(f"{url[:100]}: only http and https URLs can be fetched")
     host = parts.hostname
     if not host:
-        raise SubmissionError(f"{url[:100]}: the URL has no host")
+        raise ApiError(f"{url[:100]}: the URL has no host")
     try:
         parts.port  # noqa: B018 (raises on a bad port)
     except ValueError:
-        raise SubmissionError(f"{url[:100]}: the port is not a number") from None
+        raise ApiError(f"{url[:100]}: the port is not a number") from None
     if settings.URL_FETCH_ALLOW_PRIVATE:
         return url
     if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
-        raise SubmissionError(f"{url[:100]}: private and loopback addresses are refused")
+        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
         return url  # a name: resolved and checked by the worker that fetches it
     if not _address_allowed(str(literal)):
-        raise SubmissionError(f"{url[:100]}: private and loopback addresses are refused")
+        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
     return url
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 from PIL import Image
 
+from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services import pages as page_services
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
@@ -24,7 +25,7 @@ from ocrjobs.services.pages import (
     pages_unclaim,
 )
 from ocrjobs.services.split import document_split
-from ocrjobs.services.submission import SubmissionError, Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pod
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import complete_all, files_under, result_for, split, submit, tiff_bytes
@@ -83,7 +84,7 @@ def test_submit_keeps_only_a_clean_file_name_and_stores_the_file_under_its_job(
 
 
 def test_submit_checks_every_file_before_storing_any(ordinary_user, media_root):
-    with pytest.raises(SubmissionError) as refused:
+    with pytest.raises(ApiError) as refused:
         submit(ordinary_user, {"good.pdf": pdf_bytes(PAGES_TRUTH[:1]), "bad.pdf": b"%PDF-1.4 nonsense"})
 
     assert refused.value.status == 400

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.models import Job
-from ocrjobs.services.submission import SubmissionError, Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit
 
 EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 4
 
@@ -37,15 +38,15 @@ class Command(BaseCommand):
             for name in files:
                 path = Path(name)
                 if not path.is_file():
-                    raise SubmissionError(f"{name}: no such file")
+                    raise ApiError(f"{name}: no such file")
                 uploads.append(Upload(name=path.name, file=path.open("rb")))
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 # Found before submitting, so that no job runs whose text cannot be written.
-                raise SubmissionError(f"{out}: cannot create the output directory ({exc.strerror})") from None
+                raise ApiError(f"{out}: cannot create the output directory ({exc.strerror})") from None
             job = job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages)
-        except SubmissionError as exc:
+        except ApiError as exc:
             self.stderr.write(f"ocr: {exc.message}")
             sys.exit(EXIT_BAD_INPUT)
         finally:
