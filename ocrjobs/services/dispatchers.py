@@ -18,13 +18,9 @@ def dispatch_ensure(*, pool: Pool) -> bool:
     """Start a dispatcher for the pool unless enough are alive. True if one was enqueued."""
     if Dispatcher.objects.live().filter(pool=pool).count() >= settings.DISPATCHERS_PER_POOL:
         return False
-    from django_q.tasks import async_task
+    from ocrjobs.tasks import enqueue_dispatch  # ocrjobs.tasks imports the services
 
-    transaction.on_commit(
-        lambda: async_task(
-            "ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch"
-        )  # fmt: skip
-    )
+    transaction.on_commit(lambda: enqueue_dispatch(pool))
     return True
 
 

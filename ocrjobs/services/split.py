@@ -17,7 +17,6 @@ from fleetadmin import leases
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_file_write
-from ocrjobs.services.submission import _enqueue_fetches, _enqueue_splits
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,12 @@ def documents_recover(*, pool_id: int) -> list[int]:
     splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
     log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
                 len(splits))  # fmt: skip
-    _enqueue_fetches(fetches)
-    _enqueue_splits(splits)
+    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
+
+    for document_id in fetches:
+        enqueue_fetch(document_id)
+    for document_id in splits:
+        enqueue_split(document_id)
     return [pk for pk, _ in documents]
 
 

@@ -261,8 +261,7 @@ def job_submit(
             Document.objects.bulk_create(documents)
             split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
             fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
-            transaction.on_commit(lambda: _enqueue_splits(split_ids))
-            transaction.on_commit(lambda: _enqueue_fetches(fetch_ids))
+            transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
     except BaseException:
         if job_dir is not None:
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -271,6 +270,15 @@ def job_submit(
         shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
+    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
+
+    for document_id in split_ids:
+        enqueue_split(document_id)
+    for document_id in fetch_ids:
+        enqueue_fetch(document_id)
 
 
 def _name_from_url(url: str) -> str:
@@ -312,19 +320,3 @@ def check_url(url: str) -> str:
     if not _address_allowed(str(literal)):
         raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
     return url
-
-
-def _enqueue_fetches(document_ids: list[int]) -> None:
-    from django_q.tasks import async_task
-
-    for document_id in document_ids:
-        async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}",
-                   group="splits")  # fmt: skip
-
-
-def _enqueue_splits(document_ids: list[int]) -> None:
-    from django_q.tasks import async_task
-
-    for document_id in document_ids:
-        async_task("ocrjobs.tasks.split_document", document_id, task_name=f"split document {document_id}",
-                   group="splits")  # fmt: skip
