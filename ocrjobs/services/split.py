@@ -11,12 +11,12 @@ from pathlib import Path
 import pypdfium2 as pdfium
 from django.conf import settings
 from django.utils import timezone
-from PIL import Image
 
 from fleetadmin import leases
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_file_write
+from ocrjobs.services.submission import open_image
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class _PageRenderer:
         if document.kind == Document.Kind.PDF:
             self.pdf = pdfium.PdfDocument(str(document.source_path))
         else:
-            self.image = Image.open(document.source_path)
+            self.image = open_image(document.source_path)
             self.frames = getattr(self.image, "n_frames", 1)
 
     def render(self, number: int, pages_dir: Path) -> str:

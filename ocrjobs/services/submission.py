@@ -20,7 +20,7 @@ from typing import IO
 import pypdfium2 as pdfium
 from django.conf import settings
 from django.db import transaction
-from PIL import Image
+from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
@@ -31,10 +31,6 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 LANGUAGE_RE = re.compile(r"^[a-z][a-z_]{1,30}(\+[a-z][a-z_]{1,30})*$")
-
-# Pillow's own bomb guard raises for images over twice this; we check the size
-# ourselves so that the error names the limit.
-Image.MAX_IMAGE_PIXELS = None
 
 
 @dataclass
@@ -71,6 +67,31 @@ def _sniff(head: bytes) -> tuple[str, str] | None:
     if head.startswith((b"II*\x00", b"MM\x00*")):
         return Document.Kind.IMAGE, ".tif"
     return None
+
+
+# The reader of each format _sniff knows. Image.open checks the size against Pillow's own limit
+# (Image.MAX_IMAGE_PIXELS) and raises, for an image over twice it, before our check could name
+# ours; a format's reader reads the header and checks nothing. Pillow's limit is a global of the
+# whole process (every thread, every library): it is left as it is.
+_READERS = {
+    ".png": PngImagePlugin.PngImageFile,
+    ".jpg": JpegImagePlugin.jpeg_factory,
+    ".tif": TiffImagePlugin.TiffImageFile,
+}
+
+
+def open_image(path: Path) -> Image.Image:
+    """The image at ``path``, opened (its header read) without Pillow's size check: the
+    caller checks the size against OCR_MAX_IMAGE_PIXELS (``_check_pixels``)."""
+    with open(path, "rb") as f:
+        sniffed = _sniff(f.read(8))
+    reader = _READERS.get(sniffed[1]) if sniffed else None
+    if reader is not None:
+        try:
+            return reader(path)
+        except Exception:
+            pass  # Image.open tries every reader, and says what is wrong as it always has
+    return Image.open(path)
 
 
 def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
@@ -153,12 +174,12 @@ def _check_pixels(name: str, image: Image.Image) -> None:
 
 def _count_image_frames(name: str, path: Path) -> int:
     try:
-        with Image.open(path) as image:
+        with open_image(path) as image:
             _check_pixels(name, image)
             frames = getattr(image, "n_frames", 1)
             image.verify()
         if frames > 1:
-            with Image.open(path) as image:
+            with open_image(path) as image:
                 if image.format == "TIFF":
                     # Each TIFF frame has its own size: a small first frame
                     # must not let a huge second one through. Seeking reads
