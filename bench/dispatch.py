@@ -94,9 +94,9 @@ def run(args) -> None:
     from django.db import connection
     from django.db.models import Max
 
-    from ocrjobs import services as job_services
     from ocrjobs.dispatch.loop import DispatchLoop
     from ocrjobs.models import Document, Job, Page
+    from ocrjobs.services.dispatchers import dispatcher_register
     from pods.models import Pod, Pool, pod_name
     from pods.providers.base import Offer, PodSpec
     from pods.providers.runpod import RunPodProvider
@@ -132,7 +132,7 @@ def run(args) -> None:
     started_wall = time.time()
     started = time.monotonic()
     if args.dispatchers == 1:
-        dispatcher = job_services.dispatcher_register(pool_id=pool.pk)
+        dispatcher = dispatcher_register(pool_id=pool.pk)
         connection.close()
         asyncio.run(DispatchLoop(dispatcher).run())
     else:

@@ -1,4 +1,4 @@
-"""The JSON API's shared parts: one error shape, one auth decorator.
+"""The JSON API's shared parts: one error shape, one auth decorator, one JSON body parser.
 
 A caller is a bearer token (``Authorization: Bearer fa_…``) with scopes, or
 the browser's session: staff get every scope, other users read and submit.
@@ -9,19 +9,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import TypeVar
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ValidationError
 
 from accounts.models import ApiToken, hash_token
 
 log = logging.getLogger(__name__)
 
 LAST_USED_RESOLUTION_SECONDS = 60
+MAX_JSON_BYTES = 10_000
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def error(message: str, status: int = 400) -> JsonResponse:
@@ -29,10 +35,43 @@ def error(message: str, status: int = 400) -> JsonResponse:
 
 
 class ApiError(Exception):
+    """Bad input or a refusal: a message for a person and the HTTP status that fits it.
+
+    Raised by the API views and by the services they call (a submission's checks);
+    ``api_view`` answers it as ``{"error": message}``, the job form shows the message.
+    This module imports nothing of the apps' services, so any of them may raise it.
+    """
+
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+def parse_json(request: HttpRequest, model: type[Model], *, max_bytes: int = MAX_JSON_BYTES) -> Model:
+    """The request's JSON body as ``model``, or ApiError: 415 for another content type, 413 for
+    a body over ``max_bytes``, 400 for a body that is not JSON or the first error pydantic finds."""
+    if not request.content_type.startswith("application/json"):
+        raise ApiError("send a JSON body (Content-Type: application/json)", 415)
+    # Judged by its declared length first: reading a huge body would be Django's own HTML 400.
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError("the Content-Length header is not a number", 400) from None
+    if declared > max_bytes:
+        raise ApiError(f"the body is too large ({declared} bytes; the limit is {max_bytes})", 413)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise ApiError(f"the body is too large (the limit is {max_bytes} bytes)", 413) from None
+    if len(body) > max_bytes:
+        raise ApiError(f"the body is too large (the limit is {max_bytes} bytes)", 413)
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ApiError(f"{where}: {first['msg']}", 400) from None
 
 
 def _note_use(token: ApiToken) -> None:

@@ -1,16 +1,26 @@
-"""django-q2 tasks: each takes ids and calls a service."""
+"""django-q2 tasks: each takes ids and calls a service; each has its ``enqueue_*`` helper beside it,
+so that its dotted name is written once. Services import the helpers inside the function that
+sends the task (this module imports the services)."""
 
 from __future__ import annotations
 
+from django_q.tasks import async_task
+
 from fleetadmin.db import retry_on_db_error
-from ocrjobs import services
 from ocrjobs.dispatch.loop import run_dispatcher
+from ocrjobs.services.fetch import document_fetch
+from ocrjobs.services.split import document_split
+from pods.models import Pool
 
 
 @retry_on_db_error
 def split_document(document_id: int) -> str:
-    document = services.document_split(document_id=document_id)
+    document = document_split(document_id=document_id)
     return f"document {document.pk}: {document.status}"
+
+
+def enqueue_split(document_id: int) -> None:
+    async_task("ocrjobs.tasks.split_document", document_id, task_name=f"split document {document_id}", group="splits")
 
 
 @retry_on_db_error
@@ -21,7 +31,15 @@ def dispatch_pool(pool_id: int) -> str:
     return f"dispatcher {dispatcher.pk} ended"
 
 
+def enqueue_dispatch(pool: Pool) -> None:
+    async_task("ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch")
+
+
 @retry_on_db_error
 def fetch_document(document_id: int) -> str:
-    document = services.document_fetch(document_id=document_id)
+    document = document_fetch(document_id=document_id)
     return f"document {document.pk}: {document.status}"
+
+
+def enqueue_fetch(document_id: int) -> None:
+    async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}", group="splits")

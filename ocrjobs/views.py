@@ -8,9 +8,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from ocrjobs import selectors, services
+from fleetadmin.api import ApiError
+from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
+from ocrjobs.services import jobs as job_services
+from ocrjobs.services.submission import Upload, job_submit
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -30,9 +33,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
 def job_new(request: HttpRequest) -> HttpResponse:
     form = JobForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        uploads = [services.Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
+        uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
-            job = services.job_submit(
+            job = job_submit(
                 owner=request.user,
                 uploads=uploads,
                 pool_key=form.cleaned_data["pool"].key,
@@ -40,7 +43,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 urls=form.cleaned_data["url_list"],
                 skip_text_pages=form.cleaned_data["skip_text_pages"],
             )
-        except services.SubmissionError as exc:
+        except ApiError as exc:
             form.add_error(None, exc.message)
         else:
             messages.success(request, f"Job {job.pk} submitted.")
@@ -86,7 +89,7 @@ def job_progress(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = services.job_cancel(job=_job_for(request, job_id))
+    job = job_services.job_cancel(job=_job_for(request, job_id))
     messages.info(request, f"Job {job.pk} cancelled.")
     return redirect(job)
 
@@ -95,6 +98,6 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    retried = services.job_retry_failed(job=job)
+    retried = job_services.job_retry_failed(job=job)
     messages.info(request, f"{retried} failed pages queued again.")
     return redirect(job)

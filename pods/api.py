@@ -6,13 +6,12 @@ import asyncio
 from datetime import UTC
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from fleetadmin.api import ApiError, api_view
+from fleetadmin.api import ApiError, api_view, parse_json
 from pods import capacity, selectors, services
 from pods.models import Pod, Pool, ScaleRequest
 from pods.spend import spend_report
@@ -98,37 +97,10 @@ class ReleaseBody(BaseModel):
     reason: str = Field(default="released by API", max_length=200)
 
 
-MAX_JSON_BYTES = 10_000
-
-
-def _parse(model: type[BaseModel], request: HttpRequest) -> BaseModel:
-    if not request.content_type.startswith("application/json"):
-        raise ApiError("send a JSON body (Content-Type: application/json)", 415)
-    # Judged by its declared length first: reading a huge body would be Django's own HTML 400.
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise ApiError("the Content-Length header is not a number", 400) from None
-    if declared > MAX_JSON_BYTES:
-        raise ApiError(f"the body is too large ({declared} bytes; the limit is {MAX_JSON_BYTES})", 413)
-    try:
-        body = request.body
-    except RequestDataTooBig:
-        raise ApiError(f"the body is too large (the limit is {MAX_JSON_BYTES} bytes)", 413) from None
-    if len(body) > MAX_JSON_BYTES:
-        raise ApiError(f"the body is too large (the limit is {MAX_JSON_BYTES} bytes)", 413)
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise ApiError(f"{where}: {first['msg']}", 400) from None
-
-
 @api_view(scope="admin", methods=("POST",))
 async def scale(request: HttpRequest) -> JsonResponse:
     """Set a pool's size: the result within ``wait_s``, else 202 ``pending`` with the request id."""
-    body = _parse(ScaleBody, request)
+    body = parse_json(request, ScaleBody)
     pool = await Pool.objects.filter(key=body.pool).afirst()
     if pool is None:
         raise ApiError(f"unknown pool {body.pool!r}", 404)
@@ -157,7 +129,7 @@ def scale_detail(request: HttpRequest, request_id: int) -> JsonResponse:
 @api_view(scope="admin", methods=("POST",))
 def release(request: HttpRequest) -> JsonResponse:
     """End a pod: its spend is attributed now, a worker terminates it. Idempotent."""
-    body = _parse(ReleaseBody, request)
+    body = parse_json(request, ReleaseBody)
     pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
     if pod is None:
         raise ApiError(f"no pod {body.pod_id}", 404)

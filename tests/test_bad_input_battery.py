@@ -13,8 +13,12 @@ from __future__ import annotations
 import html
 import io
 import json
+import os
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
@@ -29,6 +33,8 @@ from tests.ocrjobs.helpers import assert_nothing_made, files_under
 from tests.ocrjobs.test_submit_api import assert_refused, raw_multipart
 
 pytestmark = pytest.mark.usefixtures("local_pool")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def auth(token: str) -> dict:
@@ -98,6 +104,22 @@ def test_an_image_bomb_on_the_form_is_a_form_error(client, ordinary_user, media_
     assert response.status_code == 400
     assert "bomb.png: 100000×100000 pixels is over the limit" in html.unescape(response.content.decode())
     assert_nothing_made(media_root)
+
+
+def test_the_bombs_are_refused_with_pillows_process_wide_limit_left_as_it_was():
+    """Pillow's MAX_IMAGE_PIXELS holds for every thread and library of a process: importing the
+    services (as the front and the workers do) leaves it as Pillow set it, so the bomb tests above
+    pass with it in place (it refuses these bombs in Image.open)."""
+    code = ("from PIL import Image; before = Image.MAX_IMAGE_PIXELS; import django; django.setup(); "
+            "import ocrjobs.tasks, ocrjobs.api, ocrjobs.views; print(before, Image.MAX_IMAGE_PIXELS)")  # fmt: skip
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fleetadmin.settings"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert run.returncode == 0, run.stderr
+    before, after = run.stdout.split()
+    assert after == before != "None"
+    # The 10^10-pixel bombs are over twice Pillow's limit: Image.open would refuse them itself.
+    assert 2 * int(before) < 100_000 * 100_000
 
 
 def test_a_pdf_page_that_would_render_past_the_pixel_limit_is_refused_at_submission(

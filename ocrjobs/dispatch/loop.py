@@ -24,9 +24,20 @@ from django.utils import timezone
 
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
-from ocrjobs import services
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
+from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register, pages_waiting
+from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.pages import (
+    ClaimedPage,
+    PageResult,
+    claims_renew,
+    page_attempt_failed,
+    pages_assign_pods,
+    pages_claim,
+    pages_complete,
+    pages_unclaim,
+)
 from pods.models import Pod
 
 log = logging.getLogger(__name__)
@@ -56,13 +67,13 @@ class DispatchLoop:
         self.pool_id = dispatcher.pool_id
         self.token = dispatcher.token
         self.lanes = LaneTable()
-        self.queue: deque[services.ClaimedPage] = deque()
+        self.queue: deque[ClaimedPage] = deque()
         self.flights: set[asyncio.Task] = set()
         # page id -> the newest claim on it, while a forward is out for it; and that forward's task
-        self.inflight: dict[int, services.ClaimedPage] = {}
+        self.inflight: dict[int, ClaimedPage] = {}
         self.forwarding: dict[int, asyncio.Task] = {}
         self.touched_jobs: set[int] = set()
-        self.results: list[services.PageResult] = []
+        self.results: list[PageResult] = []
         self.assignments: list[tuple[int, int, int]] = []
         self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
         self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
@@ -129,7 +140,7 @@ class DispatchLoop:
                     worth_it = room >= max(1, self.lanes.total // 4) or (not self.queue and self.lanes.free)
                     if worth_it and not stopping and now >= claim_again_at:
                         sweep = now - last_sweep >= SWEEP_SECONDS
-                        claimed = await self.db(services.pages_claim, pool_id=self.pool_id, token=self.token,
+                        claimed = await self.db(pages_claim, pool_id=self.pool_id, token=self.token,
                                                 limit=room, sweep=sweep)  # fmt: skip
                         last_sweep = now if sweep else last_sweep
                         self.queue.extend(claimed)
@@ -161,10 +172,10 @@ class DispatchLoop:
                 flusher.cancel()
             await self.flush()
             if self.queue:
-                await self.db(services.pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
+                await self.db(pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
                 self.queue.clear()
             await self.refresh_jobs()
-            await self.db(services.dispatcher_end, dispatcher=self.dispatcher)
+            await self.db(dispatcher_end, dispatcher=self.dispatcher)
             await self.db(_save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
             await self.db(_nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
             await self.db(_close_connection)
@@ -184,10 +195,10 @@ class DispatchLoop:
         that pages went to in another."""
         if self.assignments:
             assignments, self.assignments = self.assignments, []
-            await self.db(services.pages_assign_pods, token=self.token, assignments=assignments)
+            await self.db(pages_assign_pods, token=self.token, assignments=assignments)
         if self.results:
             results, self.results = self.results, []
-            stored = await self.db(services.pages_complete, token=self.token, items=results)
+            stored = await self.db(pages_complete, token=self.token, items=results)
             self.done += len(stored)
             self.touched_jobs.update(item.job_id for item in results)
             self.wakeup.set()
@@ -195,10 +206,10 @@ class DispatchLoop:
     async def try_finish(self) -> bool:
         """End when no page waits; ending first, then looking again, closes the gap
         in which a page submitted now would find a dispatcher that is leaving."""
-        if await self.db(services.pages_waiting, pool_id=self.pool_id):
+        if await self.db(pages_waiting, pool_id=self.pool_id):
             return False
-        await self.db(services.dispatcher_end, dispatcher=self.dispatcher)
-        if not await self.db(services.pages_waiting, pool_id=self.pool_id):
+        await self.db(dispatcher_end, dispatcher=self.dispatcher)
+        if not await self.db(pages_waiting, pool_id=self.pool_id):
             return True
         await self.db(_revive, dispatcher_id=self.dispatcher.pk)
         return False
@@ -233,7 +244,7 @@ class DispatchLoop:
             counts.draining,
         )  # fmt: skip
 
-    async def forward(self, page: services.ClaimedPage, lane: PodLanes) -> None:
+    async def forward(self, page: ClaimedPage, lane: PodLanes) -> None:
         """Send one page to one lane. While it is out, ``self.inflight[page.id]`` is the
         newest claim it stands for, until its outcome is known (``forward_over``)."""
         try:
@@ -264,7 +275,7 @@ class DispatchLoop:
                 lane.failures = 0
                 attempt = self.claim_of(page).attempts  # the answer stands for the newest claim
                 self.results.append(
-                    services.PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
+                    PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
                                         time.monotonic() - sent, attempt=attempt)
                 )  # fmt: skip
                 self.forward_over(page.id, attempt)
@@ -295,11 +306,11 @@ class DispatchLoop:
         """How long this loop has been blocked so far, as its lag sampler measured it."""
         return self.watch.blocked_s if self.watch is not None else 0.0
 
-    def claim_of(self, page: services.ClaimedPage) -> services.ClaimedPage:
+    def claim_of(self, page: ClaimedPage) -> ClaimedPage:
         """The newest claim on this page that this dispatcher holds."""
         return self.inflight.get(page.id, page)
 
-    def hand_back(self, page: services.ClaimedPage) -> None:
+    def hand_back(self, page: ClaimedPage) -> None:
         """Put a page that never reached a pod back at the head of the queue, on its newest claim."""
         if self.forwarding.get(page.id) is asyncio.current_task():
             del self.forwarding[page.id]
@@ -337,10 +348,10 @@ class DispatchLoop:
             await self.db(_nudge_scaler, pool_id=self.pool_id)
 
     async def attempt_failed(
-        self, page: services.ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
+        self, page: ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
     ) -> None:
         claim = self.claim_of(page)
-        outcome = await self.db(services.page_attempt_failed, page_id=page.id, token=self.token,
+        outcome = await self.db(page_attempt_failed, page_id=page.id, token=self.token,
                                 pod_id=lane.pod_id, error=error, final=final, attempt=claim.attempts)  # fmt: skip
         log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, claim.attempts, lane.pod_id, error, outcome)
         # Before anything else is awaited: the page may be claimed again any moment now.
@@ -380,7 +391,7 @@ class DispatchLoop:
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()
         for job_id in jobs:
-            await self.db(services.job_refresh, job_id=job_id)
+            await self.db(job_refresh, job_id=job_id)
 
 
 def _close_connection() -> None:
@@ -418,7 +429,7 @@ def _beat(*, dispatcher_id: int, token: str, busy_pods: list[int], note: str, do
     now = timezone.now()
     Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
                                                        pages_failed=failed)  # fmt: skip
-    services.claims_renew(token=token)  # every page this dispatcher holds, in one statement
+    claims_renew(token=token)  # every page this dispatcher holds, in one statement
     if busy_pods:
         Pod.objects.filter(pk__in=busy_pods).update(last_busy_at=now)
 
@@ -457,12 +468,12 @@ async def _watched(loop: DispatchLoop, *, name: str) -> None:
 
 def run_dispatcher(*, pool_id: int) -> Dispatcher | None:
     """Entry point for the worker task: register, run the loop, end."""
-    dispatcher = services.dispatcher_register(pool_id=pool_id)
+    dispatcher = dispatcher_register(pool_id=pool_id)
     if dispatcher is None:
         return None
     loop = DispatchLoop(dispatcher)
     asyncio.run(_watched(loop, name=f"dispatcher pool {dispatcher.pool.key}"))
-    if loop.hit_time_limit and services.pages_waiting(pool_id=pool_id):
+    if loop.hit_time_limit and pages_waiting(pool_id=pool_id):
         # A successor takes over; one that left for want of pods is started again by the next pod ready.
-        services.dispatch_ensure(pool=dispatcher.pool)
+        dispatch_ensure(pool=dispatcher.pool)
     return dispatcher

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from ocrjobs import services
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.pages import page_attempt_failed, page_complete, pages_claim
+from ocrjobs.services.split import document_split
+from ocrjobs.services.submission import Upload, job_submit
 
 
 def files_under(root: Path) -> list[Path]:
@@ -33,13 +36,13 @@ def tiff_bytes(sizes: list[tuple[int, int]]) -> bytes:
 
 
 def submit(owner, files: dict[str, bytes], pool_key: str = "local") -> Job:
-    uploads = [services.Upload(name=name, file=io.BytesIO(data)) for name, data in files.items()]
-    return services.job_submit(owner=owner, uploads=uploads, pool_key=pool_key)
+    uploads = [Upload(name=name, file=io.BytesIO(data)) for name, data in files.items()]
+    return job_submit(owner=owner, uploads=uploads, pool_key=pool_key)
 
 
 def split(job: Job) -> None:
     for document_id in job.documents.values_list("pk", flat=True):
-        services.document_split(document_id=document_id)
+        document_split(document_id=document_id)
 
 
 def result_for(text: str) -> dict:
@@ -64,7 +67,7 @@ def complete_all(
     those pages fail for good instead.
     """
     token = uuid.uuid4().hex
-    claimed = services.pages_claim(pool_id=job.pool_id, token=token, limit=10_000)
+    claimed = pages_claim(pool_id=job.pool_id, token=token, limit=10_000)
     where = {
         pk: (position, number)
         for pk, position, number in Page.objects.filter(pk__in=[c.id for c in claimed]).values_list(
@@ -74,11 +77,9 @@ def complete_all(
     for claim in claimed:
         key = where[claim.id]
         if failures and key in failures:
-            outcome = services.page_attempt_failed(
-                page_id=claim.id, token=token, pod_id=None, error=failures[key], final=True
-            )
+            outcome = page_attempt_failed(page_id=claim.id, token=token, pod_id=None, error=failures[key], final=True)
             assert outcome == "failed"
             continue
         text = (texts or {}).get(key, f"document {key[0]} page {key[1]}")
-        assert services.page_complete(page_id=claim.id, token=token, pod_id=None, result=result_for(text))
-    services.job_refresh(job_id=job.pk)
+        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result_for(text))
+    job_refresh(job_id=job.pk)

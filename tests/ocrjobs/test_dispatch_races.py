@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from ocrjobs import services
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.lanes import FleetCounts
+from ocrjobs.services.pages import ClaimedPage, page_attempt_failed
 
 GUARD = 10  # seconds, against hangs only
 
@@ -42,7 +42,7 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
         return b"png"
 
     async def db(fn, /, **kwargs):
-        if fn is services.page_attempt_failed:
+        if fn is page_attempt_failed:
             return "retry"  # the page waits again, claimable by the next claim
         if fn is dispatch._drain_pod:
             drain_started.set()
@@ -55,8 +55,8 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
     return loop
 
 
-def page(attempts: int) -> services.ClaimedPage:
-    return services.ClaimedPage(id=41, job_id=1, position=0, image="p.png", languages="eng", attempts=attempts)
+def page(attempts: int) -> ClaimedPage:
+    return ClaimedPage(id=41, job_id=1, position=0, image="p.png", languages="eng", attempts=attempts)
 
 
 def test_a_page_claimed_again_while_its_failed_forward_drains_the_pod_gets_a_forward_of_its_own():
@@ -95,7 +95,7 @@ def test_a_newer_claim_the_failed_outcome_does_not_answer_goes_back_to_the_queue
         plain_db = loop.db
 
         async def db(fn, /, **kwargs):
-            if fn is services.page_attempt_failed:
+            if fn is page_attempt_failed:
                 stored.set()
                 await proceed.wait()  # while attempt 1's failure is being stored...
             return await plain_db(fn, **kwargs)

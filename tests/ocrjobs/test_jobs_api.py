@@ -7,8 +7,8 @@ import json
 import pytest
 
 from accounts.models import ApiToken
-from ocrjobs import services
 from ocrjobs.models import Job, Page
+from ocrjobs.services.jobs import job_cancel
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import complete_all, result_for, split, submit
 
@@ -243,7 +243,7 @@ def test_retry_refuses_a_job_that_is_not_partial_or_failed(client, submit_token,
     if finish == "done":
         complete_all(own_job)
     elif finish == "cancelled":
-        services.job_cancel(job=own_job)
+        job_cancel(job=own_job)
     own_job.refresh_from_db()
     status_before = own_job.status
 

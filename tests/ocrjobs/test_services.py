@@ -9,8 +9,23 @@ import pytest
 from django.utils import timezone
 from PIL import Image
 
-from ocrjobs import services
+from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.services import pages as page_services
+from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
+from ocrjobs.services.pages import (
+    PageResult,
+    claims_renew,
+    page_attempt_failed,
+    page_complete,
+    pages_assign_pods,
+    pages_claim,
+    pages_complete,
+    pages_requeue_from_pod,
+    pages_unclaim,
+)
+from ocrjobs.services.split import document_split
+from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pod
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import complete_all, files_under, result_for, split, submit, tiff_bytes
@@ -69,7 +84,7 @@ def test_submit_keeps_only_a_clean_file_name_and_stores_the_file_under_its_job(
 
 
 def test_submit_checks_every_file_before_storing_any(ordinary_user, media_root):
-    with pytest.raises(services.SubmissionError) as refused:
+    with pytest.raises(ApiError) as refused:
         submit(ordinary_user, {"good.pdf": pdf_bytes(PAGES_TRUTH[:1]), "bad.pdf": b"%PDF-1.4 nonsense"})
 
     assert refused.value.status == 400
@@ -79,9 +94,7 @@ def test_submit_checks_every_file_before_storing_any(ordinary_user, media_root):
 
 
 def test_submit_without_a_pool_uses_the_first_pool(ordinary_user, local_pool):
-    job = services.job_submit(
-        owner=ordinary_user, uploads=[services.Upload(name="a.png", file=io.BytesIO(image_bytes(["a"])))]
-    )
+    job = job_submit(owner=ordinary_user, uploads=[Upload(name="a.png", file=io.BytesIO(image_bytes(["a"])))])
 
     assert job.pool == local_pool
     assert job.languages == "eng"
@@ -94,7 +107,7 @@ def test_split_renders_each_pdf_page_to_a_png_on_disk(ordinary_user, media_root,
     settings.OCR_RENDER_DPI = 100
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH, dpi=200)})
 
-    document = services.document_split(document_id=job.documents.get().pk)
+    document = document_split(document_id=job.documents.get().pk)
 
     assert document.status == Document.Status.SPLIT
     pages = list(document.pages.order_by("number"))
@@ -114,7 +127,7 @@ def test_split_renders_each_pdf_page_to_a_png_on_disk(ordinary_user, media_root,
 def test_split_takes_a_png_or_jpeg_as_it_is(ordinary_user, media_root, name, fmt):
     job = submit(ordinary_user, {name: image_bytes(["one line"], fmt)})
 
-    document = services.document_split(document_id=job.documents.get().pk)
+    document = document_split(document_id=job.documents.get().pk)
 
     page = document.pages.get()
     assert page.number == 1
@@ -127,7 +140,7 @@ def test_split_makes_one_page_per_tiff_frame(ordinary_user, media_root):
     job = submit(ordinary_user, {"scan.tif": tiff_bytes(sizes)})
     assert job.documents.get().page_count == 3
 
-    document = services.document_split(document_id=job.documents.get().pk)
+    document = document_split(document_id=job.documents.get().pk)
 
     pages = list(document.pages.order_by("number"))
     assert [p.number for p in pages] == [1, 2, 3]
@@ -138,13 +151,13 @@ def test_split_makes_one_page_per_tiff_frame(ordinary_user, media_root):
 
 def test_split_run_again_makes_only_the_missing_pages(ordinary_user):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
-    document = services.document_split(document_id=job.documents.get().pk)
+    document = document_split(document_id=job.documents.get().pk)
     first_ids = dict(document.pages.values_list("number", "pk"))
     # As after a crash between two batches.
     document.pages.filter(number=3).delete()
     Document.objects.filter(pk=document.pk).update(status=Document.Status.PENDING)
 
-    services.document_split(document_id=document.pk)
+    document_split(document_id=document.pk)
 
     again = dict(document.pages.values_list("number", "pk"))
     assert sorted(again) == [1, 2, 3]
@@ -154,18 +167,18 @@ def test_split_run_again_makes_only_the_missing_pages(ordinary_user):
 def test_split_of_a_split_document_makes_nothing_more(ordinary_user):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
     document_id = job.documents.get().pk
-    services.document_split(document_id=document_id)
+    document_split(document_id=document_id)
 
-    services.document_split(document_id=document_id)
+    document_split(document_id=document_id)
 
     assert Page.objects.count() == 3
 
 
 def test_split_of_a_cancelled_job_makes_no_pages(ordinary_user):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
-    services.job_cancel(job=job)
+    job_cancel(job=job)
 
-    services.document_split(document_id=job.documents.get().pk)
+    document_split(document_id=job.documents.get().pk)
 
     assert Page.objects.count() == 0
 
@@ -175,7 +188,7 @@ def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fa
     document = job.documents.get()
     document.source_path.write_bytes(b"%PDF-1.4 truncated on disk")
 
-    document = services.document_split(document_id=document.pk)
+    document = document_split(document_id=document.pk)
 
     assert document.status == Document.Status.FAILED
     assert document.error.startswith("cannot be read")
@@ -186,12 +199,12 @@ def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fa
 def test_a_job_waits_for_every_document_to_be_split_before_it_ends(ordinary_user):
     job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
     first, second = job.documents.order_by("position")
-    services.document_split(document_id=first.pk)
+    document_split(document_id=first.pk)
     complete_all(job)
 
     assert reload(job).status == Job.Status.RUNNING
 
-    services.document_split(document_id=second.pk)
+    document_split(document_id=second.pk)
     complete_all(job)
 
     assert reload(job).status == Job.Status.DONE
@@ -201,7 +214,7 @@ def test_a_job_waits_for_every_document_to_be_split_before_it_ends(ordinary_user
 
 
 def test_claim_then_complete_finishes_the_job(one_page_job, page, media_root):
-    claimed = services.pages_claim(pool_id=page.pool_id, token="A", limit=10)
+    claimed = pages_claim(pool_id=page.pool_id, token="A", limit=10)
 
     assert [(c.id, c.job_id, c.image, c.languages, c.attempts) for c in claimed] == [
         (page.pk, one_page_job.pk, page.image, "eng", 1)
@@ -211,8 +224,8 @@ def test_claim_then_complete_finishes_the_job(one_page_job, page, media_root):
     assert page.claim_token == "A"
     assert page.claim_expires_at > timezone.now()
 
-    assert services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("a note")) is True
-    job = services.job_refresh(job_id=one_page_job.pk)
+    assert page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("a note")) is True
+    job = job_refresh(job_id=one_page_job.pk)
 
     page = reload(page)
     assert page.status == Page.Status.DONE
@@ -228,19 +241,19 @@ def test_claims_take_at_most_the_limit_and_never_the_same_page_twice(ordinary_us
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
     split(job)
 
-    first = services.pages_claim(pool_id=job.pool_id, token="A", limit=2)
-    second = services.pages_claim(pool_id=job.pool_id, token="B", limit=2)
-    third = services.pages_claim(pool_id=job.pool_id, token="C", limit=2)
+    first = pages_claim(pool_id=job.pool_id, token="A", limit=2)
+    second = pages_claim(pool_id=job.pool_id, token="B", limit=2)
+    third = pages_claim(pool_id=job.pool_id, token="C", limit=2)
 
     assert len(first) == 2 and len(second) == 1 and third == []
     assert {c.id for c in first} | {c.id for c in second} == set(job.pages.values_list("pk", flat=True))
 
 
 def test_complete_twice_with_the_same_token_stores_the_result_once(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
-    assert services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("first")) is True
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    assert page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("first")) is True
 
-    again = services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("second"))
+    again = page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("second"))
 
     assert again is False
     assert reload(page).read_result()["text"] == "first\n"
@@ -248,13 +261,13 @@ def test_complete_twice_with_the_same_token_stores_the_result_once(page):
 
 
 def test_two_results_for_one_page_in_one_batch_store_the_first_and_leave_one_file(page):
-    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
     first, second = (
-        services.PageResult(page.pk, claim.job_id, claim.position, None, result_for(text), attempt=claim.attempts)
+        PageResult(page.pk, claim.job_id, claim.position, None, result_for(text), attempt=claim.attempts)
         for text in ("first", "second")
     )
 
-    assert services.pages_complete(token="A", items=[first, second]) == {page.pk}
+    assert pages_complete(token="A", items=[first, second]) == {page.pk}
 
     page = reload(page)
     assert page.read_result()["text"] == "first\n"
@@ -264,11 +277,11 @@ def test_two_results_for_one_page_in_one_batch_store_the_first_and_leave_one_fil
 def test_a_batch_stored_again_after_a_lost_answer_keeps_its_one_file(page):
     # The database committed the batch but the connection dropped before the answer came back:
     # the dispatcher stores the same batch again on a fresh connection.
-    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
-    item = services.PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
-    assert services.pages_complete(token="A", items=[item]) == {page.pk}
+    claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    item = PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+    assert pages_complete(token="A", items=[item]) == {page.pk}
 
-    assert services.pages_complete(token="A", items=[item]) == set()
+    assert pages_complete(token="A", items=[item]) == set()
 
     page = reload(page)
     assert page.read_result()["text"] == "once\n"
@@ -278,17 +291,17 @@ def test_a_batch_stored_again_after_a_lost_answer_keeps_its_one_file(page):
 def test_a_batch_stored_again_after_a_failed_try_leaves_one_file(page, monkeypatch):
     from django.db import OperationalError
 
-    claim = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
-    item = services.PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+    claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    item = PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
 
     def connection_dropped(result):
         raise OperationalError("server closed the connection unexpectedly")
 
     with monkeypatch.context() as patched:  # the files are written, then the database fails
-        patched.setattr(services, "_confidence", connection_dropped)
+        patched.setattr(page_services, "_confidence", connection_dropped)
         with pytest.raises(OperationalError):
-            services.pages_complete(token="A", items=[item])
-    assert services.pages_complete(token="A", items=[item]) == {page.pk}  # tried again, as the dispatcher does
+            pages_complete(token="A", items=[item])
+    assert pages_complete(token="A", items=[item]) == {page.pk}  # tried again, as the dispatcher does
 
     page = reload(page)
     assert results_of(page) == [page.document.source_path.parent / "results" / page.result.rsplit("/", 1)[-1]]
@@ -296,42 +309,42 @@ def test_a_batch_stored_again_after_a_failed_try_leaves_one_file(page, monkeypat
 
 def test_a_result_of_a_superseded_attempt_with_the_same_token_is_refused_and_its_file_removed(page, local_pool):
     pod = Pod.objects.create(pool=local_pool, name="fa-local-gone")
-    old = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
-    services.pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
-    services.pages_requeue_from_pod(pod_id=pod.pk)  # the pod was lost; the same dispatcher claims it again
-    new = services.pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    old = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
+    pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
+    pages_requeue_from_pod(pod_id=pod.pk)  # the pod was lost; the same dispatcher claims it again
+    new = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
     assert (old.attempts, new.attempts) == (1, 2)
 
-    late = services.PageResult(page.pk, old.job_id, old.position, pod.pk, result_for("late"), attempt=old.attempts)
-    assert services.pages_complete(token="A", items=[late]) == set()
-    services.pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
-    assert services.page_attempt_failed(page_id=page.pk, token="A", pod_id=pod.pk, error="x",
-                                        attempt=old.attempts) == "lost"  # fmt: skip
+    late = PageResult(page.pk, old.job_id, old.position, pod.pk, result_for("late"), attempt=old.attempts)
+    assert pages_complete(token="A", items=[late]) == set()
+    pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
+    assert page_attempt_failed(page_id=page.pk, token="A", pod_id=pod.pk, error="x",
+                               attempt=old.attempts) == "lost"  # fmt: skip
 
     page = reload(page)
     assert (page.status, page.attempts, page.pod_id, page.error) == (Page.Status.RUNNING, 2, None, "")
     assert results_of(page) == []
-    fresh = services.PageResult(page.pk, new.job_id, new.position, None, result_for("fresh"), attempt=new.attempts)
-    assert services.pages_complete(token="A", items=[fresh]) == {page.pk}
+    fresh = PageResult(page.pk, new.job_id, new.position, None, result_for("fresh"), attempt=new.attempts)
+    assert pages_complete(token="A", items=[fresh]) == {page.pk}
     assert reload(page).read_result()["text"] == "fresh\n"
 
 
 def test_complete_with_a_token_that_never_claimed_the_page_is_refused(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    assert services.page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("x")) is False
+    assert page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("x")) is False
 
     assert reload(page).status == Page.Status.RUNNING
     assert results_of(page) == []
 
 
 def test_an_expired_claim_goes_to_another_token_and_the_first_result_is_refused(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     expire_claims(page)
 
-    reclaimed = services.pages_claim(pool_id=page.pool_id, token="B", limit=1)
-    late = services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("from A"))
-    stored = services.page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("from B"))
+    reclaimed = pages_claim(pool_id=page.pool_id, token="B", limit=1)
+    late = page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("from A"))
+    stored = page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("from B"))
 
     assert [(c.id, c.attempts) for c in reclaimed] == [(page.pk, 2)]
     assert late is False
@@ -342,12 +355,12 @@ def test_an_expired_claim_goes_to_another_token_and_the_first_result_is_refused(
 
 
 def test_the_first_tokens_late_result_after_the_second_finished_is_refused(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     expire_claims(page)
-    services.pages_claim(pool_id=page.pool_id, token="B", limit=1)
-    assert services.page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("from B"))
+    pages_claim(pool_id=page.pool_id, token="B", limit=1)
+    assert page_complete(page_id=page.pk, token="B", pod_id=None, result=result_for("from B"))
 
-    late = services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("from A"))
+    late = page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("from A"))
 
     assert late is False
     assert reload(page).read_result()["text"] == "from B\n"
@@ -355,26 +368,26 @@ def test_the_first_tokens_late_result_after_the_second_finished_is_refused(page)
 
 
 def test_a_page_whose_claim_has_not_expired_is_not_claimed_again(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    assert services.pages_claim(pool_id=page.pool_id, token="B", limit=1) == []
+    assert pages_claim(pool_id=page.pool_id, token="B", limit=1) == []
     assert reload(page).claim_token == "A"
 
 
 def test_unclaim_gives_the_page_back_without_spending_an_attempt(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    assert services.pages_unclaim(token="A", page_ids=[page.pk]) == 1
+    assert pages_unclaim(token="A", page_ids=[page.pk]) == 1
 
     page = reload(page)
     assert (page.status, page.attempts, page.claim_token, page.claim_expires_at) == (Page.Status.PENDING, 0, "", None)
-    assert [c.attempts for c in services.pages_claim(pool_id=page.pool_id, token="B", limit=1)] == [1]
+    assert [c.attempts for c in pages_claim(pool_id=page.pool_id, token="B", limit=1)] == [1]
 
 
 def test_unclaim_with_another_token_changes_nothing(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    assert services.pages_unclaim(token="B", page_ids=[page.pk]) == 0
+    assert pages_unclaim(token="B", page_ids=[page.pk]) == 0
 
     page = reload(page)
     assert (page.status, page.attempts, page.claim_token) == (Page.Status.RUNNING, 1, "A")
@@ -382,35 +395,35 @@ def test_unclaim_with_another_token_changes_nothing(page):
 
 def test_renewing_a_claim_pushes_its_expiry_later(page, settings):
     settings.PAGE_CLAIM_SECONDS = 60
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert services.claims_renew(token="A", page_ids=[page.pk]) == 1
+    assert claims_renew(token="A", page_ids=[page.pk]) == 1
 
     assert reload(page).claim_expires_at > soon + timedelta(seconds=30)
 
 
 def test_renewing_with_another_token_leaves_the_claim_alone(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert services.claims_renew(token="B", page_ids=[page.pk]) == 0
+    assert claims_renew(token="B", page_ids=[page.pk]) == 0
 
     assert reload(page).claim_expires_at == soon
 
 
 def test_pages_of_a_lost_pod_wait_again_with_their_attempt_counted(page, local_pool):
     pod = Pod.objects.create(pool=local_pool, name="fa-local-lost")
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
-    services.pages_assign_pods(token="A", assignments=[(page.pk, 1, pod.pk)])
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_assign_pods(token="A", assignments=[(page.pk, 1, pod.pk)])
 
-    assert services.pages_requeue_from_pod(pod_id=pod.pk) == 1
+    assert pages_requeue_from_pod(pod_id=pod.pk) == 1
 
     page = reload(page)
     assert (page.status, page.attempts, page.claim_token) == (Page.Status.PENDING, 1, "")
-    assert services.page_complete(page_id=page.pk, token="A", pod_id=pod.pk, result=result_for("late")) is False
+    assert page_complete(page_id=page.pk, token="A", pod_id=pod.pk, result=result_for("late")) is False
 
 
 # --- failing -----------------------------------------------------------------------------------
@@ -418,9 +431,9 @@ def test_pages_of_a_lost_pod_wait_again_with_their_attempt_counted(page, local_p
 
 def test_a_failed_attempt_lets_the_page_wait_for_another(page, settings):
     settings.PAGE_MAX_ATTEMPTS = 3
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    outcome = services.page_attempt_failed(page_id=page.pk, token="A", pod_id=None, error="HTTP 500: boom")
+    outcome = page_attempt_failed(page_id=page.pk, token="A", pod_id=None, error="HTTP 500: boom")
 
     assert outcome == "retry"
     page = reload(page)
@@ -433,9 +446,9 @@ def test_a_failed_attempt_lets_the_page_wait_for_another(page, settings):
 
 
 def test_a_failed_attempt_with_a_lost_claim_changes_nothing(page):
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    assert services.page_attempt_failed(page_id=page.pk, token="B", pod_id=None, error="x") == "lost"
+    assert page_attempt_failed(page_id=page.pk, token="B", pod_id=None, error="x") == "lost"
     assert reload(page).status == Page.Status.RUNNING
 
 
@@ -446,34 +459,28 @@ def test_a_page_that_spends_its_attempts_fails_with_its_error_and_the_job_is_par
     bad = job.pages.get(number=2)
     outcomes = []
     for attempt in (1, 2):
-        claimed = services.pages_claim(pool_id=job.pool_id, token=f"T{attempt}", limit=10)
+        claimed = pages_claim(pool_id=job.pool_id, token=f"T{attempt}", limit=10)
         for claim in claimed:
             if claim.id == bad.pk:
                 error = f"HTTP 500: attempt {attempt}"
-                outcomes.append(
-                    services.page_attempt_failed(page_id=claim.id, token=f"T{attempt}", pod_id=None, error=error)
-                )
+                outcomes.append(page_attempt_failed(page_id=claim.id, token=f"T{attempt}", pod_id=None, error=error))
             else:
-                assert services.page_complete(
-                    page_id=claim.id, token=f"T{attempt}", pod_id=None, result=result_for("ok")
-                )
-    job = services.job_refresh(job_id=job.pk)
+                assert page_complete(page_id=claim.id, token=f"T{attempt}", pod_id=None, result=result_for("ok"))
+    job = job_refresh(job_id=job.pk)
 
     assert outcomes == ["retry", "failed"]
     bad = reload(bad)
     assert (bad.status, bad.attempts, bad.error) == (Page.Status.FAILED, 2, "HTTP 500: attempt 2")
     assert job.status == Job.Status.PARTIAL
     assert job.page_counts()["done"] == 2
-    assert services.pages_claim(pool_id=job.pool_id, token="T3", limit=10) == []
+    assert pages_claim(pool_id=job.pool_id, token="T3", limit=10) == []
 
 
 def test_a_final_failure_fails_the_page_at_once(page, settings):
     settings.PAGE_MAX_ATTEMPTS = 3
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
 
-    outcome = services.page_attempt_failed(
-        page_id=page.pk, token="A", pod_id=None, error="the pod refused the page", final=True
-    )
+    outcome = page_attempt_failed(page_id=page.pk, token="A", pod_id=None, error="the pod refused the page", final=True)
 
     assert outcome == "failed"
     assert reload(page).status == Page.Status.FAILED
@@ -494,11 +501,11 @@ def test_an_expired_claim_on_its_last_attempt_fails_the_page_with_a_clear_error(
     one_page_job, page, settings, django_capture_on_commit_callbacks
 ):
     settings.PAGE_MAX_ATTEMPTS = 1
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     expire_claims(page)
 
     with django_capture_on_commit_callbacks(execute=True):
-        claimed = services.pages_claim(pool_id=page.pool_id, token="B", limit=1)
+        claimed = pages_claim(pool_id=page.pool_id, token="B", limit=1)
 
     assert claimed == []
     page = reload(page)
@@ -506,15 +513,15 @@ def test_an_expired_claim_on_its_last_attempt_fails_the_page_with_a_clear_error(
     assert page.error == "no result after 1 attempts (claims expired)"
     assert page.claim_token == ""
     assert reload(one_page_job).status == Job.Status.FAILED
-    assert services.page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("late")) is False
+    assert page_complete(page_id=page.pk, token="A", pod_id=None, result=result_for("late")) is False
 
 
 def test_an_expired_claim_with_attempts_left_is_claimed_again(page, settings):
     settings.PAGE_MAX_ATTEMPTS = 2
-    services.pages_claim(pool_id=page.pool_id, token="A", limit=1)
+    pages_claim(pool_id=page.pool_id, token="A", limit=1)
     expire_claims(page)
 
-    claimed = services.pages_claim(pool_id=page.pool_id, token="B", limit=1)
+    claimed = pages_claim(pool_id=page.pool_id, token="B", limit=1)
 
     assert [c.attempts for c in claimed] == [2]
     assert reload(page).status == Page.Status.RUNNING
@@ -526,23 +533,23 @@ def test_an_expired_claim_with_attempts_left_is_claimed_again(page, settings):
 def test_cancel_ends_waiting_and_running_pages_and_refuses_later_results(ordinary_user):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
     split(job)
-    running = services.pages_claim(pool_id=job.pool_id, token="A", limit=1)[0]
+    running = pages_claim(pool_id=job.pool_id, token="A", limit=1)[0]
 
-    job = services.job_cancel(job=job)
+    job = job_cancel(job=job)
 
     assert job.status == Job.Status.CANCELLED
     assert job.finished_at is not None
     assert set(job.pages.values_list("status", flat=True)) == {Page.Status.CANCELLED}
-    late = services.page_complete(page_id=running.id, token="A", pod_id=None, result=result_for("late"))
+    late = page_complete(page_id=running.id, token="A", pod_id=None, result=result_for("late"))
     assert late is False
-    assert services.pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
-    assert services.job_refresh(job_id=job.pk).status == Job.Status.CANCELLED
+    assert pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
+    assert job_refresh(job_id=job.pk).status == Job.Status.CANCELLED
 
 
 def test_cancel_leaves_done_pages_and_a_finished_job_alone(one_page_job):
     complete_all(one_page_job)
 
-    job = services.job_cancel(job=one_page_job)
+    job = job_cancel(job=one_page_job)
 
     assert job.status == Job.Status.DONE
     assert job.pages.get().status == Page.Status.DONE
@@ -554,7 +561,7 @@ def test_retry_failed_gives_failed_pages_fresh_attempts_and_runs_the_job_again(o
     complete_all(job, failures={(0, 2): "HTTP 500: boom"})
     assert reload(job).status == Job.Status.PARTIAL
 
-    retried = services.job_retry_failed(job=job)
+    retried = job_retry_failed(job=job)
 
     assert retried == 1
     job = reload(job)
@@ -571,5 +578,5 @@ def test_retry_failed_gives_failed_pages_fresh_attempts_and_runs_the_job_again(o
 def test_retry_failed_on_a_job_without_failures_does_nothing(one_page_job):
     complete_all(one_page_job)
 
-    assert services.job_retry_failed(job=one_page_job) == 0
+    assert job_retry_failed(job=one_page_job) == 0
     assert reload(one_page_job).status == Job.Status.DONE

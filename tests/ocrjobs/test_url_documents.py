@@ -11,8 +11,11 @@ import threading
 
 import pytest
 
-from ocrjobs import services
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.services import fetch
+from ocrjobs.services.fetch import document_fetch
+from ocrjobs.services.split import document_split
+from ocrjobs.services.submission import Upload, job_submit
 from tests.factories import pdf_bytes
 
 URL = "/v1/jobs"
@@ -92,7 +95,7 @@ def test_a_worker_fetches_checks_and_splits_a_url_document(file_server, local_po
     base, routes = file_server
     routes["/old"] = (302, {"Location": "/report.pdf"}, b"")
     routes["/report.pdf"] = (200, {"Content-Type": "application/pdf"}, pdf_bytes())
-    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/old").pk)
+    document = document_fetch(document_id=_url_job(local_pool, f"{base}/old").pk)
     assert (document.kind, document.page_count, document.status) == ("pdf", 3, "split")
     assert document.source_path.read_bytes().startswith(b"%PDF-")
     assert Page.objects.filter(document=document).count() == 3
@@ -110,7 +113,7 @@ def test_a_bad_download_fails_its_document_not_the_worker(file_server, local_poo
     settings.URL_FETCH_ALLOW_PRIVATE = True
     base, routes = file_server
     routes["/doc"] = route
-    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/doc").pk)
+    document = document_fetch(document_id=_url_job(local_pool, f"{base}/doc").pk)
     assert document.status == "failed" and words in document.error.lower()
     assert Job.objects.get().status == Job.Status.FAILED
 
@@ -120,7 +123,7 @@ def test_a_download_over_the_size_limit_is_refused(file_server, local_pool, sett
     settings.OCR_MAX_FILE_BYTES = 1000
     base, routes = file_server
     routes["/big.pdf"] = (200, {}, pdf_bytes())
-    document = services.document_fetch(document_id=_url_job(local_pool, f"{base}/big.pdf").pk)
+    document = document_fetch(document_id=_url_job(local_pool, f"{base}/big.pdf").pk)
     assert document.status == "failed" and "limit" in document.error
 
 
@@ -129,7 +132,7 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_before_connecting(
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    document = services.document_fetch(document_id=_url_job(local_pool, "http://files.example.org/a.pdf").pk)
+    document = document_fetch(document_id=_url_job(local_pool, "http://files.example.org/a.pdf").pk)
     assert document.status == "failed" and "private or loopback" in document.error
 
 
@@ -151,11 +154,9 @@ def test_the_download_goes_to_the_address_that_was_checked_not_a_second_answer(f
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(services, "_address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(fetch, "_address_allowed", lambda address: address == "127.0.0.1")
 
-    document = services.document_fetch(
-        document_id=_url_job(local_pool, f"http://files.example.org:{port}/report.pdf").pk
-    )
+    document = document_fetch(document_id=_url_job(local_pool, f"http://files.example.org:{port}/report.pdf").pk)
 
     assert (document.status, document.page_count) == ("split", 3), document.error
     assert seen_hosts == [f"files.example.org:{port}"]  # the server was asked for the name, at the checked address
@@ -191,12 +192,10 @@ def test_an_https_download_pinned_to_its_address_checks_the_certificate_against_
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(services, "_address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(fetch, "_address_allowed", lambda address: address == "127.0.0.1")
 
     # the certificate names files.example.org, not 127.0.0.1: the handshake is for the name
-    document = services.document_fetch(
-        document_id=_url_job(local_pool, f"https://files.example.org:{port}/report.pdf").pk
-    )
+    document = document_fetch(document_id=_url_job(local_pool, f"https://files.example.org:{port}/report.pdf").pk)
 
     assert (document.status, document.page_count) == ("split", 3), document.error
 
@@ -235,9 +234,9 @@ def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip):
     from django.core.files.base import ContentFile
 
     text = ["This page already carries its own text layer.", "No OCR is needed for it."]
-    upload = services.Upload(name="born-digital.pdf", file=ContentFile(_pdf_with_text(text)))
-    job = services.job_submit(owner=None, uploads=[upload], pool_key="local", skip_text_pages=skip)
-    services.document_split(document_id=job.documents.get().pk)
+    upload = Upload(name="born-digital.pdf", file=ContentFile(_pdf_with_text(text)))
+    job = job_submit(owner=None, uploads=[upload], pool_key="local", skip_text_pages=skip)
+    document_split(document_id=job.documents.get().pk)
     page = Page.objects.get(job=job)
     if skip:
         assert page.status == Page.Status.DONE and page.pod is None and page.image == ""

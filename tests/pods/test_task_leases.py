@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs import services as job_services
 from ocrjobs.models import Document, Job
+from ocrjobs.services.split import document_split, documents_recover
 from pods import services
 from pods.models import BootAttempt, Pod, pod_name
 from pods.providers import get_provider
@@ -60,7 +60,7 @@ def test_a_split_whose_lease_another_task_holds_makes_no_page(ordinary_user):
     document = job.documents.get()
     held = leases.acquire(Document.objects.filter(pk=document.pk))
 
-    job_services.document_split(document_id=document.pk)
+    document_split(document_id=document.pk)
 
     document.refresh_from_db()
     assert (document.status, document.pages.count(), document.task_lease_token) == (Document.Status.PENDING, 0, held)
@@ -77,7 +77,7 @@ def test_a_split_that_lost_its_lease_midway_stops_and_leaves_the_rest_to_the_hol
         renew(queryset, token, **kwargs)
 
     monkeypatch.setattr(leases, "renew", taken_over)
-    job_services.document_split(document_id=document.pk)
+    document_split(document_id=document.pk)
 
     document.refresh_from_db()
     assert document.status == Document.Status.PENDING
@@ -89,7 +89,7 @@ def test_the_scaler_sends_again_the_splits_and_fetches_whose_tasks_were_lost(ord
     started = submit(ordinary_user, {"c.pdf": pdf_bytes()})
     split = submit(ordinary_user, {"d.pdf": pdf_bytes()})
     cancelled = submit(ordinary_user, {"e.pdf": pdf_bytes()})
-    job_services.document_split(document_id=split.documents.get().pk)
+    document_split(document_id=split.documents.get().pk)
     Job.objects.filter(pk=cancelled.pk).update(status=Job.Status.CANCELLED)
     url = Document.objects.create(job=started, position=1, name="f", kind=Document.Kind.URL, url="https://x.test/f",
                                   size_bytes=0, page_count=0, **leases.queued())  # fmt: skip
@@ -99,13 +99,13 @@ def test_the_scaler_sends_again_the_splits_and_fetches_whose_tasks_were_lost(ord
     expire(cancelled.documents.all())
     queued_before = len(queued())
 
-    sent = job_services.documents_recover(pool_id=waiting.pool_id)
+    sent = documents_recover(pool_id=waiting.pool_id)
 
     assert sorted(sent) == sorted([lost_split.pk, url.pk])
     assert queued()[queued_before:] == ["ocrjobs.tasks.fetch_document", "ocrjobs.tasks.split_document"]
     lost_split.refresh_from_db()
     assert lost_split.task_lease_token == "" and lost_split.task_lease_until > timezone.now()  # queued again
-    assert job_services.documents_recover(pool_id=waiting.pool_id) == []  # not again before its grace ends
+    assert documents_recover(pool_id=waiting.pool_id) == []  # not again before its grace ends
 
 
 def test_the_scaler_sends_again_the_boots_whose_tasks_were_lost(local_pool, queued):

@@ -13,8 +13,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from ocrjobs import selectors, services
+from fleetadmin.api import ApiError
+from ocrjobs import selectors
 from ocrjobs.models import Job
+from ocrjobs.services.submission import Upload, job_submit
 
 EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 4
 
@@ -36,15 +38,15 @@ class Command(BaseCommand):
             for name in files:
                 path = Path(name)
                 if not path.is_file():
-                    raise services.SubmissionError(f"{name}: no such file")
-                uploads.append(services.Upload(name=path.name, file=path.open("rb")))
+                    raise ApiError(f"{name}: no such file")
+                uploads.append(Upload(name=path.name, file=path.open("rb")))
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 # Found before submitting, so that no job runs whose text cannot be written.
-                raise services.SubmissionError(f"{out}: cannot create the output directory ({exc.strerror})") from None
-            job = services.job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages)
-        except services.SubmissionError as exc:
+                raise ApiError(f"{out}: cannot create the output directory ({exc.strerror})") from None
+            job = job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages)
+        except ApiError as exc:
             self.stderr.write(f"ocr: {exc.message}")
             sys.exit(EXIT_BAD_INPUT)
         finally:

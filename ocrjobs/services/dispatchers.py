@@ -1,0 +1,43 @@
+"""Dispatchers: a pool's slots (at most DISPATCHERS_PER_POOL alive) and starting one."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from ocrjobs.models import Dispatcher, Page
+from pods.models import Pool
+
+
+def dispatch_ensure(*, pool: Pool) -> bool:
+    """Start a dispatcher for the pool unless enough are alive. True if one was enqueued."""
+    if Dispatcher.objects.live().filter(pool=pool).count() >= settings.DISPATCHERS_PER_POOL:
+        return False
+    from ocrjobs.tasks import enqueue_dispatch  # ocrjobs.tasks imports the services
+
+    transaction.on_commit(lambda: enqueue_dispatch(pool))
+    return True
+
+
+def dispatcher_register(*, pool_id: int) -> Dispatcher | None:
+    """Take a dispatcher slot for the pool, or None when enough are alive."""
+    with transaction.atomic():
+        Pool.objects.select_for_update().filter(pk=pool_id).first()  # serialises registration on PostgreSQL
+        if Dispatcher.objects.live().filter(pool_id=pool_id).count() >= settings.DISPATCHERS_PER_POOL:
+            return None
+        return Dispatcher.objects.create(
+            pool_id=pool_id, token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid()
+        )
+
+
+def dispatcher_end(*, dispatcher: Dispatcher) -> None:
+    Dispatcher.objects.filter(pk=dispatcher.pk).update(ended_at=timezone.now())
+
+
+def pages_waiting(*, pool_id: int) -> int:
+    return Page.objects.waiting().filter(pool_id=pool_id).count()

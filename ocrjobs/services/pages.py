@@ -1,0 +1,244 @@
+"""Pages, called by dispatchers: claims with a lease, which pod each page went to, results
+stored once (this module writes every result file), failed attempts, pages given back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ocrjobs.models import Page
+from ocrjobs.services.jobs import job_refresh
+
+
+@dataclass(frozen=True)
+class ClaimedPage:
+    id: int
+    job_id: int
+    position: int  # of its document in the job: where its result file goes
+    image: str
+    languages: str
+    attempts: int
+
+
+def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
+    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed.
+
+    ``sweep`` also fails the pages whose claims expired on their last attempt;
+    a dispatcher asks for it every few seconds rather than on every claim.
+    """
+    if limit <= 0:
+        return []
+    now = timezone.now()
+    expires = now + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
+    with transaction.atomic():
+        if sweep:
+            _fail_exhausted(pool_id=pool_id)
+        query = Page.objects.waiting().filter(pool_id=pool_id).order_by("id")
+        if connection.features.has_select_for_update_skip_locked:
+            query = query.select_for_update(skip_locked=True, of=("self",))
+        ids = list(query.values_list("id", flat=True)[:limit])
+        if not ids:
+            return []
+        Page.objects.filter(id__in=ids).update(
+            status=Page.Status.RUNNING,
+            claim_token=token,
+            claim_expires_at=expires,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            pod=None,
+        )
+        rows = Page.objects.filter(id__in=ids).values_list(
+            "id", "job_id", "document__position", "image", "job__languages", "attempts"
+        )
+        return [ClaimedPage(*row) for row in rows]
+
+
+def _fail_exhausted(*, pool_id: int) -> None:
+    """Pages whose claims expired on their last attempt fail instead of looping."""
+    now = timezone.now()
+    exhausted = Page.objects.filter(
+        pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now,
+        attempts__gte=settings.PAGE_MAX_ATTEMPTS,
+    )  # fmt: skip
+    job_ids = set(exhausted.values_list("job_id", flat=True))
+    if job_ids:
+        exhausted.update(
+            status=Page.Status.FAILED,
+            error=f"no result after {settings.PAGE_MAX_ATTEMPTS} attempts (claims expired)",
+            finished_at=now,
+            claim_token="",
+        )
+        for job_id in job_ids:
+            transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
+
+
+def claims_renew(*, token: str, page_ids: list[int] | None = None) -> int:
+    """Extend the claims of this token (all its running pages, or the given ones)."""
+    expires = timezone.now() + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
+    pages = Page.objects.filter(claim_token=token, status=Page.Status.RUNNING)
+    if page_ids is not None:
+        pages = pages.filter(id__in=page_ids)
+    return pages.update(claim_expires_at=expires)
+
+
+def pages_assign_pods(*, token: str, assignments: list[tuple[int, int, int]]) -> None:
+    """Record which pod each running page went to (one statement for many pages),
+    so that a pod that goes away sends its pages back to the queue at once.
+
+    ``assignments`` are (page id, attempt, pod id): a superseded attempt records nothing.
+    """
+    if not assignments:
+        return
+    table = Page._meta.db_table
+    placeholders = ", ".join(["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS bigint))"] * len(assignments))
+    params = [value for row in assignments for value in row] + [token, Page.Status.RUNNING]
+    sql = (
+        f"WITH v(id, attempts, pod_id) AS (VALUES {placeholders}) UPDATE {table} SET pod_id = v.pod_id "
+        f"FROM v WHERE {table}.id = v.id AND {table}.attempts = v.attempts "
+        f"AND {table}.claim_token = %s AND {table}.status = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+@dataclass(frozen=True)
+class PageResult:
+    page_id: int
+    job_id: int
+    position: int
+    pod_id: int | None
+    result: dict
+    seconds: float | None = None  # how long the pod took: the busy time that its spend is shared by
+    attempt: int | None = None  # the claim's attempt number; None: whichever attempt holds the claim
+
+
+def result_file_write(*, job_id: int, position: int, name: str, result: dict) -> str:
+    """Write a page's result as ``<name>.json`` in its document's results directory, whole,
+    then renamed into place. Every result file is written here (a pod's, a text layer's).
+    Returns the path relative to MEDIA_ROOT, as ``Page.result`` holds it."""
+    results_dir = settings.MEDIA_ROOT / "jobs" / str(job_id) / str(position) / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.json"
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    partial.write_text(json.dumps(result, ensure_ascii=False))
+    os.replace(partial, path)
+    return str(path.relative_to(settings.MEDIA_ROOT))
+
+
+def _write_result(item: PageResult, token: str) -> str:
+    """A result file named for its claim (token and attempt): another claim's writer can
+    never overwrite it, and the same claim's writer trying again after a database error
+    writes the same file, not a second one."""
+    claim = f"{item.attempt}-{token[:12]}" if item.attempt is not None else uuid.uuid4().hex[:12]
+    return result_file_write(
+        job_id=item.job_id, position=item.position, name=f"{item.page_id}-{claim}", result=item.result
+    )
+
+
+def _confidence(result: dict) -> float | None:
+    value = result.get("confidence")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
+    """Store many pages' results at once; each only if its claim is still ours.
+
+    Result files are written first, then one UPDATE marks the pages done; a page
+    whose claim was lost (expired and taken, cancelled, or superseded by a newer
+    attempt) is not updated and its file is removed, so a page is never written
+    twice. Of two results for one page in a batch, the first counts. Returns the
+    stored ids.
+    """
+    unique: dict[int, PageResult] = {}
+    for item in items:
+        unique.setdefault(item.page_id, item)
+    if not unique:
+        return set()
+    paths = {page_id: _write_result(item, token) for page_id, item in unique.items()}
+    placeholders = ", ".join(
+        ["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
+         " CAST(%s AS bigint), CAST(%s AS double precision))"] * len(unique)
+    )  # fmt: skip
+    params: list = []
+    for page_id, item in unique.items():
+        params += [page_id, item.attempt, paths[page_id], _confidence(item.result), item.pod_id, item.seconds]
+    table = Page._meta.db_table
+    sql = (
+        f"WITH v(id, attempts, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
+        f"UPDATE {table} SET status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, "
+        f"seconds = v.seconds, "
+        f"error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s "
+        f"FROM v WHERE {table}.id = v.id AND {table}.attempts = COALESCE(v.attempts, {table}.attempts) "
+        f"AND {table}.claim_token = %s AND {table}.status = %s "
+        f"RETURNING {table}.id"
+    )
+    params += [Page.Status.DONE, timezone.now(), token, Page.Status.RUNNING]
+    # On a database error the files stay: whether the commit happened is unknown. Called
+    # again, this writes the same files (named for their claims) and sorts them out.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        stored = {row[0] for row in cursor.fetchall()}
+    refused = {page_id: relative for page_id, relative in paths.items() if page_id not in stored}
+    if refused:
+        # Not stored now, but maybe by this same call before a database error cut off its
+        # answer: a file that a page refers to stays.
+        kept = set(Page.objects.filter(pk__in=refused, result__in=refused.values()).values_list("result", flat=True))
+        for relative in set(refused.values()) - kept:
+            (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
+    return stored
+
+
+def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:
+    """Store one page's result once. False if the claim was lost (expired, cancelled, done elsewhere)."""
+    page = Page.objects.filter(pk=page_id).values("job_id", "document__position").first()
+    if page is None:
+        return False
+    item = PageResult(page_id, page["job_id"], page["document__position"], pod_id, result)
+    return page_id in pages_complete(token=token, items=[item])
+
+
+def page_attempt_failed(
+    *, page_id: int, token: str, pod_id: int | None, error: str, final: bool = False, attempt: int | None = None
+) -> str:
+    """Record a failed attempt: the page waits for another, or fails when they are spent.
+    ``attempt`` names the claim that failed; a superseded one changes nothing ("lost")."""
+    claim = Page.objects.filter(pk=page_id, claim_token=token, status=Page.Status.RUNNING)
+    if attempt is not None:
+        claim = claim.filter(attempts=attempt)
+    page = claim.first()
+    if page is None:
+        return "lost"
+    claim = claim.filter(attempts=page.attempts)
+    if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
+        claim.update(
+            status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
+            claim_expires_at=None, finished_at=timezone.now(),
+        )  # fmt: skip
+        return "failed"
+    claim.update(status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None)
+    return "retry"
+
+
+def pages_unclaim(*, token: str, page_ids: list[int]) -> int:
+    """Give pages back without spending an attempt (no lane for them, or shutting down)."""
+    return Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
+    )
+
+
+def pages_requeue_from_pod(*, pod_id: int) -> int:
+    """A pod went away: its pages in flight wait again (the attempt stays counted)."""
+    return Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, claim_token="", claim_expires_at=None
+    )

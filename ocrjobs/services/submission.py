@@ -1,0 +1,343 @@
+"""Submission, in the front: every upload is sniffed, staged and checked against the limits
+(size, pages, pixels), URLs only for their form; then the job and its documents are stored in
+one transaction. The front only reads the uploaded files: it never resolves or fetches a URL.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import unicodedata
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pypdfium2 as pdfium
+from django.conf import settings
+from django.db import transaction
+from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
+
+from fleetadmin import leases
+from fleetadmin.api import ApiError
+from ocrjobs.models import Document, Job
+from pods.models import Pool
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1024 * 1024
+LANGUAGE_RE = re.compile(r"^[a-z][a-z_]{1,30}(\+[a-z][a-z_]{1,30})*$")
+
+
+@dataclass
+class Upload:
+    name: str
+    file: IO[bytes]
+
+
+@dataclass
+class _Staged:
+    name: str
+    path: Path
+    size: int
+    kind: str
+    suffix: str
+    page_count: int
+
+
+def clean_filename(name: str) -> str:
+    """A display name without directories or control characters."""
+    name = name.replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in unicodedata.normalize("NFC", name) if unicodedata.category(ch)[0] != "C")
+    name = name.strip().lstrip(".")
+    return name[:200] or "document"
+
+
+def _sniff(head: bytes) -> tuple[str, str] | None:
+    if head.startswith(b"%PDF-"):
+        return Document.Kind.PDF, ".pdf"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return Document.Kind.IMAGE, ".png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return Document.Kind.IMAGE, ".jpg"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return Document.Kind.IMAGE, ".tif"
+    return None
+
+
+# The reader of each format _sniff knows. Image.open checks the size against Pillow's own limit
+# (Image.MAX_IMAGE_PIXELS) and raises, for an image over twice it, before our check could name
+# ours; a format's reader reads the header and checks nothing. Pillow's limit is a global of the
+# whole process (every thread, every library): it is left as it is.
+_READERS = {
+    ".png": PngImagePlugin.PngImageFile,
+    ".jpg": JpegImagePlugin.jpeg_factory,
+    ".tif": TiffImagePlugin.TiffImageFile,
+}
+
+
+def open_image(path: Path) -> Image.Image:
+    """The image at ``path``, opened (its header read) without Pillow's size check: the
+    caller checks the size against OCR_MAX_IMAGE_PIXELS (``_check_pixels``)."""
+    with open(path, "rb") as f:
+        sniffed = _sniff(f.read(8))
+    reader = _READERS.get(sniffed[1]) if sniffed else None
+    if reader is not None:
+        try:
+            return reader(path)
+        except Exception:
+            pass  # Image.open tries every reader, and says what is wrong as it always has
+    return Image.open(path)
+
+
+def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
+    name = clean_filename(upload.name)
+    path = directory / f"{index}"
+    size = 0
+    limit = settings.OCR_MAX_FILE_BYTES
+    with open(path, "wb") as out:
+        while chunk := upload.file.read(CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+            out.write(chunk)
+    if size == 0:
+        raise ApiError(f"{name}: the file is empty")
+    with open(path, "rb") as f:
+        sniffed = _sniff(f.read(8))
+    if sniffed is None:
+        raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+    kind, suffix = sniffed
+    pages = _count_pdf_pages(name, path) if kind == Document.Kind.PDF else _count_image_frames(name, path)
+    if pages == 0:
+        raise ApiError(f"{name}: the document has no pages")
+    if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+        raise ApiError(
+            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413
+        )
+    return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages)
+
+
+def _count_pdf_pages(name: str, path: Path) -> int:
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            # PDFium also answers "incorrect password" for a PDF with no pages;
+            # only a file with an encryption dictionary is really encrypted.
+            if _has_encrypt_entry(path):
+                raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+            raise ApiError(f"{name}: the document has no pages") from None
+        raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
+    try:
+        pages = len(pdf)
+        if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+            return pages  # refused for its page count; no need to measure every page
+        scale = settings.OCR_RENDER_DPI / 72
+        for index in range(pages):
+            width, height = pdf.get_page_size(index)
+            pixels = int(width * scale) * int(height * scale)
+            if pixels > settings.OCR_MAX_IMAGE_PIXELS:
+                raise ApiError(
+                    f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
+                    f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
+                    413,
+                )
+        return pages
+    finally:
+        pdf.close()
+
+
+def _has_encrypt_entry(path: Path) -> bool:
+    """Whether the file names an encryption dictionary (its trailer or xref stream has /Encrypt)."""
+    needle = b"/Encrypt"
+    tail = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            if needle in tail + chunk:
+                return True
+            tail = chunk[-len(needle) :]
+    return False
+
+
+def _check_pixels(name: str, image: Image.Image) -> None:
+    width, height = image.size
+    if width * height > settings.OCR_MAX_IMAGE_PIXELS:
+        raise ApiError(
+            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels", 413
+        )
+
+
+def _count_image_frames(name: str, path: Path) -> int:
+    try:
+        with open_image(path) as image:
+            _check_pixels(name, image)
+            frames = getattr(image, "n_frames", 1)
+            image.verify()
+        if frames > 1:
+            with open_image(path) as image:
+                if image.format == "TIFF":
+                    # Each TIFF frame has its own size: a small first frame
+                    # must not let a huge second one through. Seeking reads
+                    # only the frame's header.
+                    for frame in range(1, frames):
+                        image.seek(frame)
+                        _check_pixels(name, image)
+    except ApiError:
+        raise
+    except Exception as exc:  # Pillow raises many types for a broken file
+        raise ApiError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
+    return frames
+
+
+def resolve_pool(key: str | None) -> Pool:
+    if not key:
+        pool = Pool.objects.order_by("pk").first()
+        if pool is None:
+            raise ApiError("no pool is configured", 409)
+        return pool
+    try:
+        return Pool.objects.get(key=key)
+    except Pool.DoesNotExist:
+        raise ApiError(f"unknown pool {key!r}", 404) from None
+
+
+def resolve_languages(value: str | None) -> str:
+    value = (value or "eng").strip()
+    if not LANGUAGE_RE.match(value):
+        raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
+    unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
+    if unknown:
+        available = ", ".join(settings.OCR_LANGUAGES)
+        raise ApiError(f"language {unknown[0]!r} is not available (available: {available})")
+    return value
+
+
+def job_submit(
+    *,
+    owner,
+    uploads: list[Upload],
+    pool_key: str | None = None,
+    languages: str | None = None,
+    urls: list[str] | None = None,
+    skip_text_pages: bool = False,
+) -> Job:
+    """Check every file (and the form of every URL), then store the job and its documents in
+    one transaction. URLs are fetched later by a worker, never by the front.
+
+    Nothing is left behind on a bad file: no rows, no files on disk.
+    """
+    pool = resolve_pool(pool_key)
+    languages = resolve_languages(languages)
+    urls = [check_url(url) for url in (urls or []) if url.strip()]
+    if not uploads and not urls:
+        raise ApiError("no files: send at least one PDF or image, or a URL of one")
+    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
+        count = len(uploads) + len(urls)
+        raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
+    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
+    staging.mkdir(parents=True)
+    job_dir: Path | None = None
+    try:
+        staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        with transaction.atomic():
+            job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
+                                     languages=languages, skip_text_pages=skip_text_pages)  # fmt: skip
+            job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
+            documents = []
+            for position, item in enumerate(staged):
+                source = f"jobs/{job.pk}/{position}/source{item.suffix}"
+                (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(item.path, settings.MEDIA_ROOT / source)
+                documents.append(
+                    Document(
+                        job=job,
+                        position=position,
+                        name=item.name,
+                        kind=item.kind,
+                        source=source,
+                        size_bytes=item.size,
+                        page_count=item.page_count,
+                        **leases.queued(),
+                    )  # fmt: skip
+                )
+            for offset, url in enumerate(urls):
+                documents.append(
+                    Document(
+                        job=job,
+                        position=len(staged) + offset,
+                        name=_name_from_url(url),
+                        kind=Document.Kind.URL,
+                        url=url,
+                        source="",
+                        size_bytes=0,
+                        page_count=0,
+                        **leases.queued(),
+                    )  # fmt: skip
+                )
+            Document.objects.bulk_create(documents)
+            split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
+            fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
+            transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
+    except BaseException:
+        if job_dir is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
+    return job
+
+
+def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
+    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
+
+    for document_id in split_ids:
+        enqueue_split(document_id)
+    for document_id in fetch_ids:
+        enqueue_fetch(document_id)
+
+
+def _name_from_url(url: str) -> str:
+    path = urllib.parse.urlsplit(url).path
+    return clean_filename(urllib.parse.unquote(path.rsplit("/", 1)[-1])) if path.strip("/") else "document"
+
+
+def _address_allowed(address: str) -> bool:
+    if settings.URL_FETCH_ALLOW_PRIVATE:
+        return True
+    ip = ipaddress.ip_address(address)
+    return ip.is_global and not ip.is_multicast
+
+
+def check_url(url: str) -> str:
+    """What can be checked without the network (the front never resolves or fetches):
+    http(s) only, a host, no literal private or loopback address."""
+    url = url.strip()
+    if len(url) > 2000:
+        raise ApiError("a URL is longer than 2,000 characters")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ApiError(f"{url[:100]}: only http and https URLs can be fetched")
+    host = parts.hostname
+    if not host:
+        raise ApiError(f"{url[:100]}: the URL has no host")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise ApiError(f"{url[:100]}: the port is not a number") from None
+    if settings.URL_FETCH_ALLOW_PRIVATE:
+        return url
+    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        return url  # a name: resolved and checked by the worker that fetches it
+    if not _address_allowed(str(literal)):
+        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
+    return url
