@@ -272,9 +272,12 @@ def loop_lag() -> dict:
 
 
 class CpuMeter:
-    """CPU used by each child's process group (and by the rest of the machine) between two reads, and
+    """CPU used by each child's processes (and by the rest of the machine) between two reads, and
     the time their threads spent runnable but waiting for a CPU (Linux schedstat): the first says who
-    is busy, the second who is starved."""
+    is busy, the second who is starved.
+
+    A child's processes are its process group and the process tree below it: the workers'
+    supervisor runs its cluster in a process group of its own."""
 
     TICK = os.sysconf("SC_CLK_TCK")
 
@@ -282,8 +285,8 @@ class CpuMeter:
         self.children = children
 
     @classmethod
-    def _processes(cls) -> dict[int, tuple[int, float]]:
-        """{pid: (process group, CPU seconds)} of every process on the machine."""
+    def _processes(cls) -> dict[int, tuple[int, int, float]]:
+        """{pid: (parent, process group, CPU seconds)} of every process on the machine."""
         found = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -294,7 +297,7 @@ class CpuMeter:
             except OSError:
                 continue
             # after "pid (comm)": state ppid pgrp session ... utime(12th) stime(13th)
-            found[int(entry)] = (int(fields[2]), (int(fields[11]) + int(fields[12])) / cls.TICK)
+            found[int(entry)] = (int(fields[1]), int(fields[2]), (int(fields[11]) + int(fields[12])) / cls.TICK)
         return found
 
     @staticmethod
@@ -321,10 +324,23 @@ class CpuMeter:
         (pid -> name) carved out of them, this process ("bench"); CPU also for the whole machine."""
         roles = roles or {}
         groups = {child.popen.pid: child.name for child in self.children.started}
+        table = self._processes()
+
+        def owner(pid: int) -> str | None:
+            """The child whose process group holds this process or one of its ancestors."""
+            seen = set()
+            while pid in table and pid not in seen:
+                seen.add(pid)
+                parent, group, _ = table[pid]
+                if group in groups:
+                    return groups[group]
+                pid = parent
+            return None
+
         cpu: dict[str, float] = {"machine": self._machine()}
         waited: dict[str, float] = {}
-        for pid, (group, seconds) in self._processes().items():
-            name = roles.get(pid) or groups.get(group) or ("bench" if pid == os.getpid() else None)
+        for pid, (_, _, seconds) in table.items():
+            name = roles.get(pid) or owner(pid) or ("bench" if pid == os.getpid() else None)
             if name:
                 cpu[name] = cpu.get(name, 0.0) + seconds
                 waited[name] = waited.get(name, 0.0) + self._waited(pid)
