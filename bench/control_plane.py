@@ -3,8 +3,9 @@
     .venv/bin/python bench/control_plane.py [--database-url postgres://...] [--pods 68 --lanes 8 --latency 2]
         [--booting 32] [--rate 20 --seconds 30] [--asgi module:app]
 
-A RunPod simulator (a subprocess), a real daphne front and a real qcluster on a
-fresh database. ``--pods`` virtual pods are created through the RunPod provider
+A RunPod simulator (a subprocess), a real daphne front and the real workers
+(``manage.py workers``: the supervisor and its qcluster, as production runs them) on
+a fresh database. ``--pods`` virtual pods are created through the RunPod provider
 and join the pool ready; pages are stored directly; a scaler tick (the qcluster's
 own schedule, nudged once) starts the dispatcher and boots ``--booting`` more pods.
 Those boots are real django-q2 tasks in the qcluster's workers, polling the
@@ -24,17 +25,18 @@ dispatcher holds its lanes' pages plus one prefetched page per lane, refilled in
 batches of a quarter, so 64 pods would average a little under 1,000.
 
 It also prints, to tell a slow front from a starved one: the cores each process
-used during the probe and how many of its threads were runnable but waiting for a
-CPU (Linux schedstat; "other processes" is the rest of the machine, which this
-benchmark does not control), the simulator's calls per second (pages, GraphQL),
+used during the probe (the workers' "qcluster": the supervisor and its cluster) and
+how many of its threads were runnable but waiting for a CPU (Linux schedstat;
+"other processes" is the rest of the machine, which this benchmark does not
+control), the simulator's calls per second (pages, GraphQL),
 the loops' worst lag, pods drained and dispatchers started. ``--asgi`` serves the
 front from another ASGI application, to measure a candidate fix without editing
 the project.
 
 The process helpers here (``Children``, ``start_simulator``, ``start_front``,
 ``start_workers``) are shared with bench/storm.py. Every child leads its own
-process group and is ended by it, so a qcluster's workers never outlive the
-benchmark, whatever happens.
+process group and is ended by it (the supervisor ends its cluster on SIGTERM), so
+the workers never outlive the benchmark, whatever happens.
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ def start_front(children: Children, env: dict[str, str], application: str = "fle
 
 
 def start_workers(children: Children, env: dict[str, str]) -> Child:
-    return children.start("qcluster", [sys.executable, "manage.py", "qcluster"], env)
+    """The workers as production runs them: the supervisor and its django-q2 cluster (Q_WORKERS in env)."""
+    return children.start("qcluster", [sys.executable, "manage.py", "workers"], env)
 
 
 def sim_get(url: str, path: str) -> dict:
@@ -501,7 +504,7 @@ def run(args, children: Children, sim_url: str) -> None:
 
     def loaded() -> bool:
         if not workers.alive():
-            raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+            raise SystemExit(f"the workers exited:\n{workers.tail()}")
         return in_flight() >= IN_FLIGHT_GOAL and booting() >= args.booting
 
     wait_for(

@@ -4,8 +4,9 @@
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S]
 
 Thousands of documents of several pages (stored directly in the database, every
-page a tiny PNG) wait in a RunPod pool with no pod. A real qcluster does
-everything else: scaler ticks boot pods over a catalogue whose cheapest GPU types
+page a tiny PNG) wait in a RunPod pool with no pod. The real workers
+(``manage.py workers``: the supervisor and its qcluster) do everything else:
+scaler ticks boot pods over a catalogue whose cheapest GPU types
 have no capacity anywhere, dispatchers forward every page to the virtual pods
 (a fixed per-page latency: the simulator has no jitter), idle pods are shed
 (``idle_seconds`` small), spend is attributed. A real daphne front serves
@@ -236,7 +237,7 @@ def run(args, children: Children, sim_url: str) -> None:
         while True:
             now = time.monotonic()
             if not workers.alive():
-                raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+                raise SystemExit(f"the workers exited:\n{workers.tail()}")
             ended = finished.count()
             alive = Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).count()
             peak_sampled = max(peak_sampled, alive)
