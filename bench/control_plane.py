@@ -33,10 +33,8 @@ the loops' worst lag, pods drained and dispatchers started. ``--asgi`` serves th
 front from another ASGI application, to measure a candidate fix without editing
 the project.
 
-The process helpers here (``Children``, ``start_simulator``, ``start_front``,
-``start_workers``) are shared with bench/storm.py. Every child leads its own
-process group and is ended by it (the supervisor ends its cluster on SIGTERM), so
-the workers never outlive the benchmark, whatever happens.
+The processes are started with tools/processes.py (as the tests' are); what else
+bench/storm.py shares with this benchmark (``CpuMeter``, the probe, the token) is here.
 """
 
 from __future__ import annotations
@@ -46,9 +44,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,7 +53,16 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import REPO, django_for_bench
+from bench._setup import django_for_bench
+from tools.processes import (
+    Children,
+    child_env,
+    point_at_simulator,
+    start_front,
+    start_simulator,
+    start_workers,
+    wait_for,
+)
 
 TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
@@ -71,78 +76,9 @@ LABELS = {"/healthz": "healthz", "/v1/runpod/status": "status"}
 
 
 # --- processes ------------------------------------------------------------------------------------
-
-
-class Child:
-    """A process leading its own process group: ending it ends the whole group (workers included)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(
-            # A process group of its own (not a session: a new session is a new scheduler
-            # autogroup on Linux, which would change how the CPU is shared between the children).
-            argv,
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-        )
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def _signal_group(self, sig: int) -> bool:
-        try:
-            os.killpg(self.popen.pid, sig)  # the group this child leads (process_group=0)
-            return True
-        except ProcessLookupError:
-            return False
-
-    def _group_gone(self) -> bool:
-        try:
-            os.killpg(self.popen.pid, 0)
-            return False
-        except ProcessLookupError:
-            return True
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self._signal_group(signal.SIGTERM):
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not (self.popen.poll() is not None and self._group_gone()):
-                time.sleep(0.2)
-            self._signal_group(signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self._log.close()
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-class Children:
-    """Every process the benchmark started; ``stop_all`` ends them, newest first."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.started: list[Child] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
-        child = Child(name, argv, dict(env if env is not None else os.environ), self.log_dir)
-        self.started.append(child)
-        return child
-
-    def stop_all(self) -> None:
-        for child in reversed(self.started):
-            try:
-                child.stop()
-            except Exception as exc:  # keep ending the others
-                print(f"stopping {child.name}: {exc!r}", file=sys.stderr)
-        self.started.clear()
+# They come from tools/processes.py, as the tests' do. Each child leads a process group of its own
+# in this process's session (own_session=False: see there why), so the workers never outlive the
+# benchmark, whatever happens.
 
 
 def raise_on_sigterm() -> None:
@@ -152,90 +88,6 @@ def raise_on_sigterm() -> None:
         raise SystemExit(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def wait_for(predicate, timeout: float, message, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(message() if callable(message) else message)
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_simulator(children: Children, config: dict) -> str:
-    path = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-")) / "sim.json"
-    path.write_text(json.dumps(config))
-    sim = children.start("runpodsim", [sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", str(path)])
-
-    def announced() -> str | None:
-        for line in sim.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("RUNPODSIM "):
-                return line.split()[1].strip()
-        if not sim.alive():
-            raise SystemExit(f"the simulator exited:\n{sim.tail()}")
-        return None
-
-    return wait_for(announced, 60, lambda: f"the simulator did not start:\n{sim.tail()}")
-
-
-def point_at_simulator(url: str) -> None:
-    os.environ.update(
-        RUNPOD_API_BASE_URL=url,
-        RUNPOD_API_KEY=API_KEY,
-        RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
-        FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}",
-    )
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The benchmark's environment (database, var dir, simulator) for a front or a qcluster."""
-    from django.conf import settings
-
-    env = dict(os.environ)
-    env.update(
-        FLEETADMIN_VAR_DIR=str(settings.VAR_DIR),
-        MEDIA_ROOT=str(settings.MEDIA_ROOT),
-        SECRET_KEY=settings.SECRET_KEY,
-        PYTHONUNBUFFERED="1",
-        OMP_THREAD_LIMIT="1",
-    )
-    if not os.environ.get("DATABASE_URL"):
-        env["SQLITE_PATH"] = str(settings.DATABASES["default"]["NAME"])
-    env.update(extra)
-    return env
-
-
-def _answers(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def start_front(children: Children, env: dict[str, str], application: str = "fleetadmin.asgi:application") -> str:
-    port = free_port()
-    front = children.start(
-        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), application], env
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _answers(f"{url}/healthz"), 60, lambda: f"daphne did not answer:\n{front.tail()}")
-    return url
-
-
-def start_workers(children: Children, env: dict[str, str]) -> Child:
-    """The workers as production runs them: the supervisor and its django-q2 cluster (Q_WORKERS in env)."""
-    return children.start("qcluster", [sys.executable, "manage.py", "workers"], env)
 
 
 def sim_get(url: str, path: str) -> dict:
@@ -408,8 +260,9 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-control-plane-logs-"))
     children = Children(log_dir)
     try:
-        url = start_simulator(children, sim_config(args))
-        point_at_simulator(url)
+        sim, url = start_simulator(sim_config(args), log_dir, own_session=False)
+        children.add(sim)
+        point_at_simulator(url, API_KEY)
         os.environ.update(DISPATCH_MAX_SECONDS="3600", Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
         django_for_bench("control-plane")
         run(args, children, url)
@@ -489,8 +342,9 @@ def run(args, children: Children, sim_url: str) -> None:
     setup_schedules()
     connection.close()
     env = child_env(Q_WORKERS=str(args.q_workers))
-    front_url = start_front(children, env, args.asgi)
-    workers = start_workers(children, env)
+    front, front_url = start_front(env, children.log_dir, application=args.asgi, own_session=False)
+    children.add(front)
+    workers = children.add(start_workers(env, children.log_dir, own_session=False))
     started = time.monotonic()
     nudge_scaler(pool.pk)
 

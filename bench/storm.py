@@ -51,21 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._setup import django_for_bench
-from bench.control_plane import (
-    API_KEY,
-    TINY_PNG,
-    Children,
-    CpuMeter,
-    child_env,
-    point_at_simulator,
-    raise_on_sigterm,
-    read_token,
-    run_probe,
-    sim_get,
-    start_front,
-    start_simulator,
-    start_workers,
-)
+from bench.control_plane import API_KEY, TINY_PNG, CpuMeter, raise_on_sigterm, read_token, run_probe, sim_get
+from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 DATA_CENTERS = ["EU-RO-1", "US-TX-3", "EU-SE-1"]
 # (GPU type, $/h on the secure cloud, free GPUs per data centre): the cheapest have none anywhere.
@@ -124,8 +111,9 @@ def main() -> None:
     raise_on_sigterm()
     children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-storm-logs-")))
     try:
-        url = start_simulator(children, sim_config(args))
-        point_at_simulator(url)
+        sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
+        children.add(sim)
+        point_at_simulator(url, API_KEY)
         os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
         django_for_bench("storm")
         run(args, children, url)
@@ -211,8 +199,9 @@ def run(args, children: Children, sim_url: str) -> None:
     if args.guess is not None:
         extra["SCALE_SECONDS_PER_PAGE_GUESS"] = str(args.guess)
     env = child_env(**extra)
-    front_url = start_front(children, env)
-    workers = start_workers(children, env)
+    front, front_url = start_front(env, children.log_dir, own_session=False)
+    children.add(front)
+    workers = children.add(start_workers(env, children.log_dir, own_session=False))
 
     stop = threading.Event()
     probe_result: dict = {}

@@ -10,7 +10,7 @@ import sys
 from django.conf import settings
 
 from ocrjobs.models import Document, Job, Page
-from tests.processes import REPO, child_env, wait_for
+from tools.processes import REPO, child_env, wait_for
 
 WORKERS = 4
 PAGES = 400

@@ -34,7 +34,7 @@ from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
-from tests.processes import REPO
+from tools.processes import REPO
 
 # The only URL names anybody may call without credentials. Keep it this small.
 PUBLIC = {"healthz", "login", "logout"}

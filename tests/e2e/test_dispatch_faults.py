@@ -19,7 +19,7 @@ from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
-from tests.processes import REPO, child_env, wait_for
+from tools.processes import REPO, child_env, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from ocrjobs import selectors
 from ocrjobs.models import Job, Page
 from pods.models import Pod
 from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
-from tests.processes import REPO, wait_for
+from tools.processes import REPO, wait_for
 
 pytestmark = pytest.mark.e2e
 

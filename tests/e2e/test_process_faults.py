@@ -50,7 +50,7 @@ from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes
-from tests.processes import Process, child_env, start_front, start_workers, wait_for
+from tools.processes import Process, child_env, start_front, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
