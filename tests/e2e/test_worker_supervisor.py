@@ -20,7 +20,7 @@ import pytest
 from accounts.models import ApiToken
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
-from tests.e2e.test_process_faults import assert_every_page_done_once
+from tests.assertions import assert_every_page_done_once
 from tests.factories import pdf_bytes
 from tools.processes import child_env, start_workers, wait_for
 
