@@ -1,15 +1,17 @@
-"""Shared set-up for benchmarks: a throw-away database (SQLite, or DATABASE_URL) and Django."""
+"""Shared set-up for benchmarks: a throw-away database (SQLite, or DATABASE_URL) and Django.
+
+The processes a benchmark starts (front, workers, simulator) come from tools/processes.py, as
+the tests' do.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tools.processes import REPO
 
 
 def django_for_bench(name: str) -> Path:
@@ -29,16 +31,3 @@ def django_for_bench(name: str) -> Path:
         call_command("flush", interactive=False, verbosity=0)
     call_command("migrate", interactive=False, verbosity=0)
     return var_dir
-
-
-def start_simulator(config: dict) -> tuple[subprocess.Popen, str]:
-    """`manage.py runpodsim` with this config, as a subprocess; returns it and its URL."""
-    path = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(config, path)
-    path.close()
-    proc = subprocess.Popen([sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", path.name],
-                            cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    for line in proc.stdout:
-        if line.startswith("RUNPODSIM "):
-            return proc, line.split()[1].strip()
-    raise SystemExit("the simulator did not start")

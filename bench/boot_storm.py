@@ -15,12 +15,15 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import django_for_bench, start_simulator
+from bench._setup import django_for_bench
+from tools.processes import point_at_simulator, start_simulator
 
 GPU_TYPES = 10
 DATA_CENTERS = [f"DC-{n}" for n in range(1, 8)]
@@ -49,15 +52,14 @@ def main() -> None:
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
         os.environ.setdefault("SECRET_KEY", "bench-only")
-    sim, url = start_simulator(sim_config(args.capacity))
-    os.environ.update(RUNPOD_API_BASE_URL=url, RUNPOD_API_KEY="bench-key",
-                      RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}", FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}")  # fmt: skip
+    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-"))
+    sim, url = start_simulator(sim_config(args.capacity), log_dir, own_session=False)
     try:
+        point_at_simulator(url, "bench-key")
         django_for_bench("boot-storm")
         run(args, url)
     finally:
-        sim.terminate()
-        sim.wait()
+        sim.stop()
 
 
 def run(args, url: str) -> None:

@@ -3,8 +3,9 @@
     .venv/bin/python bench/control_plane.py [--database-url postgres://...] [--pods 68 --lanes 8 --latency 2]
         [--booting 32] [--rate 20 --seconds 30] [--asgi module:app]
 
-A RunPod simulator (a subprocess), a real daphne front and a real qcluster on a
-fresh database. ``--pods`` virtual pods are created through the RunPod provider
+A RunPod simulator (a subprocess), a real daphne front and the real workers
+(``manage.py workers``: the supervisor and its qcluster, as production runs them) on
+a fresh database. ``--pods`` virtual pods are created through the RunPod provider
 and join the pool ready; pages are stored directly; a scaler tick (the qcluster's
 own schedule, nudged once) starts the dispatcher and boots ``--booting`` more pods.
 Those boots are real django-q2 tasks in the qcluster's workers, polling the
@@ -24,17 +25,16 @@ dispatcher holds its lanes' pages plus one prefetched page per lane, refilled in
 batches of a quarter, so 64 pods would average a little under 1,000.
 
 It also prints, to tell a slow front from a starved one: the cores each process
-used during the probe and how many of its threads were runnable but waiting for a
-CPU (Linux schedstat; "other processes" is the rest of the machine, which this
-benchmark does not control), the simulator's calls per second (pages, GraphQL),
+used during the probe (the workers' "qcluster": the supervisor and its cluster) and
+how many of its threads were runnable but waiting for a CPU (Linux schedstat;
+"other processes" is the rest of the machine, which this benchmark does not
+control), the simulator's calls per second (pages, GraphQL),
 the loops' worst lag, pods drained and dispatchers started. ``--asgi`` serves the
 front from another ASGI application, to measure a candidate fix without editing
 the project.
 
-The process helpers here (``Children``, ``start_simulator``, ``start_front``,
-``start_workers``) are shared with bench/storm.py. Every child leads its own
-process group and is ended by it, so a qcluster's workers never outlive the
-benchmark, whatever happens.
+The processes are started with tools/processes.py (as the tests' are); what else
+bench/storm.py shares with this benchmark (``CpuMeter``, the probe, the token) is here.
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,7 +53,16 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import REPO, django_for_bench
+from bench._setup import django_for_bench
+from tools.processes import (
+    Children,
+    child_env,
+    point_at_simulator,
+    start_front,
+    start_simulator,
+    start_workers,
+    wait_for,
+)
 
 TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
@@ -69,78 +76,9 @@ LABELS = {"/healthz": "healthz", "/v1/runpod/status": "status"}
 
 
 # --- processes ------------------------------------------------------------------------------------
-
-
-class Child:
-    """A process leading its own process group: ending it ends the whole group (workers included)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(
-            # A process group of its own (not a session: a new session is a new scheduler
-            # autogroup on Linux, which would change how the CPU is shared between the children).
-            argv,
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-        )
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def _signal_group(self, sig: int) -> bool:
-        try:
-            os.killpg(self.popen.pid, sig)  # the group this child leads (process_group=0)
-            return True
-        except ProcessLookupError:
-            return False
-
-    def _group_gone(self) -> bool:
-        try:
-            os.killpg(self.popen.pid, 0)
-            return False
-        except ProcessLookupError:
-            return True
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self._signal_group(signal.SIGTERM):
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not (self.popen.poll() is not None and self._group_gone()):
-                time.sleep(0.2)
-            self._signal_group(signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self._log.close()
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-class Children:
-    """Every process the benchmark started; ``stop_all`` ends them, newest first."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.started: list[Child] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
-        child = Child(name, argv, dict(env if env is not None else os.environ), self.log_dir)
-        self.started.append(child)
-        return child
-
-    def stop_all(self) -> None:
-        for child in reversed(self.started):
-            try:
-                child.stop()
-            except Exception as exc:  # keep ending the others
-                print(f"stopping {child.name}: {exc!r}", file=sys.stderr)
-        self.started.clear()
+# They come from tools/processes.py, as the tests' do. Each child leads a process group of its own
+# in this process's session (own_session=False: see there why), so the workers never outlive the
+# benchmark, whatever happens.
 
 
 def raise_on_sigterm() -> None:
@@ -150,89 +88,6 @@ def raise_on_sigterm() -> None:
         raise SystemExit(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def wait_for(predicate, timeout: float, message, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(message() if callable(message) else message)
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_simulator(children: Children, config: dict) -> str:
-    path = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-")) / "sim.json"
-    path.write_text(json.dumps(config))
-    sim = children.start("runpodsim", [sys.executable, "manage.py", "runpodsim", "--port", "0", "--config", str(path)])
-
-    def announced() -> str | None:
-        for line in sim.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("RUNPODSIM "):
-                return line.split()[1].strip()
-        if not sim.alive():
-            raise SystemExit(f"the simulator exited:\n{sim.tail()}")
-        return None
-
-    return wait_for(announced, 60, lambda: f"the simulator did not start:\n{sim.tail()}")
-
-
-def point_at_simulator(url: str) -> None:
-    os.environ.update(
-        RUNPOD_API_BASE_URL=url,
-        RUNPOD_API_KEY=API_KEY,
-        RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
-        FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}",
-    )
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The benchmark's environment (database, var dir, simulator) for a front or a qcluster."""
-    from django.conf import settings
-
-    env = dict(os.environ)
-    env.update(
-        FLEETADMIN_VAR_DIR=str(settings.VAR_DIR),
-        MEDIA_ROOT=str(settings.MEDIA_ROOT),
-        SECRET_KEY=settings.SECRET_KEY,
-        PYTHONUNBUFFERED="1",
-        OMP_THREAD_LIMIT="1",
-    )
-    if not os.environ.get("DATABASE_URL"):
-        env["SQLITE_PATH"] = str(settings.DATABASES["default"]["NAME"])
-    env.update(extra)
-    return env
-
-
-def _answers(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def start_front(children: Children, env: dict[str, str], application: str = "fleetadmin.asgi:application") -> str:
-    port = free_port()
-    front = children.start(
-        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), application], env
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _answers(f"{url}/healthz"), 60, lambda: f"daphne did not answer:\n{front.tail()}")
-    return url
-
-
-def start_workers(children: Children, env: dict[str, str]) -> Child:
-    return children.start("qcluster", [sys.executable, "manage.py", "qcluster"], env)
 
 
 def sim_get(url: str, path: str) -> dict:
@@ -272,9 +127,12 @@ def loop_lag() -> dict:
 
 
 class CpuMeter:
-    """CPU used by each child's process group (and by the rest of the machine) between two reads, and
+    """CPU used by each child's processes (and by the rest of the machine) between two reads, and
     the time their threads spent runnable but waiting for a CPU (Linux schedstat): the first says who
-    is busy, the second who is starved."""
+    is busy, the second who is starved.
+
+    A child's processes are its process group and the process tree below it: the workers'
+    supervisor runs its cluster in a process group of its own."""
 
     TICK = os.sysconf("SC_CLK_TCK")
 
@@ -282,8 +140,8 @@ class CpuMeter:
         self.children = children
 
     @classmethod
-    def _processes(cls) -> dict[int, tuple[int, float]]:
-        """{pid: (process group, CPU seconds)} of every process on the machine."""
+    def _processes(cls) -> dict[int, tuple[int, int, float]]:
+        """{pid: (parent, process group, CPU seconds)} of every process on the machine."""
         found = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -294,7 +152,7 @@ class CpuMeter:
             except OSError:
                 continue
             # after "pid (comm)": state ppid pgrp session ... utime(12th) stime(13th)
-            found[int(entry)] = (int(fields[2]), (int(fields[11]) + int(fields[12])) / cls.TICK)
+            found[int(entry)] = (int(fields[1]), int(fields[2]), (int(fields[11]) + int(fields[12])) / cls.TICK)
         return found
 
     @staticmethod
@@ -321,10 +179,23 @@ class CpuMeter:
         (pid -> name) carved out of them, this process ("bench"); CPU also for the whole machine."""
         roles = roles or {}
         groups = {child.popen.pid: child.name for child in self.children.started}
+        table = self._processes()
+
+        def owner(pid: int) -> str | None:
+            """The child whose process group holds this process or one of its ancestors."""
+            seen = set()
+            while pid in table and pid not in seen:
+                seen.add(pid)
+                parent, group, _ = table[pid]
+                if group in groups:
+                    return groups[group]
+                pid = parent
+            return None
+
         cpu: dict[str, float] = {"machine": self._machine()}
         waited: dict[str, float] = {}
-        for pid, (group, seconds) in self._processes().items():
-            name = roles.get(pid) or groups.get(group) or ("bench" if pid == os.getpid() else None)
+        for pid, (_, _, seconds) in table.items():
+            name = roles.get(pid) or owner(pid) or ("bench" if pid == os.getpid() else None)
             if name:
                 cpu[name] = cpu.get(name, 0.0) + seconds
                 waited[name] = waited.get(name, 0.0) + self._waited(pid)
@@ -389,8 +260,9 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-control-plane-logs-"))
     children = Children(log_dir)
     try:
-        url = start_simulator(children, sim_config(args))
-        point_at_simulator(url)
+        sim, url = start_simulator(sim_config(args), log_dir, own_session=False)
+        children.add(sim)
+        point_at_simulator(url, API_KEY)
         os.environ.update(DISPATCH_MAX_SECONDS="3600", Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
         django_for_bench("control-plane")
         run(args, children, url)
@@ -470,8 +342,9 @@ def run(args, children: Children, sim_url: str) -> None:
     setup_schedules()
     connection.close()
     env = child_env(Q_WORKERS=str(args.q_workers))
-    front_url = start_front(children, env, args.asgi)
-    workers = start_workers(children, env)
+    front, front_url = start_front(env, children.log_dir, application=args.asgi, own_session=False)
+    children.add(front)
+    workers = children.add(start_workers(env, children.log_dir, own_session=False))
     started = time.monotonic()
     nudge_scaler(pool.pk)
 
@@ -485,7 +358,7 @@ def run(args, children: Children, sim_url: str) -> None:
 
     def loaded() -> bool:
         if not workers.alive():
-            raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+            raise SystemExit(f"the workers exited:\n{workers.tail()}")
         return in_flight() >= IN_FLIGHT_GOAL and booting() >= args.booting
 
     wait_for(

@@ -18,13 +18,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import timeit
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._setup import REPO, django_for_bench, start_simulator
+from bench._setup import REPO, django_for_bench
+from tools.processes import point_at_simulator, start_simulator
 
 TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
@@ -78,15 +81,15 @@ def main() -> None:
         "gpu_types": [{"id": "BENCH-GPU", "displayName": "bench", "memoryInGb": 80, "securePrice": 1.0,
                        "communityPrice": 1.0, "capacity": {"SECURE": {"DC-1": args.pods}}}],
     }  # fmt: skip
-    sim, url = start_simulator(sim_config)
-    os.environ.update(RUNPOD_API_BASE_URL=url, RUNPOD_API_KEY="bench-key", RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
-                      FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}", DISPATCH_MAX_SECONDS="3600")  # fmt: skip
+    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-"))
+    sim, url = start_simulator(sim_config, log_dir, own_session=False)
     try:
+        point_at_simulator(url, "bench-key")
+        os.environ.update(DISPATCH_MAX_SECONDS="3600")
         django_for_bench("dispatch")
         run(args)
     finally:
-        sim.terminate()
-        sim.wait()
+        sim.stop()
 
 
 def run(args) -> None:

@@ -4,8 +4,9 @@
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S]
 
 Thousands of documents of several pages (stored directly in the database, every
-page a tiny PNG) wait in a RunPod pool with no pod. A real qcluster does
-everything else: scaler ticks boot pods over a catalogue whose cheapest GPU types
+page a tiny PNG) wait in a RunPod pool with no pod. The real workers
+(``manage.py workers``: the supervisor and its qcluster) do everything else:
+scaler ticks boot pods over a catalogue whose cheapest GPU types
 have no capacity anywhere, dispatchers forward every page to the virtual pods
 (a fixed per-page latency: the simulator has no jitter), idle pods are shed
 (``idle_seconds`` small), spend is attributed. A real daphne front serves
@@ -50,21 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._setup import django_for_bench
-from bench.control_plane import (
-    API_KEY,
-    TINY_PNG,
-    Children,
-    CpuMeter,
-    child_env,
-    point_at_simulator,
-    raise_on_sigterm,
-    read_token,
-    run_probe,
-    sim_get,
-    start_front,
-    start_simulator,
-    start_workers,
-)
+from bench.control_plane import API_KEY, TINY_PNG, CpuMeter, raise_on_sigterm, read_token, run_probe, sim_get
+from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 DATA_CENTERS = ["EU-RO-1", "US-TX-3", "EU-SE-1"]
 # (GPU type, $/h on the secure cloud, free GPUs per data centre): the cheapest have none anywhere.
@@ -123,8 +111,9 @@ def main() -> None:
     raise_on_sigterm()
     children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-storm-logs-")))
     try:
-        url = start_simulator(children, sim_config(args))
-        point_at_simulator(url)
+        sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
+        children.add(sim)
+        point_at_simulator(url, API_KEY)
         os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
         django_for_bench("storm")
         run(args, children, url)
@@ -210,8 +199,9 @@ def run(args, children: Children, sim_url: str) -> None:
     if args.guess is not None:
         extra["SCALE_SECONDS_PER_PAGE_GUESS"] = str(args.guess)
     env = child_env(**extra)
-    front_url = start_front(children, env)
-    workers = start_workers(children, env)
+    front, front_url = start_front(env, children.log_dir, own_session=False)
+    children.add(front)
+    workers = children.add(start_workers(env, children.log_dir, own_session=False))
 
     stop = threading.Event()
     probe_result: dict = {}
@@ -236,7 +226,7 @@ def run(args, children: Children, sim_url: str) -> None:
         while True:
             now = time.monotonic()
             if not workers.alive():
-                raise SystemExit(f"the qcluster exited:\n{workers.tail()}")
+                raise SystemExit(f"the workers exited:\n{workers.tail()}")
             ended = finished.count()
             alive = Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).count()
             peak_sampled = max(peak_sampled, alive)

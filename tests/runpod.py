@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def point_at_simulator(sim, monkeypatch, settings, *, api_key: str | None = None) -> None:
+def use_simulator(sim, monkeypatch, settings, *, api_key: str | None = None) -> None:
     """The SDK reads ``RUNPOD_API_BASE_URL`` from the environment on every call. The
     provider's key and pod URL template are settings, read from the environment at start:
     set in both, for this process and for the processes the test starts."""

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from fleetadmin.apps import WORKER_MODULES, forks_workers
-from tests.processes import REPO, child_env
+from tools.processes import REPO, child_env
 
 AFTER_SETUP = (
     "import json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "

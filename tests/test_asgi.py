@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from fleetadmin.db import use_connection_pool
-from tests.processes import REPO, child_env
+from tools.processes import REPO, child_env
 
 SHOW_DATABASE = (
     "from django.conf import settings; from django.db import connection; "

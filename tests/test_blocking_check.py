@@ -1,4 +1,4 @@
-"""The static loop check (fleetadmin.blocking_check) catches what it claims and lets correct code pass.
+"""The static loop check (tools.blocking_check) catches what it claims and lets correct code pass.
 
 The bad code lives in strings here, so the project walk (test_no_blocking_calls.py) never sees it.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetadmin.blocking_check import check_project, check_source, main
+from tools.blocking_check import check_project, check_source, main
 
 
 def findings(source: str) -> list[str]:

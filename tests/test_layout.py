@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.processes import REPO
+from tools.processes import REPO
 
 PACKAGES = ("accounts", "fleetadmin", "ocrjobs", "pods", "podserver", "tools")
 MAX_LINES = 400

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.processes import REPO
+from tools.processes import REPO
 
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])

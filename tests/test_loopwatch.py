@@ -255,7 +255,7 @@ def test_the_asgi_application_is_watched():
 
 @pytest.mark.e2e
 def test_daphne_publishes_the_front_loop_and_serves_it_on_metrics(transactional_db, read_token, tmp_path):
-    from tests.processes import child_env, start_front, wait_for
+    from tools.processes import child_env, start_front, wait_for
 
     var_dir = tmp_path / "var"
     var_dir.mkdir()

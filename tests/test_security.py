@@ -34,8 +34,8 @@ from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
-from tests.processes import REPO
-from tests.runpod import point_at_simulator
+from tests.runpod import use_simulator
+from tools.processes import REPO
 
 # The only URL names anybody may call without credentials. Keep it this small.
 PUBLIC = {"healthz", "login", "logout"}
@@ -332,7 +332,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
 
     # 1. RunPod refuses the key (a simulator that expects another one).
     with _simulator("another-key") as sim:
-        point_at_simulator(sim, monkeypatch, settings)
+        use_simulator(sim, monkeypatch, settings)
         refused = _boot(pool)
         errors += _errors_of(RunPodProvider().catalogue)
         errors += _errors_of(lambda: services.reconcile(provider_name="runpod"))
@@ -345,7 +345,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
         {"kind": "boot_stuck", "count": 1},
     ]
     with _simulator(marker, faults) as sim:
-        point_at_simulator(sim, monkeypatch, settings)
+        use_simulator(sim, monkeypatch, settings)
         stuck = _boot(pool)  # 5xx on the cheapest, then a pod that never runs
         sim.set_faults([{"kind": "model_fail", "count": 1}])
         never_ready = _boot(pool)

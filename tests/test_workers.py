@@ -30,7 +30,7 @@ from fleetadmin.workers import (
     proc_info,
     restart_delay,
 )
-from tests.processes import wait_for
+from tools.processes import wait_for
 
 GUARD = 60  # seconds, against hangs only
 

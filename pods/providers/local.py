@@ -23,7 +23,7 @@ from pods.providers.base import Offer, PodSpec, ProviderError, ProviderPod
 LOCAL_OFFER = Offer(gpu_type="cpu-tesseract", cloud_type="LOCAL", data_center="localhost")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -70,7 +70,7 @@ class LocalProvider:
     name = "local"
 
     def create(self, spec: PodSpec) -> ProviderPod:
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "OMP_THREAD_LIMIT": "1", **spec.env}
         log_dir = settings.VAR_DIR / "pods"
         log_dir.mkdir(parents=True, exist_ok=True)

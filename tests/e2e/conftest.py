@@ -7,7 +7,7 @@ import pytest
 from django_q.brokers import get_broker
 
 from pods.providers.local import LocalProvider
-from tests.processes import Process, child_env, start_front, start_workers
+from tools.processes import Process, child_env, start_front, start_workers
 
 
 @dataclass

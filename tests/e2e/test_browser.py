@@ -12,7 +12,7 @@ from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Job
 from pods.models import Pod
 from tests.factories import pdf_bytes
-from tests.processes import REPO
+from tools.processes import REPO
 
 pytestmark = pytest.mark.e2e
 

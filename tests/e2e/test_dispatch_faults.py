@@ -19,8 +19,9 @@ from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
-from tests.processes import REPO, child_env, wait_for
-from tests.runpod import point_at_simulator
+from tests.assertions import assert_every_page_done_once
+from tests.runpod import use_simulator
+from tools.processes import REPO, child_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ def farm(monkeypatch, settings, transactional_db):
                        gpu_types=[GpuTypeConfig(id="G", display_name="g", secure_price=1.0,
                                                 capacity={"SECURE": {"DC": 4}})])  # fmt: skip
     with SimulatorThread(config) as sim:
-        point_at_simulator(sim, monkeypatch, settings, api_key="k")
+        use_simulator(sim, monkeypatch, settings, api_key="k")
         yield sim
 
 
@@ -68,16 +69,6 @@ def _fleet(sim, pods: int, pages: int) -> tuple[Pool, Job, list[Pod]]:
 def _dispatcher(pool: Pool, tmp_path, **env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", DISPATCHER, str(pool.pk)], cwd=REPO,
                             env=child_env(tmp_path, **env))  # fmt: skip
-
-
-def _assert_every_page_done_once(job: Job) -> None:
-    pages = list(job.pages.all())
-    assert {p.status for p in pages} == {Page.Status.DONE}
-    results = list((settings.MEDIA_ROOT / "jobs" / str(job.pk) / "0" / "results").glob("*.json"))
-    assert len(results) == len(pages), "a page has more than one result, or none"
-    assert sorted(int(r.name.split("-")[0]) for r in results) == sorted(p.pk for p in pages)
-    job.refresh_from_db()
-    assert job.status == Job.Status.DONE
 
 
 def test_a_dispatcher_killed_with_9_loses_no_page_and_writes_none_twice(farm, tmp_path, settings):
@@ -107,7 +98,7 @@ def test_a_dispatcher_killed_with_9_loses_no_page_and_writes_none_twice(farm, tm
     wait_for(lambda: not Dispatcher.objects.live().filter(pool=pool).exists(), 30, "the dead dispatcher looks alive")
     second = _dispatcher(pool, tmp_path, PAGE_CLAIM_SECONDS="3", DISPATCHER_STALE_SECONDS="2")
     assert second.wait(timeout=120) == 0
-    _assert_every_page_done_once(job)
+    assert_every_page_done_once(job)
 
 
 def test_a_pod_killed_mid_page_sends_its_pages_elsewhere_once(farm, tmp_path):
@@ -127,7 +118,7 @@ def test_a_pod_killed_mid_page_sends_its_pages_elsewhere_once(farm, tmp_path):
     # of failures drains it) and pod 1 doing all of them; more than half were.
     claimed_after = job.pages.filter(started_at__gt=killed).count()
     assert claimed_after > pages // 2, f"only {claimed_after} of {pages} pages were claimed after pod 0 was killed"
-    _assert_every_page_done_once(job)
+    assert_every_page_done_once(job)
     assert Pod.objects.get(pk=pods[0].pk).state == Pod.State.DRAINING  # failed pages drained it
     assert Page.objects.filter(job=job, pod=pods[0]).count() < Page.objects.filter(job=job, pod=pods[1]).count()
 
@@ -147,7 +138,7 @@ def test_a_pod_that_refuses_connections_spends_no_attempt_and_is_drained(farm, t
         if dispatcher.poll() is None:
             dispatcher.kill()
 
-    _assert_every_page_done_once(job)
+    assert_every_page_done_once(job)
     assert set(job.pages.values_list("attempts", flat=True)) == {1}  # a refused connection spent no attempt
     assert not job.pages.filter(pod=pods[0]).exists()
     dead = Pod.objects.get(pk=pods[0].pk)

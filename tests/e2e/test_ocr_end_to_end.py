@@ -13,10 +13,11 @@ from django.test import Client
 
 from accounts.models import ApiToken
 from ocrjobs import selectors
-from ocrjobs.models import Job, Page
+from ocrjobs.models import Job
 from pods.models import Pod
+from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
-from tests.processes import REPO, wait_for
+from tools.processes import REPO, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -29,15 +30,6 @@ def _assert_pages_match_truth(texts: list[str]) -> None:
     for number, (got, truth) in enumerate(zip(texts, TRUTH, strict=True), start=1):
         score = accuracy(got, truth)
         assert score >= 0.98, f"page {number}: accuracy {score:.3f}\n got: {got!r}\nwant: {truth!r}"
-
-
-def _assert_each_page_done_once(job: Job) -> None:
-    pages = list(job.pages.all())
-    assert [p.status for p in pages] == [Page.Status.DONE] * len(TRUTH)
-    for page in pages:
-        results = list((page.document.source_path.parent / "results").glob(f"{page.pk}-*.json"))
-        assert len(results) == 1, f"page {page.number} has {len(results)} result files"
-    assert Pod.objects.filter(pool=job.pool, provider_id__gt="").exists()
 
 
 def test_a_pdf_submitted_over_http_comes_back_as_text(live_system, admin_user):
@@ -69,7 +61,9 @@ def test_a_pdf_submitted_over_http_comes_back_as_text(live_system, admin_user):
 
     text = httpx.get(f"{live_system.url}/v1/jobs/{job_id}/result.txt", headers=headers, timeout=10).text
     assert "river authority" in text
-    _assert_each_page_done_once(Job.objects.get(pk=job_id))
+    job = Job.objects.get(pk=job_id)
+    assert_every_page_done_once(job, pages=len(TRUTH))
+    assert Pod.objects.filter(pool=job.pool, provider_id__gt="").exists()
 
 
 def test_a_pdf_submitted_through_the_form_comes_back_as_text(live_system, ordinary_user):
@@ -91,7 +85,8 @@ def test_a_pdf_submitted_through_the_form_comes_back_as_text(live_system, ordina
     assert job.status == Job.Status.DONE
     document = job.documents.get()
     _assert_pages_match_truth(selectors.document_text(document).split("\f"))
-    _assert_each_page_done_once(job)
+    assert_every_page_done_once(job, pages=len(TRUTH))
+    assert Pod.objects.filter(pool=job.pool, provider_id__gt="").exists()
     page = client.get(job.get_absolute_url())
     assert b"Quarterly report of the river authority" in page.content
 

@@ -26,7 +26,6 @@ import re
 import signal
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,9 +47,10 @@ from pods.providers import get_provider
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
+from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes
-from tests.processes import Process, child_env, start_front, start_workers, wait_for
+from tools.processes import Process, child_env, start_front, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -179,22 +179,6 @@ def pages_done(job: Job) -> int:
 
 
 # --- the invariants ---------------------------------------------------------------------------------
-
-
-def assert_every_page_done_once(job: Job) -> None:
-    job.refresh_from_db()
-    pages = list(job.pages.select_related("document"))
-    expected = sum(job.documents.values_list("page_count", flat=True))
-    assert len(pages) == expected > 0
-    assert Counter(p.status for p in pages) == {Page.Status.DONE: expected}, [(p.pk, p.status, p.error) for p in pages]
-    assert job.status == Job.Status.DONE
-    for position in set(job.documents.values_list("position", flat=True)):
-        results = (settings.MEDIA_ROOT / "jobs" / str(job.pk) / str(position) / "results").glob("*.json")
-        written = Counter(int(path.name.split("-")[0]) for path in results)
-        wanted = {p.pk: 1 for p in pages if p.document.position == position}
-        assert written == wanted, f"document {position}: result files per page {dict(written)}"
-    for page in pages:
-        assert (settings.MEDIA_ROOT / page.result).is_file()
 
 
 def assert_no_pod_unaccounted(provider_name: str) -> None:

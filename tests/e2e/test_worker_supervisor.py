@@ -20,9 +20,9 @@ import pytest
 from accounts.models import ApiToken
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
-from tests.e2e.test_process_faults import assert_every_page_done_once
+from tests.assertions import assert_every_page_done_once
 from tests.factories import pdf_bytes
-from tests.processes import child_env, start_workers, wait_for
+from tools.processes import child_env, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ READY = re.compile(rb"ready for work at (\d+)")
 
 def living_workers(system) -> list[int]:
     """The django-q2 workers now alive under the supervisor (each logs "ready for work at <pid>")."""
-    session = system.workers.popen.pid  # tests.processes.Process starts a session of its own
+    session = system.workers.popen.pid  # tools.processes.Process starts a session of its own
     alive = {p.pid for p in processes() if p.session == session and p.state not in "ZX"}
     return [pid for pid in map(int, READY.findall(system.workers.log_path.read_bytes())) if pid in alive]
 

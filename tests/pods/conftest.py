@@ -9,7 +9,7 @@ import pytest
 from pods.models import Pool
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
-from tests.runpod import point_at_simulator
+from tests.runpod import use_simulator
 
 KEY = "sim-key"
 EMPTY, GOOD = "NVIDIA EMPTY 1", "NVIDIA GOOD 2"
@@ -30,7 +30,7 @@ def sim(monkeypatch, settings):
         ],
     )
     with SimulatorThread(config) as simulator:
-        point_at_simulator(simulator, monkeypatch, settings, api_key=KEY)
+        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
         settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
         settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
         yield simulator

@@ -16,7 +16,7 @@ from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
 from pods.simulator import app as simulator_app
 from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
-from tests.processes import REPO, child_env, wait_for
+from tools.processes import REPO, child_env, wait_for
 
 
 def _new_pod(pool: Pool) -> Pod:

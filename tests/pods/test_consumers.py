@@ -16,7 +16,7 @@ from django.test import Client
 from fleetadmin.asgi import application
 from pods import broadcast, dashboard
 from tests.pods.dashboard_fixtures import make_fleet, make_job
-from tests.processes import child_env, start_front
+from tools.processes import child_env, start_front
 
 # The websocket stack exactly as the front serves it (origin check, session auth, routing),
 # without the loop watcher around it, which would write heartbeats from every test's loop.

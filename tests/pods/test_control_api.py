@@ -56,7 +56,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
 
     from accounts.models import ApiToken
     from pods.models import Pool
-    from tests.processes import wait_for
+    from tools.processes import wait_for
 
     Pool.objects.get_or_create(key="local", defaults={"provider": "local", "max_pods": 1, "lanes_per_pod": 1})
     admin = get_user_model().objects.create_user("ops", password="x", is_staff=True)

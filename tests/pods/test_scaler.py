@@ -15,7 +15,7 @@ from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
 from pods.spend import job_spend, spend_report
 from tests.pods.conftest import GOOD
 from tests.pods.test_pod_services import _pages
-from tests.runpod import point_at_simulator
+from tests.runpod import use_simulator
 
 
 def _pod(pool: Pool, **fields) -> Pod:
@@ -67,7 +67,7 @@ def slow_loading_sim(monkeypatch, settings):
                        gpu_types=[GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30,
                                                 capacity={"SECURE": {"EU-RO-1": 3}})])  # fmt: skip
     with SimulatorThread(config) as simulator:
-        point_at_simulator(simulator, monkeypatch, settings, api_key="sim-key")
+        use_simulator(simulator, monkeypatch, settings, api_key="sim-key")
         settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
         yield simulator
 

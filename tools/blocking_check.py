@@ -28,8 +28,14 @@ What it looks at and what it does not:
   function or a method of the same class that itself blocks (directly or
   through other such local functions) is reported at the call.
 
-Run it by hand with ``python -m fleetadmin.blocking_check [paths...]``; the
-test suite runs it over the whole project (tests/test_no_blocking_calls.py).
+Run it by hand with ``python -m tools.blocking_check [paths...]``; the
+test suite runs it over the whole project, tools/ included (tests/test_no_blocking_calls.py).
+
+It is a test tool, not part of the product, and one module of ~730 lines on purpose: the
+tables of what blocks, the module context that types receivers, the scanner and the entry
+points are one analysis whose private helpers call each other both ways (the scanner asks the
+module which local functions block; the module runs scanners to find out). Split, every part
+would import the others' underscored names; tests/test_blocking_check.py pins what it does.
 """
 
 from __future__ import annotations
