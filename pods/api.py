@@ -13,8 +13,9 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetadmin.api import ApiError, api_view
-from pods import capacity, selectors, services
+from pods import capacity, selectors
 from pods.models import Pod, Pool, ScaleRequest
+from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
 
 FRESH_PRICES_WAIT_SECONDS = 15.0
@@ -133,7 +134,7 @@ async def scale(request: HttpRequest) -> JsonResponse:
     if pool is None:
         raise ApiError(f"unknown pool {body.pool!r}", 404)
     try:
-        scale_request = await sync_to_async(services.scale_request_create)(
+        scale_request = await sync_to_async(scale_requests.scale_request_create)(
             pool=pool, pods=body.pods, delta=body.delta, by=str(request.api_user)
         )
     except ValueError as exc:
@@ -161,7 +162,7 @@ def release(request: HttpRequest) -> JsonResponse:
     pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
     if pod is None:
         raise ApiError(f"no pod {body.pod_id}", 404)
-    released = services.pod_release_request(pod=pod, reason=body.reason)
+    released = lifecycle.pod_release_request(pod=pod, reason=body.reason)
     pod.refresh_from_db()
     return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
 

@@ -9,22 +9,22 @@ from datetime import datetime
 from django.utils import timezone
 
 from fleetadmin.db import retry_on_db_error
-from pods import services
 from pods.models import Pod, Pool
 from pods.providers.base import ProviderError
+from pods.services import boot, lifecycle, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
 
 @retry_on_db_error
 def boot_pod(pod_id: int) -> str:
-    pod = services.pod_boot(pod_id=pod_id)
+    pod = boot.pod_boot(pod_id=pod_id)
     return f"{pod.name}: {pod.state}"
 
 
 @retry_on_db_error
 def release_pod(pod_id: int, reason: str) -> str:
-    pod = services.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
+    pod = lifecycle.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
     return f"{pod.name}: {pod.state}"
 
 
@@ -34,16 +34,16 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     pools = list(Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id))
     for provider_name in sorted({pool.provider for pool in pools}):
         try:
-            services.reconcile(provider_name=provider_name)
+            reconcile.reconcile(provider_name=provider_name)
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
     from ocrjobs.services import documents_recover
 
     for pool in pools:
         # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted).
-        services.boots_recover(pool=pool)
+        boot.boots_recover(pool=pool)
         documents_recover(pool_id=pool.pk)
-    return [vars(services.pool_tick(pool=pool)) for pool in pools]
+    return [vars(scaler.pool_tick(pool=pool)) for pool in pools]
 
 
 @retry_on_db_error
@@ -52,7 +52,7 @@ def shed_tick(pool_id: int, at: str) -> str:
     when = datetime.fromisoformat(at)
     delay = (when - timezone.now()).total_seconds()
     if delay > 0:
-        time.sleep(min(delay, services.SHED_TICK_HORIZON_SECONDS))
+        time.sleep(min(delay, scaler.SHED_TICK_HORIZON_SECONDS))
     if not Pool.objects.filter(pk=pool_id, shed_tick_at=when).update(shed_tick_at=None):
         return "superseded by an earlier tick"
     scaler_tick(pool_id)
@@ -75,12 +75,12 @@ def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
 
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
-    return services.scale_request_run(request_id=request_id).to_dict()
+    return scale_requests.scale_request_run(request_id=request_id).to_dict()
 
 
 @retry_on_db_error
 def terminate_at_provider(pod_id: int) -> str:
     """The provider side of a release asked from the front (spend is already attributed)."""
     pod = Pod.objects.select_related("pool").get(pk=pod_id)
-    services.terminate_quietly(pod)
+    lifecycle.terminate_quietly(pod)
     return f"{pod.name}: terminated"

@@ -1,0 +1,75 @@
+"""Ending a pod: ended in the database (its pages wait again, its spend is attributed), terminated
+at the provider."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from pods.models import Pod
+from pods.providers import get_provider
+from pods.providers.base import Provider, ProviderError
+from pods.spend import spend_attribute
+
+log = logging.getLogger(__name__)
+
+
+def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
+    """Record that a pod ended: its pages in flight wait again and its spend is attributed."""
+    with transaction.atomic():
+        pod.mark_ended(state, error=error)
+        _requeue_pages_of(pod)
+        spend_attribute(pod)
+    return pod
+
+
+def pod_release(*, pod: Pod, reason: str) -> Pod:
+    """Attribute spend, terminate at the provider, free its pages. Idempotent."""
+    if not pod.is_alive:
+        return pod
+    # Ended first: a boot still waiting on this pod sees it and does not join.
+    pod_end(pod=pod, state=Pod.State.TERMINATED, error=f"released: {reason}")
+    provider = get_provider(pod.pool.provider)
+    _terminate_quietly(provider, pod)
+    log.info("pod %s released (%s), spend $%s", pod.name, reason, pod.spend())
+    return pod
+
+
+def pod_release_request(*, pod: Pod, reason: str) -> bool:
+    """A release asked from the front: ended and its spend attributed now, in the database;
+    terminated at the provider by a worker. False if it had already ended (idempotent)."""
+    if not pod.is_alive:
+        return False
+    with transaction.atomic():
+        current = Pod.objects.select_for_update().select_related("pool").get(pk=pod.pk)
+        if not current.is_alive:
+            return False
+        pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
+        transaction.on_commit(lambda: _enqueue("pods.tasks.terminate_at_provider", pod.pk, name=f"release {pod.name}"))
+    return True
+
+
+def terminate_quietly(pod: Pod) -> None:
+    _terminate_quietly(get_provider(pod.pool.provider), pod)
+
+
+def _terminate_quietly(provider: Provider, pod: Pod) -> None:
+    if not pod.provider_id:
+        return
+    try:
+        provider.terminate(pod.provider_id)
+    except ProviderError as exc:
+        log.error("terminating %s failed: %s (reconcile will try again)", pod.name, exc)
+
+
+def _requeue_pages_of(pod: Pod) -> int:
+    from ocrjobs.services import pages_requeue_from_pod
+
+    return pages_requeue_from_pod(pod_id=pod.pk)
+
+
+def _enqueue(func: str, *args, name: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task(func, *args, task_name=name, group="scaler")
