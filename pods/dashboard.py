@@ -15,7 +15,6 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.core.cache import cache
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 from django.template.loader import render_to_string
@@ -36,7 +35,6 @@ CHART_HEIGHT = 100
 RECENT_BOOTS = 15
 RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
-RELEASE_MARK_SECONDS = 120
 LOOP_ROWS = 50
 
 
@@ -46,28 +44,6 @@ def sections_for(*, staff: bool) -> tuple[str, ...]:
 
 def audience_for(*, user_id: int, staff: bool) -> str:
     return STAFF if staff else f"user:{user_id}"
-
-
-# --- release marks -----------------------------------------------------------------------------
-# A release runs in a worker. Until it has, the pods table says "releasing"
-# instead of offering the button again; the mark lives in the cache (shared by
-# every front when REDIS_URL is set) and expires on its own.
-
-
-def _release_key(pod_id: int) -> str:
-    return f"pods:release-requested:{pod_id}"
-
-
-def release_mark(pod_id: int) -> bool:
-    """Mark a release as requested; False if it already was (the caller enqueues nothing)."""
-    return cache.add(_release_key(pod_id), True, timeout=RELEASE_MARK_SECONDS)
-
-
-def releases_requested(pod_ids: list[int]) -> set[int]:
-    if not pod_ids:
-        return set()
-    found = cache.get_many([_release_key(pod_id) for pod_id in pod_ids])
-    return {pod_id for pod_id in pod_ids if _release_key(pod_id) in found}
 
 
 # --- the fleet (every user) ----------------------------------------------------------------------
@@ -174,7 +150,6 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         .annotate(n=Count("id"))
         .values_list("pod_id", "n")
     )
-    releasing = releases_requested(pod_ids)
     pod_rows = [
         {
             "id": pod.pk,
@@ -189,7 +164,6 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
             "lanes": pod.lanes,
             "cost_per_hr": pod.cost_per_hr,
             "spend": pod.spend(at=now),
-            "releasing": pod.pk in releasing,
         }
         for pod in pods
     ]

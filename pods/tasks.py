@@ -23,12 +23,6 @@ def boot_pod(pod_id: int) -> str:
 
 
 @retry_on_db_error
-def release_pod(pod_id: int, reason: str) -> str:
-    pod = lifecycle.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
-    return f"{pod.name}: {pod.state}"
-
-
-@retry_on_db_error
 def scaler_tick(pool_id: int | None = None) -> list[dict]:
     """Reconcile each provider in use with the database, then tick every pool (or one)."""
     pools = list(Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id))

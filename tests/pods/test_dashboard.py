@@ -8,8 +8,8 @@ from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
+from django.db.models import Sum
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -18,20 +18,14 @@ from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
 from ocrjobs.models import Job
-from pods import dashboard
-from pods.models import Pod
+from pods import dashboard, tasks
+from pods.models import Pod, SpendEntry, pod_name
 from pods.selectors import fleet_status_snapshot
+from pods.services import boot
 from tests.pods.dashboard_fixtures import make_fleet, make_job
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
 STAFF_SECTION_IDS = ["dash-alerts", "dash-boots", "dash-loops"]
-
-
-@pytest.fixture(autouse=True)
-def no_release_marks():
-    cache.clear()  # release marks live in the cache, and pod ids come again in the next test
-    yield
-    cache.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -261,20 +255,45 @@ def test_the_dollars_per_hour_now_do_not_depend_on_how_far_into_the_minute_it_is
 # --- releasing a pod -----------------------------------------------------------------------------
 
 
-def test_staff_release_enqueues_the_release_task_once(alice, fleet, empty_queue, django_capture_on_commit_callbacks):
+def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_worker(
+    alice, fleet, empty_queue, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         first = alice.post(release_url(fleet.ready))
         second = alice.post(release_url(fleet.ready))
 
     assert first.status_code == 302 and first["Location"] == "/"
     assert second.status_code == 302
-    tasks = queued_tasks(empty_queue)
-    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.release_pod", (fleet.ready.pk, "dashboard: alice"))]
     fleet.ready.refresh_from_db()
-    assert fleet.ready.state == Pod.State.READY  # the worker releases it, not the front
-    # while the worker has not released it yet, the table says so instead of offering the button again
-    pods = section_html(text_of(alice.get("/")), "dash-pods")
-    assert release_url(fleet.ready) not in pods and "releasing" in pods
+    assert fleet.ready.state == Pod.State.TERMINATED  # ended by the front, as the API's release does
+    assert fleet.ready.error == "released: dashboard: alice"
+    # its half hour at $0.44/h is attributed now, once
+    spent = SpendEntry.objects.filter(pod=fleet.ready).aggregate(total=Sum("dollars"))["total"]
+    assert spent == pytest.approx(Decimal("0.22"), abs=Decimal("0.001"))
+    tasks = queued_tasks(empty_queue)
+    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.terminate_at_provider", (fleet.ready.pk,))]
+    page = text_of(alice.get("/"))
+    assert "fa-gpu-ready1: release requested." in page and "fa-gpu-ready1 is already terminated." in page
+    assert release_url(fleet.ready) not in section_html(page, "dash-pods")  # gone from the table at once
+
+
+def test_the_release_button_has_a_worker_terminate_the_pod_at_the_provider(
+    sim, pool, alice, empty_queue, django_capture_on_commit_callbacks
+):
+    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
+    assert pod.state == Pod.State.READY, pod.error
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")
+
+    assert "release requested" in text_of(response)
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.TERMINATED and SpendEntry.objects.filter(pod=pod).exists()
+    assert sim.stats()["terminate_calls"] == 0  # the front never calls the provider
+    (task,) = queued_tasks(empty_queue)
+    assert task["func"] == "pods.tasks.terminate_at_provider"
+    tasks.terminate_at_provider(*task["args"])  # what the worker does
+    assert sim.stats()["terminate_calls"] == 1
 
 
 def test_an_htmx_release_answers_with_a_fragment(alice, fleet, empty_queue, django_capture_on_commit_callbacks):
