@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Case, Count, DurationField, ExpressionWrapper, F, Q, Sum, Value, When, Window
+from django.db.models import Case, Count, F, Q, Sum, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -96,7 +96,8 @@ class JobProgress:
     running: int
     pending: int
     pages_per_s: float
-    cost: Decimal  # OCR time on pods so far: sum over done pages of duration x $/h / lanes
+    # What the job has cost so far, as pods.spend.jobs_spend counts it: the caller fills it in.
+    cost: Decimal = Decimal(0)
 
     @property
     def ended(self) -> int:
@@ -115,7 +116,7 @@ class JobProgress:
 
 
 def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
-    """Progress, rate, ETA and cost of each job, in three queries whatever the number of jobs."""
+    """Progress, rate and ETA of each job, in two queries whatever the number of jobs."""
     now = now or timezone.now()
     ids = [job.pk for job in jobs]
     if not ids:
@@ -138,17 +139,6 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
             recent=Count("id", filter=Q(status=Page.Status.DONE, finished_at__gte=since)),
         )
     }  # fmt: skip
-    busy = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-    cost: dict[int, Decimal] = {}
-    rows = (
-        Page.objects.filter(job_id__in=ids, status=Page.Status.DONE, pod__isnull=False, started_at__isnull=False)
-        .values("job_id", "pod__cost_per_hr", "pod__lanes")
-        .annotate(busy=Sum(busy))
-    )
-    for row in rows:
-        seconds = Decimal(row["busy"].total_seconds()) if row["busy"] else Decimal(0)
-        share = row["pod__cost_per_hr"] * seconds / Decimal(3600) / max(1, row["pod__lanes"])
-        cost[row["job_id"]] = cost.get(row["job_id"], Decimal(0)) + share
     result = []
     empty = {"done": 0, "failed": 0, "cancelled": 0, "running": 0, "pending": 0, "recent": 0}
     for job in jobs:
@@ -163,7 +153,6 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
                 running=c["running"],
                 pending=c["pending"],
                 pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
-                cost=cost.get(job.pk, Decimal(0)).quantize(Decimal("0.0001")),
             )
         )
     return result

@@ -24,6 +24,7 @@ from django.utils.dateparse import parse_datetime
 from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.selectors import fleet_status_cached
+from pods.spend import jobs_spend
 
 STAFF = "staff"
 FLEET_SECTIONS = ("live", "pools", "charts", "pods", "jobs")
@@ -280,6 +281,15 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
     return {name: render_to_string(f"partials/dash_{name}.html", context) for name in names}
 
 
+def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
+    """The jobs' progress with what each has cost so far (the spend report's figure)."""
+    progress = job_progress(jobs, now=now)
+    spend = jobs_spend(p.job.pk for p in progress)
+    for p in progress:
+        p.cost = spend[p.job.pk]
+    return progress
+
+
 def page_context(user) -> dict:
     """The whole dashboard for one user: the first render and the no-websocket fallback."""
     now = timezone.now()
@@ -290,7 +300,7 @@ def page_context(user) -> dict:
         jobs = jobs_for_dashboard()
     else:
         jobs = jobs_for_dashboard(owner_ids=[user.pk])
-    context["jobs"] = job_progress(jobs, now=now)
+    context["jobs"] = jobs_with_cost(jobs, now=now)
     context["sections"] = sections_for(staff=bool(user.is_staff))
     return context
 
@@ -308,13 +318,13 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     payloads: dict[str, dict[str, str]] = {}
     if staff:
         context = {**fleet, **staff_snapshot(now=now, status=status), "is_staff": True}
-        context["jobs"] = job_progress(jobs_for_dashboard(), now=now)
+        context["jobs"] = jobs_with_cost(jobs_for_dashboard(), now=now)
         payloads[STAFF] = render_sections(sections_for(staff=True), context)
     if user_ids:
         public = {**fleet, "is_staff": False}
         shared = render_sections(tuple(s for s in FLEET_SECTIONS if s != "jobs"), public)
         by_owner: dict[int, list[JobProgress]] = defaultdict(list)
-        for progress in job_progress(jobs_for_dashboard(owner_ids=user_ids), now=now):
+        for progress in jobs_with_cost(jobs_for_dashboard(owner_ids=user_ids), now=now):
             by_owner[progress.job.owner_id].append(progress)
         for user_id in user_ids:
             jobs = render_sections(("jobs",), {**public, "jobs": by_owner.get(user_id, [])})

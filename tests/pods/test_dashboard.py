@@ -17,11 +17,11 @@ from django_q.brokers import get_broker
 from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
-from ocrjobs.models import Job
+from ocrjobs.models import Job, Page
 from pods import dashboard, tasks
 from pods.models import Pod, SpendEntry, pod_name
 from pods.selectors import fleet_status_snapshot
-from pods.services import boot
+from pods.services import boot, lifecycle
 from tests.pods.dashboard_fixtures import make_fleet, make_job
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
@@ -197,13 +197,35 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
 
 
 def test_a_jobs_cost_is_its_pages_time_on_pods_at_the_lane_price(fleet):
-    (progress,) = selectors.job_progress([fleet.bobs_job])
+    (progress,) = dashboard.jobs_with_cost([fleet.bobs_job], now=timezone.now())
 
     # two pages of 90 s each on a 4-lane pod at $0.44/h
-    assert progress.cost == (Decimal("0.44") * 180 / 3600 / 4).quantize(Decimal("0.0001"))
+    assert progress.cost == Decimal("0.44") * 180 / 3600 / 4
     assert (progress.done, progress.expected, progress.percent) == (2, 4, 50)
     assert progress.pages_per_s == round(2 / 60, 2)
     assert progress.eta_s == pytest.approx(2 / round(2 / 60, 2))
+
+
+def test_the_dashboard_and_the_spend_report_give_a_job_the_same_cost(alice, client, read_token, admin_user, local_pool):
+    now = timezone.now()
+    ended, live = (
+        Pod.objects.create(pool=local_pool, name=name, state=Pod.State.READY, lanes=lanes, cost_per_hr=Decimal(price),
+                           billed_from=now - timedelta(hours=1))
+        for name, lanes, price in (("fa-local-ended", 2, "3.60"), ("fa-local-live", 4, "7.20"))
+    )  # fmt: skip
+    job = make_job(admin_user, local_pool, pages=3)
+    for page, pod, seconds in zip(job.pages.order_by("number"), (ended, ended, live), (10.0, 20.0, 50.0), strict=True):
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, pod=pod, seconds=seconds, finished_at=now)
+    lifecycle.pod_end(pod=ended, state=Pod.State.TERMINATED)  # its share of the job is now a spend entry
+
+    (progress,) = [p for p in dashboard.page_context(admin_user)["jobs"] if p.job == job]
+    report = client.get("/v1/runpod/spend", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+
+    # 30 s of a 2-lane pod at $3.60/h, ended; 50 s of a 4-lane pod at $7.20/h, live
+    assert SpendEntry.objects.get(pod=ended, job=job).dollars == Decimal("0.015")
+    assert progress.cost == Decimal("0.015") + Decimal("0.025")
+    assert report["by_job"][str(job.pk)] == float(progress.cost)
+    assert "$0.0400" in words(section_html(text_of(alice.get("/")), "dash-jobs"))
 
 
 def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(local_pool, ordinary_user, outsider):
