@@ -15,13 +15,18 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Q
-from django.db.models.functions import TruncMinute
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard
+from ocrjobs.selectors import (
+    JobProgress,
+    job_progress,
+    jobs_for_dashboard,
+    pages_done_by_minute,
+    pages_in_flight_by_pod,
+)
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.selectors import fleet_status_cached
 from pods.spend import jobs_spend
@@ -118,8 +123,6 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
 
 def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
     """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
-    from ocrjobs.models import Page
-
     status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     chart_start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
@@ -135,22 +138,11 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         seconds = _overlap_seconds(billed_from, ended_at or now, midnight, now)
         spend_today[pool_id] += cost_per_hr * Decimal(seconds) / Decimal(3600)
 
-    pages_by_minute = dict(
-        Page.objects.filter(status=Page.Status.DONE, finished_at__gte=chart_start)
-        .annotate(minute=TruncMinute("finished_at"))
-        .values("minute")
-        .annotate(n=Count("id"))
-        .values_list("minute", "n")
-    )
+    pages_by_minute = pages_done_by_minute(since=chart_start)
 
     pods = list(Pod.objects.alive().select_related("pool").order_by("pool__key", "created_at", "id"))
     pod_ids = [pod.pk for pod in pods]
-    inflight = dict(
-        Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.RUNNING, claim_expires_at__gte=now)
-        .values("pod_id")
-        .annotate(n=Count("id"))
-        .values_list("pod_id", "n")
-    )
+    inflight = pages_in_flight_by_pod(pod_ids, now=now)
     pod_rows = [
         {
             "id": pod.pk,

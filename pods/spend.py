@@ -13,6 +13,7 @@ from decimal import Decimal
 from django.db.models import Sum
 from django.utils import timezone
 
+from ocrjobs import selectors
 from pods.models import Pod, SpendEntry
 
 MICRO = Decimal("0.000001")
@@ -20,17 +21,10 @@ MICRO = Decimal("0.000001")
 
 def job_shares(pod: Pod, *, since: datetime | None = None) -> dict[int, tuple[Decimal, float]]:
     """{job id: (dollars, busy seconds)} of the pages this pod stored."""
-    from ocrjobs.models import Page
-
     if not pod.cost_per_hr or not pod.lanes:
         return {}
-    pages = Page.objects.filter(pod=pod, status=Page.Status.DONE, seconds__isnull=False)
-    if since is not None:
-        pages = pages.filter(finished_at__gte=since)
-    shares = {}
-    for job_id, busy in pages.values_list("job_id").annotate(busy=Sum("seconds")).values_list("job_id", "busy"):
-        shares[job_id] = (_share(pod, busy), float(busy))
-    return shares
+    busy = selectors.busy_seconds(pod_ids=[pod.pk], since=since)
+    return {job_id: (_share(pod, seconds), float(seconds)) for (_, job_id), seconds in busy.items()}
 
 
 def spend_attribute(pod: Pod) -> list[SpendEntry]:
@@ -95,8 +89,6 @@ def job_spend(job_id: int) -> Decimal:
 def jobs_spend(job_ids: Iterable[int]) -> dict[int, Decimal]:
     """What each job has cost so far, in three queries whatever the number of jobs: its
     entries from ended pods, and its shares of live ones as ``job_shares`` counts them."""
-    from ocrjobs.models import Page
-
     spend = dict.fromkeys(job_ids, Decimal(0))
     if not spend:
         return spend
@@ -104,13 +96,10 @@ def jobs_spend(job_ids: Iterable[int]) -> dict[int, Decimal]:
     for job_id, dollars in entries.values_list("job_id", "dollars"):
         spend[job_id] += dollars
     live = {pod.pk: pod for pod in Pod.objects.alive().only("cost_per_hr", "lanes")}
-    pages = Page.objects.filter(job_id__in=spend, pod_id__in=live, status=Page.Status.DONE, seconds__isnull=False)
-    for pod_id, job_id, busy in (
-        pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
-    ):
+    for (pod_id, job_id), seconds in selectors.busy_seconds(pod_ids=live, job_ids=spend).items():
         pod = live[pod_id]
         if pod.cost_per_hr and pod.lanes:
-            spend[job_id] += _share(pod, busy)
+            spend[job_id] += _share(pod, seconds)
     return spend
 
 

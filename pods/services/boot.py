@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin import leases
+from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.poolconfig import PoolConfigError, pool_offers
@@ -121,9 +122,9 @@ def _boot(pod: Pod) -> Pod:
         pod.save(update_fields=["engine"])
         pod.mark_ready(base_url=seen.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
-    from ocrjobs.services import dispatch_ensure, pages_waiting
+    from ocrjobs.services import dispatch_ensure
 
-    if pages_waiting(pool_id=pod.pool_id):
+    if selectors.pages_waiting(pool_id=pod.pool_id):
         dispatch_ensure(pool=pod.pool)
     return pod
 

@@ -10,16 +10,17 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Avg, Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from fleetadmin import leases
+from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import pool_offers
 from pods.services.boot import _enqueue_boots
 from pods.services.lifecycle import _enqueue, pod_release
-from pods.spend import job_spend
+from pods.spend import jobs_spend
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,7 @@ class Demand:
 
 def seconds_per_page(pool: Pool) -> float:
     """Measured: the mean time of the pool's last pages on their pods; a setting until there are some."""
-    from ocrjobs.models import Page
-
-    recent = Page.objects.filter(pool=pool, status=Page.Status.DONE, seconds__isnull=False).order_by("-finished_at")
-    ids = list(recent.values_list("id", flat=True)[:200])
-    mean = Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
+    mean = selectors.pool_seconds_per_page(pool.pk)
     return float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
 
 
@@ -57,11 +54,9 @@ def boot_seconds(pool: Pool) -> float:
 
 
 def _jobs_over_budget(pool: Pool) -> list[int]:
-    from ocrjobs.models import Job, Page
-
-    capped = Job.objects.filter(pool=pool, max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
-    capped = capped.filter(pk__in=Page.objects.waiting().filter(pool=pool).values("job_id"))
-    return [job.pk for job in capped if job_spend(job.pk) >= job.max_dollars]
+    budgets = selectors.budgeted_jobs_waiting(pool.pk)
+    spent = jobs_spend(job_id for job_id, _ in budgets)
+    return [job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars]
 
 
 def pool_demand(pool: Pool) -> Demand:
@@ -70,12 +65,9 @@ def pool_demand(pool: Pool) -> Demand:
     pays for (each costs its boot and its idle tail, which may add SCALE_MAX_OVERHEAD of
     the work at most); between the floor and max pods. Pages of jobs past their budget
     want no pod."""
-    from ocrjobs.models import Page
-
     capped = _jobs_over_budget(pool)
-    pages = Page.objects.filter(pool=pool).exclude(job_id__in=capped)
-    waiting = pages.waiting().count()
-    running = pages.filter(status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()).count()
+    backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
+    waiting, running = backlog.waiting, backlog.running
     per_page = seconds_per_page(pool)
     work = (waiting + running) * per_page  # lane-seconds
     wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
@@ -92,8 +84,6 @@ def pool_demand(pool: Pool) -> Demand:
 
 def dispatch_stalled(pool: Pool, demand: Demand) -> str:
     """Why dispatch looks stalled (pages waiting, lanes free, nothing started for a while), or ""."""
-    from ocrjobs.models import Page
-
     if not demand.waiting:
         return ""
     quiet = timezone.now() - timezone.timedelta(seconds=settings.STALL_SECONDS)
@@ -102,7 +92,7 @@ def dispatch_stalled(pool: Pool, demand: Demand) -> str:
     free = lanes - demand.running
     if free <= 0:
         return ""
-    last_start = Page.objects.filter(pool=pool).aggregate(last=Max("started_at"))["last"]
+    last_start = selectors.pool_last_start(pool.pk)
     if last_start is not None and last_start >= quiet:
         return ""
     return (
@@ -148,7 +138,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     ready pods above the floor (``force_shed``: idle or not, but never one
     with a page running).
     """
-    from ocrjobs.services import dispatch_ensure, pages_waiting
+    from ocrjobs.services import dispatch_ensure
 
     pool.refresh_from_db()
     demand = pool_demand(pool)
@@ -197,12 +187,13 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                     Pod.objects.filter(pk=pod.pk).update(cancel_requested_at=timezone.now())
                     cancelled += 1
                     surplus -= 1
-    for pod in pool.pods.filter(state=Pod.State.DRAINING).exclude(pages__status="running"):
+    drained = pool.pods.filter(state=Pod.State.DRAINING).exclude(pk__in=selectors.pods_with_pages_running(pool.pk))
+    for pod in drained:
         pod_release(pod=pod, reason="drained")
         shed.append(pod.pk)
     if surplus > 0:
         idle_since = timezone.now() - timezone.timedelta(seconds=pool.idle_seconds)
-        busy = set(pool.pods.filter(pages__status="running").values_list("pk", flat=True))
+        busy = selectors.pods_with_pages_running(pool.pk)
         ready = pool.pods.filter(state=Pod.State.READY).order_by("last_busy_at")
         for pod in ready:
             if surplus <= 0:
@@ -218,7 +209,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 break
     if cancelled or shed:
         log.info("pool %s shed: stopped %d anticipatory boots, released %d pods", pool.key, cancelled, len(shed))
-    waiting = pages_waiting(pool_id=pool.pk)
+    waiting = selectors.pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
         dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
     return TickResult(pool.key, waiting, demand.wanted, len(serving), booted, shed, cancelled, blocked)
