@@ -1,9 +1,10 @@
-"""Ending a pod: ended in the database (its pages wait again, its spend is attributed), terminated
-at the provider."""
+"""A pod's life after it joins: marked busy while it has pages, drained when it fails, ended in the
+database (its pages wait again, its spend is attributed) and terminated at the provider."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.db import transaction
 
@@ -48,6 +49,26 @@ def pod_release_request(*, pod: Pod, reason: str) -> bool:
         pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
         transaction.on_commit(lambda: _enqueue("pods.tasks.terminate_at_provider", pod.pk, name=f"release {pod.name}"))
     return True
+
+
+def pod_drain(*, pod_id: int, error: str) -> bool:
+    """A ready pod that fails gets no more pages; the scaler releases it once none of its pages
+    runs, and hears of it now. False if the pod was not ready (drained already, or ended)."""
+    updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
+        state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
+    )
+    if updated:
+        log.warning("pod %s drained after %s", pod_id, error)
+        from pods.tasks import nudge_scaler
+
+        nudge_scaler(Pod.objects.get(pk=pod_id).pool_id)
+    return bool(updated)
+
+
+def pods_mark_busy(*, pod_ids: list[int], at: datetime) -> None:
+    """The pods had pages out at ``at``: a shed counts their idle time from then."""
+    if pod_ids:
+        Pod.objects.filter(pk__in=pod_ids).update(last_busy_at=at)
 
 
 def terminate_quietly(pod: Pod) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
 from pods.models import Pod
@@ -89,3 +90,29 @@ def test_a_pod_whose_process_died_is_marked_lost_and_its_pages_wait_again(local_
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.LOST
     page.refresh_from_db()
     assert page.status == Page.Status.PENDING and page.claim_token == ""
+
+
+def test_only_a_ready_pod_is_drained_and_the_scaler_hears_of_it(local_pool, queued):
+    ready = Pod.objects.create(pool=local_pool, name="fa-local-sick", state=Pod.State.READY, lanes=1)
+    booting = Pod.objects.create(pool=local_pool, name="fa-local-boot", state=Pod.State.BOOTING, lanes=1)
+
+    assert lifecycle.pod_drain(pod_id=ready.pk, error="3 failed pages: HTTP 500") is True
+    assert lifecycle.pod_drain(pod_id=ready.pk, error="again") is False  # drained already
+    assert lifecycle.pod_drain(pod_id=booting.pk, error="refused") is False
+
+    ready.refresh_from_db()
+    assert (ready.state, ready.error) == (Pod.State.DRAINING, "drained after 3 failed pages: HTTP 500")
+    assert Pod.objects.get(pk=booting.pk).state == Pod.State.BOOTING
+    assert queued() == ["pods.tasks.scaler_tick"]  # once, for the pod that was drained
+
+
+def test_pods_marked_busy_are_busy_from_then_and_the_others_untouched(local_pool):
+    busy, idle = (Pod.objects.create(pool=local_pool, name=f"fa-local-{n}", state=Pod.State.READY, lanes=1)
+                  for n in ("busy", "idle"))  # fmt: skip
+    at = timezone.now()
+
+    lifecycle.pods_mark_busy(pod_ids=[busy.pk], at=at)
+    lifecycle.pods_mark_busy(pod_ids=[], at=at)  # nothing out: nothing written
+
+    assert Pod.objects.get(pk=busy.pk).last_busy_at == at
+    assert Pod.objects.get(pk=idle.pk).last_busy_at is None
