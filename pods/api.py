@@ -13,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetadmin.api import ApiError, api_view
-from pods import capacity, selectors
+from pods import capacity, selectors, tasks
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
@@ -62,7 +62,7 @@ async def prices(request: HttpRequest) -> JsonResponse:
     fresh = request.GET.get("fresh", "") in ("1", "true")
     asked_at = timezone.now()
     if fresh:
-        await sync_to_async(_enqueue_fetch)(provider)
+        await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
     deadline = asyncio.get_running_loop().time() + (FRESH_PRICES_WAIT_SECONDS if fresh else 0)
     while True:
         catalogue = await sync_to_async(capacity.catalogue_cached)(provider)
@@ -72,15 +72,9 @@ async def prices(request: HttpRequest) -> JsonResponse:
         await asyncio.sleep(0.2)
     if catalogue is None:
         if not fresh:
-            await sync_to_async(_enqueue_fetch)(provider)
+            await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
         raise ApiError("no price catalogue yet; a worker is fetching it, ask again shortly", 503)
     return JsonResponse(_catalogue_dict(provider, catalogue, refreshing=fresh and not fetched))
-
-
-def _enqueue_fetch(provider: str) -> None:
-    from django_q.tasks import async_task
-
-    async_task("pods.tasks.fetch_catalogue", provider, True, task_name=f"prices {provider}", group="prices")
 
 
 class ScaleBody(BaseModel):

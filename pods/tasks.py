@@ -1,12 +1,18 @@
-"""django-q2 tasks: each takes ids and calls a service."""
+"""django-q2 tasks: each takes ids and calls a service; each has its enqueue helper beside it.
+
+The helpers send a task by the dotted path of its function, under a task name and group that
+say what it is (the admin and the loop gauges show them). pods.services calls them through an
+import inside the function (this module imports pods.services)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pod, Pool
@@ -16,10 +22,19 @@ from pods.services import boot, lifecycle, reconcile, scale_requests, scaler
 log = logging.getLogger(__name__)
 
 
+def _send(task: Callable, *args, name: str, group: str) -> None:
+    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group)
+
+
 @retry_on_db_error
 def boot_pod(pod_id: int) -> str:
     pod = boot.pod_boot(pod_id=pod_id)
     return f"{pod.name}: {pod.state}"
+
+
+def enqueue_boots(pod_ids: Iterable[int]) -> None:
+    for pod_id in pod_ids:
+        _send(boot_pod, pod_id, name=f"boot pod {pod_id}", group="boots")
 
 
 @retry_on_db_error
@@ -40,6 +55,11 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     return [vars(scaler.pool_tick(pool=pool)) for pool in pools]
 
 
+def nudge_scaler(pool_id: int) -> None:
+    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
+    _send(scaler_tick, pool_id, name=f"tick pool {pool_id}", group="scaler")
+
+
 @retry_on_db_error
 def shed_tick(pool_id: int, at: str) -> str:
     """A tick at a set time (``at``, ISO 8601): when a surplus pod will have idled long enough."""
@@ -53,11 +73,8 @@ def shed_tick(pool_id: int, at: str) -> str:
     return "ticked"
 
 
-def nudge_scaler(pool_id: int) -> None:
-    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
-    from django_q.tasks import async_task
-
-    async_task("pods.tasks.scaler_tick", pool_id, task_name=f"tick pool {pool_id}", group="scaler")
+def enqueue_shed_tick(pool_id: int, *, at: datetime) -> None:
+    _send(shed_tick, pool_id, at.isoformat(), name=f"shed tick pool {pool_id}", group="scaler")
 
 
 @retry_on_db_error
@@ -67,9 +84,18 @@ def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
     return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)
 
 
+def enqueue_fetch_catalogue(provider_name: str) -> None:
+    """Fetch the provider's prices now (not from the cache)."""
+    _send(fetch_catalogue, provider_name, True, name=f"prices {provider_name}", group="prices")
+
+
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
     return scale_requests.scale_request_run(request_id=request_id).to_dict()
+
+
+def enqueue_scale(request_id: int, *, pool_key: str) -> None:
+    _send(scale_pool, request_id, name=f"scale {pool_key}", group="scaler")
 
 
 @retry_on_db_error
@@ -78,3 +104,7 @@ def terminate_at_provider(pod_id: int) -> str:
     pod = Pod.objects.select_related("pool").get(pk=pod_id)
     lifecycle.terminate_quietly(pod)
     return f"{pod.name}: terminated"
+
+
+def enqueue_terminate(pod_id: int, *, pod_name: str) -> None:
+    _send(terminate_at_provider, pod_id, name=f"release {pod_name}", group="scaler")

@@ -270,16 +270,11 @@ def boots_recover(*, pool: Pool) -> list[int]:
     """Send again the boot of every booting pod whose task never started or stopped
     renewing its lease (its worker was killed; the broker lost it). A boot is safe to
     run again: a pod already created is waited for, not created twice."""
+    from pods.tasks import enqueue_boots
+
     lost = list(leases.expired(pool.pods.filter(state=Pod.State.BOOTING)).values_list("pk", flat=True))
     if lost:
         Pod.objects.filter(pk__in=lost).update(**leases.queued())
         log.warning("pool %s: sending again %d boots whose tasks were lost", pool.key, len(lost))
-        _enqueue_boots(lost)
+        enqueue_boots(lost)
     return lost
-
-
-def _enqueue_boots(pod_ids: list[int]) -> None:
-    from django_q.tasks import async_task
-
-    for pod_id in pod_ids:
-        async_task("pods.tasks.boot_pod", pod_id, task_name=f"boot pod {pod_id}", group="boots")

@@ -40,6 +40,8 @@ def pod_release(*, pod: Pod, reason: str) -> Pod:
 def pod_release_request(*, pod: Pod, reason: str) -> bool:
     """A release asked from the front: ended and its spend attributed now, in the database;
     terminated at the provider by a worker. False if it had already ended (idempotent)."""
+    from pods.tasks import enqueue_terminate
+
     if not pod.is_alive:
         return False
     with transaction.atomic():
@@ -47,20 +49,20 @@ def pod_release_request(*, pod: Pod, reason: str) -> bool:
         if not current.is_alive:
             return False
         pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
-        transaction.on_commit(lambda: _enqueue("pods.tasks.terminate_at_provider", pod.pk, name=f"release {pod.name}"))
+        transaction.on_commit(lambda: enqueue_terminate(pod.pk, pod_name=pod.name))
     return True
 
 
 def pod_drain(*, pod_id: int, error: str) -> bool:
     """A ready pod that fails gets no more pages; the scaler releases it once none of its pages
     runs, and hears of it now. False if the pod was not ready (drained already, or ended)."""
+    from pods.tasks import nudge_scaler
+
     updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
         state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
     )
     if updated:
         log.warning("pod %s drained after %s", pod_id, error)
-        from pods.tasks import nudge_scaler
-
         nudge_scaler(Pod.objects.get(pk=pod_id).pool_id)
     return bool(updated)
 
@@ -88,9 +90,3 @@ def _requeue_pages_of(pod: Pod) -> int:
     from ocrjobs.services import pages_requeue_from_pod
 
     return pages_requeue_from_pod(pod_id=pod.pk)
-
-
-def _enqueue(func: str, *args, name: str) -> None:
-    from django_q.tasks import async_task
-
-    async_task(func, *args, task_name=name, group="scaler")

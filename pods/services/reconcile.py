@@ -11,7 +11,7 @@ from django.utils import timezone
 from fleetadmin import leases
 from pods.models import Pod, Pool
 from pods.providers import get_provider
-from pods.services.boot import _enqueue_boots, _save_created
+from pods.services.boot import _save_created
 from pods.services.lifecycle import _terminate_quietly, pod_end
 from pods.services.scaler import pool_demand
 
@@ -42,6 +42,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     - a pod the database has but the provider no longer has: lost, its pages wait again;
     - a pod the database ended that still runs: terminated again.
     """
+    from pods.tasks import enqueue_boots
+
     provider = get_provider(provider_name)
     result = ReconcileResult(provider_name)
     remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
@@ -60,7 +62,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         if row is not None and row.is_alive and not row.provider_id:
             _save_created(row, seen, None)  # the boot died between create and save
             Pod.objects.filter(pk=row.pk).update(**leases.queued())
-            _enqueue_boots([row.pk])
+            enqueue_boots([row.pk])
             result.adopted.append(seen.name)
             continue
         pool = _pool_from_name(seen.name)
@@ -70,7 +72,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
                 cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
                 **leases.queued(),
             )  # fmt: skip
-            _enqueue_boots([adopted.pk])
+            enqueue_boots([adopted.pk])
             result.adopted.append(seen.name)
             continue
         provider.terminate(provider_id)

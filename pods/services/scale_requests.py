@@ -9,12 +9,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from pods.models import Pod, Pool, ScaleRequest
-from pods.services.lifecycle import _enqueue
 from pods.services.scaler import pool_tick
 
 
 def scale_request_create(*, pool: Pool, pods: int | None = None, delta: int | None = None, by: str = ""):
     """Check a request to set the pool's size, store it and hand it to a worker."""
+    from pods.tasks import enqueue_scale
+
     if (pods is None) == (delta is None):
         raise ValueError("give exactly one of 'pods' (a number of pods) or 'delta' (a change)")
     if pods is None:
@@ -26,7 +27,7 @@ def scale_request_create(*, pool: Pool, pods: int | None = None, delta: int | No
         raise ValueError(f"pool {pool.key} allows at most {pool.max_pods} pods; asked for {pods}")
     with transaction.atomic():
         request = ScaleRequest.objects.create(pool=pool, target=pods, requested_by=by[:150])
-        transaction.on_commit(lambda: _enqueue("pods.tasks.scale_pool", request.pk, name=f"scale {pool.key}"))
+        transaction.on_commit(lambda: enqueue_scale(request.pk, pool_key=pool.key))
     return request
 
 

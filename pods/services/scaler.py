@@ -18,8 +18,7 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import pool_offers
-from pods.services.boot import _enqueue_boots
-from pods.services.lifecycle import _enqueue, pod_release
+from pods.services.lifecycle import pod_release
 from pods.spend import jobs_spend
 
 log = logging.getLogger(__name__)
@@ -139,6 +138,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     with a page running).
     """
     from ocrjobs.services import dispatch_ensure
+    from pods.tasks import enqueue_boots
 
     pool.refresh_from_db()
     demand = pool_demand(pool)
@@ -176,7 +176,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
             )
             booted.append(pod.pk)
         if booted:
-            transaction.on_commit(lambda: _enqueue_boots(booted))
+            transaction.on_commit(lambda: enqueue_boots(booted))
         surplus = len(serving) - demand.wanted
         if surplus > 0:
             # Anticipatory boots first, newest first: they have cost the least so far.
@@ -218,13 +218,15 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
 def _tick_when_sheddable(pool: Pool, at) -> None:
     """Have a tick run at ``at``, when a surplus pod will have idled long enough, if that is
     sooner than the schedule would come (one such tick per pool, the earliest wins)."""
+    from pods.tasks import enqueue_shed_tick
+
     now = timezone.now()
     if (at - now).total_seconds() > SHED_TICK_HORIZON_SECONDS:
         return  # the schedule comes before then
     at = max(at, now) + timezone.timedelta(seconds=SHED_TICK_MARGIN_SECONDS)
     due = Q(shed_tick_at__isnull=True) | Q(shed_tick_at__lt=now) | Q(shed_tick_at__gt=at)
     if Pool.objects.filter(pk=pool.pk).filter(due).update(shed_tick_at=at):
-        _enqueue("pods.tasks.shed_tick", pool.pk, at.isoformat(), name=f"shed tick pool {pool.pk}")
+        enqueue_shed_tick(pool.pk, at=at)
 
 
 def _auth_blocked(pool: Pool) -> str:
