@@ -66,8 +66,9 @@ def run(args, url: str) -> None:
     import httpx
     from django.db import connection
 
-    from pods import services
     from pods.models import BootAttempt, Pod, Pool, pod_name
+    from pods.services.boot import pod_boot
+    from pods.services.lifecycle import pod_release
 
     gpu_ids = [EMPTY] + [f"GPU-{n:02d}" for n in range(1, GPU_TYPES)]
     pool = Pool.objects.create(
@@ -85,7 +86,7 @@ def run(args, url: str) -> None:
     def boot(pod_id: int) -> None:
         barrier.wait()  # all at once
         try:
-            services.pod_boot(pod_id=pod_id)
+            pod_boot(pod_id=pod_id)
         finally:
             connection.close()
 
@@ -115,7 +116,7 @@ def run(args, url: str) -> None:
         and stats["catalogue_calls"] <= 1 + int(seconds // 60),
     }
     for pod in Pod.objects.filter(pool=pool).exclude(provider_id=""):
-        services.pod_release(pod=pod, reason="benchmark over")
+        pod_release(pod=pod, reason="benchmark over")
     print(
         f"boots started        {args.boots} at once, {candidates} candidates ({len(DATA_CENTERS)} DCs of {EMPTY} empty)"
     )

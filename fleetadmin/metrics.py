@@ -70,23 +70,13 @@ class FleetCollector(Collector):
         yield from (lag, worst, stalls, blocked, stale, age)
 
     def fleet(self) -> Iterator[Metric]:
-        from ocrjobs.models import Page
+        from ocrjobs.selectors import pools_page_totals
         from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
 
         now = timezone.now()
         pools = dict(Pool.objects.values_list("pk", "key"))
         pods = list(Pod.objects.only("pool_id", "state", "lanes", "cost_per_hr", "billed_from", "ended_at").order_by())
-        pages = {
-            row["pool_id"]: row
-            for row in Page.objects.values("pool_id").annotate(
-                done=Count("id", filter=Q(status=Page.Status.DONE)),
-                failed=Count("id", filter=Q(status=Page.Status.FAILED)),
-                # as in the status endpoint: a running page whose claim expired waits again
-                waiting=Count("id", filter=Q(status=Page.Status.PENDING)
-                              | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)),
-                running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
-            )
-        }  # fmt: skip
+        pages = pools_page_totals(now=now)
         boots = BootAttempt.objects.values_list("pod__pool_id", "outcome").annotate(n=Count("id"))
         verdicts = CapacityVerdict.objects.aggregate(
             blocked=Count("id", filter=Q(blocked_until__gt=now)),

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Case, Count, DurationField, ExpressionWrapper, F, Q, Sum, Value, When, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Avg, Case, Count, F, Max, Q, Sum, Value, When, Window
+from django.db.models.functions import RowNumber, TruncMinute
 from django.utils import timezone
 
-from ocrjobs.models import Document, Job, Page
+from ocrjobs.models import Dispatcher, Document, Job, Page
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
@@ -96,7 +96,8 @@ class JobProgress:
     running: int
     pending: int
     pages_per_s: float
-    cost: Decimal  # OCR time on pods so far: sum over done pages of duration x $/h / lanes
+    # What the job has cost so far, as pods.spend.jobs_spend counts it: the caller fills it in.
+    cost: Decimal = Decimal(0)
 
     @property
     def ended(self) -> int:
@@ -115,7 +116,7 @@ class JobProgress:
 
 
 def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
-    """Progress, rate, ETA and cost of each job, in three queries whatever the number of jobs."""
+    """Progress, rate and ETA of each job, in two queries whatever the number of jobs."""
     now = now or timezone.now()
     ids = [job.pk for job in jobs]
     if not ids:
@@ -138,17 +139,6 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
             recent=Count("id", filter=Q(status=Page.Status.DONE, finished_at__gte=since)),
         )
     }  # fmt: skip
-    busy = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-    cost: dict[int, Decimal] = {}
-    rows = (
-        Page.objects.filter(job_id__in=ids, status=Page.Status.DONE, pod__isnull=False, started_at__isnull=False)
-        .values("job_id", "pod__cost_per_hr", "pod__lanes")
-        .annotate(busy=Sum(busy))
-    )
-    for row in rows:
-        seconds = Decimal(row["busy"].total_seconds()) if row["busy"] else Decimal(0)
-        share = row["pod__cost_per_hr"] * seconds / Decimal(3600) / max(1, row["pod__lanes"])
-        cost[row["job_id"]] = cost.get(row["job_id"], Decimal(0)) + share
     result = []
     empty = {"done": 0, "failed": 0, "cancelled": 0, "running": 0, "pending": 0, "recent": 0}
     for job in jobs:
@@ -163,7 +153,130 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
                 running=c["running"],
                 pending=c["pending"],
                 pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
-                cost=cost.get(job.pk, Decimal(0)).quantize(Decimal("0.0001")),
             )
         )
     return result
+
+
+# --- what pods needs of pages --------------------------------------------------------------------
+# The scaler, the spend report, the fleet status and the dashboard read pages only through these.
+
+
+@dataclass(frozen=True)
+class PoolBacklog:
+    waiting: int  # pages a dispatcher may claim (each page once, however often it was tried)
+    running: int  # pages out at pods under a live claim
+
+
+def pool_backlog(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> PoolBacklog:
+    """The pool's pages waiting and running, leaving out those of ``exclude_jobs``."""
+    pages = Page.objects.filter(pool_id=pool_id).exclude(job_id__in=list(exclude_jobs))
+    waiting = pages.waiting().count()
+    running = pages.filter(status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()).count()
+    return PoolBacklog(waiting, running)
+
+
+def pages_waiting(*, pool_id: int) -> int:
+    return Page.objects.waiting().filter(pool_id=pool_id).count()
+
+
+def pool_seconds_per_page(pool_id: int, *, last: int = 200) -> float | None:
+    """The mean seconds a pod took for each of the pool's ``last`` pages; None before any."""
+    recent = Page.objects.filter(pool_id=pool_id, status=Page.Status.DONE, seconds__isnull=False)
+    ids = list(recent.order_by("-finished_at").values_list("id", flat=True)[:last])
+    return Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
+
+
+def pool_last_start(pool_id: int) -> datetime | None:
+    """When a page of the pool last went out to a pod."""
+    return Page.objects.filter(pool_id=pool_id).aggregate(last=Max("started_at"))["last"]
+
+
+def pods_with_pages_running(pool_id: int) -> set[int]:
+    """The pool's pods holding a page now (claim live or not: the page is still theirs)."""
+    return set(Page.objects.filter(pod__pool_id=pool_id, status=Page.Status.RUNNING).values_list("pod_id", flat=True))
+
+
+def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
+    """(id, max dollars) of the pool's unfinished jobs with a budget and pages waiting."""
+    capped = Job.objects.filter(pool_id=pool_id, max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
+    capped = capped.filter(pk__in=Page.objects.waiting().filter(pool_id=pool_id).values("job_id"))
+    return list(capped.values_list("pk", "max_dollars"))
+
+
+def busy_seconds(
+    *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
+) -> dict[tuple[int, int], float]:
+    """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
+    since ``since``): what a job's share of a pod is priced on."""
+    pages = Page.objects.filter(pod_id__in=list(pod_ids), status=Page.Status.DONE, seconds__isnull=False)
+    if job_ids is not None:
+        pages = pages.filter(job_id__in=list(job_ids))
+    if since is not None:
+        pages = pages.filter(finished_at__gte=since)
+    rows = pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
+    return {(pod_id, job_id): busy for pod_id, job_id, busy in rows}
+
+
+def pools_pages(pool_ids: list[int], *, now: datetime, done_since: datetime) -> dict[int, dict[str, int]]:
+    """{pool id: {"waiting", "running", "done"}}: pages waiting, running under a live claim, and
+    done since ``done_since``; in two queries whatever the number of pools."""
+    if not pool_ids:
+        return {}
+    # One row each, counted per pool by filters rather than GROUP BY pool: grouped, SQLite walks the
+    # (pool, status, ...) index over every page ever made for its order; this way both reads are
+    # ranges of the (status, finished_at) index (bench/status_history.py).
+    in_flight = Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).aggregate(
+        **{f"waiting_{pk}": Count("id", filter=Q(pool_id=pk) & (Q(status=Page.Status.PENDING)
+                                                                | Q(claim_expires_at__lt=now)))
+           for pk in pool_ids},
+        **{f"running_{pk}": Count("id", filter=Q(pool_id=pk, status=Page.Status.RUNNING, claim_expires_at__gte=now))
+           for pk in pool_ids},
+    )  # fmt: skip
+    done = Page.objects.filter(status=Page.Status.DONE, finished_at__gte=done_since).aggregate(
+        **{f"done_{pk}": Count("id", filter=Q(pool_id=pk)) for pk in pool_ids}
+    )
+    return {
+        pk: {"waiting": in_flight[f"waiting_{pk}"], "running": in_flight[f"running_{pk}"], "done": done[f"done_{pk}"]}
+        for pk in pool_ids
+    }
+
+
+def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
+    """{pool id: {"done", "failed", "waiting", "running"}} over every page ever made (the metrics)."""
+    return {
+        row["pool_id"]: row
+        for row in Page.objects.values("pool_id").annotate(
+            done=Count("id", filter=Q(status=Page.Status.DONE)),
+            failed=Count("id", filter=Q(status=Page.Status.FAILED)),
+            # as in the status endpoint: a running page whose claim expired waits again
+            waiting=Count("id", filter=Q(status=Page.Status.PENDING)
+                          | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)),
+            running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
+        )
+    }  # fmt: skip
+
+
+def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
+    return dict(
+        Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute")
+        .annotate(n=Count("id"))
+        .values_list("minute", "n")
+    )
+
+
+def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:
+    """Pages each pod holds under a live claim."""
+    return dict(
+        Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.RUNNING, claim_expires_at__gte=now)
+        .values("pod_id")
+        .annotate(n=Count("id"))
+        .values_list("pod_id", "n")
+    )
+
+
+def dispatchers_live() -> list[tuple[int, str, str, int]]:
+    """(pool id, note, host, pid) of every live dispatcher."""
+    return list(Dispatcher.objects.live().values_list("pool_id", "note", "host", "pid"))

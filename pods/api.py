@@ -12,8 +12,9 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, api_view, parse_json
-from pods import capacity, selectors, services
+from pods import capacity, selectors, tasks
 from pods.models import Pod, Pool, ScaleRequest
+from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
 
 FRESH_PRICES_WAIT_SECONDS = 15.0
@@ -60,7 +61,7 @@ async def prices(request: HttpRequest) -> JsonResponse:
     fresh = request.GET.get("fresh", "") in ("1", "true")
     asked_at = timezone.now()
     if fresh:
-        await sync_to_async(_enqueue_fetch)(provider)
+        await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
     deadline = asyncio.get_running_loop().time() + (FRESH_PRICES_WAIT_SECONDS if fresh else 0)
     while True:
         catalogue = await sync_to_async(capacity.catalogue_cached)(provider)
@@ -70,15 +71,9 @@ async def prices(request: HttpRequest) -> JsonResponse:
         await asyncio.sleep(0.2)
     if catalogue is None:
         if not fresh:
-            await sync_to_async(_enqueue_fetch)(provider)
+            await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
         raise ApiError("no price catalogue yet; a worker is fetching it, ask again shortly", 503)
     return JsonResponse(_catalogue_dict(provider, catalogue, refreshing=fresh and not fetched))
-
-
-def _enqueue_fetch(provider: str) -> None:
-    from django_q.tasks import async_task
-
-    async_task("pods.tasks.fetch_catalogue", provider, True, task_name=f"prices {provider}", group="prices")
 
 
 class ScaleBody(BaseModel):
@@ -105,7 +100,7 @@ async def scale(request: HttpRequest) -> JsonResponse:
     if pool is None:
         raise ApiError(f"unknown pool {body.pool!r}", 404)
     try:
-        scale_request = await sync_to_async(services.scale_request_create)(
+        scale_request = await sync_to_async(scale_requests.scale_request_create)(
             pool=pool, pods=body.pods, delta=body.delta, by=str(request.api_user)
         )
     except ValueError as exc:
@@ -133,7 +128,7 @@ def release(request: HttpRequest) -> JsonResponse:
     pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
     if pod is None:
         raise ApiError(f"no pod {body.pod_id}", 404)
-    released = services.pod_release_request(pod=pod, reason=body.reason)
+    released = lifecycle.pod_release_request(pod=pod, reason=body.reason)
     pod.refresh_from_db()
     return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
 

@@ -15,16 +15,21 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.core.cache import cache
-from django.db.models import Count, Q
-from django.db.models.functions import TruncMinute
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard
+from ocrjobs.selectors import (
+    JobProgress,
+    job_progress,
+    jobs_for_dashboard,
+    pages_done_by_minute,
+    pages_in_flight_by_pod,
+)
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.selectors import fleet_status_cached
+from pods.spend import jobs_spend
 
 STAFF = "staff"
 FLEET_SECTIONS = ("live", "pools", "charts", "pods", "jobs")
@@ -36,7 +41,6 @@ CHART_HEIGHT = 100
 RECENT_BOOTS = 15
 RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
-RELEASE_MARK_SECONDS = 120
 LOOP_ROWS = 50
 
 
@@ -46,28 +50,6 @@ def sections_for(*, staff: bool) -> tuple[str, ...]:
 
 def audience_for(*, user_id: int, staff: bool) -> str:
     return STAFF if staff else f"user:{user_id}"
-
-
-# --- release marks -----------------------------------------------------------------------------
-# A release runs in a worker. Until it has, the pods table says "releasing"
-# instead of offering the button again; the mark lives in the cache (shared by
-# every front when REDIS_URL is set) and expires on its own.
-
-
-def _release_key(pod_id: int) -> str:
-    return f"pods:release-requested:{pod_id}"
-
-
-def release_mark(pod_id: int) -> bool:
-    """Mark a release as requested; False if it already was (the caller enqueues nothing)."""
-    return cache.add(_release_key(pod_id), True, timeout=RELEASE_MARK_SECONDS)
-
-
-def releases_requested(pod_ids: list[int]) -> set[int]:
-    if not pod_ids:
-        return set()
-    found = cache.get_many([_release_key(pod_id) for pod_id in pod_ids])
-    return {pod_id for pod_id in pod_ids if _release_key(pod_id) in found}
 
 
 # --- the fleet (every user) ----------------------------------------------------------------------
@@ -141,8 +123,6 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
 
 def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
     """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
-    from ocrjobs.models import Page
-
     status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     chart_start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
@@ -158,23 +138,11 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         seconds = _overlap_seconds(billed_from, ended_at or now, midnight, now)
         spend_today[pool_id] += cost_per_hr * Decimal(seconds) / Decimal(3600)
 
-    pages_by_minute = dict(
-        Page.objects.filter(status=Page.Status.DONE, finished_at__gte=chart_start)
-        .annotate(minute=TruncMinute("finished_at"))
-        .values("minute")
-        .annotate(n=Count("id"))
-        .values_list("minute", "n")
-    )
+    pages_by_minute = pages_done_by_minute(since=chart_start)
 
     pods = list(Pod.objects.alive().select_related("pool").order_by("pool__key", "created_at", "id"))
     pod_ids = [pod.pk for pod in pods]
-    inflight = dict(
-        Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.RUNNING, claim_expires_at__gte=now)
-        .values("pod_id")
-        .annotate(n=Count("id"))
-        .values_list("pod_id", "n")
-    )
-    releasing = releases_requested(pod_ids)
+    inflight = pages_in_flight_by_pod(pod_ids, now=now)
     pod_rows = [
         {
             "id": pod.pk,
@@ -189,7 +157,6 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
             "lanes": pod.lanes,
             "cost_per_hr": pod.cost_per_hr,
             "spend": pod.spend(at=now),
-            "releasing": pod.pk in releasing,
         }
         for pod in pods
     ]
@@ -306,6 +273,15 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
     return {name: render_to_string(f"partials/dash_{name}.html", context) for name in names}
 
 
+def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
+    """The jobs' progress with what each has cost so far (the spend report's figure)."""
+    progress = job_progress(jobs, now=now)
+    spend = jobs_spend(p.job.pk for p in progress)
+    for p in progress:
+        p.cost = spend[p.job.pk]
+    return progress
+
+
 def page_context(user) -> dict:
     """The whole dashboard for one user: the first render and the no-websocket fallback."""
     now = timezone.now()
@@ -316,7 +292,7 @@ def page_context(user) -> dict:
         jobs = jobs_for_dashboard()
     else:
         jobs = jobs_for_dashboard(owner_ids=[user.pk])
-    context["jobs"] = job_progress(jobs, now=now)
+    context["jobs"] = jobs_with_cost(jobs, now=now)
     context["sections"] = sections_for(staff=bool(user.is_staff))
     return context
 
@@ -334,13 +310,13 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     payloads: dict[str, dict[str, str]] = {}
     if staff:
         context = {**fleet, **staff_snapshot(now=now, status=status), "is_staff": True}
-        context["jobs"] = job_progress(jobs_for_dashboard(), now=now)
+        context["jobs"] = jobs_with_cost(jobs_for_dashboard(), now=now)
         payloads[STAFF] = render_sections(sections_for(staff=True), context)
     if user_ids:
         public = {**fleet, "is_staff": False}
         shared = render_sections(tuple(s for s in FLEET_SECTIONS if s != "jobs"), public)
         by_owner: dict[int, list[JobProgress]] = defaultdict(list)
-        for progress in job_progress(jobs_for_dashboard(owner_ids=user_ids), now=now):
+        for progress in jobs_with_cost(jobs_for_dashboard(owner_ids=user_ids), now=now):
             by_owner[progress.job.owner_id].append(progress)
         for user_id in user_ids:
             jobs = render_sections(("jobs",), {**public, "jobs": by_owner.get(user_id, [])})

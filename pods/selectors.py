@@ -9,10 +9,10 @@ from typing import NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from fleetadmin.snapshot import Snapshot
+from ocrjobs.selectors import dispatchers_live, pools_pages
 from pods import capacity
 from pods.models import Alert, Pod, Pool
 
@@ -27,8 +27,6 @@ def fleet_status() -> dict:
 
     A fixed handful of queries whatever the size of the fleet.
     """
-    from ocrjobs.models import Page
-
     now = timezone.now()
     since = now - timezone.timedelta(seconds=RATE_WINDOW_SECONDS)
     pools = list(Pool.objects.all())
@@ -37,24 +35,9 @@ def fleet_status() -> dict:
     alive = [pod for pod in Pod.objects.alive() if pod.pool_id in pool_of]
     for pod in alive:
         pod.pool = pool_of[pod.pool_id]  # the pools just read, not one more instance per pod
-    # One row each, counted per pool by filters rather than GROUP BY pool: grouped, SQLite walks the
-    # (pool, status, ...) index over every page ever made for its order; this way both reads are
-    # ranges of the (status, finished_at) index (bench/status_history.py).
-    in_flight = Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).aggregate(
-        **{f"waiting_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk) & (Q(status=Page.Status.PENDING)
-                                                                            | Q(claim_expires_at__lt=now)))
-           for pool in pools},
-        **{f"running_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk, status=Page.Status.RUNNING,
-                                                      claim_expires_at__gte=now))
-           for pool in pools},
-    ) if pools else {}  # fmt: skip
-    done_recently = Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since).aggregate(
-        **{f"done_{pool.pk}": Count("id", filter=Q(pool_id=pool.pk)) for pool in pools}
-    ) if pools else {}  # fmt: skip
+    pages = pools_pages(list(pool_of), now=now, done_since=since)
     alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
-    from ocrjobs.models import Dispatcher
-
-    dispatchers = list(Dispatcher.objects.live().values_list("pool_id", "note", "host", "pid"))
+    dispatchers = dispatchers_live()
     result = []
     for pool in pools:
         pods = [p for p in alive if p.pool_id == pool.pk]
@@ -65,9 +48,9 @@ def fleet_status() -> dict:
             {
                 **pool.to_dict(),
                 "pods": {state: states.get(state, 0) for state in Pod.ALIVE_STATES},
-                "lanes": {"used": in_flight[f"running_{pool.pk}"], "total": ready_lanes},
-                "backlog": in_flight[f"waiting_{pool.pk}"],
-                "pages_per_s": round(done_recently[f"done_{pool.pk}"] / RATE_WINDOW_SECONDS, 2),
+                "lanes": {"used": pages[pool.pk]["running"], "total": ready_lanes},
+                "backlog": pages[pool.pk]["waiting"],
+                "pages_per_s": round(pages[pool.pk]["done"] / RATE_WINDOW_SECONDS, 2),
                 "dollars_per_hour": float(per_hour),
                 "alerts": [a.to_dict() for a in alerts if a.pool_id == pool.pk],
                 "dispatch": {

@@ -1,31 +1,40 @@
-"""django-q2 tasks: each takes ids and calls a service."""
+"""django-q2 tasks: each takes ids and calls a service; each has its enqueue helper beside it.
+
+The helpers send a task by the dotted path of its function, under a task name and group that
+say what it is (the admin and the loop gauges show them). pods.services calls them through an
+import inside the function (this module imports pods.services)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
-from pods import services
 from pods.models import Pod, Pool
 from pods.providers.base import ProviderError
+from pods.services import boot, lifecycle, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
 
+def _send(task: Callable, *args, name: str, group: str) -> None:
+    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group)
+
+
 @retry_on_db_error
 def boot_pod(pod_id: int) -> str:
-    pod = services.pod_boot(pod_id=pod_id)
+    pod = boot.pod_boot(pod_id=pod_id)
     return f"{pod.name}: {pod.state}"
 
 
-@retry_on_db_error
-def release_pod(pod_id: int, reason: str) -> str:
-    pod = services.pod_release(pod=Pod.objects.select_related("pool").get(pk=pod_id), reason=reason)
-    return f"{pod.name}: {pod.state}"
+def enqueue_boots(pod_ids: Iterable[int]) -> None:
+    for pod_id in pod_ids:
+        _send(boot_pod, pod_id, name=f"boot pod {pod_id}", group="boots")
 
 
 @retry_on_db_error
@@ -34,16 +43,21 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     pools = list(Pool.objects.all() if pool_id is None else Pool.objects.filter(pk=pool_id))
     for provider_name in sorted({pool.provider for pool in pools}):
         try:
-            services.reconcile(provider_name=provider_name)
+            reconcile.reconcile(provider_name=provider_name)
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
-    from ocrjobs.services import documents_recover
+    from ocrjobs.services.split import documents_recover
 
     for pool in pools:
         # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted).
-        services.boots_recover(pool=pool)
+        boot.boots_recover(pool=pool)
         documents_recover(pool_id=pool.pk)
-    return [vars(services.pool_tick(pool=pool)) for pool in pools]
+    return [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+
+
+def nudge_scaler(pool_id: int) -> None:
+    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
+    _send(scaler_tick, pool_id, name=f"tick pool {pool_id}", group="scaler")
 
 
 @retry_on_db_error
@@ -52,18 +66,15 @@ def shed_tick(pool_id: int, at: str) -> str:
     when = datetime.fromisoformat(at)
     delay = (when - timezone.now()).total_seconds()
     if delay > 0:
-        time.sleep(min(delay, services.SHED_TICK_HORIZON_SECONDS))
+        time.sleep(min(delay, scaler.SHED_TICK_HORIZON_SECONDS))
     if not Pool.objects.filter(pk=pool_id, shed_tick_at=when).update(shed_tick_at=None):
         return "superseded by an earlier tick"
     scaler_tick(pool_id)
     return "ticked"
 
 
-def nudge_scaler(pool_id: int) -> None:
-    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
-    from django_q.tasks import async_task
-
-    async_task("pods.tasks.scaler_tick", pool_id, task_name=f"tick pool {pool_id}", group="scaler")
+def enqueue_shed_tick(pool_id: int, *, at: datetime) -> None:
+    _send(shed_tick, pool_id, at.isoformat(), name=f"shed tick pool {pool_id}", group="scaler")
 
 
 @retry_on_db_error
@@ -73,14 +84,27 @@ def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
     return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)
 
 
+def enqueue_fetch_catalogue(provider_name: str) -> None:
+    """Fetch the provider's prices now (not from the cache)."""
+    _send(fetch_catalogue, provider_name, True, name=f"prices {provider_name}", group="prices")
+
+
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
-    return services.scale_request_run(request_id=request_id).to_dict()
+    return scale_requests.scale_request_run(request_id=request_id).to_dict()
+
+
+def enqueue_scale(request_id: int, *, pool_key: str) -> None:
+    _send(scale_pool, request_id, name=f"scale {pool_key}", group="scaler")
 
 
 @retry_on_db_error
 def terminate_at_provider(pod_id: int) -> str:
     """The provider side of a release asked from the front (spend is already attributed)."""
     pod = Pod.objects.select_related("pool").get(pk=pod_id)
-    services.terminate_quietly(pod)
+    lifecycle.terminate_quietly(pod)
     return f"{pod.name}: terminated"
+
+
+def enqueue_terminate(pod_id: int, *, pod_name: str) -> None:
+    _send(terminate_at_provider, pod_id, name=f"release {pod_name}", group="scaler")

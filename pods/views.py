@@ -6,13 +6,13 @@ import logging
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pods import dashboard
 from pods.models import Pod
+from pods.services import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -32,26 +32,18 @@ def dashboard_sections(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def pod_release(request: HttpRequest, pod_id: int) -> HttpResponse:
-    """Ask a worker to release the pod. Staff only; idempotent; marks nothing on the pod itself."""
+    """Release the pod as the API does: ended now, its spend attributed, terminated at the
+    provider by a worker. Staff only; idempotent."""
     if not (request.user.is_authenticated and request.user.is_staff):
         return HttpResponseForbidden("releasing a pod is for staff only")
-    pod = get_object_or_404(Pod, pk=pod_id)
-    if not pod.is_alive:
-        message = f"{pod.name} is already {pod.state}"
-    elif dashboard.release_mark(pod.pk):
-        reason = f"dashboard: {request.user.get_username()}"
-        transaction.on_commit(lambda: _enqueue_release(pod.pk, reason))
+    pod = get_object_or_404(Pod.objects.select_related("pool"), pk=pod_id)
+    if lifecycle.pod_release_request(pod=pod, reason=f"dashboard: {request.user.get_username()}"):
         log.info("release of %s requested by %s", pod.name, request.user.get_username())
         message = "release requested"
     else:
-        message = "release already requested"
+        pod.refresh_from_db()
+        message = f"{pod.name} is already {pod.state}"
     if request.headers.get("HX-Request") == "true":
         return render(request, "partials/pod_release_requested.html", {"pod": pod, "message": message})
     messages.info(request, f"{pod.name}: {message}.")
     return redirect("home")
-
-
-def _enqueue_release(pod_id: int, reason: str) -> None:
-    from django_q.tasks import async_task
-
-    async_task("pods.tasks.release_pod", pod_id, reason, task_name=f"release pod {pod_id}", group="releases")

@@ -27,9 +27,9 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 
 from accounts.models import ApiToken
 from ocrjobs.models import Job, Page
-from pods import services
 from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
 from pods.providers.runpod import RunPodProvider
+from pods.services import boot, lifecycle, reconcile
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
@@ -303,7 +303,7 @@ def _simulator(api_key: str, faults: list[dict] | None = None) -> SimulatorThrea
 
 def _boot(pool: Pool) -> Pod:
     pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
-    return services.pod_boot(pod_id=pod.pk)
+    return boot.pod_boot(pod_id=pod.pk)
 
 
 def _errors_of(call) -> list[str]:
@@ -335,7 +335,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
         use_simulator(sim, monkeypatch, settings)
         refused = _boot(pool)
         errors += _errors_of(RunPodProvider().catalogue)
-        errors += _errors_of(lambda: services.reconcile(provider_name="runpod"))
+        errors += _errors_of(lambda: reconcile.reconcile(provider_name="runpod"))
         assert refused.state == Pod.State.FAILED and sim.stats()["auth_failures"] >= 1
 
     # 2. RunPod takes the key, and boots fail in every other way.
@@ -378,7 +378,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
             )
             assert response.status_code in (200, 503), url
             pages[url] = b"".join(response.streaming_content) if response.streaming else response.content
-        services.pod_release(pod=ready, reason="test over")
+        lifecycle.pod_release(pod=ready, reason="test over")
 
     assert Alert.objects.filter(kind=Alert.Kind.AUTH).exists()  # the refusal was written down, without the key
     assert all(marker.encode() not in content for content in pages.values()), [

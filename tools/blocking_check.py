@@ -31,7 +31,7 @@ What it looks at and what it does not:
 Run it by hand with ``python -m tools.blocking_check [paths...]``; the
 test suite runs it over the whole project, tools/ included (tests/test_no_blocking_calls.py).
 
-It is a test tool, not part of the product, and one module of ~730 lines on purpose: the
+Length: a test tool, not part of the product, and one module of ~730 lines on purpose: the
 tables of what blocks, the module context that types receivers, the scanner and the entry
 points are one analysis whose private helpers call each other both ways (the scanner asks the
 module which local functions block; the module runs scanners to find out). Split, every part

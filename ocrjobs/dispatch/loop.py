@@ -4,6 +4,11 @@ It claims pages (with a lease that it renews), leases a lane on a ready pod,
 forwards the page image over HTTP, stores the result once, frees the lane, and
 ends when the pool's backlog is empty. Database work runs on one thread of its
 own, never on the loop and never on the default executor.
+
+Length: one state machine (claims ahead, forwards in flight, results batched, beats,
+drains) whose races are tested as a whole (tests/ocrjobs/test_dispatch_races.py); the
+lane table is already apart (lanes.py). Split further, each part would reach into the
+loop's shared state.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
-from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register, pages_waiting
+from ocrjobs.selectors import pages_waiting
+from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import (
     ClaimedPage,
@@ -39,6 +45,7 @@ from ocrjobs.services.pages import (
     pages_unclaim,
 )
 from pods.models import Pod
+from pods.services.lifecycle import pod_drain, pods_mark_busy
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +350,7 @@ class DispatchLoop:
         if refusals >= REFUSALS_TO_DRAIN:
             self.refusals.pop(pod_id, None)
             self.drained.add(pod_id)
-            await self.db(_drain_pod, pod_id=pod_id, error=f"refusing connections {refusals} times: {exc!r}")
+            await self.db(pod_drain, pod_id=pod_id, error=f"refusing connections {refusals} times: {exc!r}")
         else:
             await self.db(_nudge_scaler, pool_id=self.pool_id)
 
@@ -364,7 +371,7 @@ class DispatchLoop:
             if lane.failures >= POD_FAILURES_TO_DRAIN and lane.active:
                 self.lanes.remove(lane.pod_id)
                 self.drained.add(lane.pod_id)
-                await self.db(_drain_pod, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
+                await self.db(pod_drain, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
 
     async def refresh_pods(self) -> None:
         ready, counts = await self.db(_fleet, pool_id=self.pool_id)
@@ -430,8 +437,7 @@ def _beat(*, dispatcher_id: int, token: str, busy_pods: list[int], note: str, do
     Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
                                                        pages_failed=failed)  # fmt: skip
     claims_renew(token=token)  # every page this dispatcher holds, in one statement
-    if busy_pods:
-        Pod.objects.filter(pk__in=busy_pods).update(last_busy_at=now)
+    pods_mark_busy(pod_ids=busy_pods, at=now)
 
 
 def _nudge_scaler(*, pool_id: int) -> None:
@@ -446,17 +452,6 @@ def _save_counts(*, dispatcher_id: int, done: int, failed: int) -> None:
 
 def _revive(*, dispatcher_id: int) -> None:
     Dispatcher.objects.filter(pk=dispatcher_id).update(ended_at=None, heartbeat_at=timezone.now())
-
-
-def _drain_pod(*, pod_id: int, error: str) -> None:
-    updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
-        state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
-    )
-    if updated:
-        log.warning("pod %s drained after %s", pod_id, error)
-        from pods.tasks import nudge_scaler
-
-        nudge_scaler(Pod.objects.get(pk=pod_id).pool_id)
 
 
 async def _watched(loop: DispatchLoop, *, name: str) -> None:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ocrjobs.models import Dispatcher, Page
+from ocrjobs.models import Dispatcher
 from pods.models import Pool
 
 
@@ -37,7 +37,3 @@ def dispatcher_register(*, pool_id: int) -> Dispatcher | None:
 
 def dispatcher_end(*, dispatcher: Dispatcher) -> None:
     Dispatcher.objects.filter(pk=dispatcher.pk).update(ended_at=timezone.now())
-
-
-def pages_waiting(*, pool_id: int) -> int:
-    return Page.objects.waiting().filter(pool_id=pool_id).count()

@@ -4,6 +4,9 @@ Plain synchronous code with no I/O, driven by the aiohttp handlers on one event
 loop (so it needs no locks) and testable on its own. Pod lifecycle is computed
 from timestamps when asked, not driven by timers: a hundred idle pods cost
 nothing but their dicts.
+
+Length: a test and benchmark tool, not the product; one class answers every GraphQL
+operation the SDK sends against one account's state, so its handlers stay together.
 """
 
 from __future__ import annotations

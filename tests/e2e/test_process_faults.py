@@ -41,9 +41,9 @@ from PIL import Image
 
 from accounts.models import ApiToken
 from ocrjobs.models import Dispatcher, Document, Job, Page
-from pods import services
 from pods.models import Pod, Pool
 from pods.providers import get_provider
+from pods.services import lifecycle, reconcile
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
@@ -149,7 +149,7 @@ def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch
         system.front.stop()
         system.workers.stop()
         for pod in Pod.objects.alive().select_related("pool"):
-            services.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release(pod=pod, reason="test over")
         print(system.logs())
 
 
@@ -186,7 +186,7 @@ def assert_no_pod_unaccounted(provider_name: str) -> None:
     wait_for(lambda: not booting.exists(), 60,
              lambda: f"a boot never ended: {list(booting.values('name', 'provider_id', 'created_at'))}")  # fmt: skip
     settings.RECONCILE_GRACE_SECONDS = 0
-    result = services.reconcile(provider_name=provider_name)
+    result = reconcile.reconcile(provider_name=provider_name)
     assert (result.adopted, result.terminated) == ([], []), result
     at_provider = {p.provider_id for p in get_provider(provider_name).list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
     alive = set(Pod.objects.alive().filter(pool__provider=provider_name).values_list("provider_id", flat=True))

@@ -44,7 +44,7 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
     async def db(fn, /, **kwargs):
         if fn is page_attempt_failed:
             return "retry"  # the page waits again, claimable by the next claim
-        if fn is dispatch._drain_pod:
+        if fn is dispatch.pod_drain:
             drain_started.set()
             await drain_may_end.wait()  # a slow drain: other coroutines run meanwhile
         return None

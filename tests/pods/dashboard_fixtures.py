@@ -49,6 +49,7 @@ def make_job(owner, pool: Pool, *, pages: int = 4, done: int = 0, status: str = 
             pod=pod if finished else None,
             started_at=now - timedelta(seconds=100) if finished else None,
             finished_at=now - timedelta(seconds=10) if finished else None,
+            seconds=90.0 if finished else None,
         )  # fmt: skip
     return job
 

@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 
-from pods import capacity, services
+from pods import capacity
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from pods.services import boot, reconcile, scaler
 from pods.simulator import app as simulator_app
 from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
@@ -26,10 +27,10 @@ def _new_pod(pool: Pool) -> Pod:
 
 
 def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, pool):
-    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
-    assert services.pod_is_serving(pod.base_url)
+    assert boot.pod_is_serving(pod.base_url)
     outcomes = list(BootAttempt.objects.order_by("created_at").values_list("candidate", "outcome"))
     assert outcomes == [
         (f"runpod|{EMPTY}|SECURE|EU-RO-1", "no_capacity"),
@@ -40,9 +41,9 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
 
 
 def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
-    services.pod_boot(pod_id=_new_pod(pool).pk)
+    boot.pod_boot(pod_id=_new_pod(pool).pk)
     creates_before = sim.stats()["create_calls"]
-    second = services.pod_boot(pod_id=_new_pod(pool).pk)
+    second = boot.pod_boot(pod_id=_new_pod(pool).pk)
     assert second.state == Pod.State.READY
     assert sim.stats()["create_calls"] == creates_before + 1  # straight to the candidate with capacity
     blocked = capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1", f"runpod|{GOOD}|SECURE|EU-RO-1"])
@@ -51,7 +52,7 @@ def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
 
 def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, settings):
     settings.CAPACITY_VERDICT_TTL_SECONDS = 0.001
-    services.pod_boot(pod_id=_new_pod(pool).pk)
+    boot.pod_boot(pod_id=_new_pod(pool).pk)
     assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
     CapacityVerdict.objects.filter(key=key).update(reason="old")
@@ -70,7 +71,7 @@ def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
 
 def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
     settings.RUNPOD_API_KEY = "wrong-key"
-    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED
     alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
     assert "wrong-key" not in alert.message
@@ -78,13 +79,13 @@ def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
     from tests.pods.test_pod_services import _pages
 
     _pages(pool, 4)
-    assert services.pool_tick(pool=pool).booted == []
+    assert scaler.pool_tick(pool=pool).booted == []
 
 
 def test_a_pod_that_never_runs_is_terminated_and_its_spend_recorded(sim, pool, settings):
     settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
     sim.set_faults([{"kind": "boot_stuck", "count": 1}])
-    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.billed_from is not None and pod.ended_at >= pod.billed_from
     assert pod.spend() > 0
@@ -123,7 +124,7 @@ ORPHAN_BOOT = """
 import django, os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
 django.setup()
-from pods.services import pod_boot
+from pods.services.boot import pod_boot
 pod_boot(pod_id=int(sys.argv[1]))
 """
 
@@ -146,10 +147,10 @@ def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool
     assert pod.state == Pod.State.BOOTING and pod.provider_id == ""  # the state a crash leaves
     sim.set_faults([])
 
-    result = wait_for(lambda: services.reconcile(provider_name="runpod").adopted, 10, "reconcile adopted nothing")
+    result = wait_for(lambda: reconcile.reconcile(provider_name="runpod").adopted, 10, "reconcile adopted nothing")
     pod.refresh_from_db()
     assert result == [pod.name] and pod.provider_id
-    assert services.pod_boot(pod_id=pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
+    assert boot.pod_boot(pod_id=pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
     assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
 
 
@@ -160,10 +161,10 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
     stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-nopool-abc", lanes=1,
                                                offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
-    ready = services.pod_boot(pod_id=_new_pod(pool).pk)
+    ready = boot.pod_boot(pod_id=_new_pod(pool).pk)
     RunPodProvider().terminate(ready.provider_id)  # gone behind our back
 
-    result = services.reconcile(provider_name="runpod")
+    result = reconcile.reconcile(provider_name="runpod")
     assert result.terminated == [stranger.name]
     assert result.lost == [ready.name]
     assert Pod.objects.get(pk=ready.pk).state == Pod.State.LOST
@@ -183,16 +184,16 @@ def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, poo
     sim, now = boot_clock
     settings.POD_POLL_SECONDS = 0.07
     slept = []
-    real_sleep = services.time.sleep
+    real_sleep = boot.time.sleep
 
     def sleep(seconds):
         slept.append(("to run" if now[0] < sim.config.boot_delay_s else "to load its model", seconds))
         now[0] += seconds  # the only way the simulator's time passes
         real_sleep(seconds)
 
-    monkeypatch.setattr(services.time, "sleep", sleep)
+    monkeypatch.setattr(boot.time, "sleep", sleep)
 
-    pod = services.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert {stage for stage, _ in slept} == {"to run", "to load its model"}, slept  # it waited for both

@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from pods import services
 from pods.models import Pod, ScaleRequest, SpendEntry
+from pods.services import boot, lifecycle, scale_requests
 
 
 def _post(client, path, body, token, content_type="application/json"):
@@ -71,20 +71,20 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
 
     def boot_worker() -> None:  # what a second worker does with the boot the scaling starts
         pod = wait_for(lambda: Pod.objects.filter(state=Pod.State.BOOTING).first(), 30, "no boot started")
-        services.pod_boot(pod_id=pod.pk)
+        boot.pod_boot(pod_id=pod.pk)
         connection.close()
 
     booter = threading.Thread(target=boot_worker)
     booter.start()
     try:
-        services.scale_request_run(request_id=body["id"])  # what the first worker does
+        scale_requests.scale_request_run(request_id=body["id"])  # what the first worker does
         booter.join(timeout=60)
         detail = _get(client, body["url"], token).json()
         assert detail["state"] == "done", detail
         assert detail["result"]["ready"] == 1 and detail["result"]["booted"] == 1
     finally:
         for pod in Pod.objects.alive():
-            services.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release(pod=pod, reason="test over")
     assert _get(client, "/v1/runpod/scale/999999", token).status_code == 404
 
 

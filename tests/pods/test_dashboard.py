@@ -8,8 +8,8 @@ from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
+from django.db.models import Sum
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -17,21 +17,15 @@ from django_q.brokers import get_broker
 from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
-from ocrjobs.models import Job
-from pods import dashboard
-from pods.models import Pod
+from ocrjobs.models import Job, Page
+from pods import dashboard, tasks
+from pods.models import Pod, SpendEntry, pod_name
 from pods.selectors import fleet_status_snapshot
+from pods.services import boot, lifecycle
 from tests.pods.dashboard_fixtures import make_fleet, make_job
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
 STAFF_SECTION_IDS = ["dash-alerts", "dash-boots", "dash-loops"]
-
-
-@pytest.fixture(autouse=True)
-def no_release_marks():
-    cache.clear()  # release marks live in the cache, and pod ids come again in the next test
-    yield
-    cache.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -203,13 +197,35 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
 
 
 def test_a_jobs_cost_is_its_pages_time_on_pods_at_the_lane_price(fleet):
-    (progress,) = selectors.job_progress([fleet.bobs_job])
+    (progress,) = dashboard.jobs_with_cost([fleet.bobs_job], now=timezone.now())
 
     # two pages of 90 s each on a 4-lane pod at $0.44/h
-    assert progress.cost == (Decimal("0.44") * 180 / 3600 / 4).quantize(Decimal("0.0001"))
+    assert progress.cost == Decimal("0.44") * 180 / 3600 / 4
     assert (progress.done, progress.expected, progress.percent) == (2, 4, 50)
     assert progress.pages_per_s == round(2 / 60, 2)
     assert progress.eta_s == pytest.approx(2 / round(2 / 60, 2))
+
+
+def test_the_dashboard_and_the_spend_report_give_a_job_the_same_cost(alice, client, read_token, admin_user, local_pool):
+    now = timezone.now()
+    ended, live = (
+        Pod.objects.create(pool=local_pool, name=name, state=Pod.State.READY, lanes=lanes, cost_per_hr=Decimal(price),
+                           billed_from=now - timedelta(hours=1))
+        for name, lanes, price in (("fa-local-ended", 2, "3.60"), ("fa-local-live", 4, "7.20"))
+    )  # fmt: skip
+    job = make_job(admin_user, local_pool, pages=3)
+    for page, pod, seconds in zip(job.pages.order_by("number"), (ended, ended, live), (10.0, 20.0, 50.0), strict=True):
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, pod=pod, seconds=seconds, finished_at=now)
+    lifecycle.pod_end(pod=ended, state=Pod.State.TERMINATED)  # its share of the job is now a spend entry
+
+    (progress,) = [p for p in dashboard.page_context(admin_user)["jobs"] if p.job == job]
+    report = client.get("/v1/runpod/spend", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+
+    # 30 s of a 2-lane pod at $3.60/h, ended; 50 s of a 4-lane pod at $7.20/h, live
+    assert SpendEntry.objects.get(pod=ended, job=job).dollars == Decimal("0.015")
+    assert progress.cost == Decimal("0.015") + Decimal("0.025")
+    assert report["by_job"][str(job.pk)] == float(progress.cost)
+    assert "$0.0400" in words(section_html(text_of(alice.get("/")), "dash-jobs"))
 
 
 def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(local_pool, ordinary_user, outsider):
@@ -261,20 +277,45 @@ def test_the_dollars_per_hour_now_do_not_depend_on_how_far_into_the_minute_it_is
 # --- releasing a pod -----------------------------------------------------------------------------
 
 
-def test_staff_release_enqueues_the_release_task_once(alice, fleet, empty_queue, django_capture_on_commit_callbacks):
+def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_worker(
+    alice, fleet, empty_queue, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         first = alice.post(release_url(fleet.ready))
         second = alice.post(release_url(fleet.ready))
 
     assert first.status_code == 302 and first["Location"] == "/"
     assert second.status_code == 302
-    tasks = queued_tasks(empty_queue)
-    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.release_pod", (fleet.ready.pk, "dashboard: alice"))]
     fleet.ready.refresh_from_db()
-    assert fleet.ready.state == Pod.State.READY  # the worker releases it, not the front
-    # while the worker has not released it yet, the table says so instead of offering the button again
-    pods = section_html(text_of(alice.get("/")), "dash-pods")
-    assert release_url(fleet.ready) not in pods and "releasing" in pods
+    assert fleet.ready.state == Pod.State.TERMINATED  # ended by the front, as the API's release does
+    assert fleet.ready.error == "released: dashboard: alice"
+    # its half hour at $0.44/h is attributed now, once
+    spent = SpendEntry.objects.filter(pod=fleet.ready).aggregate(total=Sum("dollars"))["total"]
+    assert spent == pytest.approx(Decimal("0.22"), abs=Decimal("0.001"))
+    tasks = queued_tasks(empty_queue)
+    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.terminate_at_provider", (fleet.ready.pk,))]
+    page = text_of(alice.get("/"))
+    assert "fa-gpu-ready1: release requested." in page and "fa-gpu-ready1 is already terminated." in page
+    assert release_url(fleet.ready) not in section_html(page, "dash-pods")  # gone from the table at once
+
+
+def test_the_release_button_has_a_worker_terminate_the_pod_at_the_provider(
+    sim, pool, alice, empty_queue, django_capture_on_commit_callbacks
+):
+    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
+    assert pod.state == Pod.State.READY, pod.error
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")
+
+    assert "release requested" in text_of(response)
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.TERMINATED and SpendEntry.objects.filter(pod=pod).exists()
+    assert sim.stats()["terminate_calls"] == 0  # the front never calls the provider
+    (task,) = queued_tasks(empty_queue)
+    assert task["func"] == "pods.tasks.terminate_at_provider"
+    tasks.terminate_at_provider(*task["args"])  # what the worker does
+    assert sim.stats()["terminate_calls"] == 1
 
 
 def test_an_htmx_release_answers_with_a_fragment(alice, fleet, empty_queue, django_capture_on_commit_callbacks):

@@ -10,7 +10,7 @@ import pytest
 
 from pods.providers.base import PodSpec
 from pods.providers.local import LOCAL_OFFER, LocalProvider
-from pods.services import pod_is_serving
+from pods.services.boot import pod_is_serving
 from tools.processes import wait_for
 
 

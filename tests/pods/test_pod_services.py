@@ -5,11 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
-from pods import services
 from pods.models import Pod
 from pods.providers.local import LocalProvider
+from pods.services import boot, lifecycle, reconcile, scaler
 
 
 @pytest.fixture
@@ -40,15 +41,15 @@ def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_
     local_pool.save()
     _pages(local_pool, 7)  # 7 pages × 2 s / (2 lanes × 2 s) = 4 pods wanted, at most 3 booting at once
 
-    first = services.pool_tick(pool=local_pool)
+    first = scaler.pool_tick(pool=local_pool)
     assert len(first.booted) == 3
     assert Pod.objects.filter(state=Pod.State.BOOTING).count() == 3
 
-    second = services.pool_tick(pool=local_pool)
+    second = scaler.pool_tick(pool=local_pool)
     assert second.booted == []  # the three booting pods are capacity, and the boot cap holds
 
     Pod.objects.filter(pk=first.booted[0]).update(state=Pod.State.FAILED)
-    third = services.pool_tick(pool=local_pool)
+    third = scaler.pool_tick(pool=local_pool)
     assert len(third.booted) == 1
     assert Pod.objects.alive().count() == 3
 
@@ -57,35 +58,61 @@ def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
     local_pool.min_pods = 1
     local_pool.max_pods = 3
     local_pool.save()
-    result = services.pool_tick(pool=local_pool)
+    result = scaler.pool_tick(pool=local_pool)
     assert len(result.booted) == 1
     assert Pod.objects.get().reason == Pod.Reason.WARM
 
 
 def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix):
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
-    pod = services.pod_boot(pod_id=pod.pk)
+    pod = boot.pod_boot(pod_id=pod.pk)
     assert pod.state == Pod.State.READY, pod.error
-    assert services.pod_is_serving(pod.base_url)
-    assert services.pod_boot(pod_id=pod.pk).provider_id == pod.provider_id  # run again: nothing new
+    assert boot.pod_is_serving(pod.base_url)
+    assert boot.pod_boot(pod_id=pod.pk).provider_id == pod.provider_id  # run again: nothing new
 
-    services.pod_release(pod=pod, reason="test")
+    lifecycle.pod_release(pod=pod, reason="test")
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED and pod.ended_at is not None
     assert LocalProvider().get(pod.provider_id) is None
-    services.pod_release(pod=pod, reason="again")  # idempotent
+    lifecycle.pod_release(pod=pod, reason="again")  # idempotent
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.TERMINATED
 
 
 def test_a_pod_whose_process_died_is_marked_lost_and_its_pages_wait_again(local_pool, prefix):
-    pod = services.pod_boot(pod_id=Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
+    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
     assert pod.state == Pod.State.READY
     page = _pages(local_pool, 1)[0]
     Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, pod=pod, claim_token="x", attempts=1)
     LocalProvider().terminate(pod.provider_id)  # the process goes away behind fleetadmin's back
 
-    result = services.reconcile(provider_name="local")
+    result = reconcile.reconcile(provider_name="local")
     assert result.lost == [pod.name]
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.LOST
     page.refresh_from_db()
     assert page.status == Page.Status.PENDING and page.claim_token == ""
+
+
+def test_only_a_ready_pod_is_drained_and_the_scaler_hears_of_it(local_pool, queued):
+    ready = Pod.objects.create(pool=local_pool, name="fa-local-sick", state=Pod.State.READY, lanes=1)
+    booting = Pod.objects.create(pool=local_pool, name="fa-local-boot", state=Pod.State.BOOTING, lanes=1)
+
+    assert lifecycle.pod_drain(pod_id=ready.pk, error="3 failed pages: HTTP 500") is True
+    assert lifecycle.pod_drain(pod_id=ready.pk, error="again") is False  # drained already
+    assert lifecycle.pod_drain(pod_id=booting.pk, error="refused") is False
+
+    ready.refresh_from_db()
+    assert (ready.state, ready.error) == (Pod.State.DRAINING, "drained after 3 failed pages: HTTP 500")
+    assert Pod.objects.get(pk=booting.pk).state == Pod.State.BOOTING
+    assert queued() == ["pods.tasks.scaler_tick"]  # once, for the pod that was drained
+
+
+def test_pods_marked_busy_are_busy_from_then_and_the_others_untouched(local_pool):
+    busy, idle = (Pod.objects.create(pool=local_pool, name=f"fa-local-{n}", state=Pod.State.READY, lanes=1)
+                  for n in ("busy", "idle"))  # fmt: skip
+    at = timezone.now()
+
+    lifecycle.pods_mark_busy(pod_ids=[busy.pk], at=at)
+    lifecycle.pods_mark_busy(pod_ids=[], at=at)  # nothing out: nothing written
+
+    assert Pod.objects.get(pk=busy.pk).last_busy_at == at
+    assert Pod.objects.get(pk=idle.pk).last_busy_at is None

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from ocrjobs.models import Job, Page
-from pods import services
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
+from pods.services import boot, lifecycle, scaler
 from pods.spend import job_spend, spend_report
 from tests.pods.conftest import GOOD
 from tests.pods.test_pod_services import _pages
@@ -26,11 +26,11 @@ def _pod(pool: Pool, **fields) -> Pod:
 def test_demand_is_pages_waiting_times_seconds_per_page_over_lanes(pool, settings):
     settings.SCALE_TARGET_SECONDS = 10
     _pages(pool, 20)
-    assert services.pool_demand(pool).wanted == 2  # 20 × 2 s / (2 lanes × 10 s)
+    assert scaler.pool_demand(pool).wanted == 2  # 20 × 2 s / (2 lanes × 10 s)
     done = Page.objects.filter(pool=pool)[:10]
     Page.objects.filter(pk__in=[p.pk for p in done]).update(status=Page.Status.DONE, seconds=4.0,
                                                             finished_at=timezone.now())  # fmt: skip
-    demand = services.pool_demand(pool)
+    demand = scaler.pool_demand(pool)
     assert demand.seconds_per_page == 4.0 and demand.waiting == 10
     assert demand.wanted == 2  # 10 × 4 s / (2 × 10 s)
 
@@ -43,7 +43,7 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
     pages = _pages(pool, 50)  # plenty of demand for more pods
     Page.objects.filter(pk=pages[0].pk).update(started_at=long_ago)  # the last start was minutes ago
 
-    result = services.pool_tick(pool=pool)
+    result = scaler.pool_tick(pool=pool)
 
     assert result.booted == [] and result.blocked.startswith("dispatch stalled")
     assert Pod.objects.filter(pool=pool).count() == 1
@@ -53,7 +53,7 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
 
     Page.objects.filter(pk=pages[1].pk).update(status=Page.Status.RUNNING, started_at=timezone.now(),
                                                claim_expires_at=timezone.now() + timezone.timedelta(minutes=1))  # fmt: skip
-    services.pool_tick(pool=pool)  # pages start again: the alert is resolved
+    scaler.pool_tick(pool=pool)  # pages start again: the alert is resolved
     assert not Alert.objects.filter(kind=Alert.Kind.STALL, resolved_at__isnull=True).exists()
 
 
@@ -81,11 +81,11 @@ def test_a_shed_stops_an_anticipatory_boot_before_it_joins_but_not_one_pages_nee
     warm = _pod(pool, reason=Pod.Reason.WARM)
     needed = _pod(pool, reason=Pod.Reason.DEMAND)
     _pages(pool, 1)  # one page waits: one pod wanted, two booting
-    threads = [threading.Thread(target=services.pod_boot, kwargs={"pod_id": pk}) for pk in (warm.pk, needed.pk)]
+    threads = [threading.Thread(target=boot.pod_boot, kwargs={"pod_id": pk}) for pk in (warm.pk, needed.pk)]
     for thread in threads:
         thread.start()
 
-    tick = services.pool_tick(pool=pool)  # the shed, while both boots are still loading
+    tick = scaler.pool_tick(pool=pool)  # the shed, while both boots are still loading
     for thread in threads:
         thread.join(timeout=60)
 
@@ -104,7 +104,7 @@ def test_a_pool_budget_cap_blocks_new_boots_with_an_alert(pool, settings):
     _pod(pool, state=Pod.State.READY, cost_per_hr=Decimal("0.30"), billed_from=timezone.now(),
          ready_at=timezone.now())  # fmt: skip
     _pages(pool, 40)
-    result = services.pool_tick(pool=pool)
+    result = scaler.pool_tick(pool=pool)
     assert result.booted == [] and result.blocked.startswith("budget cap")
     assert Alert.objects.filter(kind=Alert.Kind.BUDGET, pool=pool, resolved_at__isnull=True).exists()
 
@@ -124,7 +124,7 @@ def test_a_job_past_its_budget_wants_no_pod(pool):
     spend_attribute(pod)
     Job.objects.filter(pk=job.pk).update(max_dollars=Decimal("0.01"))
     assert job_spend(job.pk) >= Decimal("0.01")
-    assert services.pool_demand(pool).wanted == 0
+    assert scaler.pool_demand(pool).wanted == 0
 
 
 def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool):
@@ -138,7 +138,7 @@ def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool)
         )
     Pod.objects.filter(pk=pod.pk).update(ended_at=start + timezone.timedelta(seconds=100))
     pod.refresh_from_db()
-    services.pod_end(pod=pod, state=Pod.State.TERMINATED)
+    lifecycle.pod_end(pod=pod, state=Pod.State.TERMINATED)
 
     entries = {e.job_id: e.dollars for e in SpendEntry.objects.filter(pod=pod)}
     # $3.60/h = $0.001/s for 100 s; a lane-second costs $0.0005.
@@ -149,7 +149,7 @@ def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool)
     report = spend_report()
     assert report["by_pool"][pool.key] == pytest.approx(0.1)
     assert report["by_job"][str(a[0].job_id)] == pytest.approx(0.01)
-    services.pod_end(pod=pod, state=Pod.State.TERMINATED)  # ending twice attributes once
+    lifecycle.pod_end(pod=pod, state=Pod.State.TERMINATED)  # ending twice attributes once
     assert SpendEntry.objects.filter(pod=pod).count() == 3
 
 
@@ -161,13 +161,13 @@ def test_a_surplus_pod_not_idle_long_enough_gets_a_tick_the_moment_it_is(sim, po
     last_busy = timezone.now() - timezone.timedelta(seconds=4)
     pod = _pod(pool, state=Pod.State.READY, ready_at=last_busy, last_busy_at=last_busy, base_url="http://x")
 
-    result = services.pool_tick(pool=pool)
+    result = scaler.pool_tick(pool=pool)
 
     assert result.shed == []
     pool.refresh_from_db()
     assert pool.shed_tick_at == last_busy + timezone.timedelta(seconds=10.5)
     assert queued() == ["pods.tasks.shed_tick"]
-    services.pool_tick(pool=pool)
+    scaler.pool_tick(pool=pool)
     assert queued() == ["pods.tasks.shed_tick"]  # one such tick per pool
 
     # The tick's time comes (as if the task had slept until then): the pod is shed.
@@ -189,7 +189,7 @@ def test_a_surplus_pod_due_later_than_the_schedule_gets_no_tick_of_its_own(sim, 
     pool.save()
     _pod(pool, state=Pod.State.READY, last_busy_at=timezone.now(), base_url="http://x")
 
-    services.pool_tick(pool=pool)
+    scaler.pool_tick(pool=pool)
 
     pool.refresh_from_db()
     assert pool.shed_tick_at is None and queued() == []
@@ -203,16 +203,16 @@ def test_the_cost_cap_wants_no_more_pods_than_the_work_pays_for(pool, settings):
     pool.save()
     _pages(pool, 200)  # 200 × 2 s over 2 lanes: 200 pod-seconds of work; the target alone wants 20 pods
 
-    demand = services.pool_demand(pool)
+    demand = scaler.pool_demand(pool)
 
     # Each pod costs 30 s of boot and 10 s of idle tail; 10% of 200 pod-seconds pays for 0.5 of one.
     assert (demand.affordable, demand.wanted) == (0, 1)  # pages wait: one pod all the same
 
     _pages(pool, 1800)  # 2,000 pages: 2,000 pod-seconds pay for 5 pods
-    assert (services.pool_demand(pool).affordable, services.pool_demand(pool).wanted) == (5, 5)
+    assert (scaler.pool_demand(pool).affordable, scaler.pool_demand(pool).wanted) == (5, 5)
 
     settings.SCALE_MAX_OVERHEAD = 0.0  # off: the time target alone
-    assert services.pool_demand(pool).wanted == 50
+    assert scaler.pool_demand(pool).wanted == 50
 
 
 def test_the_cost_cap_counts_the_boots_the_pool_measured(pool, settings):
@@ -221,10 +221,10 @@ def test_the_cost_cap_counts_the_boots_the_pool_measured(pool, settings):
     pool.idle_seconds, pool.max_pods = 0, 50
     pool.save()
     now = timezone.now()
-    for boot in (8, 12):  # measured: 10 s from create to ready
+    for took in (8, 12):  # measured: 10 s from create to ready
         _pod(pool, state=Pod.State.TERMINATED, created_at=now - timezone.timedelta(seconds=100),
-             billed_from=now - timezone.timedelta(seconds=100), ready_at=now - timezone.timedelta(seconds=100 - boot))  # fmt: skip
+             billed_from=now - timezone.timedelta(seconds=100), ready_at=now - timezone.timedelta(seconds=100 - took))  # fmt: skip
     _pages(pool, 1000)  # 1,000 pod-seconds
 
-    assert services.boot_seconds(pool) == pytest.approx(10)
-    assert services.pool_demand(pool).affordable == 10
+    assert scaler.boot_seconds(pool) == pytest.approx(10)
+    assert scaler.pool_demand(pool).affordable == 10

@@ -12,9 +12,9 @@ from django.utils import timezone
 from fleetadmin import leases
 from ocrjobs.models import Document, Job
 from ocrjobs.services.split import document_split, documents_recover
-from pods import services
 from pods.models import BootAttempt, Pod, pod_name
 from pods.providers import get_provider
+from pods.services import boot
 from tests.factories import pdf_bytes
 from tests.ocrjobs.helpers import submit
 
@@ -116,17 +116,17 @@ def test_the_scaler_sends_again_the_boots_whose_tasks_were_lost(local_pool, queu
     lost, fresh, ready = pod(Pod.State.BOOTING), pod(Pod.State.BOOTING), pod(Pod.State.READY)
     expire(Pod.objects.filter(pk__in=[lost.pk, ready.pk]))
 
-    assert services.boots_recover(pool=local_pool) == [lost.pk]
+    assert boot.boots_recover(pool=local_pool) == [lost.pk]
     assert queued() == ["pods.tasks.boot_pod"]
-    assert services.boots_recover(pool=local_pool) == []
-    assert fresh.pk not in services.boots_recover(pool=local_pool)
+    assert boot.boots_recover(pool=local_pool) == []
+    assert fresh.pk not in boot.boots_recover(pool=local_pool)
 
 
 def test_a_boot_whose_lease_another_task_holds_creates_nothing(sim, pool):
     pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=2, **leases.queued())
     held = leases.acquire(Pod.objects.filter(pk=pod.pk))
 
-    services.pod_boot(pod_id=pod.pk)
+    boot.pod_boot(pod_id=pod.pk)
 
     pod.refresh_from_db()
     assert (pod.state, pod.provider_id, pod.task_lease_token) == (Pod.State.BOOTING, "", held)
@@ -146,7 +146,7 @@ def test_a_boot_that_lost_its_lease_midway_stops_without_failing_or_terminating_
         renew(queryset, token, **kwargs)
 
     monkeypatch.setattr(leases, "renew", taken_over_after_the_create)
-    services.pod_boot(pod_id=pod.pk)
+    boot.pod_boot(pod_id=pod.pk)
 
     pod.refresh_from_db()
     assert calls and pod.provider_id  # it created the pod, then lost the lease

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand
 from fleetadmin.workers import ended_with
 from pods.models import Pod
 from pods.providers import get_provider
-from pods.services import pod_release
+from pods.services.lifecycle import pod_release
 
 
 class Command(BaseCommand):

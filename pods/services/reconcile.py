@@ -1,0 +1,90 @@
+"""Make the database and the provider agree: adopt orphans, terminate strays, end lost pods."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from fleetadmin import leases
+from pods.models import Pod, Pool
+from pods.providers import get_provider
+from pods.services.boot import _save_created
+from pods.services.lifecycle import _terminate_quietly, pod_end
+from pods.services.scaler import pool_demand
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileResult:
+    provider: str
+    adopted: list[str] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+
+def _pool_from_name(name: str) -> Pool | None:
+    prefix = f"{settings.DEPLOYMENT_PREFIX}-"
+    if not name.startswith(prefix) or "-" not in name[len(prefix) :]:
+        return None
+    key = name[len(prefix) :].rsplit("-", 1)[0]
+    return Pool.objects.filter(key=key).first()
+
+
+def reconcile(*, provider_name: str) -> ReconcileResult:
+    """Make the database and the provider agree.
+
+    - a pod at the provider that the database does not know, older than the
+      grace period: adopted if its pool wants it, terminated otherwise;
+    - a pod the database has but the provider no longer has: lost, its pages wait again;
+    - a pod the database ended that still runs: terminated again.
+    """
+    from pods.tasks import enqueue_boots
+
+    provider = get_provider(provider_name)
+    result = ReconcileResult(provider_name)
+    remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
+    pods = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
+    known = {p.provider_id: p for p in pods.exclude(provider_id="")}
+    for provider_id, seen in remote.items():
+        pod = known.get(provider_id)
+        if pod is not None:
+            if not pod.is_alive:
+                _terminate_quietly(provider, pod)
+                result.terminated.append(seen.name)
+            continue
+        if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
+            continue  # its create may be saving right now
+        row = pods.filter(name=seen.name).first()
+        if row is not None and row.is_alive and not row.provider_id:
+            _save_created(row, seen, None)  # the boot died between create and save
+            Pod.objects.filter(pk=row.pk).update(**leases.queued())
+            enqueue_boots([row.pk])
+            result.adopted.append(seen.name)
+            continue
+        pool = _pool_from_name(seen.name)
+        if row is None and pool is not None and pool.provider == provider_name and _pool_wants_one(pool):
+            adopted = Pod.objects.create(
+                pool=pool, name=seen.name, provider_id=provider_id, lanes=pool.lanes_per_pod,
+                cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
+                **leases.queued(),
+            )  # fmt: skip
+            enqueue_boots([adopted.pk])
+            result.adopted.append(seen.name)
+            continue
+        provider.terminate(provider_id)
+        result.terminated.append(seen.name)
+    for provider_id, pod in known.items():
+        if pod.is_alive and provider_id not in remote:
+            pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
+            result.lost.append(pod.name)
+    if result.adopted or result.terminated or result.lost:
+        log.warning("reconcile %s: %s", provider_name, result)
+    return result
+
+
+def _pool_wants_one(pool: Pool) -> bool:
+    return pool_demand(pool).wanted > pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY]).count()

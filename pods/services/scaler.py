@@ -1,0 +1,237 @@
+"""The scaler: a pool's demand for pods, and the tick that boots what is needed and sheds the rest."""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from fleetadmin import leases
+from ocrjobs import selectors
+from pods import capacity
+from pods.models import Alert, Pod, Pool, pod_name
+from pods.poolconfig import pool_offers
+from pods.services.lifecycle import pod_release
+from pods.spend import jobs_spend
+
+log = logging.getLogger(__name__)
+
+# A shed tick waits in a worker at most this long; later sheds are the schedule's.
+SHED_TICK_HORIZON_SECONDS = 90.0
+SHED_TICK_MARGIN_SECONDS = 0.5
+
+
+@dataclass
+class Demand:
+    waiting: int  # pages waiting, from the database (each page once, however often it was tried)
+    running: int
+    seconds_per_page: float
+    wanted: int  # pods, between the warm floor and max pods
+    capped_jobs: list[int] = field(default_factory=list)
+    affordable: int | None = None  # pods whose boots and idle tails the work pays for (None: no cap)
+
+
+def seconds_per_page(pool: Pool) -> float:
+    """Measured: the mean time of the pool's last pages on their pods; a setting until there are some."""
+    mean = selectors.pool_seconds_per_page(pool.pk)
+    return float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
+
+
+def boot_seconds(pool: Pool) -> float:
+    """Measured: the mean time from create to ready of the pool's last boots; a setting until there are some."""
+    recent = pool.pods.filter(ready_at__isnull=False).order_by("-ready_at")[:20]
+    times = [(p.ready_at - (p.billed_from or p.created_at)).total_seconds() for p in recent.only(
+        "ready_at", "billed_from", "created_at")]  # fmt: skip
+    return sum(times) / len(times) if times else settings.SCALE_BOOT_SECONDS_GUESS
+
+
+def _jobs_over_budget(pool: Pool) -> list[int]:
+    budgets = selectors.budgeted_jobs_waiting(pool.pk)
+    spent = jobs_spend(job_id for job_id, _ in budgets)
+    return [job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars]
+
+
+def pool_demand(pool: Pool) -> Demand:
+    """Pods wanted: the work waiting (pages × measured seconds per page), spread over the
+    lanes of a pod, drained within SCALE_TARGET_SECONDS; but no more pods than the work
+    pays for (each costs its boot and its idle tail, which may add SCALE_MAX_OVERHEAD of
+    the work at most); between the floor and max pods. Pages of jobs past their budget
+    want no pod."""
+    capped = _jobs_over_budget(pool)
+    backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
+    waiting, running = backlog.waiting, backlog.running
+    per_page = seconds_per_page(pool)
+    work = (waiting + running) * per_page  # lane-seconds
+    wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
+    affordable = None
+    fixed = boot_seconds(pool) + pool.idle_seconds  # pod-seconds each pod costs beyond its pages
+    if settings.SCALE_MAX_OVERHEAD and fixed > 0:
+        affordable = math.floor(settings.SCALE_MAX_OVERHEAD * work / pool.lanes_per_pod / fixed)
+        wanted = min(wanted, affordable)
+    if waiting and not wanted:
+        wanted = 1
+    wanted = min(max(wanted, pool.min_pods), pool.max_pods)
+    return Demand(waiting, running, per_page, wanted, capped, affordable)
+
+
+def dispatch_stalled(pool: Pool, demand: Demand) -> str:
+    """Why dispatch looks stalled (pages waiting, lanes free, nothing started for a while), or ""."""
+    if not demand.waiting:
+        return ""
+    quiet = timezone.now() - timezone.timedelta(seconds=settings.STALL_SECONDS)
+    ready = pool.pods.filter(state=Pod.State.READY)
+    lanes = sum(ready.filter(ready_at__lt=quiet).values_list("lanes", flat=True))
+    free = lanes - demand.running
+    if free <= 0:
+        return ""
+    last_start = selectors.pool_last_start(pool.pk)
+    if last_start is not None and last_start >= quiet:
+        return ""
+    return (
+        f"dispatch stalled: {demand.waiting} pages waiting, {free} lanes free on pods ready for over "
+        f"{settings.STALL_SECONDS:.0f} s, no page started since {last_start.isoformat() if last_start else 'ever'}"
+    )
+
+
+def _budget_blocks(pool: Pool) -> str:
+    """Why the pool's $/h cap blocks one more pod, or ""."""
+    if pool.max_dollars_per_hour is None:
+        return ""
+    current = sum(pool.pods.alive().exclude(billed_from=None).values_list("cost_per_hr", flat=True), Decimal(0))
+    offers, config = pool_offers(pool)
+    cheapest = Decimal(0)
+    if config is not None:
+        cached = capacity.catalogue_cached(pool.provider)
+        priced = capacity.priced(offers, cached.offers if cached else [])
+        cheapest = min((o.cost_per_hr for o in priced if o.cost_per_hr), default=Decimal(0))
+    if current + cheapest > pool.max_dollars_per_hour:
+        return f"budget cap: ${current}/h running + ${cheapest}/h for one more is over ${pool.max_dollars_per_hour}/h"
+    return ""
+
+
+@dataclass
+class TickResult:
+    pool: str
+    waiting: int
+    wanted: int
+    serving: int
+    booted: list[int]
+    shed: list[int]
+    boots_cancelled: int = 0
+    blocked: str = ""
+
+
+def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
+    """Compare the pool's backlog with its pods: boot what is needed, shed what is not.
+
+    Booting pods count as capacity. A stalled pool is not grown (an alert is
+    raised instead). A shed stops anticipatory boots first (warm floor, scale
+    requests) and never a boot that waiting pages need; then it releases idle
+    ready pods above the floor (``force_shed``: idle or not, but never one
+    with a page running).
+    """
+    from ocrjobs.services.dispatchers import dispatch_ensure
+    from pods.tasks import enqueue_boots
+
+    pool.refresh_from_db()
+    demand = pool_demand(pool)
+    booted: list[int] = []
+    shed: list[int] = []
+    cancelled = 0
+    blocked = ""
+    with transaction.atomic():
+        Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tick per pool at a time
+        serving = list(pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY], cancel_requested_at=None))
+        booting = [p for p in serving if p.state == Pod.State.BOOTING]
+        to_boot = min(demand.wanted - len(serving), pool.max_parallel_boots - len(booting))
+        stalled = dispatch_stalled(pool, demand)
+        if stalled:
+            # More pods would not help a dispatch that does not start pages: say so instead.
+            Alert.raise_(pool=pool, kind=Alert.Kind.STALL, message=stalled)
+        else:
+            Alert.resolve(pool=pool, kind=Alert.Kind.STALL)
+        if to_boot > 0:
+            blocked = stalled or _auth_blocked(pool) or _budget_blocks(pool)
+            if blocked.startswith("budget"):
+                Alert.raise_(pool=pool, kind=Alert.Kind.BUDGET, message=blocked)
+            if blocked:
+                log.warning("pool %s: not booting: %s", pool.key, blocked)
+                to_boot = 0
+        if not blocked.startswith("budget"):
+            Alert.resolve(pool=pool, kind=Alert.Kind.BUDGET)
+        for _ in range(max(0, to_boot)):
+            pod = Pod.objects.create(
+                pool=pool,
+                name=pod_name(pool, uuid.uuid4().hex[:8]),
+                lanes=pool.lanes_per_pod,
+                reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
+                **leases.queued(),
+            )
+            booted.append(pod.pk)
+        if booted:
+            transaction.on_commit(lambda: enqueue_boots(booted))
+        surplus = len(serving) - demand.wanted
+        if surplus > 0:
+            # Anticipatory boots first, newest first: they have cost the least so far.
+            for pod in sorted(booting, key=lambda p: p.created_at, reverse=True):
+                if surplus <= 0:
+                    break
+                if pod.reason != Pod.Reason.DEMAND:
+                    Pod.objects.filter(pk=pod.pk).update(cancel_requested_at=timezone.now())
+                    cancelled += 1
+                    surplus -= 1
+    drained = pool.pods.filter(state=Pod.State.DRAINING).exclude(pk__in=selectors.pods_with_pages_running(pool.pk))
+    for pod in drained:
+        pod_release(pod=pod, reason="drained")
+        shed.append(pod.pk)
+    if surplus > 0:
+        idle_since = timezone.now() - timezone.timedelta(seconds=pool.idle_seconds)
+        busy = selectors.pods_with_pages_running(pool.pk)
+        ready = pool.pods.filter(state=Pod.State.READY).order_by("last_busy_at")
+        for pod in ready:
+            if surplus <= 0:
+                break
+            idle = pod.last_busy_at is None or pod.last_busy_at < idle_since
+            if pod.pk not in busy and (idle or force_shed):
+                pod_release(pod=pod, reason="shed: idle" if idle else "shed: scale request")
+                shed.append(pod.pk)
+                surplus -= 1
+            elif pod.pk not in busy:
+                # Surplus, but not idle long enough yet: tick the moment it is, not a schedule later.
+                _tick_when_sheddable(pool, pod.last_busy_at + timezone.timedelta(seconds=pool.idle_seconds))
+                break
+    if cancelled or shed:
+        log.info("pool %s shed: stopped %d anticipatory boots, released %d pods", pool.key, cancelled, len(shed))
+    waiting = selectors.pages_waiting(pool_id=pool.pk)
+    if waiting and pool.pods.filter(state=Pod.State.READY).exists():
+        dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
+    return TickResult(pool.key, waiting, demand.wanted, len(serving), booted, shed, cancelled, blocked)
+
+
+def _tick_when_sheddable(pool: Pool, at) -> None:
+    """Have a tick run at ``at``, when a surplus pod will have idled long enough, if that is
+    sooner than the schedule would come (one such tick per pool, the earliest wins)."""
+    from pods.tasks import enqueue_shed_tick
+
+    now = timezone.now()
+    if (at - now).total_seconds() > SHED_TICK_HORIZON_SECONDS:
+        return  # the schedule comes before then
+    at = max(at, now) + timezone.timedelta(seconds=SHED_TICK_MARGIN_SECONDS)
+    due = Q(shed_tick_at__isnull=True) | Q(shed_tick_at__lt=now) | Q(shed_tick_at__gt=at)
+    if Pool.objects.filter(pk=pool.pk).filter(due).update(shed_tick_at=at):
+        enqueue_shed_tick(pool.pk, at=at)
+
+
+def _auth_blocked(pool: Pool) -> str:
+    recent = timezone.now() - timezone.timedelta(seconds=settings.AUTH_RETRY_SECONDS)
+    refused = Alert.objects.filter(
+        pool__provider=pool.provider, kind=Alert.Kind.AUTH, resolved_at__isnull=True, updated_at__gte=recent
+    ).exists()
+    return "the provider refused our credentials (see alerts)" if refused else ""
