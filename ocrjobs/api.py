@@ -121,20 +121,22 @@ def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
     return JsonResponse(_job_dict(_job_for(request, job_id)))
 
 
+def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.{suffix}"'
+    return response
+
+
 @api_view(scope="read")
 def job_result_txt(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    response = StreamingHttpResponse(selectors.job_result_txt(job), content_type="text/plain; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.txt"'
-    return response
+    return _download(job, selectors.job_result_txt(job), content_type="text/plain", suffix="txt")
 
 
 @api_view(scope="read")
 def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    response = StreamingHttpResponse(selectors.job_result_jsonl(job), content_type="application/jsonl; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.jsonl"'
-    return response
+    return _download(job, selectors.job_result_jsonl(job), content_type="application/jsonl", suffix="jsonl")
 
 
 @api_view(scope="submit", methods=("POST",))
