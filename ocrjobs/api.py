@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
@@ -13,6 +15,7 @@ from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services.submission import Upload, job_submit
+from pods.spend import jobs_spend
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -22,9 +25,13 @@ def _job_for(request: HttpRequest, job_id: int) -> Job:
     return job
 
 
-def _job_dict(job: Job) -> dict:
+def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
+    """The job as the API shows it; ``dollars``: its cost so far, when the caller has it already."""
+    if dollars is None:
+        dollars = jobs_spend([job.pk])[job.pk]
     return {
         **job.to_dict(),
+        "dollars": float(dollars),
         "urls": {
             "self": f"/v1/jobs/{job.pk}",
             "result_txt": f"/v1/jobs/{job.pk}/result.txt",
@@ -37,8 +44,9 @@ def _job_dict(job: Job) -> dict:
 @api_view(scope="read", methods=("GET", "POST"))
 def jobs(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        recent = selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100]
-        return JsonResponse({"jobs": [_job_dict(job) for job in recent]})
+        recent = list(selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100])
+        spend = jobs_spend(job.pk for job in recent)
+        return JsonResponse({"jobs": [_job_dict(job, dollars=spend[job.pk]) for job in recent]})
     # Listing is a read; submitting needs more.
     if "submit" not in request.api_scopes:
         raise ApiError("this needs the 'submit' scope", 403)
@@ -113,20 +121,22 @@ def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
     return JsonResponse(_job_dict(_job_for(request, job_id)))
 
 
+def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.{suffix}"'
+    return response
+
+
 @api_view(scope="read")
 def job_result_txt(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    response = StreamingHttpResponse(selectors.job_result_txt(job), content_type="text/plain; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.txt"'
-    return response
+    return _download(job, selectors.job_result_txt(job), content_type="text/plain", suffix="txt")
 
 
 @api_view(scope="read")
 def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    response = StreamingHttpResponse(selectors.job_result_jsonl(job), content_type="application/jsonl; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.jsonl"'
-    return response
+    return _download(job, selectors.job_result_jsonl(job), content_type="application/jsonl", suffix="jsonl")
 
 
 @api_view(scope="submit", methods=("POST",))

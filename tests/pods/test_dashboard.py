@@ -206,7 +206,9 @@ def test_a_jobs_cost_is_its_pages_time_on_pods_at_the_lane_price(fleet):
     assert progress.eta_s == pytest.approx(2 / round(2 / 60, 2))
 
 
-def test_the_dashboard_and_the_spend_report_give_a_job_the_same_cost(alice, client, read_token, admin_user, local_pool):
+def test_the_dashboard_the_job_api_and_the_spend_report_give_a_job_the_same_cost(
+    alice, client, read_token, admin_token, admin_user, local_pool
+):
     now = timezone.now()
     ended, live = (
         Pod.objects.create(pool=local_pool, name=name, state=Pod.State.READY, lanes=lanes, cost_per_hr=Decimal(price),
@@ -220,11 +222,15 @@ def test_the_dashboard_and_the_spend_report_give_a_job_the_same_cost(alice, clie
 
     (progress,) = [p for p in dashboard.page_context(admin_user)["jobs"] if p.job == job]
     report = client.get("/v1/runpod/spend", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+    shown = client.get(f"/v1/jobs/{job.pk}", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()
+    listed = client.get("/v1/jobs", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()["jobs"]
 
     # 30 s of a 2-lane pod at $3.60/h, ended; 50 s of a 4-lane pod at $7.20/h, live
     assert SpendEntry.objects.get(pod=ended, job=job).dollars == Decimal("0.015")
     assert progress.cost == Decimal("0.015") + Decimal("0.025")
     assert report["by_job"][str(job.pk)] == float(progress.cost)
+    assert shown["dollars"] == float(progress.cost)
+    assert [j["dollars"] for j in listed if j["id"] == job.pk] == [float(progress.cost)]
     assert "$0.0400" in words(section_html(text_of(alice.get("/")), "dash-jobs"))
 
 
