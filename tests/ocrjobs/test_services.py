@@ -11,6 +11,7 @@ from PIL import Image
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
 from ocrjobs.services.pages import (
@@ -27,6 +28,7 @@ from ocrjobs.services.pages import (
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pod
+from pods.services.scaler import pool_demand
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import complete_all, files_under, result_for, split, submit, tiff_bytes
 
@@ -544,6 +546,22 @@ def test_cancel_ends_waiting_and_running_pages_and_refuses_later_results(ordinar
     assert late is False
     assert pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
     assert job_refresh(job_id=job.pk).status == Job.Status.CANCELLED
+
+
+def test_a_cancelled_jobs_page_left_waiting_is_never_claimed_nor_counted_as_demand(ordinary_user, local_pool):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
+    split(job)
+    job_cancel(job=job)
+    # As a split racing the cancel could leave them: one page saved pending after the cancel,
+    # one running under a claim that expired.
+    job.pages.filter(number=1).update(status=Page.Status.PENDING, finished_at=None)
+    job.pages.filter(number=2).update(status=Page.Status.RUNNING, claim_token="A",
+                                      claim_expires_at=timezone.now() - timedelta(seconds=5))  # fmt: skip
+
+    assert pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
+    assert pool_backlog(job.pool_id) == PoolBacklog(waiting=0, running=0)
+    assert pages_waiting(pool_id=job.pool_id) == 0
+    assert pool_demand(local_pool).waiting == 0
 
 
 def test_cancel_leaves_done_pages_and_a_finished_job_alone(one_page_job):
