@@ -13,6 +13,7 @@ from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
+from ocrjobs.services import split as split_services
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
 from ocrjobs.services.pages import (
     PageResult,
@@ -183,6 +184,29 @@ def test_split_of_a_cancelled_job_makes_no_pages(ordinary_user):
     document_split(document_id=job.documents.get().pk)
 
     assert Page.objects.count() == 0
+
+
+def test_a_job_cancelled_mid_split_stops_its_split_at_the_next_batch_boundary(ordinary_user, monkeypatch):
+    monkeypatch.setattr(split_services, "SPLIT_BATCH", 2)
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH * 3)})  # 9 pages: 5 batches
+    rendered = []
+    render = split_services._PageRenderer.render
+
+    def cancelling_render(self, number, pages_dir):
+        rendered.append(number)
+        if number == 3:  # while the second batch renders
+            job_cancel(job=job)
+        return render(self, number, pages_dir)
+
+    monkeypatch.setattr(split_services._PageRenderer, "render", cancelling_render)
+
+    document = document_split(document_id=job.documents.get().pk)
+
+    assert rendered == [1, 2, 3, 4]  # the batch under way ends; nothing after it is rendered
+    assert dict(job.pages.values_list("number", "status")) == {1: Page.Status.CANCELLED, 2: Page.Status.CANCELLED}
+    assert sorted(p.name for p in (document.source_path.parent / "pages").iterdir()) == ["1.png", "2.png"]
+    assert reload(document).status == Document.Status.PENDING
+    assert reload(job).status == Job.Status.CANCELLED
 
 
 def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fails(ordinary_user):
