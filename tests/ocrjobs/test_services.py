@@ -425,7 +425,7 @@ def test_renewing_a_claim_pushes_its_expiry_later(page, settings):
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert claims_renew(token="A", page_ids=[page.pk]) == 1
+    assert claims_renew(token="A", page_ids=[page.pk]) == {page.pk}
 
     assert reload(page).claim_expires_at > soon + timedelta(seconds=30)
 
@@ -435,7 +435,7 @@ def test_renewing_with_another_token_leaves_the_claim_alone(page):
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert claims_renew(token="B", page_ids=[page.pk]) == 0
+    assert claims_renew(token="B", page_ids=[page.pk]) == set()
 
     assert reload(page).claim_expires_at == soon
 
