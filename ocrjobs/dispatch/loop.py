@@ -404,9 +404,22 @@ class DispatchLoop:
             # Pages wait for lanes: the scaler hears it within seconds, not at its next schedule.
             self._last_nudge = now
             await self.db(_nudge_scaler, pool_id=self.pool_id)
-        await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token, page_ids=sorted(self.in_hand()),
-                      busy_pods=busy_pods, note=note, done=self.done, failed=self.failed)  # fmt: skip
+        queued = list(self.queue)
+        held = await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token,
+                             page_ids=sorted(self.in_hand()), busy_pods=busy_pods, note=note, done=self.done,
+                             failed=self.failed)  # fmt: skip
+        self.drop_lost(queued, held)
         await self.refresh_jobs()
+
+    def drop_lost(self, queued: list[ClaimedPage], held: set[int]) -> None:
+        """Pages waiting here for a lane whose claims this loop no longer holds (their job was
+        cancelled; or they expired and went elsewhere) are never sent. A page already out at a pod
+        finishes there: the pod is paid for and busy with it either way, and its result is refused."""
+        lost = {page for page in queued if page.id not in held}
+        if lost:
+            self.queue = deque(page for page in self.queue if page not in lost)
+            log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
+                     self.dispatcher.pk, len(lost))  # fmt: skip
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()

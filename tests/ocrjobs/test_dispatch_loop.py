@@ -3,12 +3,16 @@ its heartbeat renews, and what it does with pages it holds that it should no lon
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.models import Job, Page
+from ocrjobs.services.dispatchers import dispatcher_register
+from ocrjobs.services.jobs import job_cancel
 from ocrjobs.services.pages import pages_claim
-from tests.factories import image_bytes
+from tests.factories import image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import run_dispatch_loop, split, submit
 
 
@@ -39,3 +43,25 @@ def test_a_page_the_loop_lost_track_of_is_not_renewed_and_is_claimed_again_while
     assert (page.status, page.attempts >= 2) == (Page.Status.DONE, True)
     assert Job.objects.get(pk=job.pk).status == Job.Status.DONE
     assert sim_pool.pages_received() == 1
+
+
+def test_pages_claimed_ahead_whose_job_is_cancelled_are_dropped_at_the_next_beat_and_never_sent(
+    sim_pool, ordinary_user
+):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes()}, pool_key=sim_pool.pool.key)
+    split(job)
+    dispatcher = dispatcher_register(pool_id=sim_pool.pool.pk)
+    loop = dispatch.DispatchLoop(dispatcher)
+
+    async def claimed_ahead_then_cancelled():
+        # Claimed and waiting for a lane (every lane busy, say) when the job is cancelled.
+        loop.queue.extend(await loop.db(pages_claim, pool_id=sim_pool.pool.pk, token=loop.token, limit=10))
+        assert len(loop.queue) == 3
+        await loop.db(job_cancel, job=job)
+        await loop.heartbeat()
+        await loop.run()  # lanes free: what is left in its queue goes out
+
+    asyncio.run(claimed_ahead_then_cancelled())
+
+    assert sim_pool.pages_received() == 0
+    assert set(job.pages.values_list("status", flat=True)) == {Page.Status.CANCELLED}
