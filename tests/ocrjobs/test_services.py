@@ -588,6 +588,13 @@ def test_a_cancelled_jobs_page_left_waiting_is_never_claimed_nor_counted_as_dema
     assert pool_demand(local_pool).waiting == 0
 
 
+def test_cancel_has_the_scaler_look_again_once_committed(one_page_job, queued, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job=one_page_job)
+
+    assert queued() == ["pods.tasks.scaler_tick"]  # boots only its pages wanted stop now, not a schedule later
+
+
 def test_cancel_leaves_done_pages_and_a_finished_job_alone(one_page_job):
     complete_all(one_page_job)
 
