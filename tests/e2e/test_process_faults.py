@@ -50,6 +50,7 @@ from pods.tasks import scaler_tick
 from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes
+from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -103,20 +104,20 @@ class System:
         return living
 
 
-def simulator(monkeypatch, *, boot_delay_s: float, page_latency_s: float):
+def simulator(monkeypatch, settings, *, boot_delay_s: float, page_latency_s: float):
     config = SimConfig(
         api_key="fault-key", boot_delay_s=boot_delay_s, model_load_s=0.2, page_latency_s=page_latency_s,
         gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.5, capacity={"SECURE": {"DC-1": 8}})],
     )  # fmt: skip
     with SimulatorThread(config) as running:
-        for name, value in running.endpoint.environment().items():
-            monkeypatch.setenv(name, value)  # for this process (reconcile) and, through child_env, the children
+        # For this process (reconcile, the stand-in tick) and, through child_env, the children.
+        use_simulator(running, monkeypatch, settings, api_key=config.api_key)
         yield running
 
 
 @pytest.fixture
-def sim(monkeypatch):
-    yield from simulator(monkeypatch, boot_delay_s=0.2, page_latency_s=0.3)
+def sim(monkeypatch, settings):
+    yield from simulator(monkeypatch, settings, boot_delay_s=0.2, page_latency_s=0.3)
 
 
 @pytest.fixture
@@ -411,9 +412,9 @@ def test_redis_dropping_every_client_and_stalling_mid_job_loses_no_page_and_reco
 
 
 @pytest.fixture
-def slow_boot_sim(monkeypatch):
+def slow_boot_sim(monkeypatch, settings):
     """Pods take seconds to come up: a boot is still waiting for its pod when the cluster dies."""
-    yield from simulator(monkeypatch, boot_delay_s=5.0, page_latency_s=0.05)
+    yield from simulator(monkeypatch, settings, boot_delay_s=5.0, page_latency_s=0.05)
 
 
 def kill_tree(root: psutil.Process) -> None:
