@@ -8,9 +8,10 @@ terminate what it started.
 A pod binds a port the kernel picks (``--port 0``) and its address is the port its
 own listening socket has (read through /proc), never a port chosen for it before it
 started: a port found free by binding and closing it can be taken by anyone before
-the pod binds it (an outgoing connection, a pod started at the same moment). Such a
-pod died on start, after being reported at an address where another pod answered
-ready: it joined there, then vanished while the database listed it.
+the pod binds it (an outgoing connection, a pod started at the same moment). A pod
+given such a port died on start, but was reported at that address, where another
+pod answered ready: its boot joined it there, and it vanished while the database
+listed it ready.
 """
 
 from __future__ import annotations
