@@ -226,6 +226,15 @@ RUNPOD_API_KEY = envsecret("RUNPOD_API_KEY")
 RUNPOD_POD_URL_TEMPLATE = envstr("RUNPOD_POD_URL_TEMPLATE", "https://{pod_id}-{port}.proxy.runpod.net")
 # Seconds slept between tries of a transient failure (three tries); tests shorten it.
 RUNPOD_RETRY_DELAYS = (0.5, 1.0)
+# Passes (pods/services/passes.py): boots, releases, scale requests and shed ticks are rows
+# that a pass advances one short step at a time, PASS_CONCURRENCY steps at once (each one
+# provider call or one pod health check), PASS_BATCH rows of each kind per pass. The workers'
+# supervisor asks for a pass every PASS_INTERVAL_SECONDS while anything is due.
+PASS_CONCURRENCY = envint("PASS_CONCURRENCY", 32, minimum=1)
+PASS_BATCH = envint("PASS_BATCH", 500, minimum=1)
+PASS_INTERVAL_SECONDS = envfloat("PASS_INTERVAL_SECONDS", 0.5, minimum=0.05)
+PASS_LEASE_SECONDS = 300.0  # a pass ends long before: each step is bounded by its own timeouts
+PASS_START_GRACE_SECONDS = 30.0  # a queued pass that did not start by then was lost: sent again
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)
 AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
 SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)

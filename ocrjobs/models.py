@@ -122,9 +122,11 @@ class Document(TaskLeased):
 
 class PageQuerySet(models.QuerySet):
     def waiting(self) -> PageQuerySet:
-        """Pages a dispatcher may claim: never started, or whose claim expired."""
+        """Pages a dispatcher may claim: never started, or whose claim expired; never a page of a
+        cancelled job, even one left pending (a split that saved a batch as the job was cancelled)."""
         now = timezone.now()
-        return self.filter(Q(status=Page.Status.PENDING) | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now))
+        waiting = Q(status=Page.Status.PENDING) | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)
+        return self.filter(waiting).exclude(job__status=Job.Status.CANCELLED)
 
 
 class Page(models.Model):

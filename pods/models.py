@@ -86,6 +86,12 @@ class Pod(TaskLeased):
         WARM = "warm", "warm floor"
         MANUAL = "manual", "scale request"
 
+    class BootStage(models.TextChoices):
+        CREATE = "create", "finding a candidate with capacity"
+        CREATING = "creating", "a create call is out (a step killed here adopts the pod by its name)"
+        RUNNING = "running", "created; waiting until it runs with its port exposed"
+        MODEL = "model", "running; waiting until its model answers"
+
     ALIVE_STATES = (State.BOOTING, State.READY, State.DRAINING)
     ENDED_STATES = (State.TERMINATED, State.FAILED, State.LOST)
 
@@ -110,6 +116,18 @@ class Pod(TaskLeased):
     )
     engine = models.JSONField(default=dict, blank=True, help_text="what the pod's /v1/models said when it joined")
     error = models.TextField(blank=True)
+    # Boots and releases are rows that passes advance one short step at a time (pods/services/passes.py).
+    boot_stage = models.CharField(
+        max_length=10, choices=BootStage.choices, blank=True, help_text="where a booting pod is in its boot"
+    )
+    stage_started_at = models.DateTimeField(null=True, blank=True, help_text="when it entered its boot stage")
+    step_at = models.DateTimeField(
+        null=True, blank=True, db_index=True,
+        help_text="when a pass next looks at it: a booting pod's next step, an ended pod's next terminate",
+    )  # fmt: skip
+    terminate_pending = models.BooleanField(
+        default=False, help_text="ended here; the provider has not confirmed its terminate yet"
+    )
 
     objects = PodQuerySet.as_manager()
 
@@ -310,6 +328,16 @@ class SpendEntry(models.Model):
         return f"{self.pod} ${self.dollars}"
 
 
+class PassLease(TaskLeased):
+    """One row per kind of pass: at most one pass of that kind is queued or running at a time,
+    deployment-wide (its task lease), and a pass whose task the broker lost is sent again."""
+
+    name = models.CharField(max_length=40, unique=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ScaleRequest(models.Model):
     class State(models.TextChoices):
         PENDING = "pending"
@@ -322,6 +350,7 @@ class ScaleRequest(models.Model):
     result = models.JSONField(default=dict, blank=True)
     requested_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="failed if not at its target by then")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

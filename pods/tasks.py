@@ -17,7 +17,7 @@ from django_q.tasks import async_task
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pod, Pool
 from pods.providers.base import ProviderError
-from pods.services import boot, lifecycle, reconcile, scale_requests, scaler
+from pods.services import boot, lifecycle, passes, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,17 @@ def boot_pod(pod_id: int) -> str:
 def enqueue_boots(pod_ids: Iterable[int]) -> None:
     for pod_id in pod_ids:
         _send(boot_pod, pod_id, name=f"boot pod {pod_id}", group="boots")
+
+
+@retry_on_db_error
+def advance_pods() -> str:
+    """One pass: every due boot, release, shed tick and scale request moves one step."""
+    result = passes.pass_run()
+    return "another pass holds the lease" if result is None else f"{result.steps} in {result.seconds} s"
+
+
+def enqueue_pass() -> None:
+    _send(advance_pods, name="pass", group="passes")
 
 
 @retry_on_db_error

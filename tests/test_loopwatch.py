@@ -98,6 +98,28 @@ def test_a_blocked_loop_raises_lag_worst_stalls_and_blocked_seconds_and_logs_the
     assert "'test blocked'" in record.getMessage() and f"stalled for {lag:.3f} s" in record.getMessage()
 
 
+def test_blocked_seconds_add_up_the_lag_of_every_stall():
+    async def scenario() -> tuple[list[float], dict]:
+        watch = LoopWatch(name="test two stalls", kind="worker", publish=False)
+        watch.start()
+        await next_sample(watch)
+        lags = []
+        for _ in range(2):
+            block_the_loop(0.9)  # from just after a wake-up: ~0.4 s late, a stall
+            await next_sample(watch)
+            lags.append(watch.lag_s)
+        snapshot = watch.snapshot()
+        await watch.close()
+        return lags, snapshot
+
+    lags, snapshot = asyncio.run(scenario())
+
+    assert snapshot["stalls"] == 2 and min(lags) > 0.25
+    # Both stalls, not the last one alone (as ``blocked_s = lag`` would keep).
+    assert snapshot["blocked_s"] == pytest.approx(sum(lags), abs=1e-5)
+    assert snapshot["worst_lag_s"] == pytest.approx(max(lags), abs=1e-5)
+
+
 def test_a_short_hiccup_below_the_threshold_is_lag_but_not_a_stall():
     async def scenario() -> dict:
         watch = LoopWatch(name="test hiccup", kind="worker", publish=False)

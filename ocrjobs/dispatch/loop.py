@@ -81,6 +81,7 @@ class DispatchLoop:
         self.forwarding: dict[int, asyncio.Task] = {}
         self.touched_jobs: set[int] = set()
         self.results: list[PageResult] = []
+        self.storing: set[int] = set()  # pages whose results are being stored now
         self.assignments: list[tuple[int, int, int]] = []
         self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
         self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
@@ -205,7 +206,12 @@ class DispatchLoop:
             await self.db(pages_assign_pods, token=self.token, assignments=assignments)
         if self.results:
             results, self.results = self.results, []
-            stored = await self.db(pages_complete, token=self.token, items=results)
+            storing = {item.page_id for item in results}
+            self.storing |= storing
+            try:
+                stored = await self.db(pages_complete, token=self.token, items=results)
+            finally:
+                self.storing -= storing
             self.done += len(stored)
             self.touched_jobs.update(item.job_id for item in results)
             self.wakeup.set()
@@ -383,6 +389,13 @@ class DispatchLoop:
             ready = [pod for pod in ready if pod[0] not in self.shunned]
         self.lanes.sync(ready, counts)
 
+    def in_hand(self) -> set[int]:
+        """The pages this loop holds: claimed and waiting for a lane, out at a pod, their results
+        not stored yet. Only their claims are renewed: a page it claimed and lost track of (a bug,
+        an exception between two of its records) expires and waits again within PAGE_CLAIM_SECONDS."""
+        held = {page.id for page in self.queue} | set(self.inflight) | set(self.forwarding)
+        return held | {item.page_id for item in self.results} | self.storing
+
     async def heartbeat(self) -> None:
         busy_pods = [lane.pod_id for lane in self.lanes.pods.values() if lane.inflight]
         note = self.lanes.why_none() if self.queue and not self.lanes.free else ""
@@ -391,9 +404,22 @@ class DispatchLoop:
             # Pages wait for lanes: the scaler hears it within seconds, not at its next schedule.
             self._last_nudge = now
             await self.db(_nudge_scaler, pool_id=self.pool_id)
-        await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token, busy_pods=busy_pods, note=note,
-                      done=self.done, failed=self.failed)  # fmt: skip
+        queued = list(self.queue)
+        held = await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token,
+                             page_ids=sorted(self.in_hand()), busy_pods=busy_pods, note=note, done=self.done,
+                             failed=self.failed)  # fmt: skip
+        self.drop_lost(queued, held)
         await self.refresh_jobs()
+
+    def drop_lost(self, queued: list[ClaimedPage], held: set[int]) -> None:
+        """Pages waiting here for a lane whose claims this loop no longer holds (their job was
+        cancelled; or they expired and went elsewhere) are never sent. A page already out at a pod
+        finishes there: the pod is paid for and busy with it either way, and its result is refused."""
+        lost = {page for page in queued if page.id not in held}
+        if lost:
+            self.queue = deque(page for page in self.queue if page not in lost)
+            log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
+                     self.dispatcher.pk, len(lost))  # fmt: skip
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()
@@ -432,12 +458,17 @@ def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
     return ready, counts
 
 
-def _beat(*, dispatcher_id: int, token: str, busy_pods: list[int], note: str, done: int, failed: int) -> None:
+def _beat(
+    *, dispatcher_id: int, token: str, page_ids: list[int], busy_pods: list[int], note: str, done: int, failed: int
+) -> set[int]:
+    """The dispatcher's heartbeat: alive, its counts, its pages in hand renewed (the ids it still
+    holds are returned), its busy pods marked."""
     now = timezone.now()
     Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
                                                        pages_failed=failed)  # fmt: skip
-    claims_renew(token=token)  # every page this dispatcher holds, in one statement
+    held = claims_renew(token=token, page_ids=page_ids)
     pods_mark_busy(pod_ids=busy_pods, at=now)
+    return held
 
 
 def _nudge_scaler(*, pool_id: int) -> None:

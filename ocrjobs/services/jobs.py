@@ -40,6 +40,8 @@ def job_refresh(*, job_id: int) -> Job:
 
 
 def job_cancel(*, job: Job) -> Job:
+    """Cancel the job's waiting and running pages (a split under way stops at its next batch;
+    results that come in for them are refused) and have the scaler look again at once."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_finished:
@@ -51,6 +53,8 @@ def job_cancel(*, job: Job) -> Job:
         job.status = Job.Status.CANCELLED
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
+        # Its pages no longer count as demand: a tick now stops the boots only they wanted.
+        transaction.on_commit(lambda: _nudge(job.pool_id))
     return job
 
 

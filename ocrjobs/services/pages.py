@@ -80,13 +80,20 @@ def _fail_exhausted(*, pool_id: int) -> None:
             transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
 
 
-def claims_renew(*, token: str, page_ids: list[int] | None = None) -> int:
-    """Extend the claims of this token (all its running pages, or the given ones)."""
+def claims_renew(*, token: str, page_ids: list[int]) -> set[int]:
+    """Extend this token's claims on the given pages (those its holder has in hand), and say which
+    of them it still holds. Never every page of the token: one that its holder lost track of must
+    expire and wait again, not stay claimed for as long as the holder lives."""
+    if not page_ids:
+        return set()
     expires = timezone.now() + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
-    pages = Page.objects.filter(claim_token=token, status=Page.Status.RUNNING)
-    if page_ids is not None:
-        pages = pages.filter(id__in=page_ids)
-    return pages.update(claim_expires_at=expires)
+    with transaction.atomic():
+        held = Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING)
+        if connection.features.has_select_for_update:
+            held = held.select_for_update()  # a cancel in between would be renewed as held
+        ids = set(held.values_list("id", flat=True))
+        Page.objects.filter(id__in=ids).update(claim_expires_at=expires)
+    return ids
 
 
 def pages_assign_pods(*, token: str, assignments: list[tuple[int, int, int]]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pypdfium2 as pdfium
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin import leases
@@ -27,7 +28,8 @@ def document_split(*, document_id: int, lease: str | None = None) -> Document:
     """Render a document's pages to images and create their rows, a batch at a time.
 
     Pages become claimable batch by batch, so OCR starts before a long PDF is
-    fully split. Run again after a crash, it makes only the pages still missing.
+    fully split. Run again after a crash, it makes only the pages still missing. A job
+    cancelled meanwhile stops it at the next batch boundary.
     One task splits a document at a time: it holds the document's lease (``lease``:
     one its caller already holds), renewed batch by batch.
     """
@@ -83,14 +85,16 @@ def _split(document: Document, row, lease: str) -> Document:
             batch.append(page)
             if len(batch) >= SPLIT_BATCH:
                 leases.renew(row, lease)  # still ours: then these pages are ours to save
-                _save_pages(document, batch)
+                if not _save_pages(document, batch):
+                    return _split_stopped(document, batch)
                 batch = []
                 if not nudged:
                     # The first pages can be read while the rest are rendered.
                     _nudge(document.job.pool_id)
                     nudged = True
         leases.renew(row, lease)
-        _save_pages(document, batch)
+        if not _save_pages(document, batch):
+            return _split_stopped(document, batch)
     finally:
         renderer.close()
     document.status = Document.Status.SPLIT
@@ -125,11 +129,31 @@ def documents_recover(*, pool_id: int) -> list[int]:
     return [pk for pk, _ in documents]
 
 
-def _save_pages(document: Document, pages: list[Page]) -> None:
-    if not pages:
-        return
-    Page.objects.bulk_create(pages, ignore_conflicts=True)
-    Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+def _save_pages(document: Document, pages: list[Page]) -> bool:
+    """Save a batch of pages, or nothing (False) once the job is cancelled. The job's status is
+    read under its row lock in the transaction that saves the batch, as ``job_cancel`` takes it:
+    a cancel either comes first and the batch is never saved, or comes after and cancels it."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=document.job_id).values_list("status", flat=True)
+        if job.get() == Job.Status.CANCELLED:
+            return False
+        if pages:
+            Page.objects.bulk_create(pages, ignore_conflicts=True)
+            Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+    return True
+
+
+def _split_stopped(document: Document, unsaved: list[Page]) -> Document:
+    """The job was cancelled mid-split: the split stops at this batch boundary. The pages not made
+    yet never are (a cancelled job costs no more renders, rows or pods; its pages so far were
+    cancelled with it), and the files of the batch rendered meanwhile go. The document stays
+    pending, as one whose split never started after a cancel does."""
+    for page in unsaved:
+        for relative in (page.image, page.result):
+            if relative and relative != document.source:
+                (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
+    log.info("document %s: its job was cancelled, the split stops", document.pk)
+    return document
 
 
 TEXT_LAYER_MIN_CHARS = 20

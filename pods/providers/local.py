@@ -1,9 +1,17 @@
-"""Local pods: pod servers started as subprocesses on free loopback ports.
+"""Local pods: pod servers started as subprocesses on loopback ports of their own.
 
 The process table is the provider's own record, as RunPod's API is for cloud
 pods: a pod is found again by the ``--name`` on its command line, so a worker
 that restarted (or crashed between create and save) can still list, adopt or
 terminate what it started.
+
+A pod binds a port the kernel picks (``--port 0``) and its address is the port its
+own listening socket has (read through /proc), never a port chosen for it before it
+started: a port found free by binding and closing it can be taken by anyone before
+the pod binds it (an outgoing connection, a pod started at the same moment). A pod
+given such a port died on start, but was reported at that address, where another
+pod answered ready: its boot joined it there, and it vanished while the database
+listed it ready.
 """
 
 from __future__ import annotations
@@ -24,13 +32,14 @@ LOCAL_OFFER = Offer(gpu_type="cpu-tesseract", cloud_type="LOCAL", data_center="l
 
 
 def free_port() -> int:
+    """A port free now, maybe not a moment later: only for a child that fails loudly when it is taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _read_proc(pid: int) -> tuple[list[str], str, float] | None:
-    """(argv, state letter, age in seconds) of a live process, or None."""
+def _read_proc(pid: int) -> tuple[list[str], str, int, float] | None:
+    """(argv, state letter, parent pid, age in seconds) of a live process, or None."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -38,30 +47,57 @@ def _read_proc(pid: int) -> tuple[list[str], str, float] | None:
         return None
     # The state letter follows the parenthesised command name, which may hold spaces.
     fields = stat[stat.rindex(")") + 2 :].split()
-    state = fields[0]
+    state, parent = fields[0], int(fields[1])
     start_ticks = int(fields[19])
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     age = max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    return [a.decode(errors="replace") for a in argv if a], state, age
+    return [a.decode(errors="replace") for a in argv if a], state, parent, age
+
+
+def _listening_port(pid: int) -> int | None:
+    """The TCP port that the process's own listening socket has, or None before it listens."""
+    sockets = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:  # closed in between
+                continue
+            if target.startswith("socket:["):
+                sockets.add(target[len("socket:[") : -1])
+        if not sockets:
+            return None
+        for table in ("tcp", "tcp6"):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... uid timeout inode
+                if fields[3] == "0A" and fields[9] in sockets:  # 0A: LISTEN
+                    return int(fields[1].rsplit(":", 1)[1], 16)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return None
 
 
 def _pod_from_proc(pid: int) -> ProviderPod | None:
     info = _read_proc(pid)
     if info is None:
         return None
-    argv, state, age = info
+    argv, state, parent, age = info
     if state in ("Z", "X") or "podserver" not in argv:
         return None
     try:
         name = argv[argv.index("--name") + 1]
-        port = int(argv[argv.index("--port") + 1])
     except (ValueError, IndexError):
         return None
+    parent_info = _read_proc(parent)
+    if parent_info is not None and parent_info[0] == argv:
+        # A pod's child between fork and exec (tesseract, for a moment) shows the pod's command line.
+        return None
+    port = _listening_port(pid)
     return ProviderPod(
         provider_id=str(pid),
         name=name,
         running=True,
-        base_url=f"http://127.0.0.1:{port}",
+        base_url=f"http://127.0.0.1:{port}" if port else "",  # its own address, once it listens
         age_seconds=age,
     )
 
@@ -70,7 +106,6 @@ class LocalProvider:
     name = "local"
 
     def create(self, spec: PodSpec) -> ProviderPod:
-        port = free_port()
         env = {**os.environ, "OMP_THREAD_LIMIT": "1", **spec.env}
         log_dir = settings.VAR_DIR / "pods"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +114,7 @@ class LocalProvider:
                 [
                     sys.executable, "-m", "podserver",
                     "--host", "127.0.0.1",
-                    "--port", str(port),
+                    "--port", "0",  # the kernel's pick, taken at once: see the module's docstring
                     "--lanes", str(spec.lanes),
                     "--page-timeout", str(spec.page_timeout),
                     "--name", spec.name,

@@ -132,8 +132,9 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     """Compare the pool's backlog with its pods: boot what is needed, shed what is not.
 
     Booting pods count as capacity. A stalled pool is not grown (an alert is
-    raised instead). A shed stops anticipatory boots first (warm floor, scale
-    requests) and never a boot that waiting pages need; then it releases idle
+    raised instead). A shed stops boots first: anticipatory ones (warm floor,
+    scale requests), then those booted for pages that are gone (done, or their
+    job cancelled); never a boot that waiting pages need. Then it releases idle
     ready pods above the floor (``force_shed``: idle or not, but never one
     with a page running).
     """
@@ -179,14 +180,14 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
             transaction.on_commit(lambda: enqueue_boots(booted))
         surplus = len(serving) - demand.wanted
         if surplus > 0:
-            # Anticipatory boots first, newest first: they have cost the least so far.
-            for pod in sorted(booting, key=lambda p: p.created_at, reverse=True):
-                if surplus <= 0:
-                    break
-                if pod.reason != Pod.Reason.DEMAND:
-                    Pod.objects.filter(pk=pod.pk).update(cancel_requested_at=timezone.now())
-                    cancelled += 1
-                    surplus -= 1
+            # Boots first, anticipatory ones before those booted for pages that are gone since (done,
+            # or their job cancelled), newest first: they have cost the least so far. Demand counts
+            # every page waiting, so a boot that waiting pages need is never part of the surplus.
+            newest_first = sorted(booting, key=lambda p: p.created_at, reverse=True)
+            for pod in sorted(newest_first, key=lambda p: p.reason == Pod.Reason.DEMAND)[:surplus]:
+                Pod.objects.filter(pk=pod.pk).update(cancel_requested_at=timezone.now())
+                cancelled += 1
+                surplus -= 1
     drained = pool.pods.filter(state=Pod.State.DRAINING).exclude(pk__in=selectors.pods_with_pages_running(pool.pk))
     for pod in drained:
         pod_release(pod=pod, reason="drained")
@@ -208,7 +209,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 _tick_when_sheddable(pool, pod.last_busy_at + timezone.timedelta(seconds=pool.idle_seconds))
                 break
     if cancelled or shed:
-        log.info("pool %s shed: stopped %d anticipatory boots, released %d pods", pool.key, cancelled, len(shed))
+        log.info("pool %s shed: stopped %d boots no page needs, released %d pods", pool.key, cancelled, len(shed))
     waiting = selectors.pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
         dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that

@@ -32,12 +32,18 @@ def deployment(settings):
 
 
 @pytest.fixture
-def live_system(transactional_db, local_pool, deployment, tmp_path):
+def live_system_env() -> dict[str, str]:
+    """Settings for the live system's children beyond its own; a test parametrizes it to change them."""
+    return {}
+
+
+@pytest.fixture
+def live_system(transactional_db, local_pool, deployment, tmp_path, live_system_env):
     """daphne and a qcluster on the test database, with local pods booted on demand."""
     get_broker().purge_queue()  # nothing left over from earlier tests
     var_dir = tmp_path / "var"
     var_dir.mkdir()
-    env = child_env(var_dir, Q_WORKERS="3")
+    env = child_env(var_dir, Q_WORKERS="3", **live_system_env)
     workers = start_workers(env, var_dir)
     front, url = start_front(env, var_dir)
     system = LiveSystem(url=url, env=env, front=front, workers=workers)

@@ -1,5 +1,6 @@
 """A three-page PDF with known text, OCRed by real processes: daphne, qcluster
-workers and local pod subprocesses running tesseract."""
+workers and local pod subprocesses running tesseract; and how many pods the
+shipped fleet sizing boots for it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.test import Client
 from accounts.models import ApiToken
 from ocrjobs import selectors
 from ocrjobs.models import Job
-from pods.models import Pod
+from pods.models import Pod, Pool
 from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
 from tools.processes import REPO, wait_for
@@ -107,3 +108,30 @@ def test_the_ocr_command_writes_one_text_file_per_document(live_system, tmp_path
     assert "3/3 pages" in finished.stderr  # the progress bar reached the end
     assert sorted(p.name for p in out.iterdir()) == ["cli-report.txt"]
     _assert_pages_match_truth((out / "cli-report.txt").read_text().split("\f"))
+
+
+@pytest.mark.parametrize("live_system_env", [{"SCALE_TARGET_SECONDS": "2"}])
+def test_a_small_backlog_boots_one_pod_on_the_shipped_cost_cap_where_the_time_target_wants_three(
+    live_system, admin_user, local_pool
+):
+    # The workers size the fleet with the shipped SCALE_MAX_OVERHEAD (0.12; only this process's
+    # settings turn it off, tests/conftest.py): nothing in their environment sets it.
+    assert "SCALE_MAX_OVERHEAD" not in live_system.env
+    Pool.objects.filter(pk=local_pool.pk).update(max_pods=3, max_parallel_boots=3, lanes_per_pod=1)
+    _, token = ApiToken.issue(user=admin_user, name="e2e", scopes=["submit"])
+    response = httpx.post(f"{live_system.url}/v1/jobs", headers={"Authorization": f"Bearer {token}"},
+                          files={"files": ("report.pdf", pdf_bytes(), "application/pdf")}, data={"pool": "local"},
+                          timeout=30)  # fmt: skip
+    assert response.status_code == 201, response.text
+    job = Job.objects.get(pk=response.json()["id"])
+
+    def finished():
+        job.refresh_from_db()
+        return job.is_finished
+
+    wait_for(finished, GUARD, lambda: f"job {job.pk} did not finish\n{live_system.logs()}")
+    assert job.status == Job.Status.DONE
+    # The time target alone wants one pod per page here (3 pages × 2 s guessed ÷ (1 lane × 2 s)): three.
+    # Each pod costs its boot and its idle tail (60 s guessed + 300 s), far more than 12 % of 6 s of
+    # work pays for: the cap leaves one pod, which the waiting pages always get.
+    assert Pod.objects.filter(pool=local_pool).count() == 1

@@ -110,7 +110,7 @@ def simulator(monkeypatch, settings, *, boot_delay_s: float, page_latency_s: flo
         gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.5, capacity={"SECURE": {"DC-1": 8}})],
     )  # fmt: skip
     with SimulatorThread(config) as running:
-        # For this process (reconcile) and, through child_env, the children.
+        # For this process (reconcile, the stand-in tick) and, through child_env, the children.
         use_simulator(running, monkeypatch, settings, api_key=config.api_key)
         yield running
 

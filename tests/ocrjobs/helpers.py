@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from pathlib import Path
 
 from PIL import Image
 
+from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.services.dispatchers import dispatcher_register
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import page_attempt_failed, page_complete, pages_claim
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, job_submit
+from pods.models import Pool
 
 
 def files_under(root: Path) -> list[Path]:
@@ -83,3 +87,15 @@ def complete_all(
         text = (texts or {}).get(key, f"document {key[0]} page {key[1]}")
         assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result_for(text))
     job_refresh(job_id=job.pk)
+
+
+def run_dispatch_loop(pool: Pool, *, before=None) -> dispatch.DispatchLoop:
+    """Register a dispatcher for the pool and run its loop here until it ends (its backlog empty).
+    ``before(dispatcher)`` runs once it is registered, before its loop starts."""
+    dispatcher = dispatcher_register(pool_id=pool.pk)
+    assert dispatcher is not None
+    if before is not None:
+        before(dispatcher)
+    loop = dispatch.DispatchLoop(dispatcher)
+    asyncio.run(dispatch._watched(loop, name=f"dispatcher pool {pool.key}"))
+    return loop

@@ -11,7 +11,9 @@ from PIL import Image
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
+from ocrjobs.services import split as split_services
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
 from ocrjobs.services.pages import (
     PageResult,
@@ -27,6 +29,7 @@ from ocrjobs.services.pages import (
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pod
+from pods.services.scaler import pool_demand
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import complete_all, files_under, result_for, split, submit, tiff_bytes
 
@@ -181,6 +184,29 @@ def test_split_of_a_cancelled_job_makes_no_pages(ordinary_user):
     document_split(document_id=job.documents.get().pk)
 
     assert Page.objects.count() == 0
+
+
+def test_a_job_cancelled_mid_split_stops_its_split_at_the_next_batch_boundary(ordinary_user, monkeypatch):
+    monkeypatch.setattr(split_services, "SPLIT_BATCH", 2)
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH * 3)})  # 9 pages: 5 batches
+    rendered = []
+    render = split_services._PageRenderer.render
+
+    def cancelling_render(self, number, pages_dir):
+        rendered.append(number)
+        if number == 3:  # while the second batch renders
+            job_cancel(job=job)
+        return render(self, number, pages_dir)
+
+    monkeypatch.setattr(split_services._PageRenderer, "render", cancelling_render)
+
+    document = document_split(document_id=job.documents.get().pk)
+
+    assert rendered == [1, 2, 3, 4]  # the batch under way ends; nothing after it is rendered
+    assert dict(job.pages.values_list("number", "status")) == {1: Page.Status.CANCELLED, 2: Page.Status.CANCELLED}
+    assert sorted(p.name for p in (document.source_path.parent / "pages").iterdir()) == ["1.png", "2.png"]
+    assert reload(document).status == Document.Status.PENDING
+    assert reload(job).status == Job.Status.CANCELLED
 
 
 def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fails(ordinary_user):
@@ -399,7 +425,7 @@ def test_renewing_a_claim_pushes_its_expiry_later(page, settings):
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert claims_renew(token="A", page_ids=[page.pk]) == 1
+    assert claims_renew(token="A", page_ids=[page.pk]) == {page.pk}
 
     assert reload(page).claim_expires_at > soon + timedelta(seconds=30)
 
@@ -409,7 +435,7 @@ def test_renewing_with_another_token_leaves_the_claim_alone(page):
     soon = timezone.now() + timedelta(seconds=1)
     Page.objects.filter(pk=page.pk).update(claim_expires_at=soon)
 
-    assert claims_renew(token="B", page_ids=[page.pk]) == 0
+    assert claims_renew(token="B", page_ids=[page.pk]) == set()
 
     assert reload(page).claim_expires_at == soon
 
@@ -544,6 +570,29 @@ def test_cancel_ends_waiting_and_running_pages_and_refuses_later_results(ordinar
     assert late is False
     assert pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
     assert job_refresh(job_id=job.pk).status == Job.Status.CANCELLED
+
+
+def test_a_cancelled_jobs_page_left_waiting_is_never_claimed_nor_counted_as_demand(ordinary_user, local_pool):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
+    split(job)
+    job_cancel(job=job)
+    # As a split racing the cancel could leave them: one page saved pending after the cancel,
+    # one running under a claim that expired.
+    job.pages.filter(number=1).update(status=Page.Status.PENDING, finished_at=None)
+    job.pages.filter(number=2).update(status=Page.Status.RUNNING, claim_token="A",
+                                      claim_expires_at=timezone.now() - timedelta(seconds=5))  # fmt: skip
+
+    assert pages_claim(pool_id=job.pool_id, token="B", limit=10) == []
+    assert pool_backlog(job.pool_id) == PoolBacklog(waiting=0, running=0)
+    assert pages_waiting(pool_id=job.pool_id) == 0
+    assert pool_demand(local_pool).waiting == 0
+
+
+def test_cancel_has_the_scaler_look_again_once_committed(one_page_job, queued, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job=one_page_job)
+
+    assert queued() == ["pods.tasks.scaler_tick"]  # boots only its pages wanted stop now, not a schedule later
 
 
 def test_cancel_leaves_done_pages_and_a_finished_job_alone(one_page_job):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import uuid
 
+import httpx
 import pytest
 
+from pods.providers import local
 from pods.providers.base import PodSpec
 from pods.providers.local import LOCAL_OFFER, LocalProvider
 from pods.services.boot import pod_is_serving
@@ -30,7 +34,12 @@ def _spec(settings, suffix="a", lanes=1):
 
 def test_a_created_pod_serves_and_is_listed_by_its_prefix(provider, settings):
     created = provider.create(_spec(settings, lanes=2))
-    seen = wait_for(lambda: provider.get(created.provider_id), 30, "the pod never appeared")
+
+    def listening():
+        seen = provider.get(created.provider_id)
+        return seen if seen and seen.base_url else None  # its address once it listens
+
+    seen = wait_for(listening, 30, "the pod never listened")
     assert seen.running and seen.base_url.startswith("http://127.0.0.1:")
     wait_for(lambda: pod_is_serving(seen.base_url), 30, "the pod never became ready")
     listed = provider.list(prefix=settings.DEPLOYMENT_PREFIX)
@@ -65,3 +74,57 @@ def test_a_pod_that_died_is_no_longer_found(provider, settings):
 def test_get_refuses_an_id_that_is_not_a_pod(provider):
     assert provider.get("not-a-pid") is None
     assert provider.get(str(os.getpid())) is None  # a live process, but not a pod server
+
+
+def _serving_url(provider: LocalProvider, provider_id: str) -> str | None:
+    """The pod's address once the provider reports it running there and a pod answers ready
+    there: what a boot waits for before it joins the pod."""
+    seen = provider.get(provider_id)
+    return seen.base_url if seen and seen.base_url and pod_is_serving(seen.base_url) else None
+
+
+def test_a_pod_whose_port_is_taken_before_it_binds_it_is_never_reported_at_another_pods_address(
+    provider, settings, monkeypatch
+):
+    first = provider.create(_spec(settings, "a"))
+    first_url = wait_for(lambda: _serving_url(provider, first.provider_id), 30, "the first pod never served")
+    # A port found free is free no longer when the pod binds it: another pod booted at the same moment
+    # (or an outgoing connection's ephemeral port) took it. Here the first pod holds it, answering ready.
+    monkeypatch.setattr(local, "free_port", lambda: int(first_url.rsplit(":", 1)[1]))
+    second = _spec(settings, "b")
+
+    created = provider.create(second)
+    url = wait_for(lambda: _serving_url(provider, created.provider_id), 30, "the second pod never served")
+
+    # Before, it was reported at the first pod's address, which answered ready: joined there, it died
+    # (its port was taken) and vanished from the provider while the database listed it ready.
+    assert url != first_url
+    assert httpx.get(f"{url}/v1/models", timeout=5).json()["name"] == second.name
+
+
+FORKING_POD = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    time.sleep(60)  # between fork and exec, as a pod's tesseract child is for a moment: the pod's command line
+    os._exit(0)
+print(child, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_pods_child_between_fork_and_exec_is_not_listed_as_a_pod(provider, settings):
+    name = f"{settings.DEPLOYMENT_PREFIX}-local-forking"
+    argv = [sys.executable, "-c", FORKING_POD, "podserver", "--host", "127.0.0.1", "--port", "0", "--name", name]
+    pod = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(pod.stdout.readline())
+
+        listed = provider.list(prefix=settings.DEPLOYMENT_PREFIX)
+
+        assert [p.provider_id for p in listed] == [str(pod.pid)]  # not str(child) too: one pod, listed once
+        assert provider.get(str(child)) is None
+    finally:
+        os.killpg(pod.pid, signal.SIGKILL)
+        pod.wait()
+        pod.stdout.close()

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from ocrjobs.models import Job, Page
+from ocrjobs.services.jobs import job_cancel
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
 from pods.services import boot, lifecycle, scaler
 from pods.spend import job_spend, spend_report
@@ -95,6 +96,23 @@ def test_a_shed_stops_an_anticipatory_boot_before_it_joins_but_not_one_pages_nee
     assert warm.state == Pod.State.TERMINATED and "cancelled by a shed" in warm.error
     assert needed.state == Pod.State.READY
     assert slow_loading_sim.stats()["pods_running"] == 1
+
+
+def test_a_shed_stops_boots_whose_pages_are_gone_newest_first_never_one_waiting_pages_need(pool, settings):
+    settings.SCALE_TARGET_SECONDS = 1000  # one pod drains any backlog here
+    older = _pod(pool, reason=Pod.Reason.DEMAND, created_at=timezone.now() - timezone.timedelta(minutes=1))
+    newer = _pod(pool, reason=Pod.Reason.DEMAND)
+    job = _pages(pool, 2)[0].job  # booted for more pages than wait now: one pod is wanted, two boot
+
+    tick = scaler.pool_tick(pool=pool)
+
+    assert tick.boots_cancelled == 1
+    assert Pod.objects.get(pk=newer.pk).cancel_requested_at is not None
+    assert Pod.objects.get(pk=older.pk).cancel_requested_at is None  # the waiting pages need it
+
+    job_cancel(job=job)  # its pages gone, no page needs the other boot either
+    assert scaler.pool_tick(pool=pool).boots_cancelled == 1
+    assert Pod.objects.get(pk=older.pk).cancel_requested_at is not None
 
 
 def test_a_pool_budget_cap_blocks_new_boots_with_an_alert(pool, settings):

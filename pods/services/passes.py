@@ -1,0 +1,126 @@
+"""Passes: rows in a state, advanced one short step at a time (invariant 15).
+
+No task waits in a worker on another machine or on the clock. A boot, a release, a scale
+request and a due shed tick are rows; a pass finds the rows that are due and moves each one
+step (one provider call or one pod health check, bounded in time) on a bounded thread pool,
+then ends. This is how Karpenter's and dstack's controllers work.
+
+A pass is asked for (``pass_request``) whenever something may be due: by the workers'
+supervisor every ``PASS_INTERVAL_SECONDS`` while anything is due, by the scaler tick, and as
+soon as a row becomes due (a boot created, a release asked). One pass at a time,
+deployment-wide: the ``PassLease`` row is queued or held by at most one pass task, and a
+pass task the broker lost is sent again after ``PASS_START_GRACE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from fleetadmin import leases
+from pods.models import PassLease
+
+log = logging.getLogger(__name__)
+
+KIND = "pods"
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kind of row a pass advances: which are due now (at most ``limit``), and one step of one."""
+
+    name: str
+    due: Callable[..., list[int]]  # due(*, now: datetime, limit: int) -> ids
+    step: Callable[[int], object]  # step(id): one short step; handles its own failures
+
+
+def kinds_of_work() -> list[Work]:
+    from pods.services import boot, lifecycle, scale_requests, scaler
+
+    return [
+        Work("boot", boot.boots_due, boot.boot_step),
+        Work("terminate", lifecycle.terminations_due, lifecycle.terminate_step),
+        Work("shed tick", scaler.shed_ticks_due, scaler.shed_tick_step),
+        Work("scale request", scale_requests.scale_requests_due, scale_requests.scale_request_step),
+    ]
+
+
+@dataclass
+class PassResult:
+    steps: dict[str, int] = field(default_factory=dict)  # kind of work -> steps taken
+    errors: int = 0
+    seconds: float = 0.0
+
+
+def pass_due(*, now: datetime | None = None) -> bool:
+    """Whether any row is due a step now."""
+    now = now or timezone.now()
+    return any(work.due(now=now, limit=1) for work in kinds_of_work())
+
+
+def pass_request() -> bool:
+    """Have a pass run soon, unless one is queued or running already. True if one was sent."""
+    from pods.tasks import enqueue_pass
+
+    now = timezone.now()
+    row, _ = PassLease.objects.get_or_create(name=KIND)
+    free = Q(task_lease_until__isnull=True) | Q(task_lease_until__lt=now)
+    queued = {
+        "task_lease_until": now + timedelta(seconds=settings.PASS_START_GRACE_SECONDS),
+        "task_lease_token": "",
+    }
+    if not PassLease.objects.filter(pk=row.pk).filter(free).update(**queued):
+        return False
+    transaction.on_commit(enqueue_pass)
+    return True
+
+
+def _step(work: Work, row_id: int) -> bool:
+    """One step on a thread of the pass; whether it raised. Each thread's connection is closed
+    after its step: the pool's threads are not Django's request threads."""
+    try:
+        work.step(row_id)
+        return False
+    except Exception:
+        log.exception("%s step of %s failed; it is tried again on a later pass", work.name, row_id)
+        return True
+    finally:
+        connections.close_all()
+
+
+def pass_run(*, limit: int | None = None) -> PassResult | None:
+    """Take the pass's lease and advance every due row one step (``limit`` rows of each kind at
+    most), ``PASS_CONCURRENCY`` steps at a time; None when another pass holds the lease."""
+    rows = PassLease.objects.filter(name=KIND)
+    PassLease.objects.get_or_create(name=KIND)
+    lease = leases.acquire(rows, seconds=settings.PASS_LEASE_SECONDS)
+    if lease is None:
+        return None
+    started = time.monotonic()
+    result = PassResult()
+    try:
+        now = timezone.now()
+        with ThreadPoolExecutor(settings.PASS_CONCURRENCY, thread_name_prefix="pass") as executor:
+            submitted = []
+            for work in kinds_of_work():
+                ids = work.due(now=now, limit=limit or settings.PASS_BATCH)
+                result.steps[work.name] = len(ids)
+                submitted += [executor.submit(_step, work, row_id) for row_id in ids]
+            result.errors = sum(future.result() for future in submitted)
+    finally:
+        leases.release(rows, lease)
+    result.seconds = round(time.monotonic() - started, 3)
+    if any(result.steps.values()):
+        log.info("pass: %s steps in %.2f s, %d failed", result.steps, result.seconds, result.errors)
+    if pass_due():
+        pass_request()  # rows became due while this one ran (not ones due later: the clock asks for those)
+    return result

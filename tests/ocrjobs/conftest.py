@@ -1,0 +1,45 @@
+"""Fixtures for the ocrjobs tests that send pages to a pod: a pool with one ready pod on the
+RunPod simulator, which counts the pages it received."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from django.utils import timezone
+
+from pods.models import Pod, Pool
+from pods.providers.base import Offer, PodSpec
+from pods.providers.runpod import RunPodProvider
+from pods.simulator import SimConfig, SimulatorThread
+from pods.simulator.config import GpuTypeConfig
+from tests.runpod import use_simulator
+
+
+@dataclass
+class SimPool:
+    pool: Pool
+    pod: Pod
+    sim: SimulatorThread
+
+    def pages_received(self) -> int:
+        """Pages the pod read (and answered), whoever sent them."""
+        return self.sim.stats()["ocr_pages"]
+
+
+@pytest.fixture
+def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
+    config = SimConfig(api_key="k", boot_delay_s=0, model_load_s=0, page_latency_s=0.05, default_lanes=2,
+                       gpu_types=[GpuTypeConfig(id="G", display_name="g", secure_price=1.0,
+                                                capacity={"SECURE": {"DC": 1}})])  # fmt: skip
+    with SimulatorThread(config) as sim:
+        use_simulator(sim, monkeypatch, settings, api_key="k")
+        pool = Pool.objects.create(key="sim", provider="runpod", max_pods=1, lanes_per_pod=2)
+        spec = PodSpec(name=f"t{uuid.uuid4().hex[:6]}-sim-0", lanes=2, offer=Offer("G", "SECURE", "DC"), image="i:1")
+        created = RunPodProvider(api_key="k", url_template=sim.pod_url_template).create(spec)
+        pod = Pod.objects.create(
+            pool=pool, name=created.name, provider_id=created.provider_id, lanes=2, state=Pod.State.READY,
+            base_url=sim.pod_url_template.format(pod_id=created.provider_id), ready_at=timezone.now(),
+        )  # fmt: skip
+        yield SimPool(pool, pod, sim)
