@@ -15,9 +15,9 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
-from pods.models import Pod, Pool
+from pods.models import Pool
 from pods.providers.base import ProviderError
-from pods.services import boot, lifecycle, passes, reconcile, scale_requests, scaler
+from pods.services import boot, passes, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +107,3 @@ def scale_pool(request_id: int) -> dict:
 
 def enqueue_scale(request_id: int, *, pool_key: str) -> None:
     _send(scale_pool, request_id, name=f"scale {pool_key}", group="scaler")
-
-
-@retry_on_db_error
-def terminate_at_provider(pod_id: int) -> str:
-    """The provider side of a release asked from the front (spend is already attributed)."""
-    pod = Pod.objects.select_related("pool").get(pk=pod_id)
-    lifecycle.terminate_quietly(pod)
-    return f"{pod.name}: terminated"
-
-
-def enqueue_terminate(pod_id: int, *, pod_name: str) -> None:
-    _send(terminate_at_provider, pod_id, name=f"release {pod_name}", group="scaler")

@@ -149,7 +149,7 @@ def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch
         system.front.stop()
         system.workers.stop()
         for pod in Pod.objects.alive().select_related("pool"):
-            lifecycle.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release_now(pod=pod, reason="test over")
         print(system.logs())
 
 

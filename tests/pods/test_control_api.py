@@ -84,7 +84,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
         assert detail["result"]["ready"] == 1 and detail["result"]["booted"] == 1
     finally:
         for pod in Pod.objects.alive():
-            lifecycle.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release_now(pod=pod, reason="test over")
     assert _get(client, "/v1/runpod/scale/999999", token).status_code == 404
 
 
@@ -102,7 +102,7 @@ def test_release_is_admin_only_idempotent_and_attributes_spend_first(
     assert first.status_code == 200 and first.json()["released"] is True
     assert first.json()["pod"]["state"] == "terminated"
     assert SpendEntry.objects.filter(pod=pod).count() == 1
-    assert queued() == ["pods.tasks.terminate_at_provider"]  # the provider side runs in a worker
+    assert queued() == ["pods.tasks.advance_pods"]  # the provider side: a pass (tests/pods/test_releases.py)
 
     again = _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, admin_token)
     assert again.status_code == 200 and again.json() == {**again.json(), "released": False, "already_ended": True}
