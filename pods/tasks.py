@@ -7,11 +7,8 @@ import inside the function (this module imports pods.services)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 
-from django.utils import timezone
 from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
@@ -69,23 +66,6 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
 def nudge_scaler(pool_id: int) -> None:
     """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
     _send(scaler_tick, pool_id, name=f"tick pool {pool_id}", group="scaler")
-
-
-@retry_on_db_error
-def shed_tick(pool_id: int, at: str) -> str:
-    """A tick at a set time (``at``, ISO 8601): when a surplus pod will have idled long enough."""
-    when = datetime.fromisoformat(at)
-    delay = (when - timezone.now()).total_seconds()
-    if delay > 0:
-        time.sleep(min(delay, scaler.SHED_TICK_HORIZON_SECONDS))
-    if not Pool.objects.filter(pk=pool_id, shed_tick_at=when).update(shed_tick_at=None):
-        return "superseded by an earlier tick"
-    scaler_tick(pool_id)
-    return "ticked"
-
-
-def enqueue_shed_tick(pool_id: int, *, at: datetime) -> None:
-    _send(shed_tick, pool_id, at.isoformat(), name=f"shed tick pool {pool_id}", group="scaler")
 
 
 @retry_on_db_error
