@@ -82,7 +82,8 @@ def enqueue_fetch_catalogue(provider_name: str) -> None:
 
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
-    return scale_requests.scale_request_run(request_id=request_id).to_dict()
+    """The start of a scale request: the warm floor and one tick; passes take it from there."""
+    return scale_requests.scale_request_start(request_id=request_id).to_dict()
 
 
 def enqueue_scale(request_id: int, *, pool_key: str) -> None:
