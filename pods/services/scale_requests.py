@@ -17,6 +17,10 @@ from pods.services.scaler import TickResult, pool_tick
 
 log = logging.getLogger(__name__)
 
+# A started request is looked at this often: soon enough to start the next wave of boots
+# within a few seconds of a pod joining (a boot takes minutes).
+LOOK_SECONDS = 2.0
+
 
 def boot_time_limit() -> timedelta:
     """The longest a boot may take, stage by stage: a wave booted now is done (or failed) by then."""
@@ -71,9 +75,19 @@ def scale_request_start(*, request_id: int) -> ScaleRequest:
 
 
 def scale_requests_due(*, now: datetime, limit: int) -> list[int]:
-    """Every pending request (there are few): each pass looks at each once."""
+    """Pending requests due a look (there are few): a started one every ``LOOK_SECONDS``, one not
+    started yet once its deadline has passed (its start asks for a pass when it runs). Not every
+    pass: a request pending for minutes would otherwise keep passes running back to back."""
     pending = ScaleRequest.objects.filter(state=ScaleRequest.State.PENDING).order_by("created_at")
-    return list(pending.values_list("pk", flat=True)[:limit])
+    due = []
+    for request in pending.only("pk", "result", "created_at", "deadline_at"):
+        if _started(request):
+            checked = request.result.get("checked_at")
+            if checked is None or datetime.fromisoformat(checked) + timedelta(seconds=LOOK_SECONDS) <= now:
+                due.append(request.pk)
+        elif (request.deadline_at or request.created_at + boot_time_limit()) < now:
+            due.append(request.pk)
+    return due[:limit]
 
 
 def scale_request_step(request_id: int) -> None:
@@ -104,7 +118,8 @@ def scale_request_step(request_id: int) -> None:
         tick = pool_tick(pool=pool)  # the next wave toward the target
     elif ready > target and not booting:
         tick = pool_tick(pool=pool, force_shed=True)  # pods busy at the start are released once free
-    result = {**_counted(request.result, tick), **_progress(pool), "boots_failed": len(failed)}
+    result = {**_counted(request.result, tick), **_progress(pool), "boots_failed": len(failed),
+              "checked_at": now.isoformat()}  # fmt: skip
     ready, booting = result["ready"], result["booting"]
     if ready == target and not booting:
         _finish(request, ScaleRequest.State.DONE, result)

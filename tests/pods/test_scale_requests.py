@@ -3,18 +3,27 @@ target (done) or cannot get there (failed), never left pending."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from django.utils import timezone
 from django_q.brokers import get_broker
 
 from pods import tasks
 from pods.models import Alert, Pod, ScaleRequest
-from pods.services import boot, passes
+from pods.services import boot, passes, scale_requests
 from pods.services.scale_requests import scale_request_create, scale_request_step, scale_requests_due
 from tests.pods.conftest import GOOD
 from tools.processes import wait_for
 
 pytestmark = pytest.mark.usefixtures("transactional_db")  # a pass's steps run on threads of their own
+
+
+@pytest.fixture(autouse=True)
+def every_pass_looks(monkeypatch):
+    # A started request is looked at every LOOK_SECONDS (its own test below); here every pass
+    # looks, as if that much time had gone by between the passes the tests run.
+    monkeypatch.setattr(scale_requests, "LOOK_SECONDS", 0.0)
 
 
 def _boot_what_is_booting() -> None:
@@ -122,3 +131,20 @@ def test_a_request_whose_boots_fail_gives_up_once_as_many_failed_as_it_wanted(si
     assert _state(request) == ScaleRequest.State.FAILED
     assert request.result["boots_failed"] == 1 and "1 boots failed" in request.result["error"]
     assert Pod.objects.count() == 1  # no boot after boot while the provider has nothing
+
+
+def test_a_started_request_is_due_a_look_every_few_seconds_not_every_pass(sim, pool, monkeypatch):
+    monkeypatch.setattr(scale_requests, "LOOK_SECONDS", 2.0)
+    request = scale_request_create(pool=pool, pods=1)
+    now = timezone.now()
+    assert scale_requests_due(now=now, limit=10) == []  # not started: only its deadline makes it due
+    assert scale_requests_due(now=request.deadline_at + timezone.timedelta(seconds=1), limit=10) == [request.pk]
+    tasks.scale_pool(request.pk)
+    assert scale_requests_due(now=timezone.now(), limit=10) == [request.pk]  # started: looked at at once
+
+    scale_request_step(request.pk)
+
+    request.refresh_from_db()
+    looked = datetime.fromisoformat(request.result["checked_at"])
+    assert scale_requests_due(now=looked + timezone.timedelta(seconds=1.9), limit=10) == []
+    assert scale_requests_due(now=looked + timezone.timedelta(seconds=2), limit=10) == [request.pk]
