@@ -26,12 +26,13 @@ TERMINATE_RETRY_MAX_SECONDS = 60.0
 def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
     """Record that a pod ended: its pages in flight wait again and its spend is attributed. A pod
     the provider may still run (it has a provider id and was not lost) is terminated there by the
-    next pass (``terminate_step``), tried again until the provider confirms it."""
+    next pass (``terminate_step``), asked for now, tried again until the provider confirms it."""
     with transaction.atomic():
         pod.mark_ended(state, error=error)
         if pod.provider_id and state != Pod.State.LOST:
             pod.terminate_pending, pod.step_at = True, timezone.now()
             pod.save(update_fields=["terminate_pending", "step_at"])
+            transaction.on_commit(passes.pass_request)
         _requeue_pages_of(pod)
         spend_attribute(pod)
     return pod
@@ -48,7 +49,6 @@ def pod_release(*, pod: Pod, reason: str) -> bool:
             return False
         # Ended first: a boot still waiting on this pod sees it and does not join.
         pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
-        transaction.on_commit(passes.pass_request)
     log.info("pod %s released (%s), spend $%s", current.name, reason, current.spend())
     return True
 

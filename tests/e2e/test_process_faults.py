@@ -43,7 +43,7 @@ from accounts.models import ApiToken
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers import get_provider
-from pods.services import lifecycle, reconcile
+from pods.services import lifecycle, passes, reconcile
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
@@ -111,6 +111,9 @@ def simulator(monkeypatch, *, boot_delay_s: float, page_latency_s: float):
     with SimulatorThread(config) as running:
         for name, value in running.endpoint.environment().items():
             monkeypatch.setenv(name, value)  # for this process (reconcile) and, through child_env, the children
+        # Settings read the key and the pod URLs from the environment at start: this process's own too.
+        monkeypatch.setattr(settings, "RUNPOD_API_KEY", running.endpoint.api_key)
+        monkeypatch.setattr(settings, "RUNPOD_POD_URL_TEMPLATE", running.endpoint.pod_url_template)
         yield running
 
 
@@ -185,6 +188,15 @@ def assert_no_pod_unaccounted(provider_name: str) -> None:
     booting = Pod.objects.filter(pool__provider=provider_name, state=Pod.State.BOOTING)
     wait_for(lambda: not booting.exists(), 60,
              lambda: f"a boot never ended: {list(booting.values('name', 'provider_id', 'created_at'))}")  # fmt: skip
+    # Pods that ended are terminated at the provider by the workers' passes. The workers' clock asks
+    # for a pass while a terminate is due; until it lands, this asks where that clock would have.
+    ending = Pod.objects.filter(pool__provider=provider_name, terminate_pending=True)
+
+    def terminated() -> bool:
+        passes.pass_request()
+        return not ending.exists()
+
+    wait_for(terminated, 60, lambda: f"terminates never confirmed: {list(ending.values('name', 'step_at'))}")
     settings.RECONCILE_GRACE_SECONDS = 0
     result = reconcile.reconcile(provider_name=provider_name)
     assert (result.adopted, result.terminated) == ([], []), result
