@@ -68,7 +68,7 @@ def run(args, url: str) -> None:
 
     from pods.models import BootAttempt, Pod, Pool, pod_name
     from pods.services.boot import pod_boot
-    from pods.services.lifecycle import pod_release
+    from pods.services.lifecycle import pod_release_now
 
     gpu_ids = [EMPTY] + [f"GPU-{n:02d}" for n in range(1, GPU_TYPES)]
     pool = Pool.objects.create(
@@ -116,7 +116,7 @@ def run(args, url: str) -> None:
         and stats["catalogue_calls"] <= 1 + int(seconds // 60),
     }
     for pod in Pod.objects.filter(pool=pool).exclude(provider_id=""):
-        pod_release(pod=pod, reason="benchmark over")
+        pod_release_now(pod=pod, reason="benchmark over")
     print(
         f"boots started        {args.boots} at once, {candidates} candidates ({len(DATA_CENTERS)} DCs of {EMPTY} empty)"
     )

@@ -179,7 +179,7 @@ def run(args, children: Children, sim_url: str) -> None:
     from fleetadmin.schedules import setup_schedules
     from ocrjobs.models import Page
     from pods.models import Alert, Pod, Pool
-    from pods.services.lifecycle import pod_release
+    from pods.services.lifecycle import pod_release_now
     from pods.spend import spend_report
     from pods.tasks import nudge_scaler
 
@@ -256,7 +256,7 @@ def run(args, children: Children, sim_url: str) -> None:
     cpu_after = meter.read()
     not_shed = list(Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES).select_related("pool"))
     for pod in not_shed:
-        pod_release(pod=pod, reason="benchmark over")
+        pod_release_now(pod=pod, reason="benchmark over")
     workers_cores, _ = CpuMeter.spent(cpu_before, cpu_after, pods_ended_at - started)
 
     # --- figures ---------------------------------------------------------------------------------

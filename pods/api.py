@@ -123,12 +123,12 @@ def scale_detail(request: HttpRequest, request_id: int) -> JsonResponse:
 
 @api_view(scope="admin", methods=("POST",))
 def release(request: HttpRequest) -> JsonResponse:
-    """End a pod: its spend is attributed now, a worker terminates it. Idempotent."""
+    """End a pod: its spend is attributed now, a pass terminates it at the provider. Idempotent."""
     body = parse_json(request, ReleaseBody)
     pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
     if pod is None:
         raise ApiError(f"no pod {body.pod_id}", 404)
-    released = lifecycle.pod_release_request(pod=pod, reason=body.reason)
+    released = lifecycle.pod_release(pod=pod, reason=body.reason)
     pod.refresh_from_db()
     return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
 

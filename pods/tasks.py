@@ -7,17 +7,14 @@ import inside the function (this module imports pods.services)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 
-from django.utils import timezone
 from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
-from pods.models import Pod, Pool
+from pods.models import Pool
 from pods.providers.base import ProviderError
-from pods.services import boot, lifecycle, passes, reconcile, scale_requests, scaler
+from pods.services import boot, passes, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +69,6 @@ def nudge_scaler(pool_id: int) -> None:
 
 
 @retry_on_db_error
-def shed_tick(pool_id: int, at: str) -> str:
-    """A tick at a set time (``at``, ISO 8601): when a surplus pod will have idled long enough."""
-    when = datetime.fromisoformat(at)
-    delay = (when - timezone.now()).total_seconds()
-    if delay > 0:
-        time.sleep(min(delay, scaler.SHED_TICK_HORIZON_SECONDS))
-    if not Pool.objects.filter(pk=pool_id, shed_tick_at=when).update(shed_tick_at=None):
-        return "superseded by an earlier tick"
-    scaler_tick(pool_id)
-    return "ticked"
-
-
-def enqueue_shed_tick(pool_id: int, *, at: datetime) -> None:
-    _send(shed_tick, pool_id, at.isoformat(), name=f"shed tick pool {pool_id}", group="scaler")
-
-
-@retry_on_db_error
 def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
     from pods import capacity
 
@@ -102,20 +82,9 @@ def enqueue_fetch_catalogue(provider_name: str) -> None:
 
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
-    return scale_requests.scale_request_run(request_id=request_id).to_dict()
+    """The start of a scale request: the warm floor and one tick; passes take it from there."""
+    return scale_requests.scale_request_start(request_id=request_id).to_dict()
 
 
 def enqueue_scale(request_id: int, *, pool_key: str) -> None:
     _send(scale_pool, request_id, name=f"scale {pool_key}", group="scaler")
-
-
-@retry_on_db_error
-def terminate_at_provider(pod_id: int) -> str:
-    """The provider side of a release asked from the front (spend is already attributed)."""
-    pod = Pod.objects.select_related("pool").get(pk=pod_id)
-    lifecycle.terminate_quietly(pod)
-    return f"{pod.name}: terminated"
-
-
-def enqueue_terminate(pod_id: int, *, pod_name: str) -> None:
-    _send(terminate_at_provider, pod_id, name=f"release {pod_name}", group="scaler")

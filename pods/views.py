@@ -33,11 +33,11 @@ def dashboard_sections(request: HttpRequest) -> HttpResponse:
 @require_POST
 def pod_release(request: HttpRequest, pod_id: int) -> HttpResponse:
     """Release the pod as the API does: ended now, its spend attributed, terminated at the
-    provider by a worker. Staff only; idempotent."""
+    provider by a pass. Staff only; idempotent."""
     if not (request.user.is_authenticated and request.user.is_staff):
         return HttpResponseForbidden("releasing a pod is for staff only")
     pod = get_object_or_404(Pod.objects.select_related("pool"), pk=pod_id)
-    if lifecycle.pod_release_request(pod=pod, reason=f"dashboard: {request.user.get_username()}"):
+    if lifecycle.pod_release(pod=pod, reason=f"dashboard: {request.user.get_username()}"):
         log.info("release of %s requested by %s", pod.name, request.user.get_username())
         message = "release requested"
     else:

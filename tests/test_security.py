@@ -378,7 +378,7 @@ def test_the_runpod_key_appears_in_no_log_page_error_row_or_metric(
             )
             assert response.status_code in (200, 503), url
             pages[url] = b"".join(response.streaming_content) if response.streaming else response.content
-        lifecycle.pod_release(pod=ready, reason="test over")
+        lifecycle.pod_release_now(pod=ready, reason="test over")
 
     assert Alert.objects.filter(kind=Alert.Kind.AUTH).exists()  # the refusal was written down, without the key
     assert all(marker.encode() not in content for content in pages.values()), [

@@ -1,56 +1,92 @@
 """A pod's life after it joins: marked busy while it has pages, drained when it fails, ended in the
-database (its pages wait again, its spend is attributed) and terminated at the provider."""
+database (its pages wait again, its spend is attributed) and terminated at the provider by a pass."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.utils import timezone
 
 from pods.models import Pod
 from pods.providers import get_provider
 from pods.providers.base import Provider, ProviderError
+from pods.services import passes
 from pods.spend import spend_attribute
 
 log = logging.getLogger(__name__)
 
+# A terminate the provider refused is tried again after as long as the pod has been ended so far
+# (2, 2, 4, 8 … s), within these bounds: soon at first, then once a minute until it is confirmed.
+TERMINATE_RETRY_MIN_SECONDS = 2.0
+TERMINATE_RETRY_MAX_SECONDS = 60.0
+
 
 def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
-    """Record that a pod ended: its pages in flight wait again and its spend is attributed."""
+    """Record that a pod ended: its pages in flight wait again and its spend is attributed. A pod
+    the provider may still run (it has a provider id and was not lost) is terminated there by the
+    next pass (``terminate_step``), asked for now, tried again until the provider confirms it."""
     with transaction.atomic():
         pod.mark_ended(state, error=error)
+        if pod.provider_id and state != Pod.State.LOST:
+            pod.terminate_pending, pod.step_at = True, timezone.now()
+            pod.save(update_fields=["terminate_pending", "step_at"])
+            transaction.on_commit(passes.pass_request)
         _requeue_pages_of(pod)
         spend_attribute(pod)
     return pod
 
 
-def pod_release(*, pod: Pod, reason: str) -> Pod:
-    """Attribute spend, terminate at the provider, free its pages. Idempotent."""
-    if not pod.is_alive:
-        return pod
-    # Ended first: a boot still waiting on this pod sees it and does not join.
-    pod_end(pod=pod, state=Pod.State.TERMINATED, error=f"released: {reason}")
-    provider = get_provider(pod.pool.provider)
-    _terminate_quietly(provider, pod)
-    log.info("pod %s released (%s), spend $%s", pod.name, reason, pod.spend())
-    return pod
-
-
-def pod_release_request(*, pod: Pod, reason: str) -> bool:
-    """A release asked from the front: ended and its spend attributed now, in the database;
-    terminated at the provider by a worker. False if it had already ended (idempotent)."""
-    from pods.tasks import enqueue_terminate
-
+def pod_release(*, pod: Pod, reason: str) -> bool:
+    """End the pod now, in the database (its pages wait again, its spend is attributed); a pass
+    terminates it at the provider within seconds. False if it had already ended (idempotent)."""
     if not pod.is_alive:
         return False
     with transaction.atomic():
         current = Pod.objects.select_for_update().select_related("pool").get(pk=pod.pk)
         if not current.is_alive:
             return False
+        # Ended first: a boot still waiting on this pod sees it and does not join.
         pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
-        transaction.on_commit(lambda: enqueue_terminate(pod.pk, pod_name=pod.name))
+    log.info("pod %s released (%s), spend $%s", current.name, reason, current.spend())
     return True
+
+
+def pod_release_now(*, pod: Pod, reason: str) -> None:
+    """Release the pod and terminate it at the provider in this process, for when no pass will
+    come (``manage.py up`` stopping its workers, a test or a benchmark cleaning up)."""
+    pod_release(pod=pod, reason=reason)
+    terminate_step(pod.pk)
+
+
+def terminations_due(*, now: datetime, limit: int) -> list[int]:
+    """Ended pods whose provider terminate is not confirmed yet and is due a try, oldest first."""
+    due = Pod.objects.filter(state__in=Pod.ENDED_STATES, terminate_pending=True, step_at__lte=now)
+    return list(due.order_by("step_at").values_list("pk", flat=True)[:limit])
+
+
+def terminate_step(pod_id: int) -> None:
+    """One provider terminate of an ended pod. Confirmed (the provider terminated it, or no longer
+    has it): nothing more to do. Refused: tried again after a back-off. The try is claimed first by
+    moving ``step_at`` to the retry time, so two passes never both call, and a step killed
+    mid-call is tried again at the back-off's pace, not in a hot loop."""
+    pod = Pod.objects.select_related("pool").filter(pk=pod_id, terminate_pending=True).first()
+    if pod is None or pod.is_alive or pod.step_at is None:
+        return
+    now = timezone.now()
+    waited = (now - (pod.ended_at or now)).total_seconds()
+    retry_at = now + timedelta(seconds=min(max(waited, TERMINATE_RETRY_MIN_SECONDS), TERMINATE_RETRY_MAX_SECONDS))
+    claimed = Pod.objects.filter(pk=pod_id, terminate_pending=True, step_at=pod.step_at).update(step_at=retry_at)
+    if not claimed:
+        return  # another pass took this try
+    try:
+        get_provider(pod.pool.provider).terminate(pod.provider_id)
+    except ProviderError as exc:
+        log.warning("terminating %s failed: %s; trying again at %s", pod.name, exc, retry_at.isoformat())
+        return
+    Pod.objects.filter(pk=pod_id, step_at=retry_at).update(terminate_pending=False, step_at=None)
+    log.info("pod %s terminated at %s", pod.name, pod.pool.provider)
 
 
 def pod_drain(*, pod_id: int, error: str) -> bool:
@@ -71,10 +107,6 @@ def pods_mark_busy(*, pod_ids: list[int], at: datetime) -> None:
     """The pods had pages out at ``at``: a shed counts their idle time from then."""
     if pod_ids:
         Pod.objects.filter(pk__in=pod_ids).update(last_busy_at=at)
-
-
-def terminate_quietly(pod: Pod) -> None:
-    _terminate_quietly(get_provider(pod.pool.provider), pod)
 
 
 def _terminate_quietly(provider: Provider, pod: Pod) -> None:

@@ -6,6 +6,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -23,7 +24,7 @@ from pods.spend import jobs_spend
 
 log = logging.getLogger(__name__)
 
-# A shed tick waits in a worker at most this long; later sheds are the schedule's.
+# A pool gets a shed tick of its own when it is due within this long; later sheds are the schedule's.
 SHED_TICK_HORIZON_SECONDS = 90.0
 SHED_TICK_MARGIN_SECONDS = 0.5
 
@@ -217,17 +218,42 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
 
 
 def _tick_when_sheddable(pool: Pool, at) -> None:
-    """Have a tick run at ``at``, when a surplus pod will have idled long enough, if that is
-    sooner than the schedule would come (one such tick per pool, the earliest wins)."""
-    from pods.tasks import enqueue_shed_tick
-
+    """Have a pass tick the pool at ``at``, when a surplus pod will have idled long enough, if that
+    is sooner than the schedule would come (one such tick per pool, the earliest wins). Only a
+    due time on the pool's row: nothing waits for it (``shed_ticks_due`` finds it)."""
     now = timezone.now()
     if (at - now).total_seconds() > SHED_TICK_HORIZON_SECONDS:
         return  # the schedule comes before then
     at = max(at, now) + timezone.timedelta(seconds=SHED_TICK_MARGIN_SECONDS)
     due = Q(shed_tick_at__isnull=True) | Q(shed_tick_at__lt=now) | Q(shed_tick_at__gt=at)
-    if Pool.objects.filter(pk=pool.pk).filter(due).update(shed_tick_at=at):
-        enqueue_shed_tick(pool.pk, at=at)
+    Pool.objects.filter(pk=pool.pk).filter(due).update(shed_tick_at=at)
+
+
+def shed_ticks_due(*, now: datetime, limit: int) -> list[int]:
+    """Pools whose shed tick is due, earliest first."""
+    due = Pool.objects.filter(shed_tick_at__lte=now).order_by("shed_tick_at")
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+def shed_tick_step(pool_id: int) -> bool:
+    """The pool's shed tick, once: its due time is cleared (by whichever pass gets there first),
+    then the provider is reconciled and the pool ticked, as the schedule's tick does. False if
+    it was not due (or another pass took it)."""
+    from pods.providers.base import ProviderError
+    from pods.services.reconcile import reconcile
+
+    pool = Pool.objects.filter(pk=pool_id).first()
+    at = pool.shed_tick_at if pool else None
+    if at is None or at > timezone.now():
+        return False
+    if not Pool.objects.filter(pk=pool_id, shed_tick_at=at).update(shed_tick_at=None):
+        return False
+    try:
+        reconcile(provider_name=pool.provider)
+    except ProviderError as exc:
+        log.warning("reconcile %s failed: %s; ticking on what the database knows", pool.provider, exc)
+    pool_tick(pool=pool)
+    return True
 
 
 def _auth_blocked(pool: Pool) -> str:

@@ -11,8 +11,9 @@ from django.utils import timezone
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Job
 from pods.models import Pod
+from pods.providers.local import LocalProvider
 from tests.factories import pdf_bytes
-from tools.processes import REPO
+from tools.processes import REPO, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -143,5 +144,9 @@ def test_the_dashboard_lives_in_a_browser(live_system, orm_beside_playwright, br
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED
     assert pod.error.startswith("released: dashboard: alice")
+    # A pass in the workers terminates it at the provider (the local pod's process ends).
+    wait_for(lambda: LocalProvider().get(pod.provider_id) is None, SHORT_MS / 1000, "the pod still runs")
+    pod.refresh_from_db()
+    assert not pod.terminate_pending
     assert_not_reloaded(dashboard)
     dashboard.context.close()

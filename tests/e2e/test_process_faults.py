@@ -43,7 +43,7 @@ from accounts.models import ApiToken
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers import get_provider
-from pods.services import lifecycle, reconcile
+from pods.services import lifecycle, passes, reconcile
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
@@ -150,7 +150,7 @@ def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch
         system.front.stop()
         system.workers.stop()
         for pod in Pod.objects.alive().select_related("pool"):
-            lifecycle.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release_now(pod=pod, reason="test over")
         print(system.logs())
 
 
@@ -186,6 +186,15 @@ def assert_no_pod_unaccounted(provider_name: str) -> None:
     booting = Pod.objects.filter(pool__provider=provider_name, state=Pod.State.BOOTING)
     wait_for(lambda: not booting.exists(), 60,
              lambda: f"a boot never ended: {list(booting.values('name', 'provider_id', 'created_at'))}")  # fmt: skip
+    # Pods that ended are terminated at the provider by the workers' passes. The workers' clock asks
+    # for a pass while a terminate is due; until it lands, this asks where that clock would have.
+    ending = Pod.objects.filter(pool__provider=provider_name, terminate_pending=True)
+
+    def terminated() -> bool:
+        passes.pass_request()
+        return not ending.exists()
+
+    wait_for(terminated, 60, lambda: f"terminates never confirmed: {list(ending.values('name', 'step_at'))}")
     settings.RECONCILE_GRACE_SECONDS = 0
     result = reconcile.reconcile(provider_name=provider_name)
     assert (result.adopted, result.terminated) == ([], []), result

@@ -10,8 +10,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from pods import tasks
 from pods.models import Pod, ScaleRequest, SpendEntry
-from pods.services import boot, lifecycle, scale_requests
+from pods.services import boot, lifecycle, passes
+from tools.processes import wait_for
 
 
 def _post(client, path, body, token, content_type="application/json"):
@@ -52,11 +54,9 @@ def test_scale_needs_the_admin_scope(client, submit_token, local_pool):
 
 def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_db, settings, tmp_path, queued):
     from django.contrib.auth import get_user_model
-    from django.db import connection
 
     from accounts.models import ApiToken
     from pods.models import Pool
-    from tools.processes import wait_for
 
     Pool.objects.get_or_create(key="local", defaults={"provider": "local", "max_pods": 1, "lanes_per_pod": 1})
     admin = get_user_model().objects.create_user("ops", password="x", is_staff=True)
@@ -67,25 +67,41 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
     assert response.status_code == 202
     body = response.json()
     assert body["state"] == "pending" and body["url"] == f"/v1/runpod/scale/{body['id']}"
-    assert queued() == ["pods.tasks.scale_pool"]  # the scaling goes on in a worker
-
-    def boot_worker() -> None:  # what a second worker does with the boot the scaling starts
-        pod = wait_for(lambda: Pod.objects.filter(state=Pod.State.BOOTING).first(), 30, "no boot started")
-        boot.pod_boot(pod_id=pod.pk)
-        connection.close()
-
-    booter = threading.Thread(target=boot_worker)
-    booter.start()
+    # A short task starts it (the floor, one tick), passes carry it on: none waits in a worker.
+    assert queued() == ["pods.tasks.scale_pool", "pods.tasks.advance_pods"]
     try:
-        scale_requests.scale_request_run(request_id=body["id"])  # what the first worker does
-        booter.join(timeout=60)
+        tasks.scale_pool(body["id"])  # what a worker does with the first
+        pod = Pod.objects.get(state=Pod.State.BOOTING)
+        boot.pod_boot(pod_id=pod.pk)  # what a worker does with the boot it started (boot steps: the pass)
+        passes.pass_run()  # what a worker does with the second
         detail = _get(client, body["url"], token).json()
         assert detail["state"] == "done", detail
         assert detail["result"]["ready"] == 1 and detail["result"]["booted"] == 1
     finally:
         for pod in Pod.objects.alive():
-            lifecycle.pod_release(pod=pod, reason="test over")
+            lifecycle.pod_release_now(pod=pod, reason="test over")
     assert _get(client, "/v1/runpod/scale/999999", token).status_code == 404
+
+
+def test_scale_waits_for_the_result_on_the_row_and_answers_it_within_wait_s(
+    client, transactional_db, admin_token, local_pool
+):
+    def worker() -> None:  # a worker starts it and a pass finds it done, while the front waits
+        from django.db import connection
+
+        request = wait_for(lambda: ScaleRequest.objects.first(), 30, "no scale request stored")
+        tasks.scale_pool(request.pk)
+        passes.pass_run()
+        connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        response = _post(client, "/v1/runpod/scale", {"pool": "local", "pods": 0, "wait_s": 60}, admin_token)
+    finally:
+        thread.join(timeout=60)
+    assert response.status_code == 200
+    assert response.json()["state"] == "done" and response.json()["result"]["ready"] == 0
 
 
 def test_release_is_admin_only_idempotent_and_attributes_spend_first(
@@ -102,7 +118,7 @@ def test_release_is_admin_only_idempotent_and_attributes_spend_first(
     assert first.status_code == 200 and first.json()["released"] is True
     assert first.json()["pod"]["state"] == "terminated"
     assert SpendEntry.objects.filter(pod=pod).count() == 1
-    assert queued() == ["pods.tasks.terminate_at_provider"]  # the provider side runs in a worker
+    assert queued() == ["pods.tasks.advance_pods"]  # the provider side: a pass (tests/pods/test_releases.py)
 
     again = _post(client, "/v1/runpod/release", {"pod_id": pod.pk}, admin_token)
     assert again.status_code == 200 and again.json() == {**again.json(), "released": False, "already_ended": True}

@@ -18,10 +18,11 @@ from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
-from pods import dashboard, tasks
+from pods import dashboard
 from pods.models import Pod, SpendEntry, pod_name
+from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
-from pods.services import boot, lifecycle
+from pods.services import boot, lifecycle, passes
 from tests.pods.dashboard_fixtures import make_fleet, make_job
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
@@ -283,7 +284,7 @@ def test_the_dollars_per_hour_now_do_not_depend_on_how_far_into_the_minute_it_is
 # --- releasing a pod -----------------------------------------------------------------------------
 
 
-def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_worker(
+def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_pass(
     alice, fleet, empty_queue, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
@@ -299,29 +300,26 @@ def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_worker(
     spent = SpendEntry.objects.filter(pod=fleet.ready).aggregate(total=Sum("dollars"))["total"]
     assert spent == pytest.approx(Decimal("0.22"), abs=Decimal("0.001"))
     tasks = queued_tasks(empty_queue)
-    assert [(t["func"], t["args"]) for t in tasks] == [("pods.tasks.terminate_at_provider", (fleet.ready.pk,))]
+    assert [t["func"] for t in tasks] == ["pods.tasks.advance_pods"]  # one pass asked for, not one per release
+    assert fleet.ready.terminate_pending
     page = text_of(alice.get("/"))
     assert "fa-gpu-ready1: release requested." in page and "fa-gpu-ready1 is already terminated." in page
     assert release_url(fleet.ready) not in section_html(page, "dash-pods")  # gone from the table at once
 
 
-def test_the_release_button_has_a_worker_terminate_the_pod_at_the_provider(
-    sim, pool, alice, empty_queue, django_capture_on_commit_callbacks
-):
+def test_the_release_button_has_a_pass_terminate_the_pod_at_the_provider(sim, pool, alice, transactional_db):
     pod = boot.pod_boot(pod_id=Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
     assert pod.state == Pod.State.READY, pod.error
 
-    with django_capture_on_commit_callbacks(execute=True):
-        response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")
+    response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")
 
     assert "release requested" in text_of(response)
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED and SpendEntry.objects.filter(pod=pod).exists()
     assert sim.stats()["terminate_calls"] == 0  # the front never calls the provider
-    (task,) = queued_tasks(empty_queue)
-    assert task["func"] == "pods.tasks.terminate_at_provider"
-    tasks.terminate_at_provider(*task["args"])  # what the worker does
-    assert sim.stats()["terminate_calls"] == 1
+    assert [t["func"] for t in queued_tasks(get_broker())] == ["pods.tasks.advance_pods"]
+    passes.pass_run()  # what that task does
+    assert sim.stats()["terminate_calls"] == 1 and RunPodProvider().get(pod.provider_id) is None
 
 
 def test_an_htmx_release_answers_with_a_fragment(alice, fleet, empty_queue, django_capture_on_commit_callbacks):

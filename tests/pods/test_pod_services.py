@@ -10,7 +10,7 @@ from django.utils import timezone
 from ocrjobs.models import Document, Job, Page
 from pods.models import Pod
 from pods.providers.local import LocalProvider
-from pods.services import boot, lifecycle, reconcile, scaler
+from pods.services import boot, lifecycle, passes, reconcile, scaler
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
     assert Pod.objects.get().reason == Pod.Reason.WARM
 
 
-def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix):
+def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, transactional_db):
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
     pod = boot.pod_boot(pod_id=pod.pk)
     assert pod.state == Pod.State.READY, pod.error
@@ -73,6 +73,7 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix):
     lifecycle.pod_release(pod=pod, reason="test")
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED and pod.ended_at is not None
+    passes.pass_run()
     assert LocalProvider().get(pod.provider_id) is None
     lifecycle.pod_release(pod=pod, reason="again")  # idempotent
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.TERMINATED

@@ -200,7 +200,7 @@ def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim,
     good_pool.save()
     ready = boot.pod_boot(pod_id=_new_pod(good_pool).pk)  # the catalogue is cached by now
     assert ready.state == Pod.State.READY
-    lifecycle.pod_release(pod=ready, reason="test")
+    lifecycle.pod_release_now(pod=ready, reason="test")  # terminated here, as a pass would
     _pages(good_pool, 2)
     sim.set_faults([{"kind": "bad_key"}])  # RunPod answers 401 to everything, as after a revocation
     creates = sim.stats()["create_calls"]

@@ -12,11 +12,12 @@ from django.utils import timezone
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_cancel
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
-from pods.services import boot, lifecycle, scaler
+from pods.services import boot, lifecycle, passes, scaler
 from pods.spend import job_spend, spend_report
 from tests.pods.conftest import GOOD
 from tests.pods.test_pod_services import _pages
 from tests.runpod import use_simulator
+from tools.processes import wait_for
 
 
 def _pod(pool: Pool, **fields) -> Pod:
@@ -171,9 +172,7 @@ def test_spend_is_attributed_to_jobs_by_busy_time_and_the_rest_to_the_pool(pool)
     assert SpendEntry.objects.filter(pod=pod).count() == 3
 
 
-def test_a_surplus_pod_not_idle_long_enough_gets_a_tick_the_moment_it_is(sim, pool, queued):
-    from pods.tasks import shed_tick
-
+def test_a_surplus_pod_not_idle_long_enough_gets_a_tick_the_moment_it_is(sim, pool, queued, transactional_db):
     pool.idle_seconds = 10
     pool.save()
     last_busy = timezone.now() - timezone.timedelta(seconds=4)
@@ -184,22 +183,49 @@ def test_a_surplus_pod_not_idle_long_enough_gets_a_tick_the_moment_it_is(sim, po
     assert result.shed == []
     pool.refresh_from_db()
     assert pool.shed_tick_at == last_busy + timezone.timedelta(seconds=10.5)
-    assert queued() == ["pods.tasks.shed_tick"]
+    assert queued() == []  # a due time on the pool's row, not a task that sleeps in a worker
     scaler.pool_tick(pool=pool)
-    assert queued() == ["pods.tasks.shed_tick"]  # one such tick per pool
+    pool.refresh_from_db()
+    assert pool.shed_tick_at == last_busy + timezone.timedelta(seconds=10.5)  # one such tick per pool
+    assert scaler.shed_ticks_due(now=timezone.now(), limit=10) == []
+    passes.pass_run()  # a pass before then does not tick the pool
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.READY
 
-    # The tick's time comes (as if the task had slept until then): the pod is shed.
+    # The tick's time comes (as if the clock had moved on): the next pass sheds the pod.
     Pod.objects.filter(pk=pod.pk).update(last_busy_at=last_busy - timezone.timedelta(seconds=10))
-    assert shed_tick(pool.pk, pool.shed_tick_at.isoformat()) == "ticked"
+    Pool.objects.filter(pk=pool.pk).update(shed_tick_at=timezone.now())
+    assert scaler.shed_ticks_due(now=timezone.now(), limit=10) == [pool.pk]
+    result = passes.pass_run()
 
+    assert result.steps["shed tick"] == 1
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED and "idle" in pod.error
     pool.refresh_from_db()
     assert pool.shed_tick_at is None
-    assert (
-        shed_tick(pool.pk, (timezone.now() - timezone.timedelta(seconds=1)).isoformat())
-        == "superseded by an earlier tick"
-    )
+    assert scaler.shed_tick_step(pool.pk) is False  # ticked once, by whichever pass came first
+
+
+def test_passes_shed_an_idling_pod_the_moment_it_has_idled(sim, pool, transactional_db):
+    """Driven by passes on the real clock, as the workers would ask for them: the pod is released
+    once it has idled the pool's idle time, and not before."""
+    pool.idle_seconds = 1
+    pool.save()
+    last_busy = timezone.now()
+    pod = _pod(pool, state=Pod.State.READY, ready_at=last_busy, last_busy_at=last_busy, base_url="http://x")
+    scaler.pool_tick(pool=pool)
+    pool.refresh_from_db()
+    due = pool.shed_tick_at
+    assert due is not None
+
+    def shed() -> bool:
+        passes.pass_run()  # what the workers' clock asks for every PASS_INTERVAL_SECONDS
+        pod.refresh_from_db()
+        return pod.state == Pod.State.TERMINATED
+
+    wait_for(shed, 30, "the idling pod was not shed", interval=0.1)
+    assert pod.ended_at >= due > last_busy + timezone.timedelta(seconds=pool.idle_seconds)
+    assert "idle" in pod.error
 
 
 def test_a_surplus_pod_due_later_than_the_schedule_gets_no_tick_of_its_own(sim, pool, queued):

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand
 from fleetadmin.workers import ended_with
 from pods.models import Pod
 from pods.providers import get_provider
-from pods.services.lifecycle import pod_release
+from pods.services.lifecycle import pod_release, terminate_step
 
 
 class Command(BaseCommand):
@@ -80,8 +80,12 @@ class Command(BaseCommand):
         self.stdout.write("stopped.")
 
     def release_local_pods(self) -> None:
-        for pod in Pod.objects.alive().filter(pool__provider="local").select_related("pool"):
+        local = Pod.objects.filter(pool__provider="local")
+        for pod in local.alive():
             pod_release(pod=pod, reason="fleetadmin stopped")
+        # The workers are stopped: no pass will come, so the terminates are made here.
+        for pod_id in local.filter(terminate_pending=True).values_list("pk", flat=True):
+            terminate_step(pod_id)
         provider = get_provider("local")
         for leftover in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-"):
             provider.terminate(leftover.provider_id)
