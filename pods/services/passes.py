@@ -46,12 +46,15 @@ class Work:
 def kinds_of_work() -> list[Work]:
     from pods.services import boot, lifecycle, scale_requests, scaler
 
-    return [
-        Work("boot", boot.boots_due, boot.boot_step),
-        Work("terminate", lifecycle.terminations_due, lifecycle.terminate_step),
-        Work("shed tick", scaler.shed_ticks_due, scaler.shed_tick_step),
-        Work("scale request", scale_requests.scale_requests_due, scale_requests.scale_request_step),
+    # TEMPORARY (branch boot-steps): the other kinds land from their own branches; until they
+    # do, a pass runs the kinds whose functions exist. Drop this commit when merging them.
+    kinds = [
+        ("boot", boot, "boots_due", "boot_step"),
+        ("terminate", lifecycle, "terminations_due", "terminate_step"),
+        ("shed tick", scaler, "shed_ticks_due", "shed_tick_step"),
+        ("scale request", scale_requests, "scale_requests_due", "scale_request_step"),
     ]
+    return [Work(name, getattr(m, due), getattr(m, step)) for name, m, due, step in kinds if hasattr(m, due)]
 
 
 @dataclass
