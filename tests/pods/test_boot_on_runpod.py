@@ -7,27 +7,29 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from pods import capacity
-from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
-from pods.services import boot, reconcile, scaler
+from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
+from pods.services import boot, passes, reconcile, scaler
 from pods.simulator import app as simulator_app
 from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
+from tests.pods.helpers import boot_until_settled, passes_until_settled
 from tools.processes import REPO, child_env, wait_for
 
 
 def _new_pod(pool: Pool) -> Pod:
-    from pods.models import pod_name
-
     return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
 
 
 def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, pool):
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
     assert boot.pod_is_serving(pod.base_url)
@@ -41,9 +43,9 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
 
 
 def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
-    boot.pod_boot(pod_id=_new_pod(pool).pk)
+    boot_until_settled(_new_pod(pool).pk)
     creates_before = sim.stats()["create_calls"]
-    second = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    second = boot_until_settled(_new_pod(pool).pk)
     assert second.state == Pod.State.READY
     assert sim.stats()["create_calls"] == creates_before + 1  # straight to the candidate with capacity
     blocked = capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1", f"runpod|{GOOD}|SECURE|EU-RO-1"])
@@ -52,7 +54,7 @@ def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
 
 def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, settings):
     settings.CAPACITY_VERDICT_TTL_SECONDS = 0.001
-    boot.pod_boot(pod_id=_new_pod(pool).pk)
+    boot_until_settled(_new_pod(pool).pk)
     assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
     CapacityVerdict.objects.filter(key=key).update(reason="old")
@@ -71,7 +73,7 @@ def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
 
 def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
     settings.RUNPOD_API_KEY = "wrong-key"
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED
     alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
     assert "wrong-key" not in alert.message
@@ -85,7 +87,7 @@ def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
 def test_a_pod_that_never_runs_is_terminated_and_its_spend_recorded(sim, pool, settings):
     settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
     sim.set_faults([{"kind": "boot_stuck", "count": 1}])
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.billed_from is not None and pod.ended_at >= pod.billed_from
     assert pod.spend() > 0
@@ -120,37 +122,76 @@ def test_the_catalogue_is_fetched_once_per_ttl_and_kept_when_a_fetch_fails(sim, 
     assert not fresh.stale and fresh.offers == first.offers
 
 
-ORPHAN_BOOT = """
-import django, os, sys
+PASSES = """
+import django, os, time
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
 django.setup()
-from pods.services.boot import pod_boot
-pod_boot(pod_id=int(sys.argv[1]))
+from pods.services.passes import pass_run
+while True:  # passes, as the workers run them when the clock asks
+    pass_run()
+    time.sleep(0.05)
 """
 
 
-def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool, transactional_db, settings, tmp_path):
-    """The create reaches RunPod, the worker dies before saving: reconcile adopts the pod."""
-    settings.RECONCILE_GRACE_SECONDS = 0.5
-    pod = _new_pod(pool)
-    # Creates go through at once, but their answers are held back: time to kill the worker.
+def _a_pass_killed_mid_create(sim, pool: Pool, tmp_path) -> Pod:
+    """Passes run in a process of their own; it is killed with -9 while a boot step is inside its
+    create call, which RunPod has carried out but not answered yet. The boot is left as that crash
+    leaves it: "creating", no provider id, held by the dead step's lease."""
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod,
+                             **boot.staged(Pod.BootStage.CREATE))  # fmt: skip
+    # Creates go through at once, but their answers are held back: time to kill the process.
     sim.set_faults([{"kind": "slow", "delay_s": 60, "after_execute": True, "operation": "podFindAndDeployOnDemand"}])
     env = child_env(tmp_path, RUNPOD_API_BASE_URL=os.environ["RUNPOD_API_BASE_URL"], RUNPOD_API_KEY=KEY,
                     RUNPOD_POD_URL_TEMPLATE=sim.pod_url_template)  # fmt: skip
-    worker = subprocess.Popen([sys.executable, "-c", ORPHAN_BOOT, str(pod.pk)], cwd=REPO, env=env)
+    worker = subprocess.Popen([sys.executable, "-c", PASSES], cwd=REPO, env=env)
     try:
         wait_for(lambda: sim.stats()["pods_total"] >= 1, 30, "the create never reached the simulator")
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
     pod.refresh_from_db()
-    assert pod.state == Pod.State.BOOTING and pod.provider_id == ""  # the state a crash leaves
+    assert (pod.state, pod.boot_stage, pod.provider_id) == (Pod.State.BOOTING, Pod.BootStage.CREATING, "")
+    assert boot.boots_due(now=timezone.now(), limit=10) == []  # the dead step's lease still holds it
     sim.set_faults([])
+    return pod
+
+
+def _the_dead_leases_lapse(pod: Pod) -> None:
+    """The dead step's lease lapses after BOOT_STEP_LEASE_SECONDS and the dead pass's after
+    PASS_LEASE_SECONDS: aged here rather than waited for."""
+    lapsed = {"task_lease_until": timezone.now() - timedelta(seconds=1)}
+    Pod.objects.filter(pk=pod.pk).update(**lapsed)
+    PassLease.objects.update(**lapsed)
+
+
+def test_a_boot_step_killed_in_its_create_is_resumed_by_the_next_pass_with_one_pod(
+    sim, pool, transactional_db, tmp_path
+):
+    pod = _a_pass_killed_mid_create(sim, pool, tmp_path)
+    assert passes.pass_run() is None  # nor does a pass run while the dead one's lease holds
+
+    _the_dead_leases_lapse(pod)
+    assert passes.pass_run().steps["boot"] == 1  # the next pass: it lists the pods by the boot's name
+
+    pod.refresh_from_db()
+    assert pod.boot_stage == Pod.BootStage.RUNNING and pod.provider_id  # adopted, not created again
+    passes_until_settled(Pod.objects.filter(pk=pod.pk))
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.READY, pod.error
+    assert [p["id"] for p in sim.pods() if p["name"] == pod.name] == [pod.provider_id]
+    assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
+
+
+def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool, transactional_db, settings, tmp_path):
+    """The create reaches RunPod, the step dies before saving, and reconcile comes first: it adopts the pod."""
+    settings.RECONCILE_GRACE_SECONDS = 0.5
+    pod = _a_pass_killed_mid_create(sim, pool, tmp_path)
 
     result = wait_for(lambda: reconcile.reconcile(provider_name="runpod").adopted, 10, "reconcile adopted nothing")
     pod.refresh_from_db()
-    assert result == [pod.name] and pod.provider_id
-    assert boot.pod_boot(pod_id=pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
+    assert result == [pod.name] and pod.provider_id and pod.boot_stage == Pod.BootStage.RUNNING
+    _the_dead_leases_lapse(pod)
+    assert boot_until_settled(pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
     assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
 
 
@@ -161,7 +202,7 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
     stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-nopool-abc", lanes=1,
                                                offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
-    ready = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    ready = boot_until_settled(_new_pod(pool).pk)
     RunPodProvider().terminate(ready.provider_id)  # gone behind our back
 
     result = reconcile.reconcile(provider_name="runpod")
@@ -173,8 +214,9 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
 @pytest.fixture
 def boot_clock(monkeypatch, request):
-    """The ``sim`` simulator on a clock that moves only while a boot sleeps: its pods run, then
-    load their model, after the same polls on any machine (a busy one would find them ready at once)."""
+    """The ``sim`` simulator on a clock that moves only while the boot waits for its next step: its
+    pods run, then load their model, after the same polls on any machine (a busy one would find them
+    ready at once)."""
     now = [0.0]
     monkeypatch.setattr(simulator_app, "Farm", functools.partial(Farm, clock=lambda: now[0]))
     return request.getfixturevalue("sim"), now
@@ -183,18 +225,25 @@ def boot_clock(monkeypatch, request):
 def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, pool, settings, monkeypatch):
     sim, now = boot_clock
     settings.POD_POLL_SECONDS = 0.07
-    slept = []
-    real_sleep = boot.time.sleep
+    polls = []  # (stage, when the step began, the next step it set, when it ended) of the waits
+    step = boot.boot_step
+
+    def timed_step(pod_id):
+        stage, began = Pod.objects.get(pk=pod_id).boot_stage, timezone.now()
+        step(pod_id)
+        after = Pod.objects.get(pk=pod_id)
+        if after.boot_stage == stage and stage in (Pod.BootStage.RUNNING, Pod.BootStage.MODEL):
+            polls.append((stage, began, after.step_at, timezone.now()))
 
     def sleep(seconds):
-        slept.append(("to run" if now[0] < sim.config.boot_delay_s else "to load its model", seconds))
         now[0] += seconds  # the only way the simulator's time passes
-        real_sleep(seconds)
+        time.sleep(seconds)
 
-    monkeypatch.setattr(boot.time, "sleep", sleep)
+    monkeypatch.setattr(boot, "boot_step", timed_step)
 
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk, sleep=sleep)
 
     assert pod.state == Pod.State.READY, pod.error
-    assert {stage for stage, _ in slept} == {"to run", "to load its model"}, slept  # it waited for both
-    assert {seconds for _, seconds in slept} == {settings.POD_POLL_SECONDS}, slept  # not the 0.2 s it had
+    assert {stage for stage, *_ in polls} == {Pod.BootStage.RUNNING, Pod.BootStage.MODEL}, polls  # it waited for both
+    poll = timedelta(seconds=settings.POD_POLL_SECONDS)
+    assert all(began + poll <= next_step <= ended + poll for _, began, next_step, ended in polls), polls

@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 
 from pods.models import Pod, ScaleRequest, SpendEntry
-from pods.services import boot, lifecycle, scale_requests
+from pods.services import lifecycle, scale_requests
+from tests.pods.helpers import boot_until_settled
 
 
 def _post(client, path, body, token, content_type="application/json"):
@@ -71,7 +72,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
 
     def boot_worker() -> None:  # what a second worker does with the boot the scaling starts
         pod = wait_for(lambda: Pod.objects.filter(state=Pod.State.BOOTING).first(), 30, "no boot started")
-        boot.pod_boot(pod_id=pod.pk)
+        boot_until_settled(pod.pk)
         connection.close()
 
     booter = threading.Thread(target=boot_worker)

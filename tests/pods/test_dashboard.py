@@ -21,8 +21,9 @@ from ocrjobs.models import Job, Page
 from pods import dashboard, tasks
 from pods.models import Pod, SpendEntry, pod_name
 from pods.selectors import fleet_status_snapshot
-from pods.services import boot, lifecycle
+from pods.services import lifecycle
 from tests.pods.dashboard_fixtures import make_fleet, make_job
+from tests.pods.helpers import boot_until_settled
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
 STAFF_SECTION_IDS = ["dash-alerts", "dash-boots", "dash-loops"]
@@ -302,7 +303,7 @@ def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_worker(
 def test_the_release_button_has_a_worker_terminate_the_pod_at_the_provider(
     sim, pool, alice, empty_queue, django_capture_on_commit_callbacks
 ):
-    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
+    pod = boot_until_settled(Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
     assert pod.state == Pod.State.READY, pod.error
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -11,6 +11,7 @@ from ocrjobs.models import Document, Job, Page
 from pods.models import Pod
 from pods.providers.local import LocalProvider
 from pods.services import boot, lifecycle, reconcile, scaler
+from tests.pods.helpers import boot_until_settled
 
 
 @pytest.fixture
@@ -65,10 +66,11 @@ def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
 
 def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix):
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
-    pod = boot.pod_boot(pod_id=pod.pk)
+    pod = boot_until_settled(pod.pk)
     assert pod.state == Pod.State.READY, pod.error
     assert boot.pod_is_serving(pod.base_url)
-    assert boot.pod_boot(pod_id=pod.pk).provider_id == pod.provider_id  # run again: nothing new
+    boot.boot_step(pod.pk)  # a step of a pod that joined: nothing new
+    assert boot_until_settled(pod.pk).provider_id == pod.provider_id
 
     lifecycle.pod_release(pod=pod, reason="test")
     pod.refresh_from_db()
@@ -79,7 +81,7 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix):
 
 
 def test_a_pod_whose_process_died_is_marked_lost_and_its_pages_wait_again(local_pool, prefix):
-    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
+    pod = boot_until_settled(Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
     assert pod.state == Pod.State.READY
     page = _pages(local_pool, 1)[0]
     Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, pod=pod, claim_token="x", attempts=1)
