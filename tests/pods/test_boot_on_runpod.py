@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -17,10 +18,13 @@ from django.utils import timezone
 from pods import capacity
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
 from pods.services import boot, passes, reconcile, scaler
+from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator import app as simulator_app
+from pods.simulator.config import GpuTypeConfig
 from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
 from tests.pods.helpers import boot_until_settled, passes_until_settled
+from tests.runpod import use_simulator
 from tools.processes import REPO, child_env, wait_for
 
 
@@ -247,3 +251,60 @@ def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, poo
     assert {stage for stage, *_ in polls} == {Pod.BootStage.RUNNING, Pod.BootStage.MODEL}, polls  # it waited for both
     poll = timedelta(seconds=settings.POD_POLL_SECONDS)
     assert all(began + poll <= next_step <= ended + poll for _, began, next_step, ended in polls), polls
+
+
+@pytest.fixture
+def wide_sim(monkeypatch, settings):
+    """Eight GPU types with room for 64 pods each: every boot of a storm finds a candidate at once."""
+    config = SimConfig(api_key=KEY, boot_delay_s=0.3, model_load_s=0.3, page_latency_s=0.01, gpu_types=[
+        GpuTypeConfig(id=f"GPU {n}", display_name=f"gpu{n}", secure_price=0.20 + n / 100,
+                      capacity={"SECURE": {"DC-1": 64}}) for n in range(8)])  # fmt: skip
+    with SimulatorThread(config) as simulator:
+        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
+        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
+
+
+def test_one_pass_at_a_time_advances_64_boots_on_a_bounded_pool_of_threads(
+    wide_sim, transactional_db, settings, monkeypatch
+):
+    settings.PASS_CONCURRENCY = 8
+    pool = Pool.objects.create(key="wide", provider="runpod", max_pods=64, max_parallel_boots=64, lanes_per_pod=2,
+                               config={"image": "img:1", "candidates": [
+                                   {"gpu_types": [f"GPU {n}" for n in range(8)], "data_centers": ["DC-1"]}]})  # fmt: skip
+    pods = Pod.objects.filter(pool=pool)
+    Pod.objects.bulk_create(
+        Pod(pool=pool, name=pod_name(pool, f"{n:02d}"), lanes=2, **boot.staged(Pod.BootStage.CREATE)) for n in range(64)
+    )
+    lock, running, most, threads = threading.Lock(), [0], [0], set()
+    step = boot.boot_step
+
+    def counted_step(pod_id: int) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            threads.add(threading.get_ident())
+        try:
+            step(pod_id)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(boot, "boot_step", counted_step)
+    capacity.catalogue_get("runpod")  # cached, as after the first boot (a step never waits for it)
+
+    first = passes.pass_run()
+
+    assert (first.steps["boot"], first.errors) == (64, 0)  # every boot moved, in one pass
+    assert set(pods.values_list("boot_stage", flat=True)) == {Pod.BootStage.RUNNING}  # each created, one step
+    assert pods.exclude(provider_id="").count() == 64
+    assert wide_sim.stats()["create_calls"] == 64
+    assert len(threads) <= settings.PASS_CONCURRENCY  # not a thread (nor a worker) per boot
+
+    later = passes_until_settled(pods)
+
+    assert set(pods.values_list("state", flat=True)) == {Pod.State.READY}
+    assert all(result.steps["boot"] <= 64 and not result.errors for result in later)
+    assert most[0] <= settings.PASS_CONCURRENCY  # steps at once, in every pass
+    assert wide_sim.stats()["pods_total"] == 64 and wide_sim.stats()["catalogue_calls"] == 1

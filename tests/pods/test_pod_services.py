@@ -55,6 +55,20 @@ def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_
     assert Pod.objects.alive().count() == 3
 
 
+def test_a_tick_stages_its_boots_for_the_passes_and_asks_for_one(
+    local_pool, prefix, queued, django_capture_on_commit_callbacks
+):
+    _pages(local_pool, 1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        booted = scaler.pool_tick(pool=local_pool).booted
+
+    pod = Pod.objects.get(pk__in=booted)
+    assert (pod.state, pod.boot_stage, pod.provider_id) == (Pod.State.BOOTING, Pod.BootStage.CREATE, "")
+    assert boot.boots_due(now=timezone.now(), limit=10) == [pod.pk]  # its first step is due now
+    assert queued() == ["pods.tasks.advance_pods"]  # a pass, not a task per boot
+
+
 def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
     local_pool.min_pods = 1
     local_pool.max_pods = 3
