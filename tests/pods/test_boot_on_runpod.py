@@ -308,3 +308,115 @@ def test_one_pass_at_a_time_advances_64_boots_on_a_bounded_pool_of_threads(
     assert all(result.steps["boot"] <= 64 and not result.errors for result in later)
     assert most[0] <= settings.PASS_CONCURRENCY  # steps at once, in every pass
     assert wide_sim.stats()["pods_total"] == 64 and wide_sim.stats()["catalogue_calls"] == 1
+
+
+def test_a_pod_released_while_its_create_call_is_out_is_terminated_not_joined(sim, pool, monkeypatch):
+    from pods.providers.runpod import RunPodProvider
+    from pods.services import lifecycle
+
+    create = RunPodProvider.create
+
+    def create_while_released(self, spec):
+        created = create(self, spec)  # RunPod makes the pod; meanwhile a person releases the boot
+        lifecycle.pod_release(pod=Pod.objects.get(name=spec.name), reason="asked meanwhile")
+        return created
+
+    monkeypatch.setattr(RunPodProvider, "create", create_while_released)
+
+    pod = boot_until_settled(_new_pod(pool).pk)
+
+    assert (pod.state, pod.error, pod.ready_at) == (Pod.State.TERMINATED, "released: asked meanwhile", None)
+    assert pod.provider_id  # what the create made is known, and stopped
+    assert [p["id"] for p in sim.pods() if p["desired_status"] != "TERMINATED"] == []
+
+
+# --- the stage limits, counted across steps (aged here rather than waited for) ---------------------
+
+
+def _step_until_stage(pod: Pod, stage: str) -> Pod:
+    for _ in range(50):
+        pod.refresh_from_db()
+        if pod.boot_stage == stage or pod.state != Pod.State.BOOTING:
+            return pod
+        if pod.step_at and (wait := (pod.step_at - timezone.now()).total_seconds()) > 0:
+            time.sleep(wait)
+        boot.boot_step(pod.pk)
+    raise AssertionError(f"{pod.name} never reached {stage}: {pod.boot_stage}")
+
+
+def _age(pod: Pod, seconds: float) -> None:
+    """The stage began ``seconds`` earlier and the next step is due now."""
+    Pod.objects.filter(pk=pod.pk).update(
+        stage_started_at=pod.stage_started_at - timedelta(seconds=seconds), step_at=timezone.now()
+    )
+
+
+def test_a_boot_whose_candidates_other_boots_keep_probing_waits_without_a_call_then_fails_at_its_limit(
+    sim, pool, settings
+):
+    keys = [f"runpod|{gpu}|SECURE|{dc}" for gpu in (EMPTY, GOOD) for dc in ("EU-RO-1", "US-KS-2")]
+    capacity.catalogue_get("runpod")
+    assert all(capacity.probe_acquire(key) for key in keys)  # other boots are trying every candidate
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, "probed"), lanes=2, **boot.staged(Pod.BootStage.CREATE))
+    creates = sim.stats()["create_calls"]
+
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert (pod.state, pod.boot_stage) == (Pod.State.BOOTING, Pod.BootStage.CREATE)
+    assert pod.step_at > timezone.now() - timedelta(seconds=1)  # looked at again soon, not in a hot loop
+    _age(pod, settings.POD_CREATE_TIMEOUT_SECONDS + 1)
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and "no candidate free after" in pod.error
+    assert sim.stats()["create_calls"] == creates  # none was ever free: nothing was created
+
+
+def test_a_pod_whose_model_never_answers_fails_at_the_ready_limit_and_is_terminated(sim, pool, settings):
+    sim.set_faults([{"kind": "model_fail", "count": 1}])
+    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    boot.boot_step(pod.pk)  # the model does not answer: still loading
+    assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
+
+    _age(pod, settings.POD_READY_TIMEOUT_SECONDS + 1)
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and "its model was not ready" in pod.error
+    assert pod.billed_from <= pod.ended_at  # billed until it ended
+    assert sim.stats()["pods_running"] == 0 and sim.stats()["terminate_calls"] == 1
+
+
+def test_while_its_model_loads_a_boot_asks_the_provider_once_a_window_and_fails_if_the_pod_went_away(
+    sim, pool, settings
+):
+    from pods.providers.runpod import RunPodProvider
+
+    sim.set_faults([{"kind": "model_fail", "count": 1}])
+    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    settings.POD_POLL_SECONDS = 10.0  # polls far longer than a step takes, here or on any machine
+    window = timedelta(seconds=settings.POD_POLL_SECONDS * boot.PROVIDER_CHECK_POLLS)
+
+    def step(*, first_of_a_window: bool = False) -> int:
+        """Time passes until the next step is due (the boot's times are moved back, not waited
+        for), then the step; the provider calls it made."""
+        now, calls, row = timezone.now(), sim.stats()["graphql_calls"], Pod.objects.get(pk=pod.pk)
+        if first_of_a_window:  # the stage began a window ago, the step before a poll ago
+            Pod.objects.filter(pk=pod.pk).update(stage_started_at=now - window, step_at=now)
+        else:
+            early = row.step_at - now
+            Pod.objects.filter(pk=pod.pk).update(stage_started_at=row.stage_started_at - early, step_at=now)
+        boot.boot_step(pod.pk)
+        return sim.stats()["graphql_calls"] - calls
+
+    assert [step(), step(), step()] == [0, 0, 0]  # each asks the pod
+    assert step(first_of_a_window=True) == 1  # this one asks the provider instead
+    assert [step(), step()] == [0, 0]
+    assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
+    RunPodProvider().terminate(pod.provider_id)  # gone behind our back
+
+    step(first_of_a_window=True)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and pod.error == "the pod went away while loading its model"
