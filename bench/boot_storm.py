@@ -1,12 +1,14 @@
 """Boot storm: 32 boots at once in a pool of 70 candidates, one GPU type of which has
 no capacity in any of its 7 data centres. Runs against the RunPod simulator (a
-subprocess) through the real SDK and the real boot code.
+subprocess) through the real SDK and the real boot code: the boots are rows that
+real passes advance (``pass_run``, here in this process, asked for every
+PASS_INTERVAL_SECONDS while a boot is due, as the workers' supervisor asks).
 
     .venv/bin/python bench/boot_storm.py [--boots 32] [--database-url postgres://...]
 
-Prints the create calls made, catalogue fetches, boots that succeeded and seconds,
-ending with one JSON line. Goal: create calls <= candidates + boots; at most one
-catalogue fetch per 60 s. (The system this replaced made 2,240 create calls.)
+Prints the create calls made, catalogue fetches, boots that succeeded, passes and
+seconds, ending with one JSON line. Goal: create calls <= candidates + boots; at
+most one catalogue fetch per 60 s. (The system this replaced made 2,240 create calls.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -64,11 +65,13 @@ def main() -> None:
 
 def run(args, url: str) -> None:
     import httpx
+    from django.conf import settings
     from django.db import connection
 
     from pods.models import BootAttempt, Pod, Pool, pod_name
-    from pods.services.boot import pod_boot
+    from pods.services.boot import staged
     from pods.services.lifecycle import pod_release_now
+    from pods.services.passes import pass_run
 
     gpu_ids = [EMPTY] + [f"GPU-{n:02d}" for n in range(1, GPU_TYPES)]
     pool = Pool.objects.create(
@@ -77,25 +80,18 @@ def run(args, url: str) -> None:
                 "candidates": [{"gpu_types": gpu_ids, "cloud_type": "SECURE", "data_centers": DATA_CENTERS}]},
     )  # fmt: skip
     candidates = GPU_TYPES * len(DATA_CENTERS)
-    pods = [
-        Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=4) for _ in range(args.boots)
-    ]
-    connection.close()
-    barrier = threading.Barrier(args.boots)
-
-    def boot(pod_id: int) -> None:
-        barrier.wait()  # all at once
-        try:
-            pod_boot(pod_id=pod_id)
-        finally:
-            connection.close()
-
     started = time.monotonic()
-    threads = [threading.Thread(target=boot, args=(pod.pk,)) for pod in pods]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    Pod.objects.bulk_create(  # all at once, each due now, as a scaler tick stages them
+        Pod(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=4, **staged(Pod.BootStage.CREATE))
+        for _ in range(args.boots)
+    )
+    booting = Pod.objects.filter(pool=pool, state=Pod.State.BOOTING)
+    passes = steps = most = 0
+    while booting.exists():
+        result = pass_run()
+        if result is not None:
+            passes, steps, most = passes + 1, steps + result.steps["boot"], max(most, result.steps["boot"])
+        time.sleep(settings.PASS_INTERVAL_SECONDS)
     seconds = time.monotonic() - started
     stats = httpx.get(f"{url}/sim/stats", timeout=10).json()
     ready = Pod.objects.filter(pool=pool, state=Pod.State.READY).count()
@@ -111,6 +107,10 @@ def run(args, url: str) -> None:
         "create_calls_no_capacity": no_capacity,
         "create_calls_limit": candidates + args.boots,
         "catalogue_fetches": stats["catalogue_calls"],
+        "passes": passes,
+        "boot_steps": steps,
+        "most_steps_in_a_pass": most,
+        "pass_threads": settings.PASS_CONCURRENCY,
         "seconds": round(seconds, 2),
         "goal_met": stats["create_calls"] <= candidates + args.boots
         and stats["catalogue_calls"] <= 1 + int(seconds // 60),
@@ -125,6 +125,9 @@ def run(args, url: str) -> None:
         f"create calls         {stats['create_calls']} ({no_capacity} answered no capacity; limit {candidates + args.boots})"
     )
     print(f"catalogue fetches    {stats['catalogue_calls']} in {seconds:.1f} s")
+    print(
+        f"passes               {passes}: {steps} boot steps, at most {most} in one, on {settings.PASS_CONCURRENCY} threads"
+    )
     print(json.dumps(figures))
 
 

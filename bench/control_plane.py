@@ -8,9 +8,9 @@ A RunPod simulator (a subprocess), a real daphne front and the real workers
 a fresh database. ``--pods`` virtual pods are created through the RunPod provider
 and join the pool ready; pages are stored directly; a scaler tick (the qcluster's
 own schedule, nudged once) starts the dispatcher and boots ``--booting`` more pods.
-Those boots are real django-q2 tasks in the qcluster's workers, polling the
-simulator for pods that never come up (a ``boot_stuck`` fault on their creates),
-so they stay booting for the whole measurement. Once the dispatcher holds 1,000
+Those boots are rows that real passes advance (django-q2 tasks in the qcluster's
+workers), polling the simulator for pods that never come up (a ``boot_stuck`` fault
+on their creates), so they stay booting for the whole measurement. Once the dispatcher holds 1,000
 or more pages (claimed and being forwarded) and every boot has created its pod,
 tools/loadprobe.py measures ``/healthz`` and ``/v1/runpod/status`` (read token)
 from outside at a fixed rate while a sampler reads pages in flight and pods
@@ -332,8 +332,8 @@ def run(args, children: Children, sim_url: str) -> None:
         batch_size=2000,
     )
     token = read_token()
-    # The boots the tick starts create pods that never come up: they stay booting, their
-    # boot tasks polling the simulator, for as long as the measurement lasts.
+    # The boots the tick starts create pods that never come up: they stay booting, passes
+    # polling the simulator for them, for as long as the measurement lasts.
     import httpx
 
     httpx.post(

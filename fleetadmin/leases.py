@@ -58,9 +58,14 @@ def acquire(queryset: QuerySet, *, seconds: float | None = None) -> str | None:
     now = timezone.now()
     token = uuid.uuid4().hex
     seconds = settings.TASK_LEASE_SECONDS if seconds is None else seconds
-    free = Q(task_lease_token="") | Q(task_lease_until__lt=now) | Q(task_lease_until__isnull=True)
-    taken = queryset.filter(free).update(task_lease_until=now + timedelta(seconds=seconds), task_lease_token=token)
+    taken = free(queryset, now=now).update(task_lease_until=now + timedelta(seconds=seconds), task_lease_token=token)
     return token if taken else None
+
+
+def free(queryset: QuerySet, *, now=None) -> QuerySet:
+    """Rows whose lease no task holds at ``now``: queued, never leased, released or lapsed."""
+    now = now or timezone.now()
+    return queryset.filter(Q(task_lease_token="") | Q(task_lease_until__lt=now) | Q(task_lease_until__isnull=True))
 
 
 def renew(queryset: QuerySet, token: str, *, seconds: float | None = None) -> None:

@@ -200,9 +200,9 @@ LOGGING = {
 }
 DISPATCHER_STALE_SECONDS = envfloat("DISPATCHER_STALE_SECONDS", 20.0, minimum=2.0)
 DISPATCHERS_PER_POOL = envint("DISPATCHERS_PER_POOL", 1, minimum=1)
-# Task leases (fleetadmin/leases.py): a split or boot task renews its lease while it
+# Task leases (fleetadmin/leases.py): a split or fetch task renews its lease while it
 # works; the scaler sends again a task that did not start within the grace, or
-# stopped renewing (its worker killed, the broker lost it).
+# stopped renewing (its worker killed, the broker lost it). Boots are steps of passes.
 TASK_LEASE_SECONDS = envfloat("TASK_LEASE_SECONDS", 60.0, minimum=1.0)
 TASK_START_GRACE_SECONDS = envfloat("TASK_START_GRACE_SECONDS", 300.0, minimum=1.0)
 OCR_LANGUAGES = [lang.strip() for lang in envstr("OCR_LANGUAGES", "eng").split(",") if lang.strip()]

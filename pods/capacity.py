@@ -106,11 +106,13 @@ def _from_json(rows: list[dict]) -> list[Offer]:
     ]
 
 
-def catalogue_get(provider_name: str, *, fresh: bool = False) -> Catalogue:
+def catalogue_get(provider_name: str, *, fresh: bool = False, wait: bool = True) -> Catalogue | None:
     """The provider's offers with prices, fetched at most once per ``CATALOGUE_TTL_SECONDS``.
 
     One caller fetches while the others read the last good list; a failed fetch
     keeps the last good list. ``fresh`` skips the age check (a person asking).
+    While another caller fetches the very first list, a caller that must not
+    wait (a boot step) gets None.
     """
     try:
         row, _ = PriceCatalogue.objects.get_or_create(provider=provider_name)
@@ -128,6 +130,8 @@ def catalogue_get(provider_name: str, *, fresh: bool = False) -> Catalogue:
         row.refresh_from_db()
         if row.fetched_at and timezone.now() - row.fetched_at < ttl:
             return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
+        if row.fetched_at is None and not wait:
+            return None
         return _wait_for_fetch(row)
     log.info("fetching the %s price catalogue%s", provider_name, " (asked fresh)" if fresh else "")
     try:

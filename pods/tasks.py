@@ -7,31 +7,20 @@ import inside the function (this module imports pods.services)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from django_q.tasks import async_task
 
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pool
 from pods.providers.base import ProviderError
-from pods.services import boot, passes, reconcile, scale_requests, scaler
+from pods.services import passes, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
 
 
 def _send(task: Callable, *args, name: str, group: str) -> None:
     async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group)
-
-
-@retry_on_db_error
-def boot_pod(pod_id: int) -> str:
-    pod = boot.pod_boot(pod_id=pod_id)
-    return f"{pod.name}: {pod.state}"
-
-
-def enqueue_boots(pod_ids: Iterable[int]) -> None:
-    for pod_id in pod_ids:
-        _send(boot_pod, pod_id, name=f"boot pod {pod_id}", group="boots")
 
 
 @retry_on_db_error
@@ -57,10 +46,13 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     from ocrjobs.services.split import documents_recover
 
     for pool in pools:
-        # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted).
-        boot.boots_recover(pool=pool)
+        # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted). Boots need
+        # no such thing: a step whose worker died leaves a lease that lapses, and the pod is due again.
         documents_recover(pool_id=pool.pk)
-    return [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+    ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+    if passes.pass_due():
+        passes.pass_request()  # boots (and the rest) due now, e.g. after a pass that was lost
+    return ticks
 
 
 def nudge_scaler(pool_id: int) -> None:

@@ -29,11 +29,12 @@ from accounts.models import ApiToken
 from ocrjobs.models import Job, Page
 from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
 from pods.providers.runpod import RunPodProvider
-from pods.services import boot, lifecycle, reconcile
+from pods.services import lifecycle, reconcile
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
+from tests.pods.helpers import boot_until_settled
 from tests.runpod import use_simulator
 from tools.processes import REPO
 
@@ -303,7 +304,7 @@ def _simulator(api_key: str, faults: list[dict] | None = None) -> SimulatorThrea
 
 def _boot(pool: Pool) -> Pod:
     pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
-    return boot.pod_boot(pod_id=pod.pk)
+    return boot_until_settled(pod.pk)
 
 
 def _errors_of(call) -> list[str]:

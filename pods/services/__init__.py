@@ -1,6 +1,6 @@
 """Actions on pools and pods, one module per concern.
 
-- ``boot``: create a pod on a candidate, wait until it serves, join it; boots lost with their tasks.
+- ``boot``: the boot steps (create on a candidate, wait until it runs, until its model answers, join).
 - ``lifecycle``: end a pod, release it, drain it, mark it busy.
 - ``reconcile``: the provider and the database made to agree; orphans adopted.
 - ``scaler``: a pool's demand, the tick that boots and sheds.

@@ -1,6 +1,20 @@
-"""Booting a pod: create it on the cheapest candidate with capacity, wait until it serves, join it.
+"""Booting a pod, one short step at a time: create it on the cheapest candidate with capacity,
+wait until it runs with its port exposed, wait until its model answers, join it.
 
-Everything here blocks (provider calls, HTTP to pods): it runs in django-q2
+A boot is a row: a pod in state BOOTING, its ``boot_stage``, when it entered it
+(``stage_started_at``) and when a pass next looks at it (``step_at``). Passes
+(pods/services/passes.py) advance every due boot by one step: one provider call or one
+health check of the pod, bounded in time; a step never sleeps and never waits in a loop,
+so no worker is held while a pod comes up (invariant 15). The stages:
+
+- ``create``: walk the pool's candidates cheapest first, at most one create call a step;
+- ``creating``: a create call is out. Written (and committed) before the call, so a step
+  that finds a pod here found one whose step died mid-create: it lists the provider's
+  pods by the boot's name and adopts the one it finds, else walks again. One pod per boot;
+- ``running``: created; wait until the provider runs it with its port exposed;
+- ``model``: wait until its model answers, then join (unless a release or a shed came first).
+
+Steps block (provider calls, HTTP to pods): they run on a pass's threads in django-q2
 workers, never in the front's request path.
 """
 
@@ -8,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta
 
 import httpx
 from django.conf import settings
@@ -17,12 +32,13 @@ from django.utils import timezone
 from fleetadmin import leases
 from ocrjobs import selectors
 from pods import capacity
-from pods.models import Alert, BootAttempt, Pod, Pool
-from pods.poolconfig import PoolConfigError, pool_offers
+from pods.models import Alert, BootAttempt, Pod
+from pods.poolconfig import PoolConfigError, RunPodPoolConfig, pool_offers
 from pods.providers import get_provider
 from pods.providers.base import (
     AuthFailed,
     NoCapacity,
+    Offer,
     PodSpec,
     Provider,
     ProviderError,
@@ -30,11 +46,22 @@ from pods.providers.base import (
     Transient,
     UnknownOffer,
 )
-from pods.services.lifecycle import _terminate_quietly, pod_end
+from pods.services.lifecycle import pod_end, pod_terminate_later
 
 log = logging.getLogger(__name__)
 
+Stage = Pod.BootStage
+
 UNKNOWN_OFFER_BLOCK_SECONDS = 3600.0
+# A step holds its pod's lease this long: longer than any one step can take (a RunPod call
+# is at most 3 tries of 30 s), so that no second step ever runs beside a create call still
+# out. A step whose worker died leaves it; the pod is due again once it lapses.
+BOOT_STEP_LEASE_SECONDS = float(capacity.PROBE_LOCK_SECONDS)
+# Every candidate left is being probed by other boots: look again this soon.
+PROBED_ELSEWHERE_SECONDS = 0.2
+# While its model loads, one step in this many asks the provider whether the pod still
+# exists; the others ask the pod whether its model answers.
+PROVIDER_CHECK_POLLS = 5
 
 
 class BootFailed(Exception):
@@ -42,17 +69,7 @@ class BootFailed(Exception):
 
 
 class BootCancelled(BootFailed):
-    """A shed asked this anticipatory boot to stop before it joins."""
-
-
-def _check_cancelled(pod: Pod) -> None:
-    """Between every step of a boot: renew its lease, and stop if the boot is no longer wanted."""
-    leases.renew(Pod.objects.filter(pk=pod.pk), pod.task_lease_token)
-    state, cancel = Pod.objects.filter(pk=pod.pk).values_list("state", "cancel_requested_at").get()
-    if cancel is not None:
-        raise BootCancelled("cancelled by a shed before it joined")
-    if state != Pod.State.BOOTING:
-        raise BootCancelled(f"released while booting ({state})")
+    """A shed asked this anticipatory boot to stop before it joins, or the pod was released."""
 
 
 def pod_engine(base_url: str, *, timeout: float = 2.0) -> dict | None:
@@ -71,155 +88,197 @@ def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
     return pod_engine(base_url, timeout=timeout) is not None
 
 
-def pod_boot(*, pod_id: int) -> Pod:
-    """Create the pod on the cheapest candidate with capacity, wait until it serves, join it.
+# --- the pass's side: which boots are due, one step of one ---------------------------------------
 
-    Safe to run again for the same pod (a worker killed mid-boot is retried):
-    a pod already created, or created under its name before a crash, is waited
-    for, not created twice. Each stage has its own time limit, counted from the
-    pod's creation so that a retried boot keeps them.
-    """
+
+def boots_due(*, now: datetime, limit: int) -> list[int]:
+    """Booting pods whose next step is due and whose lease no step holds, longest waiting first."""
+    due = Pod.objects.filter(state=Pod.State.BOOTING, step_at__lte=now)
+    return list(leases.free(due, now=now).order_by("step_at").values_list("pk", flat=True)[:limit])
+
+
+def boot_step(pod_id: int) -> None:
+    """Advance one booting pod by one step, under its lease (a second pass, on this host or
+    another, leaves it alone). A failure ends the boot: the pod is ended and terminated."""
     row = Pod.objects.filter(pk=pod_id, state=Pod.State.BOOTING)
-    lease = leases.acquire(row)
-    if lease is None:
-        log.info("pod %s: booted already, or another task is booting it", pod_id)
-        return Pod.objects.select_related("pool").get(pk=pod_id)
+    token = leases.acquire(row, seconds=BOOT_STEP_LEASE_SECONDS)
+    if token is None:
+        return  # joined or ended meanwhile, or another step holds it
     try:
-        return _boot(Pod.objects.select_related("pool").get(pk=pod_id))
+        pod = Pod.objects.select_related("pool").get(pk=pod_id)
+        _step(pod, token)
     except leases.LeaseLost:
-        log.warning("pod %s: another task took over its boot", pod_id)
-        return Pod.objects.select_related("pool").get(pk=pod_id)
+        log.warning("pod %s: another step took over its boot", pod_id)
+    except Exception:
+        _next_step(pod_id, in_seconds=settings.POD_POLL_SECONDS)  # tried again at a bounded rate
+        raise
     finally:
-        # Expired now: if it is still booting, the next scaler tick sends it again.
-        leases.release(Pod.objects.filter(pk=pod_id), lease)
+        leases.release(Pod.objects.filter(pk=pod_id), token)
 
 
-def _boot(pod: Pod) -> Pod:
+def _step(pod: Pod, token: str) -> None:
     provider = get_provider(pod.pool.provider)
+    # Pods staged before boots were steps (or by hand) carry no stage: as the migration stages them.
+    stage = pod.boot_stage or (Stage.RUNNING if pod.provider_id else Stage.CREATING)
     try:
-        if not pod.provider_id:
-            _adopt_by_name(pod, provider) or _create_on_a_candidate(pod, provider)
-        seen, engine = _wait_until_serving(pod, provider)
+        if pod.cancel_requested_at is not None:
+            raise BootCancelled("cancelled by a shed before it joined")
+        if pod.state != Pod.State.BOOTING:
+            raise BootCancelled(f"released while booting ({pod.state})")
+        STEPS[stage](pod, provider, token)
     except (BootFailed, ProviderError, PoolConfigError) as exc:
-        log.warning("boot of %s failed: %s", pod.name, exc)
-        if isinstance(exc, AuthFailed):  # refused before any create, e.g. on the catalogue
-            Alert.raise_(pool=pod.pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
-        _terminate_quietly(provider, pod)
-        pod.refresh_from_db()
-        if pod.is_alive:
-            cancelled = isinstance(exc, BootCancelled)
-            pod_end(pod=pod, state=Pod.State.TERMINATED if cancelled else Pod.State.FAILED, error=str(exc))
-        return pod
-    with transaction.atomic():
-        # A release or a shed may have been asked while we waited: then we do not join.
-        current = Pod.objects.select_for_update().get(pk=pod.pk)
-        if current.state != Pod.State.BOOTING or current.cancel_requested_at is not None:
-            _terminate_quietly(provider, pod)
-            if current.is_alive:
-                pod_end(pod=current, state=Pod.State.TERMINATED, error="cancelled by a shed before it joined")
-            return current
-        pod.engine = engine
-        pod.save(update_fields=["engine"])
-        pod.mark_ready(base_url=seen.base_url)
-    log.info("pod %s ready at %s", pod.name, pod.base_url)
-    from ocrjobs.services.dispatchers import dispatch_ensure
-
-    if selectors.pages_waiting(pool_id=pod.pool_id):
-        dispatch_ensure(pool=pod.pool)
-    return pod
+        _boot_end(pod, provider, exc)
 
 
-def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
-    """A boot that died after its create but before saving left a pod under this name."""
-    for found in provider.list(prefix=pod.name):
-        if found.name == pod.name:
-            _save_created(pod, found, None)
-            log.warning("boot of %s: adopted %s, created by an earlier try", pod.name, found.provider_id)
-            return True
-    return False
+def _boot_end(pod: Pod, provider: Provider, exc: Exception) -> None:
+    """The boot failed or was cancelled: the pod ends here and at the provider."""
+    log.warning("boot of %s failed: %s", pod.name, exc)
+    if isinstance(exc, AuthFailed):  # refused before any create, e.g. on the catalogue
+        Alert.raise_(pool=pod.pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
+    pod.refresh_from_db()
+    if pod.is_alive:
+        # Ended here; the next pass terminates it at the provider (tried until confirmed).
+        cancelled = isinstance(exc, BootCancelled)
+        pod_end(pod=pod, state=Pod.State.TERMINATED if cancelled else Pod.State.FAILED, error=str(exc))
+    else:
+        pod_terminate_later(pod=pod)  # ended while this step ran, e.g. released while its create call was out
 
 
-def _save_created(pod: Pod, created: ProviderPod, offer) -> None:
-    pod.provider_id = created.provider_id
-    pod.billed_from = pod.billed_from or timezone.now()
-    fields = ["provider_id", "billed_from"]
-    if offer is not None:
-        pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
-        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr
-        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr"]
-    pod.save(update_fields=fields)
+def staged(stage: str) -> dict:
+    """Field values of a booting pod entering ``stage``, its first step due now (a pass is asked
+    for by whoever writes them, once committed: ``passes.pass_request``)."""
+    now = timezone.now()
+    return {"boot_stage": stage, "stage_started_at": now, "step_at": now}
 
 
-def _create_on_a_candidate(pod: Pod, provider: Provider) -> None:
-    """Walk the pool's candidates cheapest first; each candidate is probed by one boot at a time
-    and skipped by every boot while its "no capacity" verdict lasts."""
-    pool = pod.pool
-    offers, config = pool_offers(pool)
-    catalogue = capacity.catalogue_get(provider.name).offers if config is not None else offers
+def _enter(pod: Pod, stage: str, **fields) -> None:
+    """Move the boot to ``stage``, its first step due now; BootCancelled if it was released meanwhile."""
+    values = staged(stage)
+    if not Pod.objects.filter(pk=pod.pk, state=Pod.State.BOOTING).update(**values, **fields):
+        raise BootCancelled("released while booting")
+    for name, value in {**values, **fields}.items():
+        setattr(pod, name, value)
+
+
+def _next_step(pod_id: int, *, in_seconds: float) -> None:
+    Pod.objects.filter(pk=pod_id, state=Pod.State.BOOTING).update(
+        step_at=timezone.now() + timedelta(seconds=in_seconds)
+    )
+
+
+def _past(started: datetime | None, seconds: float) -> bool:
+    return started is not None and timezone.now() > started + timedelta(seconds=seconds)
+
+
+# --- stage create: one candidate at a time ------------------------------------------------------
+
+
+def _create_step(pod: Pod, provider: Provider, token: str) -> None:
+    """One step of the walk over the pool's candidates, cheapest first. Each candidate is probed
+    by one boot at a time and skipped by every boot while its "no capacity" verdict lasts; the
+    walk tries each candidate once (its create calls so far are its BootAttempt rows)."""
+    offers, config = pool_offers(pod.pool)
+    catalogue = offers
+    if config is not None:
+        fetched = capacity.catalogue_get(provider.name, wait=False)
+        if fetched is None:  # another boot is fetching the first catalogue right now
+            return _walk_later(pod)
+        catalogue = fetched.offers
     candidates = capacity.priced(offers, catalogue)
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
-    deadline = time.monotonic() + settings.POD_CREATE_TIMEOUT_SECONDS
-    errors: dict[str, str] = {}  # candidate -> the last error other than "no capacity"
-    while True:
-        blocked = capacity.blocked_keys(keys)
-        waited_on = 0
-        for offer, key in zip(candidates, keys, strict=True):
-            if key in blocked:
-                continue
-            _check_cancelled(pod)  # released or shed while we walked: create nothing
-            if not capacity.probe_acquire(key):
-                waited_on += 1  # another boot is trying it right now
-                continue
-            spec = PodSpec(
-                name=pod.name,
-                lanes=pod.lanes,
-                offer=offer,
-                image=config.image if config else "",
-                ports=config.ports if config else "",
-                env=config.env if config else {},
-                page_timeout=settings.PAGE_TIMEOUT_SECONDS,
-            )
-            started = time.monotonic()
-            try:
-                created = provider.create(spec)
-            except NoCapacity as exc:
-                errors.pop(key, None)
-                _attempt(pod, key, BootAttempt.Outcome.NO_CAPACITY, exc, started)
-                capacity.probe_finish(key, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
-                continue
-            except UnknownOffer as exc:
-                _attempt(pod, key, BootAttempt.Outcome.UNKNOWN_OFFER, exc, started)
-                capacity.probe_finish(key, blocked_for=UNKNOWN_OFFER_BLOCK_SECONDS, reason=str(exc))
-                Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=f"{key}: {exc}")
-                continue
-            except AuthFailed as exc:
-                _attempt(pod, key, BootAttempt.Outcome.AUTH_FAILED, exc, started)
-                capacity.probe_finish(key)
-                Alert.raise_(pool=pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
-                raise BootFailed(f"the provider refused our credentials: {exc}") from None
-            except Transient as exc:
-                _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
-                capacity.probe_finish(key)
-                errors[key] = str(exc)
-                continue
-            except ValueError as exc:  # a value the SDK cannot send safely
-                _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
-                capacity.probe_finish(key)
-                Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=str(exc))
-                raise BootFailed(str(exc)) from None
-            except BaseException:
-                capacity.probe_finish(key)
-                raise
-            _save_created(pod, created, offer)
-            _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
-            capacity.probe_finish(key)
-            Alert.resolve(pool=pool, kind=Alert.Kind.AUTH)
-            return
-        if not waited_on:
-            raise BootFailed(_none_created(len(candidates), errors))
-        if time.monotonic() > deadline:
-            raise BootFailed(f"no candidate free after {settings.POD_CREATE_TIMEOUT_SECONDS:.0f} s")
-        time.sleep(0.1)
+    tried = _tried_in_this_walk(pod)
+    errors = {key: error for key, (outcome, error) in tried.items() if outcome == BootAttempt.Outcome.TRANSIENT}
+    blocked = capacity.blocked_keys(keys)
+    probed_elsewhere = 0
+    for offer, key in zip(candidates, keys, strict=True):
+        if key in blocked or key in tried:
+            continue
+        if not capacity.probe_acquire(key):
+            probed_elsewhere += 1  # another boot is trying it right now
+            continue
+        return _create_on(pod, provider, token, offer, key, config)
+    if not probed_elsewhere:
+        raise BootFailed(_none_created(len(candidates), errors))
+    _walk_later(pod)
+
+
+def _walk_later(pod: Pod) -> None:
+    if _past(pod.stage_started_at or pod.created_at, settings.POD_CREATE_TIMEOUT_SECONDS):
+        raise BootFailed(f"no candidate free after {settings.POD_CREATE_TIMEOUT_SECONDS:.0f} s")
+    _next_step(pod.pk, in_seconds=PROBED_ELSEWHERE_SECONDS)
+
+
+def _create_on(
+    pod: Pod, provider: Provider, token: str, offer: Offer, key: str, config: RunPodPoolConfig | None
+) -> None:
+    """The one create call of a step, on a candidate whose probe this boot holds."""
+    spec = PodSpec(
+        name=pod.name,
+        lanes=pod.lanes,
+        offer=offer,
+        image=config.image if config else "",
+        ports=config.ports if config else "",
+        env=config.env if config else {},
+        page_timeout=settings.PAGE_TIMEOUT_SECONDS,
+    )
+    started = time.monotonic()
+    try:
+        # Committed before the call: a step that dies inside it leaves "creating", and the
+        # next step looks for the pod by its name before it creates anything.
+        if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(boot_stage=Stage.CREATING):
+            raise leases.LeaseLost(pod.name)
+        created = provider.create(spec)
+        # Still ours? If another step took the boot over, that one adopts this pod by its name.
+        leases.renew(Pod.objects.filter(pk=pod.pk), token, seconds=BOOT_STEP_LEASE_SECONDS)
+    except (NoCapacity, UnknownOffer, AuthFailed, Transient, ValueError) as exc:
+        return _create_refused(pod, provider, key, exc, started)
+    except BaseException:
+        capacity.probe_finish(key)
+        raise
+    _save_created(pod, created, offer)
+    _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
+    capacity.probe_finish(key)
+    Alert.resolve(pool=pod.pool, kind=Alert.Kind.AUTH)
+    _enter(pod, Stage.RUNNING)
+
+
+def _create_refused(pod: Pod, provider: Provider, key: str, exc: Exception, started: float) -> None:
+    """The candidate gave no pod. No capacity and an unknown offer block it for every boot;
+    a refused key or a value the SDK cannot send end this boot; the rest walk on."""
+    pool = pod.pool
+    if isinstance(exc, NoCapacity):
+        _attempt(pod, key, BootAttempt.Outcome.NO_CAPACITY, exc, started)
+        capacity.probe_finish(key, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
+    elif isinstance(exc, UnknownOffer):
+        _attempt(pod, key, BootAttempt.Outcome.UNKNOWN_OFFER, exc, started)
+        capacity.probe_finish(key, blocked_for=UNKNOWN_OFFER_BLOCK_SECONDS, reason=str(exc))
+        Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=f"{key}: {exc}")
+    elif isinstance(exc, AuthFailed):
+        _attempt(pod, key, BootAttempt.Outcome.AUTH_FAILED, exc, started)
+        capacity.probe_finish(key)
+        Alert.raise_(pool=pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
+        raise BootFailed(f"the provider refused our credentials: {exc}")
+    elif isinstance(exc, Transient):
+        _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
+        capacity.probe_finish(key)
+    else:  # a value the SDK cannot send safely
+        _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
+        capacity.probe_finish(key)
+        Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=str(exc))
+        raise BootFailed(str(exc))
+    _walk_on(pod)
+
+
+def _walk_on(pod: Pod) -> None:
+    """This candidate gave no pod: the next step tries the next one, on the next pass."""
+    Pod.objects.filter(pk=pod.pk, state=Pod.State.BOOTING).update(boot_stage=Stage.CREATE, step_at=timezone.now())
+
+
+def _tried_in_this_walk(pod: Pod) -> dict[str, tuple[str, str]]:
+    """Candidate -> (outcome, error) of the create calls this walk made, oldest first."""
+    attempts = pod.boot_attempts.filter(created_at__gte=pod.stage_started_at or pod.created_at)
+    return {key: (outcome, error) for key, outcome, error in attempts.order_by("created_at", "pk").values_list(
+        "candidate", "outcome", "error")}  # fmt: skip
 
 
 def _none_created(candidates: int, errors: dict[str, str]) -> str:
@@ -240,41 +299,94 @@ def _attempt(pod: Pod, key: str, outcome: str, error: Exception | None, started:
     )
 
 
-def _wait_until_serving(pod: Pod, provider: Provider) -> tuple[ProviderPod, dict]:
-    """Stage 2: the provider runs it and exposes its port. Stage 3: its model is loaded.
-    A shed may stop an anticipatory boot at any check, and last of all before it joins."""
-    begun = pod.billed_from or pod.created_at
-    running_by = begun + timezone.timedelta(seconds=settings.POD_RUNNING_TIMEOUT_SECONDS)
-    while True:
-        _check_cancelled(pod)
-        seen = provider.get(pod.provider_id)
-        if seen is None:
-            raise BootFailed("the pod went away while booting")
-        if seen.running and seen.base_url:
-            break
-        if timezone.now() > running_by:
-            raise BootFailed(f"not running after {settings.POD_RUNNING_TIMEOUT_SECONDS:.0f} s")
-        time.sleep(settings.POD_POLL_SECONDS)
-    ready_by = timezone.now() + timezone.timedelta(seconds=settings.POD_READY_TIMEOUT_SECONDS)
-    while (engine := pod_engine(seen.base_url)) is None:
-        _check_cancelled(pod)  # during model load
-        if timezone.now() > ready_by:
-            raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
-        time.sleep(settings.POD_POLL_SECONDS)
+def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
+    pod.provider_id = created.provider_id
+    pod.billed_from = pod.billed_from or timezone.now()
+    fields = ["provider_id", "billed_from"]
+    if offer is not None:
+        pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
+        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr
+        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr"]
+    pod.save(update_fields=fields)
+
+
+# --- stage creating: a step died with its create call out ---------------------------------------
+
+
+def _creating_step(pod: Pod, provider: Provider, token: str) -> None:
+    if _adopt_by_name(pod, provider):
+        _enter(pod, Stage.RUNNING)
+    else:
+        _enter(pod, Stage.CREATE)  # the call never reached the provider: a new walk, its own time limit
+
+
+def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
+    """A step that died after its create but before saving left a pod under this name."""
+    for found in provider.list(prefix=pod.name):
+        if found.name == pod.name:
+            _save_created(pod, found, None)
+            log.warning("boot of %s: adopted %s, created by an earlier step", pod.name, found.provider_id)
+            return True
+    return False
+
+
+# --- stages running and model: one look a step --------------------------------------------------
+
+
+def _running_step(pod: Pod, provider: Provider, token: str) -> None:
+    seen = provider.get(pod.provider_id)
+    if seen is None:
+        raise BootFailed("the pod went away while booting")
+    if seen.running and seen.base_url:
+        return _enter(pod, Stage.MODEL, base_url=seen.base_url)
+    if _past(pod.billed_from or pod.created_at, settings.POD_RUNNING_TIMEOUT_SECONDS):
+        raise BootFailed(f"not running after {settings.POD_RUNNING_TIMEOUT_SECONDS:.0f} s")
+    _next_step(pod.pk, in_seconds=settings.POD_POLL_SECONDS)
+
+
+def _model_step(pod: Pod, provider: Provider, token: str) -> None:
+    if _asks_the_provider(pod):
         if provider.get(pod.provider_id) is None:
             raise BootFailed("the pod went away while loading its model")
-    return seen, engine
+    elif (engine := pod_engine(pod.base_url)) is not None:
+        return _join(pod, provider, engine)
+    if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
+        raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
+    _next_step(pod.pk, in_seconds=settings.POD_POLL_SECONDS)
 
 
-def boots_recover(*, pool: Pool) -> list[int]:
-    """Send again the boot of every booting pod whose task never started or stopped
-    renewing its lease (its worker was killed; the broker lost it). A boot is safe to
-    run again: a pod already created is waited for, not created twice."""
-    from pods.tasks import enqueue_boots
+def _asks_the_provider(pod: Pod) -> bool:
+    """Whether this model-stage step asks the provider instead of the pod: the first step in each
+    window of PROVIDER_CHECK_POLLS polls, counted from the stage's start (never the first step).
+    The previous step ended a poll before this one was due."""
+    if pod.stage_started_at is None or pod.step_at is None:
+        return False
+    window = timedelta(seconds=settings.POD_POLL_SECONDS * PROVIDER_CHECK_POLLS)
+    previous = pod.step_at - timedelta(seconds=settings.POD_POLL_SECONDS)
+    return (timezone.now() - pod.stage_started_at) // window > max(0, (previous - pod.stage_started_at) // window)
 
-    lost = list(leases.expired(pool.pods.filter(state=Pod.State.BOOTING)).values_list("pk", flat=True))
-    if lost:
-        Pod.objects.filter(pk__in=lost).update(**leases.queued())
-        log.warning("pool %s: sending again %d boots whose tasks were lost", pool.key, len(lost))
-        enqueue_boots(lost)
-    return lost
+
+def _join(pod: Pod, provider: Provider, engine: dict) -> None:
+    with transaction.atomic():
+        # A release or a shed may have been asked since this step began: then we do not join.
+        current = Pod.objects.select_for_update().get(pk=pod.pk)
+        if current.state != Pod.State.BOOTING or current.cancel_requested_at is not None:
+            if current.is_alive:  # a released pod was ended, and marked for a terminate, then
+                pod_end(pod=current, state=Pod.State.TERMINATED, error="cancelled by a shed before it joined")
+            return
+        pod.engine, pod.boot_stage, pod.step_at = engine, "", None
+        pod.save(update_fields=["engine", "boot_stage", "step_at"])
+        pod.mark_ready(base_url=pod.base_url)
+    log.info("pod %s ready at %s", pod.name, pod.base_url)
+    from ocrjobs.services.dispatchers import dispatch_ensure
+
+    if selectors.pages_waiting(pool_id=pod.pool_id):
+        dispatch_ensure(pool=pod.pool)
+
+
+STEPS = {
+    Stage.CREATE: _create_step,
+    Stage.CREATING: _creating_step,
+    Stage.RUNNING: _running_step,
+    Stage.MODEL: _model_step,
+}

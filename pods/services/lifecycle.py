@@ -29,13 +29,22 @@ def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
     next pass (``terminate_step``), asked for now, tried again until the provider confirms it."""
     with transaction.atomic():
         pod.mark_ended(state, error=error)
-        if pod.provider_id and state != Pod.State.LOST:
-            pod.terminate_pending, pod.step_at = True, timezone.now()
-            pod.save(update_fields=["terminate_pending", "step_at"])
-            transaction.on_commit(passes.pass_request)
+        pod_terminate_later(pod=pod)
         _requeue_pages_of(pod)
         spend_attribute(pod)
     return pod
+
+
+def pod_terminate_later(*, pod: Pod) -> bool:
+    """Have the next pass terminate an ended pod at the provider, if the provider may run it (it
+    has a provider id, was not lost, and is not marked already): also a pod whose create call came
+    back after it ended (released while a boot step was creating it)."""
+    if not pod.provider_id or pod.state == Pod.State.LOST or pod.terminate_pending:
+        return False
+    pod.terminate_pending, pod.step_at = True, timezone.now()
+    Pod.objects.filter(pk=pod.pk).update(terminate_pending=True, step_at=pod.step_at)
+    transaction.on_commit(passes.pass_request)
+    return True
 
 
 def pod_release(*, pod: Pod, reason: str) -> bool:

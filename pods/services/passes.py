@@ -46,18 +46,11 @@ class Work:
 def kinds_of_work() -> list[Work]:
     from pods.services import boot, lifecycle, scale_requests, scaler
 
-    # TEMPORARY on branch row-releases (drop when boot-steps is merged): a kind of work whose
-    # module does not provide it yet (boots are still tasks here) has nothing due.
-    def work(name, module, due, step):
-        if not hasattr(module, due):
-            return Work(name, lambda *, now, limit: [], lambda row_id: None)
-        return Work(name, getattr(module, due), getattr(module, step))
-
     return [
-        work("boot", boot, "boots_due", "boot_step"),
-        work("terminate", lifecycle, "terminations_due", "terminate_step"),
-        work("shed tick", scaler, "shed_ticks_due", "shed_tick_step"),
-        work("scale request", scale_requests, "scale_requests_due", "scale_request_step"),
+        Work("boot", boot.boots_due, boot.boot_step),
+        Work("terminate", lifecycle.terminations_due, lifecycle.terminate_step),
+        Work("shed tick", scaler.shed_ticks_due, scaler.shed_tick_step),
+        Work("scale request", scale_requests.scale_requests_due, scale_requests.scale_request_step),
     ]
 
 

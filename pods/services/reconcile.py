@@ -6,12 +6,13 @@ import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from fleetadmin import leases
 from pods.models import Pod, Pool
 from pods.providers import get_provider
-from pods.services.boot import _save_created
+from pods.services import passes
+from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
 from pods.services.scaler import pool_demand
 
@@ -42,8 +43,6 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     - a pod the database has but the provider no longer has: lost, its pages wait again;
     - a pod the database ended that still runs: terminated again.
     """
-    from pods.tasks import enqueue_boots
-
     provider = get_provider(provider_name)
     result = ReconcileResult(provider_name)
     remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
@@ -61,18 +60,16 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         row = pods.filter(name=seen.name).first()
         if row is not None and row.is_alive and not row.provider_id:
             _save_created(row, seen, None)  # the boot died between create and save
-            Pod.objects.filter(pk=row.pk).update(**leases.queued())
-            enqueue_boots([row.pk])
+            Pod.objects.filter(pk=row.pk, state=Pod.State.BOOTING).update(**staged(Pod.BootStage.RUNNING))
             result.adopted.append(seen.name)
             continue
         pool = _pool_from_name(seen.name)
         if row is None and pool is not None and pool.provider == provider_name and _pool_wants_one(pool):
-            adopted = Pod.objects.create(
+            Pod.objects.create(
                 pool=pool, name=seen.name, provider_id=provider_id, lanes=pool.lanes_per_pod,
                 cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
-                **leases.queued(),
+                **staged(Pod.BootStage.RUNNING),
             )  # fmt: skip
-            enqueue_boots([adopted.pk])
             result.adopted.append(seen.name)
             continue
         provider.terminate(provider_id)
@@ -81,6 +78,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         if pod.is_alive and provider_id not in remote:
             pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
             result.lost.append(pod.name)
+    if result.adopted:
+        transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
     if result.adopted or result.terminated or result.lost:
         log.warning("reconcile %s: %s", provider_name, result)
     return result

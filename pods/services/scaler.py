@@ -14,11 +14,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fleetadmin import leases
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import pool_offers
+from pods.services import passes
+from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
 from pods.spend import jobs_spend
 
@@ -140,7 +141,6 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     with a page running).
     """
     from ocrjobs.services.dispatchers import dispatch_ensure
-    from pods.tasks import enqueue_boots
 
     pool.refresh_from_db()
     demand = pool_demand(pool)
@@ -174,11 +174,11 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 name=pod_name(pool, uuid.uuid4().hex[:8]),
                 lanes=pool.lanes_per_pod,
                 reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
-                **leases.queued(),
+                **staged(Pod.BootStage.CREATE),
             )
             booted.append(pod.pk)
         if booted:
-            transaction.on_commit(lambda: enqueue_boots(booted))
+            transaction.on_commit(passes.pass_request)  # the boots' first steps are due now
         surplus = len(serving) - demand.wanted
         if surplus > 0:
             # Boots first, anticipatory ones before those booted for pages that are gone since (done,

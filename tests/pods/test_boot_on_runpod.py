@@ -7,27 +7,33 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from pods import capacity
-from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
-from pods.services import boot, reconcile, scaler
+from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
+from pods.services import boot, lifecycle, passes, reconcile, scaler
+from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator import app as simulator_app
+from pods.simulator.config import GpuTypeConfig
 from pods.simulator.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
+from tests.pods.helpers import boot_until_settled, passes_until_settled
+from tests.runpod import use_simulator
 from tools.processes import REPO, child_env, wait_for
 
 
 def _new_pod(pool: Pool) -> Pod:
-    from pods.models import pod_name
-
     return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
 
 
 def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, pool):
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
     assert boot.pod_is_serving(pod.base_url)
@@ -41,9 +47,9 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
 
 
 def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
-    boot.pod_boot(pod_id=_new_pod(pool).pk)
+    boot_until_settled(_new_pod(pool).pk)
     creates_before = sim.stats()["create_calls"]
-    second = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    second = boot_until_settled(_new_pod(pool).pk)
     assert second.state == Pod.State.READY
     assert sim.stats()["create_calls"] == creates_before + 1  # straight to the candidate with capacity
     blocked = capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1", f"runpod|{GOOD}|SECURE|EU-RO-1"])
@@ -52,7 +58,7 @@ def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
 
 def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, settings):
     settings.CAPACITY_VERDICT_TTL_SECONDS = 0.001
-    boot.pod_boot(pod_id=_new_pod(pool).pk)
+    boot_until_settled(_new_pod(pool).pk)
     assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
     CapacityVerdict.objects.filter(key=key).update(reason="old")
@@ -71,7 +77,7 @@ def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
 
 def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
     settings.RUNPOD_API_KEY = "wrong-key"
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED
     alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
     assert "wrong-key" not in alert.message
@@ -85,10 +91,12 @@ def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
 def test_a_pod_that_never_runs_is_terminated_and_its_spend_recorded(sim, pool, settings):
     settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
     sim.set_faults([{"kind": "boot_stuck", "count": 1}])
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.billed_from is not None and pod.ended_at >= pod.billed_from
     assert pod.spend() > 0
+    assert pod.terminate_pending  # the next pass terminates it at the provider
+    lifecycle.terminate_step(pod.pk)  # what that pass does
     assert sim.stats()["pods_running"] == 0
     assert sim.stats()["terminate_calls"] == 1
 
@@ -120,37 +128,76 @@ def test_the_catalogue_is_fetched_once_per_ttl_and_kept_when_a_fetch_fails(sim, 
     assert not fresh.stale and fresh.offers == first.offers
 
 
-ORPHAN_BOOT = """
-import django, os, sys
+PASSES = """
+import django, os, time
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
 django.setup()
-from pods.services.boot import pod_boot
-pod_boot(pod_id=int(sys.argv[1]))
+from pods.services.passes import pass_run
+while True:  # passes, as the workers run them when the clock asks
+    pass_run()
+    time.sleep(0.05)
 """
 
 
-def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool, transactional_db, settings, tmp_path):
-    """The create reaches RunPod, the worker dies before saving: reconcile adopts the pod."""
-    settings.RECONCILE_GRACE_SECONDS = 0.5
-    pod = _new_pod(pool)
-    # Creates go through at once, but their answers are held back: time to kill the worker.
+def _a_pass_killed_mid_create(sim, pool: Pool, tmp_path) -> Pod:
+    """Passes run in a process of their own; it is killed with -9 while a boot step is inside its
+    create call, which RunPod has carried out but not answered yet. The boot is left as that crash
+    leaves it: "creating", no provider id, held by the dead step's lease."""
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod,
+                             **boot.staged(Pod.BootStage.CREATE))  # fmt: skip
+    # Creates go through at once, but their answers are held back: time to kill the process.
     sim.set_faults([{"kind": "slow", "delay_s": 60, "after_execute": True, "operation": "podFindAndDeployOnDemand"}])
     env = child_env(tmp_path, RUNPOD_API_BASE_URL=os.environ["RUNPOD_API_BASE_URL"], RUNPOD_API_KEY=KEY,
                     RUNPOD_POD_URL_TEMPLATE=sim.pod_url_template)  # fmt: skip
-    worker = subprocess.Popen([sys.executable, "-c", ORPHAN_BOOT, str(pod.pk)], cwd=REPO, env=env)
+    worker = subprocess.Popen([sys.executable, "-c", PASSES], cwd=REPO, env=env)
     try:
         wait_for(lambda: sim.stats()["pods_total"] >= 1, 30, "the create never reached the simulator")
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
     pod.refresh_from_db()
-    assert pod.state == Pod.State.BOOTING and pod.provider_id == ""  # the state a crash leaves
+    assert (pod.state, pod.boot_stage, pod.provider_id) == (Pod.State.BOOTING, Pod.BootStage.CREATING, "")
+    assert boot.boots_due(now=timezone.now(), limit=10) == []  # the dead step's lease still holds it
     sim.set_faults([])
+    return pod
+
+
+def _the_dead_leases_lapse(pod: Pod) -> None:
+    """The dead step's lease lapses after BOOT_STEP_LEASE_SECONDS and the dead pass's after
+    PASS_LEASE_SECONDS: aged here rather than waited for."""
+    lapsed = {"task_lease_until": timezone.now() - timedelta(seconds=1)}
+    Pod.objects.filter(pk=pod.pk).update(**lapsed)
+    PassLease.objects.update(**lapsed)
+
+
+def test_a_boot_step_killed_in_its_create_is_resumed_by_the_next_pass_with_one_pod(
+    sim, pool, transactional_db, tmp_path
+):
+    pod = _a_pass_killed_mid_create(sim, pool, tmp_path)
+    assert passes.pass_run() is None  # nor does a pass run while the dead one's lease holds
+
+    _the_dead_leases_lapse(pod)
+    assert passes.pass_run().steps["boot"] == 1  # the next pass: it lists the pods by the boot's name
+
+    pod.refresh_from_db()
+    assert pod.boot_stage == Pod.BootStage.RUNNING and pod.provider_id  # adopted, not created again
+    passes_until_settled(Pod.objects.filter(pk=pod.pk))
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.READY, pod.error
+    assert [p["id"] for p in sim.pods() if p["name"] == pod.name] == [pod.provider_id]
+    assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
+
+
+def test_a_worker_killed_between_create_and_save_leaves_no_pod_billing(sim, pool, transactional_db, settings, tmp_path):
+    """The create reaches RunPod, the step dies before saving, and reconcile comes first: it adopts the pod."""
+    settings.RECONCILE_GRACE_SECONDS = 0.5
+    pod = _a_pass_killed_mid_create(sim, pool, tmp_path)
 
     result = wait_for(lambda: reconcile.reconcile(provider_name="runpod").adopted, 10, "reconcile adopted nothing")
     pod.refresh_from_db()
-    assert result == [pod.name] and pod.provider_id
-    assert boot.pod_boot(pod_id=pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
+    assert result == [pod.name] and pod.provider_id and pod.boot_stage == Pod.BootStage.RUNNING
+    _the_dead_leases_lapse(pod)
+    assert boot_until_settled(pod.pk).state == Pod.State.READY  # the boot goes on, nothing created twice
     assert sim.stats()["pods_total"] == 1  # one pod was ever created, and it serves
 
 
@@ -161,7 +208,7 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
     stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-nopool-abc", lanes=1,
                                                offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
-    ready = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    ready = boot_until_settled(_new_pod(pool).pk)
     RunPodProvider().terminate(ready.provider_id)  # gone behind our back
 
     result = reconcile.reconcile(provider_name="runpod")
@@ -173,8 +220,9 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
 @pytest.fixture
 def boot_clock(monkeypatch, request):
-    """The ``sim`` simulator on a clock that moves only while a boot sleeps: its pods run, then
-    load their model, after the same polls on any machine (a busy one would find them ready at once)."""
+    """The ``sim`` simulator on a clock that moves only while the boot waits for its next step: its
+    pods run, then load their model, after the same polls on any machine (a busy one would find them
+    ready at once)."""
     now = [0.0]
     monkeypatch.setattr(simulator_app, "Farm", functools.partial(Farm, clock=lambda: now[0]))
     return request.getfixturevalue("sim"), now
@@ -183,18 +231,197 @@ def boot_clock(monkeypatch, request):
 def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, pool, settings, monkeypatch):
     sim, now = boot_clock
     settings.POD_POLL_SECONDS = 0.07
-    slept = []
-    real_sleep = boot.time.sleep
+    polls = []  # (stage, when the step began, the next step it set, when it ended) of the waits
+    step = boot.boot_step
+
+    def timed_step(pod_id):
+        stage, began = Pod.objects.get(pk=pod_id).boot_stage, timezone.now()
+        step(pod_id)
+        after = Pod.objects.get(pk=pod_id)
+        if after.boot_stage == stage and stage in (Pod.BootStage.RUNNING, Pod.BootStage.MODEL):
+            polls.append((stage, began, after.step_at, timezone.now()))
 
     def sleep(seconds):
-        slept.append(("to run" if now[0] < sim.config.boot_delay_s else "to load its model", seconds))
         now[0] += seconds  # the only way the simulator's time passes
-        real_sleep(seconds)
+        time.sleep(seconds)
 
-    monkeypatch.setattr(boot.time, "sleep", sleep)
+    monkeypatch.setattr(boot, "boot_step", timed_step)
 
-    pod = boot.pod_boot(pod_id=_new_pod(pool).pk)
+    pod = boot_until_settled(_new_pod(pool).pk, sleep=sleep)
 
     assert pod.state == Pod.State.READY, pod.error
-    assert {stage for stage, _ in slept} == {"to run", "to load its model"}, slept  # it waited for both
-    assert {seconds for _, seconds in slept} == {settings.POD_POLL_SECONDS}, slept  # not the 0.2 s it had
+    assert {stage for stage, *_ in polls} == {Pod.BootStage.RUNNING, Pod.BootStage.MODEL}, polls  # it waited for both
+    poll = timedelta(seconds=settings.POD_POLL_SECONDS)
+    assert all(began + poll <= next_step <= ended + poll for _, began, next_step, ended in polls), polls
+
+
+@pytest.fixture
+def wide_sim(monkeypatch, settings):
+    """Eight GPU types with room for 64 pods each: every boot of a storm finds a candidate at once."""
+    config = SimConfig(api_key=KEY, boot_delay_s=0.3, model_load_s=0.3, page_latency_s=0.01, gpu_types=[
+        GpuTypeConfig(id=f"GPU {n}", display_name=f"gpu{n}", secure_price=0.20 + n / 100,
+                      capacity={"SECURE": {"DC-1": 64}}) for n in range(8)])  # fmt: skip
+    with SimulatorThread(config) as simulator:
+        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
+        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
+
+
+def test_one_pass_at_a_time_advances_64_boots_on_a_bounded_pool_of_threads(
+    wide_sim, transactional_db, settings, monkeypatch
+):
+    settings.PASS_CONCURRENCY = 8
+    pool = Pool.objects.create(key="wide", provider="runpod", max_pods=64, max_parallel_boots=64, lanes_per_pod=2,
+                               config={"image": "img:1", "candidates": [
+                                   {"gpu_types": [f"GPU {n}" for n in range(8)], "data_centers": ["DC-1"]}]})  # fmt: skip
+    pods = Pod.objects.filter(pool=pool)
+    Pod.objects.bulk_create(
+        Pod(pool=pool, name=pod_name(pool, f"{n:02d}"), lanes=2, **boot.staged(Pod.BootStage.CREATE)) for n in range(64)
+    )
+    lock, running, most, threads = threading.Lock(), [0], [0], set()
+    step = boot.boot_step
+
+    def counted_step(pod_id: int) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            threads.add(threading.get_ident())
+        try:
+            step(pod_id)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(boot, "boot_step", counted_step)
+    capacity.catalogue_get("runpod")  # cached, as after the first boot (a step never waits for it)
+
+    first = passes.pass_run()
+
+    assert (first.steps["boot"], first.errors) == (64, 0)  # every boot moved, in one pass
+    assert set(pods.values_list("boot_stage", flat=True)) == {Pod.BootStage.RUNNING}  # each created, one step
+    assert pods.exclude(provider_id="").count() == 64
+    assert wide_sim.stats()["create_calls"] == 64
+    assert len(threads) <= settings.PASS_CONCURRENCY  # not a thread (nor a worker) per boot
+
+    later = passes_until_settled(pods)
+
+    assert set(pods.values_list("state", flat=True)) == {Pod.State.READY}
+    assert all(result.steps["boot"] <= 64 and not result.errors for result in later)
+    assert most[0] <= settings.PASS_CONCURRENCY  # steps at once, in every pass
+    assert wide_sim.stats()["pods_total"] == 64 and wide_sim.stats()["catalogue_calls"] == 1
+
+
+def test_a_pod_released_while_its_create_call_is_out_is_terminated_not_joined(sim, pool, monkeypatch):
+    from pods.providers.runpod import RunPodProvider
+    from pods.services import lifecycle
+
+    create = RunPodProvider.create
+
+    def create_while_released(self, spec):
+        created = create(self, spec)  # RunPod makes the pod; meanwhile a person releases the boot
+        lifecycle.pod_release(pod=Pod.objects.get(name=spec.name), reason="asked meanwhile")
+        return created
+
+    monkeypatch.setattr(RunPodProvider, "create", create_while_released)
+
+    pod = boot_until_settled(_new_pod(pool).pk)
+
+    assert (pod.state, pod.error, pod.ready_at) == (Pod.State.TERMINATED, "released: asked meanwhile", None)
+    assert pod.provider_id and pod.terminate_pending  # what the create made is known, and the next pass stops it
+    lifecycle.terminate_step(pod.pk)  # what that pass does
+    assert [p["id"] for p in sim.pods() if p["desired_status"] != "TERMINATED"] == []
+
+
+# --- the stage limits, counted across steps (aged here rather than waited for) ---------------------
+
+
+def _step_until_stage(pod: Pod, stage: str) -> Pod:
+    for _ in range(50):
+        pod.refresh_from_db()
+        if pod.boot_stage == stage or pod.state != Pod.State.BOOTING:
+            return pod
+        if pod.step_at and (wait := (pod.step_at - timezone.now()).total_seconds()) > 0:
+            time.sleep(wait)
+        boot.boot_step(pod.pk)
+    raise AssertionError(f"{pod.name} never reached {stage}: {pod.boot_stage}")
+
+
+def _age(pod: Pod, seconds: float) -> None:
+    """The stage began ``seconds`` earlier and the next step is due now."""
+    Pod.objects.filter(pk=pod.pk).update(
+        stage_started_at=pod.stage_started_at - timedelta(seconds=seconds), step_at=timezone.now()
+    )
+
+
+def test_a_boot_whose_candidates_other_boots_keep_probing_waits_without_a_call_then_fails_at_its_limit(
+    sim, pool, settings
+):
+    keys = [f"runpod|{gpu}|SECURE|{dc}" for gpu in (EMPTY, GOOD) for dc in ("EU-RO-1", "US-KS-2")]
+    capacity.catalogue_get("runpod")
+    assert all(capacity.probe_acquire(key) for key in keys)  # other boots are trying every candidate
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, "probed"), lanes=2, **boot.staged(Pod.BootStage.CREATE))
+    creates = sim.stats()["create_calls"]
+
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert (pod.state, pod.boot_stage) == (Pod.State.BOOTING, Pod.BootStage.CREATE)
+    assert pod.step_at > timezone.now() - timedelta(seconds=1)  # looked at again soon, not in a hot loop
+    _age(pod, settings.POD_CREATE_TIMEOUT_SECONDS + 1)
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and "no candidate free after" in pod.error
+    assert sim.stats()["create_calls"] == creates  # none was ever free: nothing was created
+
+
+def test_a_pod_whose_model_never_answers_fails_at_the_ready_limit_and_is_terminated(sim, pool, settings):
+    sim.set_faults([{"kind": "model_fail", "count": 1}])
+    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    boot.boot_step(pod.pk)  # the model does not answer: still loading
+    assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
+
+    _age(pod, settings.POD_READY_TIMEOUT_SECONDS + 1)
+    boot.boot_step(pod.pk)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and "its model was not ready" in pod.error
+    assert pod.billed_from <= pod.ended_at  # billed until it ended
+    assert pod.terminate_pending  # the next pass terminates it at the provider
+    lifecycle.terminate_step(pod.pk)  # what that pass does
+    assert sim.stats()["pods_running"] == 0 and sim.stats()["terminate_calls"] == 1
+
+
+def test_while_its_model_loads_a_boot_asks_the_provider_once_a_window_and_fails_if_the_pod_went_away(
+    sim, pool, settings
+):
+    from pods.providers.runpod import RunPodProvider
+
+    sim.set_faults([{"kind": "model_fail", "count": 1}])
+    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    settings.POD_POLL_SECONDS = 10.0  # polls far longer than a step takes, here or on any machine
+    window = timedelta(seconds=settings.POD_POLL_SECONDS * boot.PROVIDER_CHECK_POLLS)
+
+    def step(*, first_of_a_window: bool = False) -> int:
+        """Time passes until the next step is due (the boot's times are moved back, not waited
+        for), then the step; the provider calls it made."""
+        now, calls, row = timezone.now(), sim.stats()["graphql_calls"], Pod.objects.get(pk=pod.pk)
+        if first_of_a_window:  # the stage began a window ago, the step before a poll ago
+            Pod.objects.filter(pk=pod.pk).update(stage_started_at=now - window, step_at=now)
+        else:
+            early = row.step_at - now
+            Pod.objects.filter(pk=pod.pk).update(stage_started_at=row.stage_started_at - early, step_at=now)
+        boot.boot_step(pod.pk)
+        return sim.stats()["graphql_calls"] - calls
+
+    assert [step(), step(), step()] == [0, 0, 0]  # each asks the pod
+    assert step(first_of_a_window=True) == 1  # this one asks the provider instead
+    assert [step(), step()] == [0, 0]
+    assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
+    RunPodProvider().terminate(pod.provider_id)  # gone behind our back
+
+    step(first_of_a_window=True)
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.FAILED and pod.error == "the pod went away while loading its model"

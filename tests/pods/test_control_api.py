@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from pods import tasks
 from pods.models import Pod, ScaleRequest, SpendEntry
-from pods.services import boot, lifecycle, passes
+from pods.services import lifecycle, passes
+from tests.pods.helpers import boot_until_settled
 from tools.processes import wait_for
 
 
@@ -72,7 +73,7 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
     try:
         tasks.scale_pool(body["id"])  # what a worker does with the first
         pod = Pod.objects.get(state=Pod.State.BOOTING)
-        boot.pod_boot(pod_id=pod.pk)  # what a worker does with the boot it started (boot steps: the pass)
+        boot_until_settled(pod.pk)  # what passes do with the boot it started
         passes.pass_run()  # what a worker does with the second
         detail = _get(client, body["url"], token).json()
         assert detail["state"] == "done", detail

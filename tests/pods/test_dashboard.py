@@ -22,8 +22,9 @@ from pods import dashboard
 from pods.models import Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
-from pods.services import boot, lifecycle, passes
+from pods.services import lifecycle, passes
 from tests.pods.dashboard_fixtures import make_fleet, make_job
+from tests.pods.helpers import boot_until_settled
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
 STAFF_SECTION_IDS = ["dash-alerts", "dash-boots", "dash-loops"]
@@ -308,7 +309,7 @@ def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_pass(
 
 
 def test_the_release_button_has_a_pass_terminate_the_pod_at_the_provider(sim, pool, alice, transactional_db):
-    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
+    pod = boot_until_settled(Pod.objects.create(pool=pool, name=pod_name(pool, "dash"), lanes=pool.lanes_per_pod).pk)
     assert pod.state == Pod.State.READY, pod.error
 
     response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")

@@ -11,6 +11,7 @@ from ocrjobs.models import Document, Job, Page
 from pods.models import Pod
 from pods.providers.local import LocalProvider
 from pods.services import boot, lifecycle, passes, reconcile, scaler
+from tests.pods.helpers import boot_until_settled
 
 
 @pytest.fixture
@@ -54,6 +55,20 @@ def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_
     assert Pod.objects.alive().count() == 3
 
 
+def test_a_tick_stages_its_boots_for_the_passes_and_asks_for_one(
+    local_pool, prefix, queued, django_capture_on_commit_callbacks
+):
+    _pages(local_pool, 1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        booted = scaler.pool_tick(pool=local_pool).booted
+
+    pod = Pod.objects.get(pk__in=booted)
+    assert (pod.state, pod.boot_stage, pod.provider_id) == (Pod.State.BOOTING, Pod.BootStage.CREATE, "")
+    assert boot.boots_due(now=timezone.now(), limit=10) == [pod.pk]  # its first step is due now
+    assert queued() == ["pods.tasks.advance_pods"]  # a pass, not a task per boot
+
+
 def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
     local_pool.min_pods = 1
     local_pool.max_pods = 3
@@ -65,10 +80,11 @@ def test_a_tick_without_work_keeps_the_warm_floor_only(local_pool, prefix):
 
 def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, transactional_db):
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
-    pod = boot.pod_boot(pod_id=pod.pk)
+    pod = boot_until_settled(pod.pk)
     assert pod.state == Pod.State.READY, pod.error
     assert boot.pod_is_serving(pod.base_url)
-    assert boot.pod_boot(pod_id=pod.pk).provider_id == pod.provider_id  # run again: nothing new
+    boot.boot_step(pod.pk)  # a step of a pod that joined: nothing new
+    assert boot_until_settled(pod.pk).provider_id == pod.provider_id
 
     lifecycle.pod_release(pod=pod, reason="test")
     pod.refresh_from_db()
@@ -80,7 +96,7 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, 
 
 
 def test_a_pod_whose_process_died_is_marked_lost_and_its_pages_wait_again(local_pool, prefix):
-    pod = boot.pod_boot(pod_id=Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
+    pod = boot_until_settled(Pod.objects.create(pool=local_pool, name=f"{prefix}-local-lost", lanes=1).pk)
     assert pod.state == Pod.State.READY
     page = _pages(local_pool, 1)[0]
     Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, pod=pod, claim_token="x", attempts=1)

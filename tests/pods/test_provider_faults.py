@@ -1,6 +1,6 @@
 """The RunPod API misbehaving during boots: 5xx, slow answers, no capacity anywhere, a revoked key.
 
-Every test drives the real boot (``boot.pod_boot``) and the real tick
+Every test drives the real boot steps (``boot.boot_step``, until the pod settles) and the real tick
 (``scaler.pool_tick``) through the unmodified SDK against the simulator,
 with faults injected there. Each ends by checking that no pod runs at the
 simulator that the database does not count as alive (after a reconcile that
@@ -17,8 +17,9 @@ import pytest
 from django.utils import timezone
 
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, pod_name
-from pods.services import boot, lifecycle, reconcile, scaler
+from pods.services import lifecycle, reconcile, scaler
 from tests.pods.conftest import EMPTY, GOOD
+from tests.pods.helpers import boot_until_settled, terminate_what_ended
 from tests.pods.test_pod_services import _pages
 
 CREATE = "podFindAndDeployOnDemand"
@@ -44,9 +45,9 @@ def _new_pod(pool: Pool) -> Pod:
 
 
 def _tick_and_boot(pool: Pool) -> list[Pod]:
-    """One scaler tick, then the boots it started, run here as the workers would run them."""
+    """One scaler tick, then the boots it started, stepped here as passes would step them."""
     booted = scaler.pool_tick(pool=pool).booted
-    return [boot.pod_boot(pod_id=pod_id) for pod_id in booted]
+    return [boot_until_settled(pod_id) for pod_id in booted]
 
 
 def assert_no_pod_unaccounted(sim, settings) -> None:
@@ -68,7 +69,7 @@ def assert_no_pod_unaccounted(sim, settings) -> None:
 def test_a_create_answered_with_5xx_is_retried_and_the_boot_succeeds(sim, good_pool, settings, body):
     sim.set_faults([{"kind": "http_error", "status": 502, "body": body, "count": 2, "operation": CREATE}])
 
-    pod = boot.pod_boot(pod_id=_new_pod(good_pool).pk)
+    pod = boot_until_settled(_new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     stats = sim.stats()
@@ -82,7 +83,7 @@ def test_a_create_whose_answer_was_lost_to_a_5xx_makes_one_pod_not_two(sim, good
     # The create took effect at RunPod; only its answer was a 502. The retry must find that pod.
     sim.set_faults([{"kind": "http_error", "status": 502, "count": 1, "operation": CREATE, "after_execute": True}])
 
-    pod = boot.pod_boot(pod_id=_new_pod(good_pool).pk)
+    pod = boot_until_settled(_new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert sim.stats()["pods_created"] == 1
@@ -93,7 +94,7 @@ def test_a_create_whose_answer_was_lost_to_a_5xx_makes_one_pod_not_two(sim, good
 def test_5xx_while_waiting_for_the_pod_to_run_are_retried(sim, good_pool, settings):
     sim.set_faults([{"kind": "http_error", "status": 503, "count": 2, "operation": "pod"}])
 
-    pod = boot.pod_boot(pod_id=_new_pod(good_pool).pk)
+    pod = boot_until_settled(_new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert sim.stats()["http_errors_injected"] == 2
@@ -129,7 +130,7 @@ def test_slow_answers_within_the_limits_still_boot(sim, good_pool, settings):
     sim.set_faults([{"kind": "slow", "delay_s": 0.4, "count": 10}])
     started = time.monotonic()
 
-    pod = boot.pod_boot(pod_id=_new_pod(good_pool).pk)
+    pod = boot_until_settled(_new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert time.monotonic() - started >= 1.2  # the answers really were slow
@@ -144,10 +145,11 @@ def test_a_slow_create_past_the_stage_limit_still_leaves_no_pod_running(sim, goo
     sim.set_faults([{"kind": "slow", "delay_s": 0.5, "count": 1, "operation": CREATE},
                     {"kind": "boot_stuck", "count": 1}])  # fmt: skip
 
-    pod = boot.pod_boot(pod_id=_new_pod(good_pool).pk)
+    pod = boot_until_settled(_new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.spend() > 0
+    assert terminate_what_ended() == 1  # what the next pass does
     assert sim.stats()["pods_total"] == 0
     assert_no_pod_unaccounted(sim, settings)
 
@@ -198,7 +200,7 @@ def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim,
     settings.SCALE_SECONDS_PER_PAGE_GUESS = 1.0
     good_pool.max_pods = 1
     good_pool.save()
-    ready = boot.pod_boot(pod_id=_new_pod(good_pool).pk)  # the catalogue is cached by now
+    ready = boot_until_settled(_new_pod(good_pool).pk)  # the catalogue is cached by now
     assert ready.state == Pod.State.READY
     lifecycle.pod_release_now(pod=ready, reason="test")  # terminated here, as a pass would
     _pages(good_pool, 2)

@@ -11,9 +11,10 @@ from django_q.brokers import get_broker
 
 from pods import tasks
 from pods.models import Alert, Pod, ScaleRequest
-from pods.services import boot, passes, scale_requests
+from pods.services import passes, scale_requests
 from pods.services.scale_requests import scale_request_create, scale_request_step, scale_requests_due
 from tests.pods.conftest import GOOD
+from tests.pods.helpers import boot_until_settled
 from tools.processes import wait_for
 
 pytestmark = pytest.mark.usefixtures("transactional_db")  # a pass's steps run on threads of their own
@@ -27,10 +28,9 @@ def every_pass_looks(monkeypatch):
 
 
 def _boot_what_is_booting() -> None:
-    """Boots are still tasks (boot_pod) on this branch: run them here as the workers would.
-    With boot steps the pass itself advances them, and this goes."""
+    """Drive the boots to their end here, as passes would, without running the other kinds of work."""
     for pod_id in Pod.objects.filter(state=Pod.State.BOOTING, cancel_requested_at=None).values_list("pk", flat=True):
-        boot.pod_boot(pod_id=pod_id)
+        boot_until_settled(pod_id)
 
 
 def _state(request: ScaleRequest) -> str:
@@ -50,8 +50,7 @@ def test_a_target_above_max_parallel_boots_ends_done_at_the_target(sim, pool):
     def advanced() -> bool:
         nonlocal most_booting
         most_booting = max(most_booting, Pod.objects.filter(state=Pod.State.BOOTING).count())
-        _boot_what_is_booting()
-        passes.pass_run()  # what the workers' clock asks for every PASS_INTERVAL_SECONDS
+        passes.pass_run()  # what the workers' clock asks for every PASS_INTERVAL_SECONDS: boot steps too
         return _state(request) != ScaleRequest.State.PENDING
 
     wait_for(advanced, 120, lambda: f"still pending: {request.result}")

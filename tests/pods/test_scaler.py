@@ -12,9 +12,10 @@ from django.utils import timezone
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_cancel
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
-from pods.services import boot, lifecycle, passes, scaler
+from pods.services import lifecycle, passes, scaler
 from pods.spend import job_spend, spend_report
 from tests.pods.conftest import GOOD
+from tests.pods.helpers import boot_until_settled, terminate_what_ended
 from tests.pods.test_pod_services import _pages
 from tests.runpod import use_simulator
 from tools.processes import wait_for
@@ -83,7 +84,7 @@ def test_a_shed_stops_an_anticipatory_boot_before_it_joins_but_not_one_pages_nee
     warm = _pod(pool, reason=Pod.Reason.WARM)
     needed = _pod(pool, reason=Pod.Reason.DEMAND)
     _pages(pool, 1)  # one page waits: one pod wanted, two booting
-    threads = [threading.Thread(target=boot.pod_boot, kwargs={"pod_id": pk}) for pk in (warm.pk, needed.pk)]
+    threads = [threading.Thread(target=boot_until_settled, args=(pk,)) for pk in (warm.pk, needed.pk)]
     for thread in threads:
         thread.start()
 
@@ -96,6 +97,7 @@ def test_a_shed_stops_an_anticipatory_boot_before_it_joins_but_not_one_pages_nee
     needed.refresh_from_db()
     assert warm.state == Pod.State.TERMINATED and "cancelled by a shed" in warm.error
     assert needed.state == Pod.State.READY
+    terminate_what_ended()  # what the next pass does
     assert slow_loading_sim.stats()["pods_running"] == 1
 
 

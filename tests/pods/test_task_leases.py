@@ -1,5 +1,5 @@
-"""Task leases: a split or a boot whose task the broker lost is sent again by the scaler,
-and never runs twice at once."""
+"""Task leases: a split whose task the broker lost is sent again by the scaler, a boot whose step
+died is due again once its lease lapses, and neither runs twice at once."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from fleetadmin import leases
 from ocrjobs.models import Document, Job
 from ocrjobs.services.split import document_split, documents_recover
 from pods.models import BootAttempt, Pod, pod_name
-from pods.providers import get_provider
 from pods.services import boot
 from tests.factories import pdf_bytes
 from tests.ocrjobs.helpers import submit
+from tests.pods.helpers import boot_until_settled
 
 pytestmark = pytest.mark.django_db
 
@@ -108,47 +108,58 @@ def test_the_scaler_sends_again_the_splits_and_fetches_whose_tasks_were_lost(ord
     assert documents_recover(pool_id=waiting.pool_id) == []  # not again before its grace ends
 
 
-def test_the_scaler_sends_again_the_boots_whose_tasks_were_lost(local_pool, queued):
-    def pod(state: str) -> Pod:
+def test_a_boot_is_due_once_its_step_is_and_no_step_holds_its_lease(local_pool):
+    def pod(state: str = Pod.State.BOOTING, **fields) -> Pod:
         return Pod.objects.create(pool=local_pool, name=pod_name(local_pool, uuid.uuid4().hex[:8]), state=state,
-                                  **leases.queued())  # fmt: skip
+                                  **{**boot.staged(Pod.BootStage.RUNNING), **fields})  # fmt: skip
 
-    lost, fresh, ready = pod(Pod.State.BOOTING), pod(Pod.State.BOOTING), pod(Pod.State.READY)
-    expire(Pod.objects.filter(pk__in=[lost.pk, ready.pk]))
+    waiting = pod()
+    later = pod(step_at=timezone.now() + timedelta(minutes=1))
+    stepping, dead = pod(), pod()
+    pod(Pod.State.READY)
+    assert leases.acquire(Pod.objects.filter(pk=stepping.pk))  # a step works on it now
+    assert leases.acquire(Pod.objects.filter(pk=dead.pk))
+    expire(Pod.objects.filter(pk=dead.pk))  # the step's worker was killed: its lease lapsed
 
-    assert boot.boots_recover(pool=local_pool) == [lost.pk]
-    assert queued() == ["pods.tasks.boot_pod"]
-    assert boot.boots_recover(pool=local_pool) == []
-    assert fresh.pk not in boot.boots_recover(pool=local_pool)
+    assert boot.boots_due(now=timezone.now(), limit=10) == [waiting.pk, dead.pk]
+    assert boot.boots_due(now=timezone.now(), limit=1) == [waiting.pk]  # the longest waiting first
+    assert later.pk in boot.boots_due(now=later.step_at, limit=10)
 
 
 def test_a_boot_whose_lease_another_task_holds_creates_nothing(sim, pool):
-    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=2, **leases.queued())
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=2,
+                             **boot.staged(Pod.BootStage.CREATE))  # fmt: skip
     held = leases.acquire(Pod.objects.filter(pk=pod.pk))
 
-    boot.pod_boot(pod_id=pod.pk)
+    boot.boot_step(pod.pk)
 
     pod.refresh_from_db()
     assert (pod.state, pod.provider_id, pod.task_lease_token) == (Pod.State.BOOTING, "", held)
     assert not BootAttempt.objects.filter(pod=pod).exists()
 
 
-def test_a_boot_that_lost_its_lease_midway_stops_without_failing_or_terminating_the_pod(sim, pool, monkeypatch):
-    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=2, **leases.queued())
+def test_a_boot_step_that_lost_its_lease_in_its_create_leaves_the_pod_to_the_holder(sim, pool, monkeypatch):
+    pod = Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=2,
+                             **boot.staged(Pod.BootStage.CREATE))  # fmt: skip
     renew = leases.renew
     calls = []
 
-    def taken_over_after_the_create(queryset, token, **kwargs):
+    def taken_over_during_the_create(queryset, token, **kwargs):
         calls.append(token)
-        if Pod.objects.filter(pk=pod.pk).exclude(provider_id="").exists():
-            expire(Pod.objects.filter(pk=pod.pk))
-            leases.acquire(Pod.objects.filter(pk=pod.pk))
+        expire(Pod.objects.filter(pk=pod.pk))
+        leases.acquire(Pod.objects.filter(pk=pod.pk))  # another step, after this one looked dead
         renew(queryset, token, **kwargs)
 
-    monkeypatch.setattr(leases, "renew", taken_over_after_the_create)
-    boot.pod_boot(pod_id=pod.pk)
+    monkeypatch.setattr(leases, "renew", taken_over_during_the_create)
+    while not calls:  # the walk: candidates without capacity first, then the create that is taken over
+        assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
+        boot.boot_step(pod.pk)
+    monkeypatch.setattr(leases, "renew", renew)
 
     pod.refresh_from_db()
-    assert calls and pod.provider_id  # it created the pod, then lost the lease
-    assert pod.state == Pod.State.BOOTING  # left to the task that holds it: not failed, not terminated
-    assert get_provider("runpod").get(pod.provider_id) is not None  # still there for the holder to wait for
+    assert pod.state == Pod.State.BOOTING  # left to the step that holds it: not failed, not terminated
+    assert (pod.boot_stage, pod.provider_id) == (Pod.BootStage.CREATING, "")  # nor saved by the one that lost it
+    [created] = [p for p in sim.pods() if p["name"] == pod.name]
+    expire(Pod.objects.filter(pk=pod.pk))  # the holder's step ends (its lease lapses)
+    assert boot_until_settled(pod.pk).provider_id == created["id"]  # the next step adopts it by its name
+    assert sim.stats()["pods_total"] == 1
