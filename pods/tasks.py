@@ -14,6 +14,7 @@ from datetime import datetime
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from fleetadmin.clusters import PASSES, SHORT, cluster_name
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pod, Pool
 from pods.providers.base import ProviderError
@@ -22,8 +23,10 @@ from pods.services import boot, lifecycle, passes, reconcile, scale_requests, sc
 log = logging.getLogger(__name__)
 
 
-def _send(task: Callable, *args, name: str, group: str) -> None:
-    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group)
+def _send(task: Callable, *args, name: str, group: str, work_class: str = SHORT) -> None:
+    """Queue a task for its work class's cluster (fleetadmin/clusters.py)."""
+    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group,
+               cluster=cluster_name(work_class))  # fmt: skip
 
 
 @retry_on_db_error
@@ -45,7 +48,8 @@ def advance_pods() -> str:
 
 
 def enqueue_pass() -> None:
-    _send(advance_pods, name="pass", group="passes")
+    """To the passes cluster: a pass never waits behind splits."""
+    _send(advance_pods, name="pass", group="passes", work_class=PASSES)
 
 
 @retry_on_db_error
@@ -63,7 +67,12 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
         # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted).
         boot.boots_recover(pool=pool)
         documents_recover(pool_id=pool.pk)
-    return [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+    ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+    try:
+        passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
+    except Exception:
+        log.exception("asking for a pass failed; the workers' clock asks again")
+    return ticks
 
 
 def nudge_scaler(pool_id: int) -> None:
