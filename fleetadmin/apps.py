@@ -15,9 +15,11 @@ WORKER_MODULES = ("pods.providers.runpod", "pods.tasks", "ocrjobs.tasks")
 
 def forks_workers(argv: list[str]) -> bool:
     """Whether this process runs a django-q2 cluster, which forks the workers: ``manage.py qcluster``,
-    or the cluster that ``manage.py workers`` starts (``workers --cluster``), not its supervisor."""
+    or a cluster that ``manage.py workers`` starts (``workers --cluster <class>``, one per work
+    class), not its supervisor."""
     command = argv[1] if len(argv) > 1 else ""
-    return command == "qcluster" or (command == "workers" and "--cluster" in argv[2:])
+    cluster = any(arg == "--cluster" or arg.startswith("--cluster=") for arg in argv[2:])
+    return command == "qcluster" or (command == "workers" and cluster)
 
 
 class FleetadminConfig(AppConfig):

@@ -13,13 +13,16 @@ SCHEDULES = [
 
 
 def setup_schedules() -> list[str]:
+    """Upsert every schedule, pinned to the short tasks' cluster (fleetadmin/clusters.py)."""
     from django_q.models import Schedule
+
+    from fleetadmin.clusters import SHORT, cluster_name
 
     names = []
     for spec in SCHEDULES:
         spec = dict(spec)
         name = spec.pop("name")
-        Schedule.objects.update_or_create(name=name, defaults={**spec, "repeats": -1})
+        Schedule.objects.update_or_create(name=name, defaults={**spec, "repeats": -1, "cluster": cluster_name(SHORT)})
         names.append(name)
     Schedule.objects.exclude(name__in=names).filter(func__startswith=("pods.")).delete()
     Schedule.objects.exclude(name__in=names).filter(func__startswith=("ocrjobs.")).delete()

@@ -132,9 +132,14 @@ else:
 # django-q2. The database, not the broker, keeps every page: a task lost by
 # the broker is started again by the scaler tick. `retry` stays well above
 # `timeout` so a slow task is never run twice at once.
+# Work comes in three classes, each a cluster with capacity of its own (fleetadmin/clusters.py):
+# short tasks (this cluster, Q_WORKERS), passes and dispatch loops (ALT_CLUSTERS, below).
+# Q_CLUSTER_NAME names the deployment's queues; the other classes' clusters run under
+# "<name>:passes" and "<name>:dispatch", which is how django-q2 picks their ALT_CLUSTERS entry.
+Q_CLUSTER_NAME = envstr("Q_CLUSTER_NAME", "fleetadmin").partition(":")[0]
 Q_TIMEOUT = envint("Q_TIMEOUT", 900, minimum=30)
 Q_CLUSTER = {
-    "name": envstr("Q_CLUSTER_NAME", "fleetadmin"),
+    "name": Q_CLUSTER_NAME,
     "workers": envint("Q_WORKERS", 4, minimum=1),
     "recycle": 500,
     "timeout": Q_TIMEOUT,
@@ -183,7 +188,7 @@ DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
 PAGE_CLAIM_SECONDS = envfloat("PAGE_CLAIM_SECONDS", 60.0, minimum=1.0)
 PAGE_MAX_ATTEMPTS = envint("PAGE_MAX_ATTEMPTS", 3, minimum=1)
 PAGE_TIMEOUT_SECONDS = envfloat("PAGE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
-DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", Q_TIMEOUT * 0.8, minimum=10.0)
+DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 
 # Pods.
 DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
@@ -235,6 +240,23 @@ PASS_BATCH = envint("PASS_BATCH", 500, minimum=1)
 PASS_INTERVAL_SECONDS = envfloat("PASS_INTERVAL_SECONDS", 0.5, minimum=0.05)
 PASS_LEASE_SECONDS = 300.0  # a pass ends long before: each step is bounded by its own timeouts
 PASS_START_GRACE_SECONDS = 30.0  # a queued pass that did not start by then was lost: sent again
+# The other work classes' clusters (fleetadmin/clusters.py). Passes: one runs at a time
+# deployment-wide (its lease), so one worker is enough, and a pass never queues behind short
+# tasks. Dispatch loops: one worker each; `manage.py workers` sizes the cluster to
+# DISPATCHERS_PER_POOL × pools (Q_DISPATCH_WORKERS is what it tells that cluster), and its time
+# limit leaves a loop that reached DISPATCH_MAX_SECONDS the time to finish the pages in flight.
+Q_PASS_WORKERS = envint("Q_PASS_WORKERS", 1, minimum=1)
+Q_DISPATCH_WORKERS = envint("Q_DISPATCH_WORKERS", DISPATCHERS_PER_POOL, minimum=1)
+Q_PASS_TIMEOUT = int(PASS_LEASE_SECONDS)
+Q_DISPATCH_TIMEOUT = int(DISPATCH_MAX_SECONDS + PAGE_TIMEOUT_SECONDS + 60)
+Q_CLUSTER["ALT_CLUSTERS"] = {
+    f"{Q_CLUSTER_NAME}:passes": {"workers": Q_PASS_WORKERS, "timeout": Q_PASS_TIMEOUT, "retry": Q_PASS_TIMEOUT * 2},
+    f"{Q_CLUSTER_NAME}:dispatch": {
+        "workers": Q_DISPATCH_WORKERS,
+        "timeout": Q_DISPATCH_TIMEOUT,
+        "retry": Q_DISPATCH_TIMEOUT * 2,
+    },
+}
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)
 AUTH_RETRY_SECONDS = envfloat("AUTH_RETRY_SECONDS", 300.0, minimum=1.0)
 SCALE_TARGET_SECONDS = envfloat("SCALE_TARGET_SECONDS", 120.0, minimum=1.0)

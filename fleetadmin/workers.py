@@ -1,4 +1,5 @@
-"""The workers: django-q2's cluster, under a supervisor that starts it afresh when it breaks.
+"""The workers: a django-q2 cluster per work class (fleetadmin/clusters.py), under a supervisor
+that starts each afresh when it breaks.
 
 django-q2's processes share multiprocessing queues whose locks are plain semaphores. An idle
 worker waits for its next task inside ``Queue.get`` holding the task queue's read lock; killed
@@ -11,11 +12,12 @@ inside the cluster, so the cluster is ended as a whole and started again:
 - ``GuardedSentinel`` ends its cluster, instead of reincarnating, when it finds one of its
   processes killed by a signal. It never signals a process it still guards (a worker it stops for
   a timeout leaves the pool first), and recycled or timed-out workers exit by themselves with 0;
-- ``Supervisor`` runs the cluster in a process group of its own. When the cluster exits, or one of
+- ``Supervisor`` runs each cluster in a process group of its own. When a cluster exits, or one of
   its processes stays dead and unreaped for ``stuck_seconds`` (the Sentinel's guard loop is stuck,
-  e.g. on the timer lock of a worker killed while holding it), it kills the whole group and starts
-  a new cluster. SIGTERM or Ctrl-C gives the workers ``grace_seconds`` to finish, then kills the
-  group. A supervisor killed with -9 takes its cluster with it (the kernel sends it SIGTERM).
+  e.g. on the timer lock of a worker killed while holding it), it kills that cluster's whole group
+  and starts it anew; the other clusters run on (their queues' locks are their own). SIGTERM or
+  Ctrl-C gives the workers ``grace_seconds`` to finish, then kills every group. A supervisor
+  killed with -9 takes its clusters with it (the kernel sends each SIGTERM).
 
 Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits,
 fetches and boots, whose rows hold task leases, are sent again by the scaler tick once their
@@ -30,7 +32,8 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -217,71 +220,122 @@ def ended_with(parent: int):
     return end_with_parent
 
 
-class Supervisor:
-    """Runs ``argv`` (one cluster) in its own process group and starts it again whenever it breaks.
+@dataclass
+class Supervised:
+    """One cluster the supervisor keeps running (a work class's): how to start it, and its state."""
 
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+    started: float | None = None  # monotonic time of the latest start
+    start_at: float = 0.0  # when to start it (again), while it is not running
+    quick_failures: int = 0
+    restarts: int = 0
+    watch: DeadWatch | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    """Runs each cluster (``argv``, or several ``Supervised``) in a process group of its own and starts
+    one again, alone, whenever it breaks: the others run on.
+
+    One thread watches them all and forks every cluster: the kernel's "parent died" signal
+    (``ended_with``) follows the thread that forked, so it must be one that lives as long as the
+    supervisor. ``clock``, if given, is called every ``clock_seconds`` in between (the pass clock).
     ``run()`` returns after ``stop()`` (the command calls it on SIGTERM and SIGINT), once every
-    process of the group has ended.
+    process of every cluster has ended.
     """
 
     def __init__(
         self,
-        argv: list[str],
+        clusters: list[str] | list[Supervised],
         *,
         cwd: str | Path | None = None,
         env: dict[str, str] | None = None,
         grace_seconds: float = 10.0,
         stuck_seconds: float = 60.0,
         poll_seconds: float = 0.5,
+        clock: Callable[[], object] | None = None,
+        clock_seconds: float = 0.5,
     ):
-        self.argv = argv
+        if clusters and isinstance(clusters[0], str):  # one cluster, given by its argv
+            clusters = [Supervised("cluster", list(clusters), env)]
+        self.clusters: list[Supervised] = list(clusters)
         self.cwd = cwd
-        self.env = env
         self.grace_seconds = grace_seconds
         self.stuck_seconds = stuck_seconds
         self.poll_seconds = poll_seconds
-        self.restarts = 0
-        self.child: subprocess.Popen | None = None
+        self.clock = clock
+        self.clock_seconds = clock_seconds
         # A flag, not a threading.Event: stop() runs in signal handlers, and Event.set() there can
         # deadlock on the lock that the interrupted Event.wait() holds.
         self._stopping = False
+
+    @property
+    def restarts(self) -> int:
+        return sum(cluster.restarts for cluster in self.clusters)
 
     def stop(self) -> None:
         self._stopping = True
 
     def run(self) -> None:
-        quick_failures = 0
+        next_clock = time.monotonic()
         while not self._stopping:
-            started = time.monotonic()
-            self.child = subprocess.Popen(
-                self.argv, cwd=self.cwd, env=self.env, process_group=0, preexec_fn=ended_with(os.getpid())
-            )
-            log.info("workers started (cluster pid %s)", self.child.pid)
-            reason = self._watch(self.child)
-            if reason is None:
-                break
-            log.critical("the workers broke (%s); ending every process of the cluster and starting anew", reason)
-            self._end(self.child, grace_seconds=0)
-            quick_failures = 0 if time.monotonic() - started >= HEALTHY_SECONDS else quick_failures + 1
-            if not self._sleep(restart_delay(quick_failures)):
-                self.restarts += 1
+            now = time.monotonic()
+            for cluster in self.clusters:
+                self._supervise(cluster, now)
+            wake = now + self.poll_seconds
+            if self.clock is not None:
+                if time.monotonic() >= next_clock:
+                    self.clock()
+                    next_clock = time.monotonic() + self.clock_seconds
+                wake = min(wake, next_clock)
+            for cluster in self.clusters:
+                if cluster.popen is None:
+                    wake = min(wake, cluster.start_at)
+            self._sleep(wake - time.monotonic())
         log.info("stopping the workers")
-        self._end(self.child, grace_seconds=self.grace_seconds)
+        self._end([cluster.popen for cluster in self.clusters], grace_seconds=self.grace_seconds)
         log.info("workers stopped")
 
-    def _watch(self, child: subprocess.Popen) -> str | None:
-        """Why the cluster must be started anew, or None once asked to stop."""
-        watch = DeadWatch(self.stuck_seconds)
-        while True:
-            code = child.poll()
-            if code is not None:
-                return describe_exit(code)
-            cluster = [p for p in process_tree(child.pid) if p.pgrp == child.pid]  # local pods have their own
-            stuck = watch.stuck(cluster, child.pid, time.monotonic())
-            if stuck is not None:
-                return f"process {stuck.pid} has been dead and unreaped for {self.stuck_seconds:g} s"
-            if self._sleep(self.poll_seconds):
-                return None
+    def _supervise(self, cluster: Supervised, now: float) -> None:
+        """Start a cluster that is due to start; end a broken one, to be started after a delay."""
+        if cluster.popen is None:
+            if now >= cluster.start_at:
+                self._start(cluster)
+            return
+        reason = self._broken(cluster, now)
+        if reason is None:
+            return
+        log.critical("the %s workers broke (%s); ending every process of their cluster and starting it anew",
+                     cluster.name, reason)  # fmt: skip
+        self._end([cluster.popen], grace_seconds=0)
+        cluster.popen = None
+        healthy = cluster.started is not None and now - cluster.started >= HEALTHY_SECONDS
+        cluster.quick_failures = 0 if healthy else cluster.quick_failures + 1
+        cluster.start_at = time.monotonic() + restart_delay(cluster.quick_failures)
+
+    def _start(self, cluster: Supervised) -> None:
+        if cluster.started is not None:
+            cluster.restarts += 1
+        cluster.popen = subprocess.Popen(
+            cluster.argv, cwd=self.cwd, env=cluster.env, process_group=0, preexec_fn=ended_with(os.getpid())
+        )
+        cluster.started = time.monotonic()
+        cluster.watch = DeadWatch(self.stuck_seconds)
+        log.info("%s workers started (cluster pid %s)", cluster.name, cluster.popen.pid)
+
+    def _broken(self, cluster: Supervised, now: float) -> str | None:
+        """Why the cluster must be started anew, or None while it is sound."""
+        child = cluster.popen
+        code = child.poll()
+        if code is not None:
+            return describe_exit(code)
+        members = [p for p in process_tree(child.pid) if p.pgrp == child.pid]  # local pods have their own
+        stuck = cluster.watch.stuck(members, child.pid, now)
+        if stuck is not None:
+            return f"process {stuck.pid} has been dead and unreaped for {self.stuck_seconds:g} s"
+        return None
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep, waking early when asked to stop; whether asked to stop."""
@@ -290,24 +344,29 @@ class Supervisor:
             time.sleep(min(left, 0.1))
         return self._stopping
 
-    def _end(self, child: subprocess.Popen | None, *, grace_seconds: float) -> None:
-        """End every process of the child's group: SIGTERM to the cluster first when there is grace."""
-        if child is None:
-            return
-        if grace_seconds > 0 and child.poll() is None:
-            child.send_signal(signal.SIGTERM)  # django-q2 lets each worker finish its task
+    def _end(self, children: list[subprocess.Popen | None], *, grace_seconds: float) -> None:
+        """End every process of the children's groups: SIGTERM to each cluster first when there is grace."""
+        children = [child for child in children if child is not None]
+        if grace_seconds > 0:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)  # django-q2 lets each worker finish its task
+            deadline = time.monotonic() + grace_seconds
+            for child in children:
+                try:
+                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning("cluster %s did not stop within %g s; killing it", child.pid, grace_seconds)
+        for child in children:
             try:
-                child.wait(timeout=grace_seconds)
-            except subprocess.TimeoutExpired:
-                log.warning("the workers did not stop within %g s; killing them", grace_seconds)
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        child.wait()
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for child in children:
+            child.wait()
         deadline = time.monotonic() + 30
-        while left := group_members(child.pid):
+        while left := [p for child in children for p in group_members(child.pid)]:
             if time.monotonic() > deadline:
-                log.error("processes %s of the old cluster outlived SIGKILL", [p.pid for p in left])
+                log.error("processes %s of an old cluster outlived SIGKILL", [p.pid for p in left])
                 return
             time.sleep(0.05)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django_q.tasks import async_task
 
+from fleetadmin.clusters import DISPATCH, cluster_name
 from fleetadmin.db import retry_on_db_error
 from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
@@ -32,7 +33,9 @@ def dispatch_pool(pool_id: int) -> str:
 
 
 def enqueue_dispatch(pool: Pool) -> None:
-    async_task("ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch")
+    """To the dispatch cluster: a loop runs for minutes, and never in a short task's worker."""
+    async_task("ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch",
+               cluster=cluster_name(DISPATCH))  # fmt: skip
 
 
 @retry_on_db_error

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from django_q.tasks import async_task
 
+from fleetadmin.clusters import PASSES, SHORT, cluster_name
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pool
 from pods.providers.base import ProviderError
@@ -19,8 +20,10 @@ from pods.services import passes, reconcile, scale_requests, scaler
 log = logging.getLogger(__name__)
 
 
-def _send(task: Callable, *args, name: str, group: str) -> None:
-    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group)
+def _send(task: Callable, *args, name: str, group: str, work_class: str = SHORT) -> None:
+    """Queue a task for its work class's cluster (fleetadmin/clusters.py)."""
+    async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group,
+               cluster=cluster_name(work_class))  # fmt: skip
 
 
 @retry_on_db_error
@@ -31,7 +34,8 @@ def advance_pods() -> str:
 
 
 def enqueue_pass() -> None:
-    _send(advance_pods, name="pass", group="passes")
+    """To the passes cluster: a pass never waits behind splits."""
+    _send(advance_pods, name="pass", group="passes", work_class=PASSES)
 
 
 @retry_on_db_error
@@ -50,8 +54,10 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
         # no such thing: a step whose worker died leaves a lease that lapses, and the pod is due again.
         documents_recover(pool_id=pool.pk)
     ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
-    if passes.pass_due():
-        passes.pass_request()  # boots (and the rest) due now, e.g. after a pass that was lost
+    try:
+        passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
+    except Exception:
+        log.exception("asking for a pass failed; the workers' clock asks again")
     return ticks
 
 

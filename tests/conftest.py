@@ -82,23 +82,28 @@ def local_pool(db):
 
 @pytest.fixture
 def queued(db):
-    """The django-q2 queue (ORM or Redis broker), emptied for this test.
+    """The django-q2 queues of every work class (ORM or Redis broker), emptied for this test.
 
-    ``queued()`` lists the functions of the tasks enqueued since, in order; no
-    cluster consumes them here.
+    ``queued()`` lists the functions of the tasks enqueued since, in order, short tasks first
+    (``queued("passes")``: one class's queue only); no cluster consumes them here.
     """
-    from django_q.brokers import get_broker
-    from django_q.models import OrmQ
     from django_q.signing import SignedPackage
 
-    broker = get_broker()
-    broker.purge_queue()
+    from fleetadmin.clusters import CLASSES, brokers
 
-    def tasks() -> list[str]:
-        if hasattr(broker.connection, "lrange"):  # Redis
-            raw = broker.connection.lrange(broker.list_key, 0, -1)
-        else:
-            raw = list(OrmQ.objects.filter(key=broker.list_key).order_by("id").values_list("payload", flat=True))
-        return [SignedPackage.loads(item)["func"] for item in raw]
+    queues = brokers()
+    for broker in queues.values():
+        broker.purge_queue()
+
+    def tasks(*work_classes: str) -> list[str]:
+        found = []
+        for work_class in work_classes or CLASSES:
+            broker = queues[work_class]
+            if hasattr(broker.connection, "lrange"):  # Redis
+                raw = broker.connection.lrange(broker.list_key, 0, -1)
+            else:
+                raw = broker.connection.filter(key=broker.list_key).order_by("id").values_list("payload", flat=True)
+            found += [SignedPackage.loads(item)["func"] for item in raw]
+        return found
 
     return tasks

@@ -1,6 +1,7 @@
-"""fleetadmin/apps.py: the process that forks the workers (a qcluster) imports their modules (the
-runpod SDK above all) once, before it forks them, and lowers their CPU priority below the front's;
-no other process pays for that import at start-up or changes its priority."""
+"""fleetadmin/apps.py: each process that forks workers (a qcluster, or one of the clusters that
+``manage.py workers`` starts, one per work class) imports their modules (the runpod SDK above
+all) once, before it forks them, and lowers their CPU priority below the front's; no other
+process pays for that import at start-up or changes its priority."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 from fleetadmin.apps import WORKER_MODULES, forks_workers
+from fleetadmin.clusters import CLASSES
 from tools.processes import REPO, child_env
 
 AFTER_SETUP = (
@@ -25,8 +27,9 @@ def _after_setup(argv: list[str], env: dict[str, str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_qcluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_before_forking(tmp_path):
-    for argv in (["manage.py", "qcluster"], ["manage.py", "workers", "--cluster"]):
+def test_every_cluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_before_forking(tmp_path):
+    clusters = [["manage.py", "workers", "--cluster", work_class] for work_class in CLASSES]
+    for argv in (["manage.py", "qcluster"], *clusters, ["manage.py", "workers", "--cluster=dispatch"]):
         shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
         assert shown == {"loaded": sorted(("runpod", *WORKER_MODULES)), "nicer": 3}, argv
 
@@ -36,8 +39,9 @@ def test_other_commands_neither_import_the_runpod_sdk_at_start_up_nor_change_pri
         assert _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3")) == {"loaded": [], "nicer": 0}, argv
 
 
-def test_the_processes_that_fork_workers_are_the_qcluster_and_the_supervised_cluster():
+def test_the_processes_that_fork_workers_are_the_qcluster_and_the_supervised_clusters():
     assert forks_workers(["manage.py", "qcluster"]) and forks_workers(["django-admin", "qcluster", "--run-once"])
-    assert forks_workers(["/repo/manage.py", "workers", "--cluster"])
+    for work_class in CLASSES:
+        assert forks_workers(["/repo/manage.py", "workers", "--cluster", work_class])
     assert not forks_workers(["manage.py", "workers"])  # the supervisor starts the cluster as a new program
     assert not forks_workers(["manage.py", "runpodsim", "qcluster"]) and not forks_workers(["manage.py"])

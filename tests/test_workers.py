@@ -1,8 +1,9 @@
-"""The workers' supervisor (fleetadmin.workers): when a cluster is started afresh, and that a
-restart or a stop leaves no process of the old cluster behind.
+"""The workers' supervisor (fleetadmin.workers): when a cluster is started afresh, that a restart
+or a stop leaves no process of the old cluster behind, that a broken cluster is started afresh
+alone while the others run on, and that it calls the clock.
 
 The supervisor tests run it on small stand-in clusters (plain Python processes) instead of
-django-q2; tests/e2e/test_worker_supervisor.py runs the real one.
+django-q2; tests/e2e/test_worker_supervisor.py runs the real ones, one per work class.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from fleetadmin.workers import (
     DeadWatch,
     ProcInfo,
+    Supervised,
     Supervisor,
     group_members,
     guarded_sentinel_class,
@@ -211,10 +213,50 @@ def test_stop_ends_every_process_of_the_cluster_and_starts_none_again(supervise,
 
     supervisor.stop()
 
-    wait_for(lambda: supervisor.child.poll() is not None and not group_members(run["pid"]), GUARD,
+    wait_for(lambda: supervisor.clusters[0].popen.poll() is not None and not group_members(run["pid"]), GUARD,
              lambda: f"left running: {group_members(run['pid'])}")  # fmt: skip
     assert not _alive(run["helper"])
     assert len(supervise.runs()) == 1 and supervisor.restarts == 0
+
+
+def test_a_broken_cluster_is_started_afresh_alone_while_the_others_run_on(tmp_path):
+    records = {name: tmp_path / f"{name}.jsonl" for name in ("short", "passes", "dispatch")}
+    behaviours = {"short": ("stay",), "passes": ("exit-75", "stay"), "dispatch": ("stay",)}
+    clusters = []
+    for name, record in records.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        script = stand_in_cluster(folder, record, behaviours[name])
+        clusters.append(Supervised(name, [sys.executable, str(script)]))
+    supervisor = Supervisor(clusters, poll_seconds=0.1, grace_seconds=1)
+    thread = threading.Thread(target=supervisor.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(read_runs(records["passes"])) >= 2, GUARD, "the broken cluster was not started again")
+        [short], [dispatch] = read_runs(records["short"]), read_runs(records["dispatch"])
+        assert _alive(short["pid"]) and _alive(dispatch["pid"])  # never ended, never started again
+        assert [c.restarts for c in supervisor.clusters] == [0, 1, 0]
+    finally:
+        supervisor.stop()
+        thread.join(GUARD)
+    assert not any(_alive(run["pid"]) for record in records.values() for run in read_runs(record))
+
+
+def test_the_supervisor_calls_its_clock_while_it_runs_and_not_after_it_stopped(tmp_path):
+    script = stand_in_cluster(tmp_path, tmp_path / "runs.jsonl", ("stay",))
+    calls = []
+    supervisor = Supervisor([sys.executable, str(script)], poll_seconds=0.1, grace_seconds=1,
+                            clock=lambda: calls.append(1), clock_seconds=0.05)  # fmt: skip
+    thread = threading.Thread(target=supervisor.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(calls) >= 5, GUARD, "the clock was not called again and again")
+    finally:
+        supervisor.stop()
+        thread.join(GUARD)
+    called = len(calls)
+    threading.Event().wait(0.3)
+    assert len(calls) == called
 
 
 def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):

@@ -1,7 +1,7 @@
 """The project's processes, started and ended for tests and benchmarks alike.
 
 ``start_front`` (daphne), ``start_workers`` (``manage.py workers``: the supervisor and its
-django-q2 cluster, as production runs them) and ``start_simulator`` (``manage.py runpodsim``)
+django-q2 clusters, as production runs them) and ``start_simulator`` (``manage.py runpodsim``)
 start a ``Process``; ``child_env`` points a child at this process's database, media and
 deployment; ``wait_for`` polls, as a guard against hangs.
 
@@ -203,8 +203,9 @@ def start_front(
 
 
 def start_workers(env: dict[str, str], log_dir: Path, name: str = "qcluster", *, own_session: bool = True) -> Process:
-    """The workers as production runs them: ``manage.py workers``, the supervisor and its django-q2
-    cluster (``Q_WORKERS`` in ``env`` sizes the cluster)."""
+    """The workers as production runs them: ``manage.py workers``, the supervisor and a django-q2
+    cluster per work class (``env`` sizes them: ``Q_WORKERS`` the short tasks, ``Q_PASS_WORKERS``
+    the passes, ``DISPATCHERS_PER_POOL`` × pools the dispatch loops)."""
     return Process(name, [sys.executable, "manage.py", "workers"], env, log_dir, own_session=own_session)
 
 

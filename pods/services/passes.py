@@ -6,10 +6,11 @@ step (one provider call or one pod health check, bounded in time) on a bounded t
 then ends. This is how Karpenter's and dstack's controllers work.
 
 A pass is asked for (``pass_request``) whenever something may be due: by the workers'
-supervisor every ``PASS_INTERVAL_SECONDS`` while anything is due, by the scaler tick, and as
-soon as a row becomes due (a boot created, a release asked). One pass at a time,
-deployment-wide: the ``PassLease`` row is queued or held by at most one pass task, and a
-pass task the broker lost is sent again after ``PASS_START_GRACE_SECONDS``.
+supervisor every ``PASS_INTERVAL_SECONDS`` while anything is due and by the scaler tick
+(``pass_tick``), and as soon as a row becomes due (a boot created, a release asked). One pass
+at a time, deployment-wide: the ``PassLease`` row is queued or held by at most one pass task,
+and a pass task the broker lost is sent again after ``PASS_START_GRACE_SECONDS``. Passes run in
+a django-q2 cluster of their own (fleetadmin/clusters.py): they never queue behind splits.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import Q
+from django.db.models import Exists, Q
 from django.utils import timezone
 
 from fleetadmin import leases
-from pods.models import PassLease
+from pods.models import PassLease, Pod, Pool, ScaleRequest
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,24 @@ def pass_due(*, now: datetime | None = None) -> bool:
     """Whether any row is due a step now."""
     now = now or timezone.now()
     return any(work.due(now=now, limit=1) for work in kinds_of_work())
+
+
+def rows_waiting(*, now: datetime) -> bool:
+    """Whether any row may be due a step, in one query: a pod whose step time has come (a boot
+    step, a terminate), a pool whose shed tick has, a scale request still pending. Every kind's
+    ``due`` picks among these rows only, so when this is False, nothing is due."""
+    pods = Pod.objects.filter(step_at__lte=now)
+    pools = Pool.objects.filter(shed_tick_at__lte=now)
+    requests = ScaleRequest.objects.filter(state=ScaleRequest.State.PENDING)
+    return Pool.objects.filter(Exists(pods) | Exists(pools) | Exists(requests)).exists()  # all belong to a pool
+
+
+def pass_tick(*, now: datetime | None = None) -> bool:
+    """Ask for a pass if anything is due: what the workers' clock does every
+    ``PASS_INTERVAL_SECONDS`` and the scaler tick does too (for a deployment that runs plain
+    qclusters). One query when nothing waits. True if a pass was sent."""
+    now = now or timezone.now()
+    return rows_waiting(now=now) and pass_due(now=now) and pass_request()
 
 
 def pass_request() -> bool:

@@ -4,8 +4,8 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from django_q.brokers import get_broker
 
+from fleetadmin.clusters import brokers
 from pods.providers.local import LocalProvider
 from tools.processes import Process, child_env, start_front, start_workers
 
@@ -40,7 +40,8 @@ def live_system_env() -> dict[str, str]:
 @pytest.fixture
 def live_system(transactional_db, local_pool, deployment, tmp_path, live_system_env):
     """daphne and a qcluster on the test database, with local pods booted on demand."""
-    get_broker().purge_queue()  # nothing left over from earlier tests
+    for broker in brokers().values():
+        broker.purge_queue()  # nothing left over from earlier tests
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     env = child_env(var_dir, Q_WORKERS="3", **live_system_env)

@@ -35,11 +35,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
-from django_q.brokers import get_broker
 from django_q.conf import Conf
 from PIL import Image
 
 from accounts.models import ApiToken
+from fleetadmin.clusters import brokers
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers import get_provider
@@ -131,7 +131,8 @@ def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch
     cluster = f"faults-{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(Conf, "PREFIX", cluster)
     monkeypatch.setattr(Conf, "CLUSTER_NAME", cluster)
-    get_broker().purge_queue()
+    for broker in brokers().values():
+        broker.purge_queue()
     systems: list[System] = []
 
     def start(**extra: str) -> System:

@@ -1,10 +1,16 @@
-"""kill -9 of an idle worker, on real daphne, workers (``manage.py workers``) and tesseract pods.
+"""The workers as production runs them (``manage.py workers``: a django-q2 cluster per work class
+under one supervisor), on real daphne and tesseract pods.
 
-An idle django-q2 worker waits for its next task inside ``multiprocessing.Queue.get`` holding the
-task queue's read lock (the other idle workers wait for that lock). Killed there, it never frees
-the lock: django-q2's replacement worker logs "ready" and no task runs again. The workers'
-supervisor starts the cluster afresh instead, so a job submitted afterwards is done, every page
-once, with nobody stepping in.
+- Each class is started, sized as configured, and its size logged; a dispatch loop runs in the
+  dispatch cluster, a pass in the passes cluster, splits in the short tasks' cluster; the clock
+  asks for a pass while something is due.
+- kill -9 of an idle worker. An idle django-q2 worker waits for its next task inside
+  ``multiprocessing.Queue.get`` holding the task queue's read lock (the other idle workers wait for
+  that lock). Killed there, it never frees the lock: django-q2's replacement worker logs "ready"
+  and no task runs again. The supervisor starts that worker's cluster afresh instead, alone (the
+  other classes' clusters run on: their queues and locks are their own), so a job submitted
+  afterwards is done, every page once, with nobody stepping in.
+- kill -9 of the supervisor takes every cluster with it.
 """
 
 from __future__ import annotations
@@ -16,13 +22,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import settings
+from django.utils import timezone
+from django_q.models import Task
 
 from accounts.models import ApiToken
+from fleetadmin.clusters import CLASSES, DISPATCH, PASSES, SHORT, cluster_name
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
+from pods.models import Pool
+from pods.services import passes
 from tests.assertions import assert_every_page_done_once
 from tests.factories import pdf_bytes
-from tools.processes import child_env, start_workers, wait_for
+from tools.processes import Process, child_env, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,11 +42,42 @@ GUARD = 180  # seconds, against hangs only
 READY = re.compile(rb"ready for work at (\d+)")
 
 
-def living_workers(system) -> list[int]:
-    """The django-q2 workers now alive under the supervisor (each logs "ready for work at <pid>")."""
-    session = system.workers.popen.pid  # tools.processes.Process starts a session of its own
-    alive = {p.pid for p in processes() if p.session == session and p.state not in "ZX"}
-    return [pid for pid in map(int, READY.findall(system.workers.log_path.read_bytes())) if pid in alive]
+def living_workers(workers: Process, cluster: int | None = None) -> list[int]:
+    """The django-q2 workers now alive under the supervisor (each logs "ready for work at <pid>"),
+    or those of one cluster (its main process's pid: the cluster's process group)."""
+    session = workers.popen.pid  # tools.processes.Process starts a session of its own
+    alive = {p.pid for p in processes() if p.session == session and p.state not in "ZX"
+             and (cluster is None or p.pgrp == cluster)}  # fmt: skip
+    return [pid for pid in map(int, READY.findall(workers.log_path.read_bytes())) if pid in alive]
+
+
+def clusters(workers: Process) -> dict[str, ProcInfo]:
+    """Each work class's cluster: the main process the supervisor started (``workers --cluster <class>``)."""
+    found = {}
+    for process in processes():
+        if process.ppid == workers.popen.pid and process.state not in "ZX":
+            argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
+            if b"--cluster" in argv:
+                found[argv[argv.index(b"--cluster") + 1].decode()] = process
+    return found
+
+
+def all_clusters_ready(workers: Process, sizes: dict[str, int]) -> dict[str, ProcInfo] | None:
+    running = clusters(workers)
+    if set(running) != set(CLASSES):
+        return None
+    ready = {name: len(living_workers(workers, cluster.pid)) for name, cluster in running.items()}
+    return running if ready == sizes else None
+
+
+def still_running(process: ProcInfo) -> bool:
+    now = proc_info(process.pid)
+    return now is not None and now.start_ticks == process.start_ticks and now.state not in "ZX"
+
+
+def ran_in(func: str) -> set[str]:
+    """The clusters that ran a task of this function (django-q2's Task rows name the cluster)."""
+    return set(Task.objects.filter(func=func).values_list("cluster", flat=True))
 
 
 def reading_the_task_queue(pid: int) -> bool:
@@ -63,48 +106,98 @@ def submit_and_finish(system, headers: dict[str, str], name: str) -> Job:
 
 
 @pytest.mark.timeout(900)
-def test_an_idle_worker_killed_with_9_does_not_stop_the_workers_for_good(live_system, admin_user):
+def test_an_idle_worker_killed_with_9_restarts_its_own_cluster_and_the_others_run_on(live_system, admin_user):
     headers = {"Authorization": f"Bearer {ApiToken.issue(user=admin_user, name='e2e', scopes=['submit'])[1]}"}
     assert_every_page_done_once(submit_and_finish(live_system, headers, "before.pdf"))
     # Idle: the dispatch loop has ended by itself (it lingers a moment after its backlog is done).
     wait_for(lambda: not Dispatcher.objects.filter(ended_at=None).exists(), GUARD,
              lambda: f"the dispatcher never ended\n{live_system.logs()}")  # fmt: skip
+    passes.pass_request()  # whatever the pass finds to do
+    # Each kind of task ran in its class's cluster (its Task row is saved once it ended).
+    for func in ("ocrjobs.tasks.dispatch_pool", "pods.tasks.advance_pods"):
+        wait_for(lambda func=func: ran_in(func), GUARD, lambda: f"no task ended\n{live_system.logs()}")
+    assert ran_in("ocrjobs.tasks.split_document") == {cluster_name(SHORT)}
+    assert ran_in("ocrjobs.tasks.dispatch_pool") == {cluster_name(DISPATCH)}
+    assert ran_in("pods.tasks.advance_pods") == {cluster_name(PASSES)}
+    before = clusters(live_system.workers)
+    short = before[SHORT]
 
     def idle_worker_holding_the_queue() -> int | None:
-        return next((pid for pid in living_workers(live_system) if reading_the_task_queue(pid)), None)
+        workers = living_workers(live_system.workers, short.pid)
+        return next((pid for pid in workers if reading_the_task_queue(pid)), None)
 
     victim = wait_for(idle_worker_holding_the_queue, GUARD, lambda: f"no idle worker\n{live_system.logs()}")
-    workers = len(living_workers(live_system))
+    workers = len(living_workers(live_system.workers, short.pid))
 
     os.kill(victim, signal.SIGKILL)
 
-    def as_many_workers_as_before() -> bool:
-        living = living_workers(live_system)
-        return victim not in living and len(living) >= workers
+    def short_tasks_cluster_replaced() -> ProcInfo | None:
+        now = clusters(live_system.workers).get(SHORT)
+        if now is None or now.pid == short.pid or len(living_workers(live_system.workers, now.pid)) < workers:
+            return None
+        return now
 
-    # django-q2 alone gets here too (it reincarnates the worker); only with the supervisor do tasks run.
-    wait_for(as_many_workers_as_before, GUARD, lambda: f"the workers were not replaced\n{live_system.logs()}")
+    # django-q2 alone would reincarnate the worker, and no task would run; the supervisor starts the
+    # short tasks' cluster afresh.
+    wait_for(short_tasks_cluster_replaced, GUARD, lambda: f"the cluster was not replaced\n{live_system.logs()}")
+    assert still_running(before[PASSES]) and still_running(before[DISPATCH])  # never ended, never restarted
     assert_every_page_done_once(submit_and_finish(live_system, headers, "after.pdf"))
+    assert ran_in("ocrjobs.tasks.dispatch_pool") == {cluster_name(DISPATCH)}
 
 
 @pytest.mark.timeout(300)
-def test_the_workers_killed_with_9_take_their_cluster_with_them(transactional_db, tmp_path):
-    workers = start_workers(child_env(tmp_path, Q_WORKERS="2"), tmp_path, name="workers")
+def test_the_clock_asks_for_a_pass_while_something_is_due(transactional_db, local_pool, tmp_path):
+    workers = start_workers(child_env(tmp_path, Q_WORKERS="1"), tmp_path, name="workers")
     try:
-        wait_for(lambda: len(READY.findall(workers.log_path.read_bytes())) >= 2, GUARD,
+        wait_for(lambda: all_clusters_ready(workers, {SHORT: 1, PASSES: 1, DISPATCH: 1}), GUARD,
                  lambda: f"the workers never got ready\n{workers.tail()}")  # fmt: skip
+        assert not Task.objects.filter(func="pods.tasks.advance_pods").exists()
+        # Due now, and nobody asks for a pass (no scaler tick runs here): the clock does.
+        Pool.objects.filter(pk=local_pool.pk).update(shed_tick_at=timezone.now())
+
+        def a_pass_ran() -> bool:
+            return Task.objects.filter(func="pods.tasks.advance_pods", success=True).exists()
+
+        wait_for(a_pass_ran, GUARD, lambda: f"no pass ran\n{workers.tail(80)}")
+        assert ran_in("pods.tasks.advance_pods") == {cluster_name(PASSES)}
+    finally:
+        workers.stop()
+
+
+@pytest.mark.timeout(300)
+def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_every_cluster_with_them(
+    transactional_db, local_pool, tmp_path
+):
+    Pool.objects.create(key="second", max_pods=1)
+    env = child_env(tmp_path, Q_WORKERS="2", Q_PASS_WORKERS="2", DISPATCHERS_PER_POOL="2")
+    workers = start_workers(env, tmp_path, name="workers")
+    try:
+        sizes = {SHORT: 2, PASSES: 2, DISPATCH: 4}  # 2 dispatch loops per pool × 2 pools
+        running = wait_for(lambda: all_clusters_ready(workers, sizes), GUARD,
+                           lambda: f"the clusters never got ready as sized\n{workers.tail()}")  # fmt: skip
+        log = workers.log_path.read_text()
+        limits = {SHORT: settings.Q_TIMEOUT, PASSES: settings.Q_PASS_TIMEOUT, DISPATCH: settings.Q_DISPATCH_TIMEOUT}
+        assert (
+            f"short tasks: 2 workers (Q_WORKERS; time limit {limits[SHORT]} s) (cluster {cluster_name(SHORT)})" in log
+        )
+        assert (
+            f"passes: 2 workers (Q_PASS_WORKERS; time limit {limits[PASSES]} s) (cluster {cluster_name(PASSES)})" in log
+        )
+        assert (f"dispatch loops: 4 workers (DISPATCHERS_PER_POOL 2 × 2 pools; time limit {limits[DISPATCH]} s) "
+                f"(cluster {cluster_name(DISPATCH)})") in log  # fmt: skip
         supervisor = workers.popen.pid
-        cluster = [p for p in processes() if p.session == supervisor and p.pid != supervisor]
-        assert len(cluster) >= 4  # the cluster's main process, its Sentinel, monitor, pusher and workers
+        members = [p for p in processes() if p.session == supervisor and p.pid != supervisor]
+        # Each cluster: its main process, Sentinel, monitor, pusher and workers.
+        assert len(members) == sum(4 + size for size in sizes.values())
+        assert {p.pgrp for p in members} == {cluster.pid for cluster in running.values()}
 
         workers.popen.kill()
         workers.popen.wait()
 
         def left() -> list[ProcInfo]:
-            return [p for p in cluster if (now := proc_info(p.pid)) and now.start_ticks == p.start_ticks
-                    and now.state not in "ZX"]  # fmt: skip
+            return [p for p in members if still_running(p)]
 
-        # Unsupervised, a cluster would run on, and the next supervisor would start a second one.
+        # Unsupervised, the clusters would run on, and the next supervisor would start more beside them.
         wait_for(lambda: not left(), GUARD, lambda: f"left running: {left()}\n{workers.tail()}")
     finally:
         workers.stop()

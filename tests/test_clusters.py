@@ -1,0 +1,199 @@
+"""The work classes (fleetadmin/clusters.py): each its own django-q2 cluster and queue, sized from
+configuration; each task sent to its class; the schedules pinned to short tasks; and the clock
+that asks for passes (pods.services.passes.pass_tick, fleetadmin.clusters.PassClock).
+
+tests/e2e/test_worker_supervisor.py runs the clusters for real."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django_q.brokers import get_broker
+from django_q.conf import Conf
+from django_q.models import Schedule
+
+from fleetadmin.clusters import DISPATCH, PASSES, SHORT, PassClock, cluster_env, cluster_name, work_classes
+from fleetadmin.schedules import setup_schedules
+from ocrjobs.tasks import enqueue_dispatch, enqueue_split
+from pods import tasks
+from pods.models import PassLease, Pod, Pool, ScaleRequest
+from pods.services import passes
+from tools.processes import REPO, child_env
+
+# --- the classes and their clusters ----------------------------------------------------------------
+
+CONF_OF_A_CLUSTER = (
+    "import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; import django; django.setup(); "
+    "from django_q.conf import Conf; "
+    "print(json.dumps({k: getattr(Conf, k) for k in ('PREFIX', 'CLUSTER_NAME', 'WORKERS', 'TIMEOUT', 'RETRY')}))"
+)
+
+
+def _conf_of_a_cluster(tmp_path, **env: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", CONF_OF_A_CLUSTER], cwd=REPO, env=child_env(tmp_path, **env),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_each_class_cluster_gets_its_own_queue_size_and_time_limit_from_django_q2(tmp_path):
+    sizes = {"Q_WORKERS": "3", "Q_PASS_WORKERS": "2", "Q_DISPATCH_WORKERS": "5", "Q_TIMEOUT": "600",
+             "DISPATCH_MAX_SECONDS": "300", "PAGE_TIMEOUT_SECONDS": "100"}  # fmt: skip
+    seen = {
+        name: _conf_of_a_cluster(tmp_path, Q_CLUSTER_NAME=queue, **sizes)
+        for name, queue in ((SHORT, "site"), (PASSES, "site:passes"), (DISPATCH, "site:dispatch"))
+    }
+    assert {name: (conf["CLUSTER_NAME"], conf["WORKERS"]) for name, conf in seen.items()} == {
+        SHORT: ("site", 3),
+        PASSES: ("site:passes", 2),
+        DISPATCH: ("site:dispatch", 5),
+    }
+    assert {conf["PREFIX"] for conf in seen.values()} == {"site"}  # one deployment: tasks signed alike
+    assert seen[SHORT]["TIMEOUT"] == 600
+    assert seen[DISPATCH]["TIMEOUT"] > 300 + 100  # a loop at its time limit finishes its pages in flight
+    for conf in seen.values():
+        assert conf["RETRY"] >= 2 * conf["TIMEOUT"]  # a slow task is never handed to a second worker
+
+
+def test_the_cluster_names_follow_the_deployments_queue_name(monkeypatch):
+    monkeypatch.setattr(Conf, "PREFIX", "run-42")
+    assert [cluster_name(c) for c in (SHORT, PASSES, DISPATCH)] == ["run-42", "run-42:passes", "run-42:dispatch"]
+    with pytest.raises(ValueError):
+        cluster_name("boots")
+
+
+def test_the_dispatch_class_has_a_worker_per_loop_that_may_run(db, settings):
+    settings.DISPATCHERS_PER_POOL = 2
+    settings.Q_PASS_WORKERS = 1
+    Pool.objects.all().delete()
+    assert {c.name: c.workers for c in work_classes()}[DISPATCH] == 2  # at least a pool's worth
+    for key in ("a", "b", "c"):
+        Pool.objects.create(key=key)
+    classes = {c.name: c for c in work_classes()}
+    assert (classes[SHORT].workers, classes[PASSES].workers, classes[DISPATCH].workers) == (
+        settings.Q_CLUSTER["workers"],
+        1,
+        6,
+    )
+    assert "DISPATCHERS_PER_POOL 2 × 3 pools" in classes[DISPATCH].describe()
+    env = cluster_env(classes[DISPATCH], list(classes.values()))
+    assert (env["Q_CLUSTER_NAME"], env["Q_DISPATCH_WORKERS"]) == (cluster_name(DISPATCH), "6")
+
+
+def test_each_task_goes_to_its_class_queue(queued, local_pool, django_capture_on_commit_callbacks):
+    enqueue_dispatch(local_pool)
+    tasks.enqueue_pass()
+    enqueue_split(1)
+    tasks.nudge_scaler(local_pool.pk)
+
+    assert queued(DISPATCH) == ["ocrjobs.tasks.dispatch_pool"]
+    assert queued(PASSES) == ["pods.tasks.advance_pods"]
+    assert queued(SHORT) == ["ocrjobs.tasks.split_document", "pods.tasks.scaler_tick"]
+
+
+def test_the_schedules_run_in_the_short_tasks_cluster_only(queued, monkeypatch):
+    from django_q import scheduler as django_q_scheduler
+    from django_q.scheduler import scheduler
+
+    monkeypatch.setattr(django_q_scheduler, "close_old_django_connections", lambda: None)  # the test's transaction
+    setup_schedules()
+    assert set(Schedule.objects.values_list("cluster", flat=True)) == {cluster_name(SHORT)}
+    Schedule.objects.update(next_run=timezone.now() - timedelta(seconds=1))
+
+    for other in (PASSES, DISPATCH):
+        monkeypatch.setattr(Conf, "CLUSTER_NAME", cluster_name(other))
+        scheduler(broker=get_broker(cluster_name(other)))
+    assert queued() == []
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", cluster_name(SHORT))
+    scheduler(broker=get_broker(cluster_name(SHORT)))
+    assert queued(SHORT) == ["pods.tasks.scaler_tick"]
+
+
+# --- the clock -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def due_pools(monkeypatch):
+    """The kinds of work a pass runs, replaced by one: pools whose shed tick is due (the concern
+    modules' own kinds are tested with them)."""
+    ids: list[int] = []
+    work = passes.Work("stand-in", lambda *, now, limit: ids[:limit], lambda pool_id: None)
+    monkeypatch.setattr(passes, "kinds_of_work", lambda: [work])
+    return ids
+
+
+def test_the_clock_costs_one_query_when_nothing_waits(queued, due_pools, monkeypatch):
+    monkeypatch.setattr(passes, "pass_due", lambda **kwargs: pytest.fail("nothing waits: no kind is asked"))
+    with CaptureQueriesContext(connection) as queries:
+        assert passes.pass_tick() is False
+    assert len(queries) == 1
+    assert queued() == []
+
+
+@pytest.mark.parametrize("waiting", ["pod step", "shed tick", "scale request"])
+def test_a_row_whose_time_has_come_is_waiting(local_pool, waiting):
+    past = timezone.now() - timedelta(seconds=1)
+    assert not passes.rows_waiting(now=timezone.now())
+    if waiting == "pod step":
+        Pod.objects.create(pool=local_pool, name="p1", step_at=past)
+    elif waiting == "shed tick":
+        Pool.objects.filter(pk=local_pool.pk).update(shed_tick_at=past)
+    else:
+        ScaleRequest.objects.create(pool=local_pool, target=1)
+    assert passes.rows_waiting(now=timezone.now())
+    assert not passes.rows_waiting(now=past - timedelta(seconds=1)) or waiting == "scale request"
+
+
+def test_the_clock_sends_one_pass_while_something_is_due(
+    queued, local_pool, due_pools, django_capture_on_commit_callbacks
+):
+    Pool.objects.filter(pk=local_pool.pk).update(shed_tick_at=timezone.now() - timedelta(seconds=1))
+    assert passes.pass_tick() is False  # waiting, but no kind says it is due (a step holds its lease)
+
+    due_pools.append(local_pool.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert passes.pass_tick() is True
+        assert passes.pass_tick() is False  # one is queued already
+    assert queued() == ["pods.tasks.advance_pods"] == queued(PASSES)
+
+    PassLease.objects.update(task_lease_until=timezone.now() - timedelta(seconds=1))  # it was lost
+    with django_capture_on_commit_callbacks(execute=True):
+        assert passes.pass_tick() is True
+
+
+def test_the_scaler_tick_asks_for_a_pass_too(queued, local_pool, due_pools, django_capture_on_commit_callbacks):
+    Pool.objects.filter(pk=local_pool.pk).update(shed_tick_at=timezone.now() - timedelta(seconds=1))
+    due_pools.append(local_pool.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.scaler_tick(local_pool.pk)
+    assert "pods.tasks.advance_pods" in queued(PASSES)
+
+
+def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_works_again(monkeypatch, caplog):
+    outcomes = [OperationalError("database is locked"), RuntimeError("boom"), None]
+    closed = []
+
+    def pass_tick():
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(passes, "pass_tick", pass_tick)
+    monkeypatch.setattr("django.db.connections.close_all", lambda: closed.append(1))
+    clock = PassClock()
+    with caplog.at_level(logging.INFO, logger="fleetadmin.clusters"):
+        clock()
+        clock()
+        clock()
+    messages = [record.getMessage() for record in caplog.records]
+    assert len([m for m in messages if "pass clock failed" in m]) == 1  # the second error within the minute
+    assert any("works again" in m for m in messages)
+    assert len(closed) == 2 and clock.failing_since is None
