@@ -238,7 +238,10 @@ RUNPOD_RETRY_DELAYS = (0.5, 1.0)
 PASS_CONCURRENCY = envint("PASS_CONCURRENCY", 32, minimum=1)
 PASS_BATCH = envint("PASS_BATCH", 500, minimum=1)
 PASS_INTERVAL_SECONDS = envfloat("PASS_INTERVAL_SECONDS", 0.5, minimum=0.05)
-PASS_LEASE_SECONDS = 300.0  # a pass ends long before: each step is bounded by its own timeouts
+# A pass renews its lease while its steps run: one killed with -9 stops the others no longer than this.
+PASS_LEASE_SECONDS = envfloat("PASS_LEASE_SECONDS", 30.0, minimum=1.0)
+# A pass's steps are bounded by their own timeouts (a RunPod call: three tries of 30 s at most).
+PASS_TIMEOUT_SECONDS = 300
 PASS_START_GRACE_SECONDS = 30.0  # a queued pass that did not start by then was lost: sent again
 # The other work classes' clusters (fleetadmin/clusters.py). Passes: one runs at a time
 # deployment-wide (its lease), so one worker is enough, and a pass never queues behind short
@@ -247,7 +250,7 @@ PASS_START_GRACE_SECONDS = 30.0  # a queued pass that did not start by then was 
 # limit leaves a loop that reached DISPATCH_MAX_SECONDS the time to finish the pages in flight.
 Q_PASS_WORKERS = envint("Q_PASS_WORKERS", 1, minimum=1)
 Q_DISPATCH_WORKERS = envint("Q_DISPATCH_WORKERS", DISPATCHERS_PER_POOL, minimum=1)
-Q_PASS_TIMEOUT = int(PASS_LEASE_SECONDS)
+Q_PASS_TIMEOUT = PASS_TIMEOUT_SECONDS
 Q_DISPATCH_TIMEOUT = int(DISPATCH_MAX_SECONDS + PAGE_TIMEOUT_SECONDS + 60)
 Q_CLUSTER["ALT_CLUSTERS"] = {
     f"{Q_CLUSTER_NAME}:passes": {"workers": Q_PASS_WORKERS, "timeout": Q_PASS_TIMEOUT, "retry": Q_PASS_TIMEOUT * 2},

@@ -346,7 +346,7 @@ class ScaleRequest(models.Model):
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="scale_requests")
     target = models.PositiveIntegerField()
-    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
     result = models.JSONField(default=dict, blank=True)
     requested_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -58,5 +58,10 @@ class Migration(migrations.Migration):
             name='deadline_at',
             field=models.DateTimeField(blank=True, help_text='failed if not at its target by then', null=True),
         ),
+        migrations.AlterField(
+            model_name='scalerequest',
+            name='state',
+            field=models.CharField(choices=[('pending', 'Pending'), ('done', 'Done'), ('failed', 'Failed')], db_index=True, default='pending', max_length=10),
+        ),
         migrations.RunPython(stage_the_pods_booting_now, migrations.RunPython.noop),
     ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -116,6 +116,19 @@ def _step(work: Work, row_id: int) -> bool:
         connections.close_all()
 
 
+def _renew_until_done(rows, lease: str, submitted: list) -> None:
+    """Wait for the steps, renewing the pass's short lease while they run: a pass killed with -9
+    holds it no longer than PASS_LEASE_SECONDS, however long its steps may take."""
+    pending = set(submitted)
+    while pending:
+        _, pending = wait(pending, timeout=settings.PASS_LEASE_SECONDS / 3)
+        if pending:
+            try:
+                leases.renew(rows, lease, seconds=settings.PASS_LEASE_SECONDS)
+            except leases.LeaseLost:
+                log.warning("another pass took the lease while this one's steps ran")
+
+
 def pass_run(*, limit: int | None = None) -> PassResult | None:
     """Take the pass's lease and advance every due row one step (``limit`` rows of each kind at
     most), ``PASS_CONCURRENCY`` steps at a time; None when another pass holds the lease."""
@@ -134,6 +147,7 @@ def pass_run(*, limit: int | None = None) -> PassResult | None:
                 ids = work.due(now=now, limit=limit or settings.PASS_BATCH)
                 result.steps[work.name] = len(ids)
                 submitted += [executor.submit(_step, work, row_id) for row_id in ids]
+            _renew_until_done(rows, lease, submitted)
             result.errors = sum(future.result() for future in submitted)
     finally:
         leases.release(rows, lease)
