@@ -14,9 +14,12 @@ from pathlib import Path
 from tools.processes import REPO
 
 
-def django_for_bench(name: str) -> Path:
-    """Configure Django on a fresh database in a temporary directory; returns that directory."""
+def django_for_bench(name: str, *, database_url: str = "") -> Path:
+    """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``,
+    flushed); returns that directory."""
     sys.path.insert(0, str(REPO))
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
     var_dir = Path(tempfile.mkdtemp(prefix=f"fleetadmin-bench-{name}-"))
     os.environ["FLEETADMIN_VAR_DIR"] = str(var_dir)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")

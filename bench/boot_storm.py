@@ -50,14 +50,11 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1, help="free machines per candidate with capacity")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ.setdefault("SECRET_KEY", "bench-only")
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-"))
     sim, url = start_simulator(sim_config(args.capacity), log_dir, own_session=False)
     try:
         point_at_simulator(url, "bench-key")
-        django_for_bench("boot-storm")
+        django_for_bench("boot-storm", database_url=args.database_url)
         run(args, url)
     finally:
         sim.stop()

@@ -129,9 +129,6 @@ def main() -> None:
     parser.add_argument("--q-workers", type=int, default=0, help="short-task workers (default: the setting's)")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ.setdefault("SECRET_KEY", "bench-only")
     raise_on_sigterm()
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-busy-workers-logs-"))
     children = Children(log_dir)
@@ -140,7 +137,7 @@ def main() -> None:
         children.add(sim)
         point_at_simulator(url, API_KEY)
         os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("busy-workers")
+        django_for_bench("busy-workers", database_url=args.database_url)
         run(args, children)
     finally:
         children.stop_all()

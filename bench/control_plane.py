@@ -245,17 +245,13 @@ def main() -> None:
     parser.add_argument(
         "--asgi", default="fleetadmin.asgi:application", help="the front's ASGI application (to try a change)"
     )
-    parser.add_argument("--q-workers", type=int, default=0, help="qcluster workers (default: booting + 4)")
+    parser.add_argument("--q-workers", type=int, default=4, help="short-task workers (boots hold none)")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    args.q_workers = args.q_workers or args.booting + 4
     args.paths = [path.strip() for path in args.paths.split(",") if path.strip()]
     if not args.pages:
         # What the fleet drains in ~3 minutes: set-up, the probe and a margin, never running dry.
         args.pages = int(args.pods * args.lanes / max(args.latency, 0.01) * 180)
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ.setdefault("SECRET_KEY", "bench-only")
     raise_on_sigterm()
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-control-plane-logs-"))
     children = Children(log_dir)
@@ -264,7 +260,7 @@ def main() -> None:
         children.add(sim)
         point_at_simulator(url, API_KEY)
         os.environ.update(DISPATCH_MAX_SECONDS="3600", Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("control-plane")
+        django_for_bench("control-plane", database_url=args.database_url)
         run(args, children, url)
     finally:
         children.stop_all()

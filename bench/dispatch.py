@@ -72,9 +72,6 @@ def main() -> None:
             print(f"lease + release at {pods:4d} pods: {micro:.3f} µs")
         print(json.dumps({"benchmark": "lease_cost", "microseconds": costs}))
         return
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ.setdefault("SECRET_KEY", "bench-only")
     sim_config = {
         "api_key": "bench-key", "boot_delay_s": 0, "model_load_s": 0, "page_latency_s": args.latency,
         "default_lanes": args.lanes,
@@ -86,7 +83,7 @@ def main() -> None:
     try:
         point_at_simulator(url, "bench-key")
         os.environ.update(DISPATCH_MAX_SECONDS="3600")
-        django_for_bench("dispatch")
+        django_for_bench("dispatch", database_url=args.database_url)
         run(args)
     finally:
         sim.stop()

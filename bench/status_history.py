@@ -83,9 +83,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-    django_for_bench("status-history")
+    django_for_bench("status-history", database_url=args.database_url)
     from django.db import connection
 
     started = time.perf_counter()

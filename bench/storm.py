@@ -99,15 +99,11 @@ def main() -> None:
         "--guess", type=float, default=None,
         help="SCALE_SECONDS_PER_PAGE_GUESS for the workers (default: the project's own)",
     )  # fmt: skip
-    parser.add_argument("--q-workers", type=int, default=0, help="default: parallel boots + 4")
+    parser.add_argument("--q-workers", type=int, default=4, help="short-task workers (boots hold none)")
     parser.add_argument("--probe-rate", type=float, default=5.0, help="status/healthz requests per second each")
     parser.add_argument("--max-seconds", type=float, default=1800, help="give up after this long")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    args.q_workers = args.q_workers or args.parallel_boots + 4
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ.setdefault("SECRET_KEY", "bench-only")
     raise_on_sigterm()
     children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-storm-logs-")))
     try:
@@ -115,7 +111,7 @@ def main() -> None:
         children.add(sim)
         point_at_simulator(url, API_KEY)
         os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("storm")
+        django_for_bench("storm", database_url=args.database_url)
         run(args, children, url)
     finally:
         children.stop_all()
