@@ -19,9 +19,10 @@ inside the cluster, so the cluster is ended as a whole and started again:
   Ctrl-C gives the workers ``grace_seconds`` to finish, then kills every group. A supervisor
   killed with -9 takes its clusters with it (the kernel sends each SIGTERM).
 
-Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits,
-fetches and boots, whose rows hold task leases, are sent again by the scaler tick once their
-leases lapse (fleetadmin/leases.py), on either broker.
+Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits and
+fetches, whose rows hold task leases, are sent again by the scaler tick once their leases lapse
+(fleetadmin/leases.py), on either broker; a boot, release or scale request is a row that the next
+pass takes up once the dead step's lease lapses (pods/services/passes.py).
 """
 
 from __future__ import annotations
