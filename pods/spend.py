@@ -81,11 +81,6 @@ def spend_report(*, since: datetime | None = None) -> dict:
     }
 
 
-def job_spend(job_id: int) -> Decimal:
-    """What a job has cost so far: its entries from ended pods and its share of live ones."""
-    return jobs_spend([job_id])[job_id]
-
-
 def jobs_spend(job_ids: Iterable[int]) -> dict[int, Decimal]:
     """What each job has cost so far, in three queries whatever the number of jobs: its
     entries from ended pods, and its shares of live ones as ``job_shares`` counts them."""

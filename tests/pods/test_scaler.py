@@ -13,7 +13,7 @@ from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_cancel
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
 from pods.services import lifecycle, passes, scaler
-from pods.spend import job_spend, spend_report
+from pods.spend import jobs_spend, spend_report
 from tests.pods.conftest import GOOD
 from tests.pods.helpers import boot_until_settled, terminate_what_ended
 from tests.pods.test_pod_services import _pages
@@ -144,7 +144,7 @@ def test_a_job_past_its_budget_wants_no_pod(pool):
 
     spend_attribute(pod)
     Job.objects.filter(pk=job.pk).update(max_dollars=Decimal("0.01"))
-    assert job_spend(job.pk) >= Decimal("0.01")
+    assert jobs_spend([job.pk])[job.pk] >= Decimal("0.01")
     assert scaler.pool_demand(pool).wanted == 0
 
 
