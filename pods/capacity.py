@@ -37,31 +37,45 @@ def blocked_keys(keys: list[str]) -> set[str]:
     return set(CapacityVerdict.objects.filter(key__in=keys, blocked_until__gt=now).values_list("key", flat=True))
 
 
-def probe_acquire(key: str) -> bool:
-    """Become the one boot that tries this candidate now; False if blocked or another is trying."""
+PROBE = "probe"  # this boot is the one trying the candidate now
+OPEN = "open"  # a create on it succeeded lately: boots create on it side by side
+
+
+def probe_acquire(key: str) -> str | None:
+    """How this boot may create on the candidate: ``PROBE`` (it is the one boot trying it now),
+    ``OPEN`` (a create on it succeeded within the verdict TTL, so capacity is known and no lock
+    is taken), or None (blocked, or another boot is probing it)."""
     try:
         CapacityVerdict.objects.get_or_create(key=key)
     except IntegrityError:
         pass  # created by another booter at the same moment
     now = timezone.now()
-    taken = (
-        CapacityVerdict.objects.filter(key=key)
-        .filter(Q(probing_until__isnull=True) | Q(probing_until__lt=now))
-        .filter(Q(blocked_until__isnull=True) | Q(blocked_until__lte=now))
-        .update(probing_until=now + timedelta(seconds=PROBE_LOCK_SECONDS))
+    unblocked = CapacityVerdict.objects.filter(key=key).filter(
+        Q(blocked_until__isnull=True) | Q(blocked_until__lte=now)
     )
-    return taken == 1
+    if unblocked.filter(open_until__gt=now).exists():
+        return OPEN
+    taken = unblocked.filter(Q(probing_until__isnull=True) | Q(probing_until__lt=now)).update(
+        probing_until=now + timedelta(seconds=PROBE_LOCK_SECONDS)
+    )
+    return PROBE if taken == 1 else None
 
 
-def probe_finish(key: str, *, blocked_for: float = 0.0, reason: str = "") -> None:
-    """End a probe: block the candidate for everybody, or clear its verdict after a success."""
+def probe_finish(
+    key: str, *, how: str = PROBE, blocked_for: float = 0.0, created: bool = False, reason: str = ""
+) -> None:
+    """End a create on the candidate (``how`` it was allowed, from probe_acquire): block it for
+    everybody, or open it after a success (boots then create on it side by side for the verdict
+    TTL), or just end the probe (an error that says nothing of its capacity)."""
     now = timezone.now()
+    fields: dict = {"probing_until": None} if how == PROBE else {}
     if blocked_for > 0:
-        CapacityVerdict.objects.filter(key=key).update(
-            probing_until=None, blocked_until=now + timedelta(seconds=blocked_for), reason=reason[:500]
-        )
-    else:
-        CapacityVerdict.objects.filter(key=key).update(probing_until=None, blocked_until=None, reason=reason[:500])
+        fields.update(blocked_until=now + timedelta(seconds=blocked_for), open_until=None, reason=reason[:500])
+    elif created:
+        ttl = timedelta(seconds=settings.CAPACITY_VERDICT_TTL_SECONDS)
+        fields.update(blocked_until=None, open_until=now + ttl, reason="")
+    if fields:
+        CapacityVerdict.objects.filter(key=key).update(**fields)
 
 
 def verdicts_for_status() -> list[dict]:

@@ -193,12 +193,15 @@ class CapacityVerdict(models.Model):
 
     "No capacity" blocks the candidate for everybody until ``blocked_until``;
     ``probing_until`` lets one boot at a time try it (the lock expires if its
-    holder dies).
+    holder dies). A create that succeeded sets ``open_until``: while it lasts the
+    candidate is known to have capacity, and boots create on it side by side
+    instead of one probe at a time, until one is refused.
     """
 
     key = models.CharField(max_length=300, unique=True)
     blocked_until = models.DateTimeField(null=True, blank=True)
     probing_until = models.DateTimeField(null=True, blank=True)
+    open_until = models.DateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=500, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -216,6 +219,7 @@ class CapacityVerdict(models.Model):
             "blocked": remaining > 0,
             "remaining_s": round(max(0.0, remaining), 1),
             "probing": bool(self.probing_until and self.probing_until > now),
+            "open": bool(self.open_until and self.open_until > now),
             "reason": self.reason,
         }
 

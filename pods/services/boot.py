@@ -174,9 +174,11 @@ def _past(started: datetime | None, seconds: float) -> bool:
 
 
 def _create_step(pod: Pod, provider: Provider, token: str) -> None:
-    """One step of the walk over the pool's candidates, cheapest first. Each candidate is probed
-    by one boot at a time and skipped by every boot while its "no capacity" verdict lasts; the
-    walk tries each candidate once (its create calls so far are its BootAttempt rows)."""
+    """One step of the walk over the pool's candidates, cheapest first. A candidate of unknown
+    capacity is probed by one boot at a time; one that gave a pod lately is open, and boots create
+    on it side by side (64 boots of one GPU type are created in a pass or two, not one a pass);
+    every boot skips it while its "no capacity" verdict lasts. The walk tries each candidate once
+    (its create calls so far are its BootAttempt rows)."""
     offers, config = pool_offers(pod.pool)
     catalogue = offers
     if config is not None:
@@ -193,10 +195,11 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
     for offer, key in zip(candidates, keys, strict=True):
         if key in blocked or key in tried:
             continue
-        if not capacity.probe_acquire(key):
+        how = capacity.probe_acquire(key)
+        if how is None:
             probed_elsewhere += 1  # another boot is trying it right now
             continue
-        return _create_on(pod, provider, token, offer, key, config)
+        return _create_on(pod, provider, token, offer, key, how, config)
     if not probed_elsewhere:
         raise BootFailed(_none_created(len(candidates), errors))
     _walk_later(pod)
@@ -209,9 +212,10 @@ def _walk_later(pod: Pod) -> None:
 
 
 def _create_on(
-    pod: Pod, provider: Provider, token: str, offer: Offer, key: str, config: RunPodPoolConfig | None
+    pod: Pod, provider: Provider, token: str, offer: Offer, key: str, how: str, config: RunPodPoolConfig | None
 ) -> None:
-    """The one create call of a step, on a candidate whose probe this boot holds."""
+    """The one create call of a step, on a candidate whose probe this boot holds (``how`` is
+    PROBE) or that a create opened lately (OPEN: boots create on it side by side)."""
     spec = PodSpec(
         name=pod.name,
         lanes=pod.lanes,
@@ -231,39 +235,39 @@ def _create_on(
         # Still ours? If another step took the boot over, that one adopts this pod by its name.
         leases.renew(Pod.objects.filter(pk=pod.pk), token, seconds=BOOT_STEP_LEASE_SECONDS)
     except (NoCapacity, UnknownOffer, AuthFailed, Transient, ValueError) as exc:
-        return _create_refused(pod, provider, key, exc, started)
+        return _create_refused(pod, provider, key, how, exc, started)
     except BaseException:
-        capacity.probe_finish(key)
+        capacity.probe_finish(key, how=how)
         raise
     _save_created(pod, created, offer)
     _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
-    capacity.probe_finish(key)
+    capacity.probe_finish(key, how=how, created=True)
     Alert.resolve(pool=pod.pool, kind=Alert.Kind.AUTH)
     _enter(pod, Stage.RUNNING)
 
 
-def _create_refused(pod: Pod, provider: Provider, key: str, exc: Exception, started: float) -> None:
+def _create_refused(pod: Pod, provider: Provider, key: str, how: str, exc: Exception, started: float) -> None:
     """The candidate gave no pod. No capacity and an unknown offer block it for every boot;
     a refused key or a value the SDK cannot send end this boot; the rest walk on."""
     pool = pod.pool
     if isinstance(exc, NoCapacity):
         _attempt(pod, key, BootAttempt.Outcome.NO_CAPACITY, exc, started)
-        capacity.probe_finish(key, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
+        capacity.probe_finish(key, how=how, blocked_for=settings.CAPACITY_VERDICT_TTL_SECONDS, reason=str(exc))
     elif isinstance(exc, UnknownOffer):
         _attempt(pod, key, BootAttempt.Outcome.UNKNOWN_OFFER, exc, started)
-        capacity.probe_finish(key, blocked_for=UNKNOWN_OFFER_BLOCK_SECONDS, reason=str(exc))
+        capacity.probe_finish(key, how=how, blocked_for=UNKNOWN_OFFER_BLOCK_SECONDS, reason=str(exc))
         Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=f"{key}: {exc}")
     elif isinstance(exc, AuthFailed):
         _attempt(pod, key, BootAttempt.Outcome.AUTH_FAILED, exc, started)
-        capacity.probe_finish(key)
+        capacity.probe_finish(key, how=how)
         Alert.raise_(pool=pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
         raise BootFailed(f"the provider refused our credentials: {exc}")
     elif isinstance(exc, Transient):
         _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
-        capacity.probe_finish(key)
+        capacity.probe_finish(key, how=how)
     else:  # a value the SDK cannot send safely
         _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
-        capacity.probe_finish(key)
+        capacity.probe_finish(key, how=how)
         Alert.raise_(pool=pool, kind=Alert.Kind.CONFIG, message=str(exc))
         raise BootFailed(str(exc))
     _walk_on(pod)

@@ -61,18 +61,57 @@ def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, setting
     boot_until_settled(_new_pod(pool).pk)
     assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
-    CapacityVerdict.objects.filter(key=key).update(reason="old")
-    assert capacity.probe_acquire(key)
-    capacity.probe_finish(key)
-    assert CapacityVerdict.objects.get(key=key).blocked_until is None
+    CapacityVerdict.objects.filter(key=key).update(reason="old", blocked_until=timezone.now() + timedelta(hours=1))
+    capacity.probe_finish(key, how=capacity.OPEN, created=True)  # a create that was out meanwhile succeeded
+    verdict = CapacityVerdict.objects.get(key=key)
+    assert verdict.blocked_until is None and verdict.reason == ""
 
 
 def test_only_one_probe_per_candidate_is_in_flight(sim, pool):
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
-    assert capacity.probe_acquire(key)
-    assert not capacity.probe_acquire(key)  # a second booter must wait or move on
+    assert capacity.probe_acquire(key) == capacity.PROBE
+    assert capacity.probe_acquire(key) is None  # a second booter must wait or move on
     capacity.probe_finish(key, blocked_for=60, reason="no capacity")
-    assert not capacity.probe_acquire(key)  # blocked for everybody now
+    assert capacity.probe_acquire(key) is None  # blocked for everybody now
+
+
+def test_a_probe_that_ends_in_an_error_leaves_the_candidate_to_the_next_probe(sim, pool):
+    key = f"runpod|{GOOD}|SECURE|EU-RO-1"
+    assert capacity.probe_acquire(key) == capacity.PROBE
+    capacity.probe_finish(key)  # a transient error: says nothing of its capacity
+    assert capacity.probe_acquire(key) == capacity.PROBE  # one probe again, not open
+
+
+def test_a_candidate_that_just_gave_a_pod_lets_boots_create_on_it_side_by_side(sim, pool):
+    key = f"runpod|{GOOD}|SECURE|EU-RO-1"
+    assert capacity.probe_acquire(key) == capacity.PROBE
+    capacity.probe_finish(key, created=True)
+    assert capacity.probe_acquire(key) == capacity.OPEN
+    assert capacity.probe_acquire(key) == capacity.OPEN  # no lock taken: a second boot goes too
+    assert CapacityVerdict.objects.get(key=key).probing_until is None
+    # One of them is refused: the candidate is blocked for everybody, open no more.
+    capacity.probe_finish(key, how=capacity.OPEN, blocked_for=60, reason="no capacity")
+    assert capacity.probe_acquire(key) is None
+    assert CapacityVerdict.objects.get(key=key).to_dict()["open"] is False
+
+
+def test_boots_due_together_create_on_an_open_candidate_in_one_pass(sim, pool, transactional_db, settings):
+    """64 boots of one GPU type must not be created one a pass (issue 11's scale request took
+    135 s for a 120 s boot): once a create succeeded, the rest create side by side."""
+    settings.PASS_CONCURRENCY = 4
+    boot_until_settled(_new_pod(pool).pk)  # opens the candidate with capacity (3 pods, 1 taken)
+    pods = [
+        Pod.objects.create(pool=pool, name=pod_name(pool, f"side{i}"), lanes=2, **boot.staged(Pod.BootStage.CREATE))
+        for i in range(2)
+    ]
+    creates = sim.stats()["create_calls"]
+
+    passes.pass_run()
+
+    assert sim.stats()["create_calls"] == creates + 2
+    stages = set(Pod.objects.filter(pk__in=[p.pk for p in pods]).values_list("boot_stage", flat=True))
+    assert stages == {Pod.BootStage.RUNNING}
+    assert not BootAttempt.objects.filter(pod__in=pods).exclude(outcome=BootAttempt.Outcome.CREATED).exists()
 
 
 def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
