@@ -1,12 +1,14 @@
-"""A pool's provider settings: the candidates a boot walks, the image, ports and env."""
+"""A pool's provider settings: the candidates a boot walks, the image, ports, env and the rest
+of RunPod's create settings (disk, volumes, CUDA versions, docker args)."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pods.providers.base import Offer, PodSpec
+from pods.providers.base import Offer, PodOptions, PodSpec
 from pods.providers.local import LOCAL_OFFER
 
 
@@ -25,6 +27,31 @@ class RunPodPoolConfig(BaseModel):
     ports: str = "8000/http"
     env: dict[str, str] = Field(default_factory=dict)
     candidates: list[CandidateGroup] = Field(min_length=1)
+    # RunPod's create_pod settings; each is checked again where the SDK call is built.
+    container_disk_gb: int | None = Field(None, ge=1, le=4096)
+    volume_gb: int = Field(0, ge=0, le=16384)
+    volume_mount_path: str = Field("/runpod-volume", pattern=r"^/[A-Za-z0-9._/-]{0,200}$")
+    network_volume_id: str = Field("", pattern=r"^[A-Za-z0-9]{0,64}$")
+    allowed_cuda_versions: list[str] = Field(default_factory=list, max_length=20)
+    docker_args: str = Field("", max_length=2000)
+
+    @field_validator("allowed_cuda_versions")
+    @classmethod
+    def _cuda_versions(cls, versions: list[str]) -> list[str]:
+        for version in versions:
+            if not re.fullmatch(r"\d{1,2}\.\d{1,2}", version):
+                raise ValueError(f"a CUDA version looks like 12.4, not {version!r}")
+        return versions
+
+    def pod_options(self) -> PodOptions:
+        return PodOptions(
+            container_disk_gb=self.container_disk_gb,
+            volume_gb=self.volume_gb,
+            volume_mount_path=self.volume_mount_path,
+            network_volume_id=self.network_volume_id,
+            allowed_cuda_versions=tuple(self.allowed_cuda_versions),
+            docker_args=self.docker_args,
+        )
 
     def offers(self) -> list[Offer]:
         """Every (GPU type, cloud, data centre) the pool may boot on, in the order written."""
@@ -57,7 +84,15 @@ def parse_config(provider: str, config: dict) -> RunPodPoolConfig | None:
     from pods.providers.runpod import create_arguments
 
     for offer in parsed.offers():
-        spec = PodSpec(name="fa-check", lanes=1, offer=offer, image=parsed.image, ports=parsed.ports, env=parsed.env)
+        spec = PodSpec(
+            name="fa-check",
+            lanes=1,
+            offer=offer,
+            image=parsed.image,
+            ports=parsed.ports,
+            env=parsed.env,
+            options=parsed.pod_options(),
+        )
         try:
             create_arguments(spec)
         except ValueError as exc:

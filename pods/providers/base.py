@@ -46,6 +46,18 @@ class Offer:
 
 
 @dataclass(frozen=True)
+class PodOptions:
+    """RunPod's create settings that a pool may set, beyond image, ports and env."""
+
+    container_disk_gb: int | None = None  # None: RunPod's default
+    volume_gb: int = 0
+    volume_mount_path: str = "/runpod-volume"
+    network_volume_id: str = ""
+    allowed_cuda_versions: tuple[str, ...] = ()
+    docker_args: str = ""
+
+
+@dataclass(frozen=True)
 class PodSpec:
     name: str
     lanes: int
@@ -54,6 +66,7 @@ class PodSpec:
     ports: str = ""
     env: dict[str, str] = field(default_factory=dict)
     page_timeout: float = 120.0
+    options: PodOptions = field(default_factory=PodOptions)
 
 
 @dataclass(frozen=True)

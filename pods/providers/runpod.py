@@ -51,6 +51,7 @@ T = TypeVar("T")
 
 DEFAULT_PORTS = "8000/http"
 DEFAULT_POD_PORT = 8000
+PROXY_PAGE_SECONDS = 90.0  # RunPod's HTTP proxy cuts a request at 100 s
 CLOUD_TYPES = ("SECURE", "COMMUNITY", "ALL")
 
 # One query for the whole price list: the SDK's get_gpus() has no prices and its
@@ -91,6 +92,9 @@ _PORTS = re.compile(r"\d{1,5}/(?:http|tcp)(?:,\d{1,5}/(?:http|tcp))*")
 _DATA_CENTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 _POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_MOUNT_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
+_VOLUME_ID = re.compile(r"[A-Za-z0-9]+")
+_CUDA = re.compile(r"\d{1,2}\.\d{1,2}")
 # Control, format, surrogate, private-use, unassigned, and line/paragraph separators.
 _REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
@@ -122,11 +126,15 @@ def create_arguments(spec: PodSpec) -> dict[str, Any]:
     if cloud_type not in CLOUD_TYPES:
         raise UnknownOffer(f"cloud type {cloud_type!r} is not one of {', '.join(CLOUD_TYPES)}")
     ports = (spec.ports or DEFAULT_PORTS).replace(" ", "")  # the SDK drops spaces itself
-    env = {"LANES": str(spec.lanes), **spec.env}
+    # The pod answers a page it cannot finish before RunPod's proxy cuts the request (100 s,
+    # Cloudflare 524): then its error is the page's time limit, not a gateway page.
+    page_timeout = min(spec.page_timeout, PROXY_PAGE_SECONDS)
+    env = {"LANES": str(spec.lanes), "PAGE_TIMEOUT": f"{page_timeout:g}", **spec.env}
     for key, value in env.items():
         check_text("env name", key, _ENV_KEY)
         if value != "":
             check_text(f"env value of {key}", value)
+    options = spec.options
     return {
         "name": check_text("pod name", spec.name),
         "image_name": check_text("image", spec.image, _IMAGE),
@@ -138,7 +146,24 @@ def create_arguments(spec: PodSpec) -> dict[str, Any]:
         "gpu_count": 1,
         "ports": check_text("ports", ports, _PORTS),
         "env": env,
+        "container_disk_in_gb": _whole("container disk", options.container_disk_gb),
+        "volume_in_gb": _whole("volume size", options.volume_gb),
+        "volume_mount_path": check_text("volume mount path", options.volume_mount_path, _MOUNT_PATH),
+        "network_volume_id": check_text("network volume id", options.network_volume_id, _VOLUME_ID)
+        if options.network_volume_id
+        else None,
+        "allowed_cuda_versions": [check_text("CUDA version", v, _CUDA) for v in options.allowed_cuda_versions] or None,
+        "docker_args": check_text("docker args", options.docker_args) if options.docker_args else "",
     }
+
+
+def _whole(what: str, value: int | None) -> int | None:
+    """A number the SDK pastes into GraphQL: a plain int (a bool or a str could carry anything)."""
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise UnsafeValue(f"{what} must be a whole number of GB, not {value!r}")
+    return value
 
 
 # -- sorting the SDK's failures ----------------------------------------------------------------------

@@ -39,6 +39,7 @@ from pods.providers.base import (
     AuthFailed,
     NoCapacity,
     Offer,
+    PodOptions,
     PodSpec,
     Provider,
     ProviderError,
@@ -62,6 +63,7 @@ PROBED_ELSEWHERE_SECONDS = 0.2
 # While its model loads, one step in this many asks the provider whether the pod still
 # exists; the others ask the pod whether its model answers.
 PROVIDER_CHECK_POLLS = 5
+MAX_LANES = 256  # a pod reporting more is believed no further than the pool's own figure
 
 
 class BootFailed(Exception):
@@ -82,6 +84,12 @@ def pod_engine(base_url: str, *, timeout: float = 2.0) -> dict | None:
     except (httpx.HTTPError, ValueError):
         return None
     return models if isinstance(models, dict) and models.get("ready") else None
+
+
+def reported_lanes(engine: dict, *, default: int) -> int:
+    """The lanes a pod says it serves (its GPU type and engine decide), else the pool's."""
+    lanes = engine.get("lanes")
+    return lanes if type(lanes) is int and 1 <= lanes <= MAX_LANES else default
 
 
 def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
@@ -224,6 +232,7 @@ def _create_on(
         ports=config.ports if config else "",
         env=config.env if config else {},
         page_timeout=settings.PAGE_TIMEOUT_SECONDS,
+        options=config.pod_options() if config else PodOptions(),
     )
     started = time.monotonic()
     try:
@@ -379,7 +388,8 @@ def _join(pod: Pod, provider: Provider, engine: dict) -> None:
                 pod_end(pod=current, state=Pod.State.TERMINATED, error="cancelled by a shed before it joined")
             return
         pod.engine, pod.boot_stage, pod.step_at = engine, "", None
-        pod.save(update_fields=["engine", "boot_stage", "step_at"])
+        pod.lanes = reported_lanes(engine, default=pod.lanes)
+        pod.save(update_fields=["engine", "boot_stage", "step_at", "lanes"])
         pod.mark_ready(base_url=pod.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
     from ocrjobs.services.dispatchers import dispatch_ensure

@@ -36,6 +36,8 @@ class GpuTypeConfig(_Strict):
     community_price: float | None = Field(None, alias="communityPrice", ge=0)
     max_gpu_count: int = Field(8, alias="maxGpuCount", ge=1)
     capacity: dict[Cloud, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
+    # Lanes its pods report whatever LANES says, as a pod image that sizes itself to its GPU does.
+    pod_lanes: int | None = Field(None, alias="podLanes", ge=1, le=256)
 
     def price(self, cloud: str) -> float | None:
         return self.secure_price if cloud == "SECURE" else self.community_price

@@ -62,6 +62,8 @@ class VirtualPod:
     volume_in_gb: int = 0
     volume_mount_path: str = "/runpod-volume"
     docker_args: str = ""
+    network_volume_id: str = ""
+    allowed_cuda_versions: list[str] = field(default_factory=list)
     busy: int = 0
     pages_done: int = 0
     pages_failed: int = 0
@@ -263,7 +265,7 @@ class Farm:
             gpu_count=gpu_count,
             cost_per_hr=round(price * gpu_count, 4),
             ports=spec.get("ports") or "",
-            lanes=_lanes(env, self.config.default_lanes),
+            lanes=gpu.pod_lanes or _lanes(env, self.config.default_lanes),
             created_wall=now_wall,
             started_at=self.clock(),
             status_changed_wall=now_wall,
@@ -273,6 +275,8 @@ class Farm:
             volume_in_gb=spec.get("volumeInGb") or 0,
             volume_mount_path=spec.get("volumeMountPath") or "/runpod-volume",
             docker_args=spec.get("dockerArgs") or "",
+            network_volume_id=spec.get("networkVolumeId") or "",
+            allowed_cuda_versions=list(spec.get("allowedCudaVersions") or []),
         )
         self.pods[pod.id] = pod
         self.stats["pods_created"] += 1
@@ -433,6 +437,17 @@ class Farm:
             "busy": pod.busy,
             "pages_done": pod.pages_done,
             "cost_per_hr": pod.cost_per_hr,
+            "create_settings": {  # what create_pod asked for, as tests check it arrived
+                "image": pod.image,
+                "ports": pod.ports,
+                "container_disk_gb": pod.container_disk_in_gb,
+                "volume_gb": pod.volume_in_gb,
+                "volume_mount_path": pod.volume_mount_path,
+                "network_volume_id": pod.network_volume_id,
+                "allowed_cuda_versions": pod.allowed_cuda_versions,
+                "docker_args": pod.docker_args,
+                "env_names": sorted(pod.env),
+            },
         }
 
 
