@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -223,6 +224,12 @@ DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
+# Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
+# every HOST_REPORT_SECONDS; one silent for HOST_LOST_AFTER_SECONDS has its local pods marked lost
+# by whichever host reconciles, and their pages wait again.
+HOST_ID = envstr("HOST_ID", socket.gethostname())[:100]
+HOST_REPORT_SECONDS = envfloat("HOST_REPORT_SECONDS", 5.0, minimum=0.1)
+HOST_LOST_AFTER_SECONDS = envfloat("HOST_LOST_AFTER_SECONDS", 60.0, minimum=1.0)
 
 LOGGING = {
     "version": 1,

@@ -71,7 +71,7 @@ def pod_release_now(*, pod: Pod, reason: str) -> None:
 
 def terminations_due(*, now: datetime, limit: int) -> list[int]:
     """Ended pods whose provider terminate is not confirmed yet and is due a try, oldest first."""
-    due = Pod.objects.filter(state__in=Pod.ENDED_STATES, terminate_pending=True, step_at__lte=now)
+    due = Pod.objects.filter(state__in=Pod.ENDED_STATES, terminate_pending=True, step_at__lte=now).reachable_here()
     return list(due.order_by("step_at").values_list("pk", flat=True)[:limit])
 
 
