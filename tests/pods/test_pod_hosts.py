@@ -85,6 +85,8 @@ def test_another_hosts_booting_and_ending_local_pods_are_not_stepped_here(local_
 
     Pod.objects.all().update(state=Pod.State.TERMINATED, terminate_pending=True)
     assert set(lifecycle.terminations_due(now=now, limit=10)) == {mine.pk, anyones.pk}
+    lifecycle.terminate_step(theirs.pk)  # asked anyway: its pid is host B's, not a process here
+    assert Pod.objects.get(pk=theirs.pk).terminate_pending
 
 
 def test_a_host_reports_from_the_workers_clock_and_is_silent_once_it_stops(db, settings):
