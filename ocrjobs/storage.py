@@ -54,7 +54,15 @@ def document_save_bytes(name: str, data: bytes) -> str:
 
 def document_bytes(name: str) -> bytes:
     """The whole stored file (a dispatcher sends it to a pod as it is)."""
-    with documents().open(name, "rb") as f:
+    storage = documents()
+    if hasattr(storage, "bucket"):  # S3Storage (boto3 is imported only where S3 is configured)
+        from storages.utils import clean_name
+
+        # One GET. storage.open() asks with a HEAD first and spools the body to a temporary file:
+        # 6.4-7.4 ms of client CPU per 150 kB read, 2.9-3.1 ms this way (rclone serve s3 on this machine).
+        key = storage._normalize_name(clean_name(name))
+        return storage.bucket.Object(key).get()["Body"].read()
+    with storage.open(name, "rb") as f:
         return f.read()
 
 
