@@ -56,6 +56,7 @@ def document_store(name: str, staged: Path) -> str:
 
 
 def document_save_bytes(name: str, data: bytes) -> str:
+    """Store bytes made here (a page image the split rendered); the name they were stored under."""
     return documents().save(name, ContentFile(data))
 
 
