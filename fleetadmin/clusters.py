@@ -100,8 +100,9 @@ def cluster_env(work_class: WorkClass, classes: list[WorkClass]) -> dict[str, st
 
 
 class PassClock:
-    """What ``manage.py workers`` calls every ``PASS_INTERVAL_SECONDS``: a pass is asked for while
-    anything is due (one query when nothing is). It never raises: an error is logged (once a minute
+    """What ``manage.py workers`` calls every ``PASS_INTERVAL_SECONDS``: this host reports that it
+    is alive (every HOST_REPORT_SECONDS), and a pass is asked for while anything is due (one query
+    when nothing is). It never raises: an error is logged (once a minute
     while it lasts) and the database connection closed, so that the next call opens a fresh one."""
 
     LOG_EVERY_SECONDS = 60.0
@@ -109,13 +110,18 @@ class PassClock:
     def __init__(self) -> None:
         self.failing_since: float | None = None
         self._logged_at = -self.LOG_EVERY_SECONDS
+        self._reported_at = -1e9
 
     def __call__(self) -> None:
         from django.db import connections
 
+        from fleetadmin.hosts import host_report
         from pods.services import passes
 
         try:
+            if time.monotonic() - self._reported_at >= settings.HOST_REPORT_SECONDS:
+                host_report()  # this host is alive: its local pods are its own (fleetadmin/hosts.py)
+                self._reported_at = time.monotonic()
             passes.pass_tick()
         except Exception:
             connections.close_all()

@@ -93,3 +93,20 @@ class LoopHeartbeat(models.Model):
             "age_s": round(max(0.0, (now - self.updated_at).total_seconds()), 1),
             "stale": self.is_stale(now=now),
         }
+
+
+class WorkerHost(models.Model):
+    """A worker host (``manage.py workers``) and when it last reported, written by its supervisor's
+    clock (fleetadmin/hosts.py). Local pods belong to their host: a host that stopped reporting for
+    HOST_LOST_AFTER_SECONDS has its local pods marked lost by whichever host reconciles."""
+
+    host = models.CharField(max_length=100, unique=True)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    reported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["host"]
+
+    def __str__(self) -> str:
+        return self.host

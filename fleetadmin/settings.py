@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -173,6 +174,35 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 MEDIA_ROOT = Path(envstr("MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 
+# Documents (uploads, fetched URL documents, what the split keeps for pods) go through Django's
+# storage API (ocrjobs/storage.py): files under MEDIA_ROOT by default, S3-compatible object
+# storage when STORAGE_S3_BUCKET is set, so that every front and worker host reads what another
+# stored. Page results are rows in the database, not files (README, "Storage").
+STORAGE_S3_BUCKET = envstr("STORAGE_S3_BUCKET")
+if STORAGE_S3_BUCKET:
+    _documents_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": STORAGE_S3_BUCKET,
+            "endpoint_url": envstr("STORAGE_S3_ENDPOINT_URL") or None,  # unset: AWS itself
+            "access_key": envsecret("AWS_ACCESS_KEY_ID") or None,  # unset: boto3's own chain (roles, ~/.aws)
+            "secret_key": envsecret("AWS_SECRET_ACCESS_KEY") or None,
+            "region_name": envstr("STORAGE_S3_REGION") or None,
+            "addressing_style": envstr("STORAGE_S3_ADDRESSING_STYLE") or None,  # "path" for most S3 look-alikes
+            "location": envstr("STORAGE_S3_PREFIX"),  # a folder of the bucket
+            "signature_version": "s3v4",
+            "default_acl": None,  # the bucket's own policy: documents are never public
+            "file_overwrite": True,  # names are unique already; saves a HEAD request per upload
+        },
+    }
+else:
+    _documents_storage = {"BACKEND": "django.core.files.storage.FileSystemStorage"}  # MEDIA_ROOT
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "documents": _documents_storage,
+}
+
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
@@ -194,6 +224,12 @@ DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
+# Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
+# every HOST_REPORT_SECONDS; one silent for HOST_LOST_AFTER_SECONDS has its local pods marked lost
+# by whichever host reconciles, and their pages wait again.
+HOST_ID = envstr("HOST_ID", socket.gethostname())[:100]
+HOST_REPORT_SECONDS = envfloat("HOST_REPORT_SECONDS", 5.0, minimum=0.1)
+HOST_LOST_AFTER_SECONDS = envfloat("HOST_LOST_AFTER_SECONDS", 60.0, minimum=1.0)
 
 LOGGING = {
     "version": 1,

@@ -89,7 +89,7 @@ class Document(TaskLeased):
     position = models.PositiveIntegerField()
     name = models.CharField(max_length=255)
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    source = models.CharField(max_length=500, blank=True, help_text="path under MEDIA_ROOT")
+    source = models.CharField(max_length=500, blank=True, help_text="its name in the documents' storage")
     url = models.URLField(max_length=2000, blank=True, help_text="fetched by a worker, never by the front")
     size_bytes = models.PositiveBigIntegerField()
     page_count = models.PositiveIntegerField()
@@ -105,7 +105,10 @@ class Document(TaskLeased):
 
     @property
     def source_path(self) -> Path:
-        return settings.MEDIA_ROOT / self.source
+        """Where the document is on this host's disk: only for a storage on the local filesystem."""
+        from ocrjobs.storage import documents
+
+        return Path(documents().path(self.source))
 
     def to_dict(self) -> dict:
         return {
@@ -144,13 +147,14 @@ class Page(models.Model):
     # Denormalised from the job so that a dispatcher's claim reads one index.
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pages")
     number = models.PositiveIntegerField()
-    image = models.CharField(max_length=500, help_text="path under MEDIA_ROOT")
+    image = models.CharField(max_length=500, help_text="its name in the documents' storage")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     claim_token = models.CharField(max_length=40, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="pages")
-    result = models.CharField(max_length=500, blank=True, help_text="path under MEDIA_ROOT")
+    # The result itself (JSON text), not a file: any host serves it (README, "Storage").
+    result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")
     error = models.TextField(blank=True)
@@ -178,7 +182,7 @@ class Page(models.Model):
     def read_result(self) -> dict | None:
         if not self.result:
             return None
-        return json.loads((settings.MEDIA_ROOT / self.result).read_text())
+        return json.loads(self.result)
 
     def to_record(self) -> dict:
         """One line of result.jsonl."""

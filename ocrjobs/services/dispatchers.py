@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 
 from django.conf import settings
@@ -31,7 +30,7 @@ def dispatcher_register(*, pool_id: int) -> Dispatcher | None:
         if Dispatcher.objects.live().filter(pool_id=pool_id).count() >= settings.DISPATCHERS_PER_POOL:
             return None
         return Dispatcher.objects.create(
-            pool_id=pool_id, token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid()
+            pool_id=pool_id, token=uuid.uuid4().hex, host=settings.HOST_ID, pid=os.getpid()
         )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import shutil
 import socket
 import time
@@ -32,6 +31,7 @@ from ocrjobs.services.submission import (
     _Staged,
     check_url,
 )
+from ocrjobs.storage import document_store
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,7 @@ def _fetch_and_split(document: Document, lease: str) -> Document:
     staging.mkdir(parents=True)
     try:
         staged = _fetch_to(document.url, staging)
-        source = f"jobs/{document.job_id}/{document.position}/source{staged.suffix}"
-        (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged.path, settings.MEDIA_ROOT / source)
+        source = document_store(f"documents/{uuid.uuid4().hex}/source{staged.suffix}", staged.path)
     except ApiError as exc:
         log.info("document %s (%s) not fetched: %s", document.pk, document.url, exc.message)
         document.status = Document.Status.FAILED

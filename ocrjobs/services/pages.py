@@ -1,12 +1,10 @@
 """Pages, called by dispatchers: claims with a lease, which pod each page went to, results
-stored once (this module writes every result file), failed attempts, pages given back.
+stored once (this module writes every result, into the page's row), failed attempts, pages given back.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -22,7 +20,7 @@ from ocrjobs.services.jobs import job_refresh
 class ClaimedPage:
     id: int
     job_id: int
-    position: int  # of its document in the job: where its result file goes
+    position: int  # of its document in the job
     image: str
     languages: str
     attempts: int
@@ -127,27 +125,10 @@ class PageResult:
     attempt: int | None = None  # the claim's attempt number; None: whichever attempt holds the claim
 
 
-def result_file_write(*, job_id: int, position: int, name: str, result: dict) -> str:
-    """Write a page's result as ``<name>.json`` in its document's results directory, whole,
-    then renamed into place. Every result file is written here (a pod's, a text layer's).
-    Returns the path relative to MEDIA_ROOT, as ``Page.result`` holds it."""
-    results_dir = settings.MEDIA_ROOT / "jobs" / str(job_id) / str(position) / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"{name}.json"
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    partial.write_text(json.dumps(result, ensure_ascii=False))
-    os.replace(partial, path)
-    return str(path.relative_to(settings.MEDIA_ROOT))
-
-
-def _write_result(item: PageResult, token: str) -> str:
-    """A result file named for its claim (token and attempt): another claim's writer can
-    never overwrite it, and the same claim's writer trying again after a database error
-    writes the same file, not a second one."""
-    claim = f"{item.attempt}-{token[:12]}" if item.attempt is not None else uuid.uuid4().hex[:12]
-    return result_file_write(
-        job_id=item.job_id, position=item.position, name=f"{item.page_id}-{claim}", result=item.result
-    )
+def result_json(result: dict) -> str:
+    """A page's result as ``Page.result`` holds it: JSON text in the page's own row, which any
+    host reads (no file on one host's disk). Every result is written here (a pod's, a text layer's)."""
+    return json.dumps(result, ensure_ascii=False)
 
 
 def _confidence(result: dict) -> float | None:
@@ -161,25 +142,25 @@ def _confidence(result: dict) -> float | None:
 def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
     """Store many pages' results at once; each only if its claim is still ours.
 
-    Result files are written first, then one UPDATE marks the pages done; a page
-    whose claim was lost (expired and taken, cancelled, or superseded by a newer
-    attempt) is not updated and its file is removed, so a page is never written
-    twice. Of two results for one page in a batch, the first counts. Returns the
-    stored ids.
+    One UPDATE writes the results into the pages' rows and marks them done; a page whose
+    claim was lost (expired and taken, cancelled, or superseded by a newer attempt) is not
+    updated, so a page is never written twice. Of two results for one page in a batch, the
+    first counts. Returns the stored ids. Safe to call again after a database error: a
+    result stored by the first call no longer matches a claim.
     """
     unique: dict[int, PageResult] = {}
     for item in items:
         unique.setdefault(item.page_id, item)
     if not unique:
         return set()
-    paths = {page_id: _write_result(item, token) for page_id, item in unique.items()}
     placeholders = ", ".join(
         ["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
          " CAST(%s AS bigint), CAST(%s AS double precision))"] * len(unique)
     )  # fmt: skip
     params: list = []
     for page_id, item in unique.items():
-        params += [page_id, item.attempt, paths[page_id], _confidence(item.result), item.pod_id, item.seconds]
+        params += [page_id, item.attempt, result_json(item.result), _confidence(item.result), item.pod_id,
+                   item.seconds]  # fmt: skip
     table = Page._meta.db_table
     sql = (
         f"WITH v(id, attempts, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
@@ -191,19 +172,9 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
         f"RETURNING {table}.id"
     )
     params += [Page.Status.DONE, timezone.now(), token, Page.Status.RUNNING]
-    # On a database error the files stay: whether the commit happened is unknown. Called
-    # again, this writes the same files (named for their claims) and sorts them out.
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        stored = {row[0] for row in cursor.fetchall()}
-    refused = {page_id: relative for page_id, relative in paths.items() if page_id not in stored}
-    if refused:
-        # Not stored now, but maybe by this same call before a database error cut off its
-        # answer: a file that a page refers to stays.
-        kept = set(Page.objects.filter(pk__in=refused, result__in=refused.values()).values_list("result", flat=True))
-        for relative in set(refused.values()) - kept:
-            (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
-    return stored
+        return {row[0] for row in cursor.fetchall()}
 
 
 def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:

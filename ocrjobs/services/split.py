@@ -5,7 +5,9 @@ sent again.
 
 from __future__ import annotations
 
+import io
 import logging
+import posixpath
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -16,8 +18,9 @@ from django.utils import timezone
 from fleetadmin import leases
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
-from ocrjobs.services.pages import result_file_write
+from ocrjobs.services.pages import result_json
 from ocrjobs.services.submission import open_image
+from ocrjobs.storage import document_delete, document_local, document_save_bytes
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +55,15 @@ def document_split(*, document_id: int, lease: str | None = None) -> Document:
 def _split(document: Document, row, lease: str) -> Document:
     if document.job.status == Job.Status.CANCELLED:
         return document
-    pages_dir = document.source_path.parent / "pages"
-    pages_dir.mkdir(parents=True, exist_ok=True)
+    pages_dir = f"{posixpath.dirname(document.source)}/pages"
     existing = set(document.pages.values_list("number", flat=True))
+    with document_local(document.source) as source:
+        return _split_from(document, row, lease, source, pages_dir, existing)
+
+
+def _split_from(document: Document, row, lease: str, source: Path, pages_dir: str, existing: set[int]) -> Document:
     try:
-        renderer = _PageRenderer(document)
+        renderer = _PageRenderer(document, source)
     except Exception as exc:
         log.warning("document %s cannot be split: %s", document.pk, exc)
         document.status = Document.Status.FAILED
@@ -149,9 +156,8 @@ def _split_stopped(document: Document, unsaved: list[Page]) -> Document:
     cancelled with it), and the files of the batch rendered meanwhile go. The document stays
     pending, as one whose split never started after a cancel does."""
     for page in unsaved:
-        for relative in (page.image, page.result):
-            if relative and relative != document.source:
-                (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
+        if page.image and page.image != document.source:
+            document_delete(page.image)
     log.info("document %s: its job was cancelled, the split stops", document.pk)
     return document
 
@@ -162,10 +168,7 @@ TEXT_LAYER_MIN_CHARS = 20
 def _keep_text_layer(page: Page, document: Document, text: str) -> None:
     """A page whose PDF already has text keeps it: done without a pod, confidence 100."""
     result = {"text": text, "lines": [], "confidence": 100.0, "width": None, "height": None, "source": "text layer"}
-    # Named for its page number: the page has no id before its batch is saved.
-    page.result = result_file_write(
-        job_id=document.job_id, position=document.position, name=f"text-layer-{page.number}", result=result
-    )
+    page.result = result_json(result)
     page.status = Page.Status.DONE
     page.confidence = 100.0
     page.seconds = 0.0
@@ -173,34 +176,35 @@ def _keep_text_layer(page: Page, document: Document, text: str) -> None:
 
 
 class _PageRenderer:
-    def __init__(self, document: Document):
+    def __init__(self, document: Document, source: Path):
         self.document = document
         self.pdf = None
         self.image = None
         if document.kind == Document.Kind.PDF:
-            self.pdf = pdfium.PdfDocument(str(document.source_path))
+            self.pdf = pdfium.PdfDocument(str(source))
         else:
-            self.image = open_image(document.source_path)
+            self.image = open_image(source)
             self.frames = getattr(self.image, "n_frames", 1)
 
-    def render(self, number: int, pages_dir: Path) -> str:
-        relative = pages_dir.relative_to(settings.MEDIA_ROOT) / f"{number}.png"
+    def render(self, number: int, pages_dir: str) -> str:
+        """The page's image, stored beside its document (the name it was stored under)."""
+        png = io.BytesIO()
         if self.pdf is not None:
             page = self.pdf[number - 1]
             try:
                 bitmap = page.render(scale=settings.OCR_RENDER_DPI / 72, grayscale=True)
-                bitmap.to_pil().save(settings.MEDIA_ROOT / relative, compress_level=1)
+                bitmap.to_pil().save(png, format="PNG", compress_level=1)
             finally:
                 page.close()
-            return str(relative)
+            return document_save_bytes(f"{pages_dir}/{number}.png", png.getvalue())
         if self.frames == 1 and self.image.format in ("PNG", "JPEG"):
             # Taken as it is: the pod reads PNG and JPEG directly.
             self.image.load()
             return self.document.source
         self.image.seek(number - 1)
         frame = self.image.convert("L") if self.image.mode not in ("L", "RGB") else self.image
-        frame.save(settings.MEDIA_ROOT / relative, compress_level=1)
-        return str(relative)
+        frame.save(png, format="PNG", compress_level=1)
+        return document_save_bytes(f"{pages_dir}/{number}.png", png.getvalue())
 
     def text_layer(self, number: int) -> str:
         """The page's embedded text, when it has enough to count as a text page."""

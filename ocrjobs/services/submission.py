@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import re
 import shutil
 import unicodedata
@@ -25,6 +24,7 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
+from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def job_submit(
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
 
-    Nothing is left behind on a bad file: no rows, no files on disk.
+    Nothing is left behind on a bad file: no rows, no stored files.
     """
     pool = resolve_pool(pool_key)
     languages = resolve_languages(languages)
@@ -241,18 +241,18 @@ def job_submit(
         raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
     staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
     staging.mkdir(parents=True)
-    job_dir: Path | None = None
+    stored: list[str] = []
     try:
         staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        # Stored before the transaction: an upload to object storage takes a while, and no
+        # transaction (on SQLite: the database's one writer) waits for it.
+        for item in staged:
+            stored.append(document_store(f"documents/{uuid.uuid4().hex}/source{item.suffix}", item.path))
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages)  # fmt: skip
-            job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
             documents = []
-            for position, item in enumerate(staged):
-                source = f"jobs/{job.pk}/{position}/source{item.suffix}"
-                (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(item.path, settings.MEDIA_ROOT / source)
+            for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
                 documents.append(
                     Document(
                         job=job,
@@ -284,8 +284,8 @@ def job_submit(
             fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
             transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
     except BaseException:
-        if job_dir is not None:
-            shutil.rmtree(job_dir, ignore_errors=True)
+        for name in stored:
+            document_delete(name)
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -32,7 +32,7 @@ from django.utils import timezone
 from fleetadmin import leases
 from ocrjobs import selectors
 from pods import capacity
-from pods.models import Alert, BootAttempt, Pod
+from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, pool_offers
 from pods.providers import get_provider
 from pods.providers.base import (
@@ -101,7 +101,7 @@ def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
 
 def boots_due(*, now: datetime, limit: int) -> list[int]:
     """Booting pods whose next step is due and whose lease no step holds, longest waiting first."""
-    due = Pod.objects.filter(state=Pod.State.BOOTING, step_at__lte=now)
+    due = Pod.objects.filter(state=Pod.State.BOOTING, step_at__lte=now).reachable_here()
     return list(leases.free(due, now=now).order_by("step_at").values_list("pk", flat=True)[:limit])
 
 
@@ -236,9 +236,10 @@ def _create_on(
     )
     started = time.monotonic()
     try:
-        # Committed before the call: a step that dies inside it leaves "creating", and the
-        # next step looks for the pod by its name before it creates anything.
-        if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(boot_stage=Stage.CREATING):
+        # Committed before the call: a step that dies inside it leaves "creating", and the next
+        # step looks for the pod by its name before it creates anything (a local pod: on this host).
+        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod)}
+        if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(**creating):
             raise leases.LeaseLost(pod.name)
         created = provider.create(spec)
         # Still ours? If another step took the boot over, that one adopts this pod by its name.
@@ -312,10 +313,17 @@ def _attempt(pod: Pod, key: str, outcome: str, error: Exception | None, started:
     )
 
 
+def _host_of(pod: Pod) -> str:
+    """A local pod created here is this host's (its process, its loopback port); others are anyone's."""
+    return settings.HOST_ID if pod.pool.provider == Pool.Provider.LOCAL else ""
+
+
 def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     pod.provider_id = created.provider_id
     pod.billed_from = pod.billed_from or timezone.now()
     fields = ["provider_id", "billed_from"]
+    pod.host = _host_of(pod)
+    fields.append("host")
     if offer is not None:
         pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
         pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr

@@ -71,7 +71,7 @@ def pod_release_now(*, pod: Pod, reason: str) -> None:
 
 def terminations_due(*, now: datetime, limit: int) -> list[int]:
     """Ended pods whose provider terminate is not confirmed yet and is due a try, oldest first."""
-    due = Pod.objects.filter(state__in=Pod.ENDED_STATES, terminate_pending=True, step_at__lte=now)
+    due = Pod.objects.filter(state__in=Pod.ENDED_STATES, terminate_pending=True, step_at__lte=now).reachable_here()
     return list(due.order_by("step_at").values_list("pk", flat=True)[:limit])
 
 
@@ -80,9 +80,9 @@ def terminate_step(pod_id: int) -> None:
     has it): nothing more to do. Refused: tried again after a back-off. The try is claimed first by
     moving ``step_at`` to the retry time, so two passes never both call, and a step killed
     mid-call is tried again at the back-off's pace, not in a hot loop."""
-    pod = Pod.objects.select_related("pool").filter(pk=pod_id, terminate_pending=True).first()
+    pod = Pod.objects.select_related("pool").reachable_here().filter(pk=pod_id, terminate_pending=True).first()
     if pod is None or pod.is_alive or pod.step_at is None:
-        return
+        return  # another host's local pod is that host's to terminate: its pid means nothing here
     now = timezone.now()
     waited = (now - (pod.ended_at or now)).total_seconds()
     retry_at = now + timedelta(seconds=min(max(waited, TERMINATE_RETRY_MIN_SECONDS), TERMINATE_RETRY_MAX_SECONDS))

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleetadmin.hosts import hosts_silent, is_this_host
 from pods.models import Pod, Pool
 from pods.providers import get_provider
 from pods.services import passes
@@ -41,12 +42,16 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     - a pod at the provider that the database does not know, older than the
       grace period: adopted if its pool wants it, terminated otherwise;
     - a pod the database has but the provider no longer has: lost, its pages wait again;
-    - a pod the database ended that still runs: terminated again.
+    - a pod the database ended that still runs: terminated again;
+    - another host's local pods are that host's to compare (only it sees their processes): left
+      alone while it reports, lost once it has been silent for HOST_LOST_AFTER_SECONDS.
     """
     provider = get_provider(provider_name)
     result = ReconcileResult(provider_name)
     remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
-    pods = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
+    everyones = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
+    _lose_pods_of_silent_hosts(everyones.alive().exclude(host__in=("", settings.HOST_ID)), result)
+    pods = everyones.reachable_here()
     known = {p.provider_id: p for p in pods.exclude(provider_id="")}
     for provider_id, seen in remote.items():
         pod = known.get(provider_id)
@@ -57,7 +62,9 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             continue
         if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
             continue  # its create may be saving right now
-        row = pods.filter(name=seen.name).first()
+        row = everyones.filter(name=seen.name).first()
+        if row is not None and not is_this_host(row.host):
+            continue  # another host's local pod (hosts that share a machine see each other's processes)
         if row is not None and row.is_alive and not row.provider_id:
             _save_created(row, seen, None)  # the boot died between create and save
             Pod.objects.filter(pk=row.pk, state=Pod.State.BOOTING).update(**staged(Pod.BootStage.RUNNING))
@@ -83,6 +90,18 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     if result.adopted or result.terminated or result.lost:
         log.warning("reconcile %s: %s", provider_name, result)
     return result
+
+
+def _lose_pods_of_silent_hosts(others, result: ReconcileResult) -> None:
+    """Other hosts' alive local pods: lost (their pages wait again) once their host is silent."""
+    by_host: dict[str, list[Pod]] = {}
+    for pod in others:
+        by_host.setdefault(pod.host, []).append(pod)
+    for host in hosts_silent(set(by_host)):
+        for pod in by_host[host]:
+            error = f"its host {host} stopped reporting for {settings.HOST_LOST_AFTER_SECONDS:g} s"
+            pod_end(pod=pod, state=Pod.State.LOST, error=error)
+            result.lost.append(pod.name)
 
 
 def _pool_wants_one(pool: Pool) -> bool:

@@ -2,8 +2,8 @@
 
 For each fault the same three things are checked:
 
-- no page is lost or done twice: every page is DONE with exactly one result
-  file under MEDIA_ROOT/jobs/<job>/<position>/results/, and the job is done;
+- no page is lost or done twice: every page is DONE with its one result in its
+  row (stored only under its current claim), and the job is done;
 - no pod runs unaccounted: after a reconcile (which must find nothing to adopt
   or terminate), the provider's pods of this deployment are exactly the alive
   Pod rows;
