@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pods', '0006_boot_steps_and_passes'),
+        ('pods', '0007_capacityverdict_open_until'),
     ]
 
     operations = [
