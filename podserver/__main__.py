@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -25,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .pages import MAX_PIXELS
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
-    server = make_server(config)
+    server = make_server(config, environ=os.environ)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # shutdown() waits for serve_forever() to return, and serve_forever() runs in

@@ -23,6 +23,7 @@ DEFAULT_MAX_DOCUMENT_BYTES = 512 * 1024**2
 # end before that with an answer the dispatcher understands (504) rather than a cut.
 DEFAULT_PAGE_TIMEOUT, DEFAULT_PAGE_TIMEOUT_IN_RUNPOD = 120.0, 90.0
 ENGINES = ("tesseract", "rapidocr", "vlm")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Config:
     max_bytes: int
     engine: str
     model: str
+    device: str
     token: str
     cache_dir: str
     cache_bytes: int
@@ -101,6 +103,12 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=_positive(int), default=DEFAULT_MAX_BYTES, help="largest raw image body")
     p.add_argument("--engine", choices=ENGINES, default=env("ENGINE") or "tesseract", help="env ENGINE")
     p.add_argument("--model", default=env("MODEL") or "", help="env MODEL: engine-specific model name")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=env("DEVICE") or "auto",
+        help="env DEVICE: auto (CUDA when the engine finds it), cpu, or cuda (fail rather than fall back)",
+    )
     p.add_argument("--cache-dir", default=env("DOCUMENT_CACHE_DIR") or "", help="env DOCUMENT_CACHE_DIR")
     p.add_argument(
         "--cache-bytes",
@@ -132,6 +140,8 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = p.parse_args(argv)
     if args.engine not in ENGINES:  # argparse does not check a default (from ENGINE) against choices
         p.error(f"ENGINE must be one of {', '.join(ENGINES)}, not {args.engine!r}")
+    if args.device not in DEVICES:
+        p.error(f"DEVICE must be one of {', '.join(DEVICES)}, not {args.device!r}")
     token = read_token(environ)
     if not token and not is_loopback(args.host):
         p.error(f"refusing to listen on {args.host} without a token: set POD_TOKEN (or bind 127.0.0.1)")
@@ -144,6 +154,7 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         max_bytes=args.max_bytes,
         engine=args.engine,
         model=args.model,
+        device=args.device,
         token=token,
         cache_dir=args.cache_dir,
         cache_bytes=args.cache_bytes,

@@ -13,7 +13,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from PIL import Image, ImageDraw, ImageFont
 
-from . import engine, pages
+from . import engines, pages
 from .config import Config, ConfigError, is_loopback
 from .config import load as load_config
 from .documents import CacheFull, DocumentCache, DocumentError, valid_name
@@ -38,7 +38,9 @@ class PodServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, config: Config, documents: DocumentCache | None = None) -> None:
+    def __init__(
+        self, config: Config, documents: DocumentCache | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.config = config
         self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         self.lane_count = config.lanes
@@ -50,10 +52,9 @@ class PodServer(ThreadingHTTPServer):
         self.max_bytes = config.max_bytes
         self.token = config.token.encode()
         self.documents = documents or DocumentCache(config.cache_dir, config.cache_bytes)
+        self.engine = engines.create(config.engine, model=config.model, device=config.device, environ=environ)
         self.state = LOADING
         self.error = ""
-        self.version = ""
-        self.languages: list[str] = []
         self.loaded = threading.Event()  # set once loading finished, either way
         self.draining = False
         self.stats_lock = threading.Lock()
@@ -80,7 +81,7 @@ class PodServer(ThreadingHTTPServer):
 
     def _load(self) -> None:
         try:
-            self.version, self.languages = engine.load()
+            self.engine.load()
             self._warm_up()
             self.state = READY
         except Exception as exc:
@@ -97,8 +98,8 @@ class PodServer(ThreadingHTTPServer):
         font = ImageFont.load_default(size=48)
         img = Image.new("L", (int(font.getlength(WARMUP_TEXT)) + 80, 130), 255)
         ImageDraw.Draw(img).text((40, 35), WARMUP_TEXT, font=font, fill=0)
-        language = "eng" if "eng" in self.languages else self.languages[0]
-        result = engine.ocr_image(img, language, max(self.page_timeout, 120.0))
+        language = "eng" if "eng" in self.engine.languages else self.engine.languages[0]
+        result = self.engine.ocr(img, language, max(self.page_timeout, 120.0))
         words = set(WARMUP_TEXT.lower().split())
         if not words & set(result["text"].lower().split()):
             raise RuntimeError(f"engine read the start-up page as {result['text']!r}, not {WARMUP_TEXT!r}")
@@ -211,11 +212,11 @@ class PodHandler(BaseHTTPRequestHandler):
         self._send(
             HTTPStatus.OK,
             {
-                "engine": engine.ENGINE,
-                "version": srv.version,
-                "device": "cpu",
-                "model": srv.config.model,
-                "languages": srv.languages,
+                "engine": srv.engine.name,
+                "version": srv.engine.version,
+                "device": srv.engine.device,
+                "model": srv.engine.model,
+                "languages": srv.engine.languages,
                 "lanes": srv.lane_count,
                 "busy": busy,
                 "ready": srv.state == READY,
@@ -306,7 +307,7 @@ class PodHandler(BaseHTTPRequestHandler):
         if body is None:
             return
         try:
-            request = parse_page_request(body, srv.languages)
+            request = parse_page_request(body, srv.engine.languages)
         except ValueError as exc:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
             return
@@ -330,7 +331,7 @@ class PodHandler(BaseHTTPRequestHandler):
         srv = self.server
         query = parse_qs(urlsplit(self.path).query)
         lang = query.get("lang", ["eng"])[-1]
-        if error := unknown_languages(lang, srv.languages):
+        if error := unknown_languages(lang, srv.engine.languages):
             self._send(HTTPStatus.BAD_REQUEST, {"error": error})
             return
         if length > srv.max_bytes:
@@ -380,8 +381,8 @@ class PodHandler(BaseHTTPRequestHandler):
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
         render_seconds = time.monotonic() - started
         try:
-            result = engine.ocr_image(img, lang, max(0.001, srv.page_timeout - render_seconds))
-        except engine.PageTimeout:
+            result = srv.engine.ocr(img, lang, max(0.001, srv.page_timeout - render_seconds))
+        except engines.PageTimeout:
             srv.count(ok=False)
             return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {srv.page_timeout:g} s exceeded"}
         except Exception as exc:
@@ -519,7 +520,12 @@ def parse_page_request(body: bytes, installed: list[str]) -> tuple[str, int, int
     return document, page, dpi, lang
 
 
-def make_server(config: Config | None = None, documents: DocumentCache | None = None, **overrides: Any) -> PodServer:
+def make_server(
+    config: Config | None = None,
+    documents: DocumentCache | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> PodServer:
     """Bind the socket and start loading the engine in the background.
 
     Without a config, the defaults of ``python -m podserver --host 127.0.0.1 --port 0``
@@ -530,6 +536,6 @@ def make_server(config: Config | None = None, documents: DocumentCache | None = 
     config = replace(config, **overrides)
     if not config.token and not is_loopback(config.host):
         raise ConfigError(f"refusing to listen on {config.host} without a token")
-    server = PodServer(config, documents)
+    server = PodServer(config, documents, environ)
     server.start_loading()
     return server

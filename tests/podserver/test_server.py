@@ -10,8 +10,8 @@ import pytesseract
 import pytest
 from PIL import Image
 
-import podserver.engine
 from podserver.__main__ import parse_args
+from podserver.engines.tesseract import TesseractEngine
 
 from .conftest import HANG_GUARD
 from .helpers import accuracy, encode, png_header_only, render
@@ -40,15 +40,15 @@ def test_all_lanes_busy_answers_429_at_once(start_server, page_png: bytes) -> No
 
 def test_page_in_flight_holds_its_lane(start_server, page_png: bytes, monkeypatch) -> None:
     entered, release = threading.Event(), threading.Event()
-    real_ocr = podserver.engine.ocr_image
+    server, url = start_server(lanes=1)  # loaded: the start-up page went through the real engine
+    real_ocr = server.engine.ocr
 
     def slow_ocr(img: Image.Image, lang: str, timeout: float) -> dict:
         entered.set()
         release.wait(HANG_GUARD)
         return real_ocr(img, lang, timeout)
 
-    _, url = start_server(lanes=1)  # loaded: the start-up page went through the real engine
-    monkeypatch.setattr(podserver.engine, "ocr_image", slow_ocr)
+    monkeypatch.setattr(server.engine, "ocr", slow_ocr)
     first: list[httpx.Response] = []
     worker = threading.Thread(
         target=lambda: first.append(httpx.post(f"{url}/v1/ocr", content=page_png, timeout=HANG_GUARD))
@@ -183,13 +183,13 @@ def test_wrong_method_is_405(start_server, method: str, path: str, allow: str) -
 
 def test_healthz_while_loading_then_ready(start_server, monkeypatch) -> None:
     release = threading.Event()
-    real_load = podserver.engine.load
+    real_load = TesseractEngine.load
 
-    def slow_load() -> tuple[str, list[str]]:
+    def slow_load(self: TesseractEngine) -> None:
         release.wait(HANG_GUARD)
-        return real_load()
+        real_load(self)
 
-    monkeypatch.setattr(podserver.engine, "load", slow_load)
+    monkeypatch.setattr(TesseractEngine, "load", slow_load)
     server, url = start_server(wait=False)
 
     response = httpx.get(f"{url}/healthz")
@@ -205,10 +205,10 @@ def test_healthz_while_loading_then_ready(start_server, monkeypatch) -> None:
 
 
 def test_healthz_when_engine_fails(start_server, monkeypatch) -> None:
-    def failing_load() -> tuple[str, list[str]]:
+    def failing_load(self: TesseractEngine) -> None:
         raise RuntimeError("tesseract is not installed")
 
-    monkeypatch.setattr(podserver.engine, "load", failing_load)
+    monkeypatch.setattr(TesseractEngine, "load", failing_load)
     _, url = start_server()
 
     response = httpx.get(f"{url}/healthz")

@@ -1,4 +1,4 @@
-"""Tesseract wrapping: image decoding, the OCR call and shaping its output."""
+"""Tesseract through pytesseract: one tesseract process per page, killed at the page time limit."""
 
 from __future__ import annotations
 
@@ -10,53 +10,40 @@ from typing import Any
 import pytesseract
 from PIL import Image
 
-from .pages import MAX_PIXELS, BadImage, decode_image
-
-ENGINE = "tesseract"
-
-__all__ = ["MAX_PIXELS", "BadImage", "PageTimeout", "decode_image", "group_words", "load", "ocr_image"]
+from .base import Engine, PageTimeout, page_result
 
 
-class PageTimeout(Exception):
-    """Tesseract ran past the page time limit and was killed."""
+class TesseractEngine(Engine):
+    name = "tesseract"
 
+    def load(self) -> None:
+        """Check the tesseract binary answers; note its version and installed languages."""
+        if self.requested_device == "cuda":
+            raise RuntimeError("tesseract runs on the CPU only; DEVICE=cuda asks for another engine")
+        # Tesseract's OpenMP threads fight each other when several lanes run at once:
+        # one thread per process is ~6x faster per page here. pytesseract passes
+        # os.environ to every child, so setting it before the first call is enough.
+        os.environ["OMP_THREAD_LIMIT"] = "1"
+        try:
+            self.version = str(pytesseract.get_tesseract_version())
+        except SystemExit as exc:  # pytesseract exits on an unparsable version string
+            raise RuntimeError(str(exc)) from None
+        self.languages = sorted(pytesseract.get_languages())
+        if not self.languages:
+            raise RuntimeError("tesseract reports no installed languages")
 
-def load() -> tuple[str, list[str]]:
-    """Check the tesseract binary answers; return (version, installed languages)."""
-    # Tesseract's OpenMP threads fight each other when several lanes run at once:
-    # one thread per process is ~6x faster per page here. pytesseract passes
-    # os.environ to every child, so setting it before the first call is enough.
-    os.environ["OMP_THREAD_LIMIT"] = "1"
-    try:
-        version = str(pytesseract.get_tesseract_version())
-    except SystemExit as exc:  # pytesseract exits on an unparsable version string
-        raise RuntimeError(str(exc)) from None
-    languages = sorted(pytesseract.get_languages())
-    if not languages:
-        raise RuntimeError("tesseract reports no installed languages")
-    return version, languages
-
-
-def ocr_image(img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
-    """OCR one page; PageTimeout past the limit, other exceptions are engine errors."""
-    started = time.monotonic()
-    try:
-        data = pytesseract.image_to_data(img, lang=lang, output_type=pytesseract.Output.DICT, timeout=timeout)
-    except RuntimeError as exc:
-        # pytesseract signals its own kill only through this message.
-        if "timeout" in str(exc).lower():
-            raise PageTimeout(str(exc)) from None
-        raise
-    text, lines, confidence = group_words(data)
-    return {
-        "text": text,
-        "lines": lines,
-        "confidence": confidence,
-        "width": img.width,
-        "height": img.height,
-        "engine": ENGINE,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    def ocr(self, img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
+        """OCR one page; PageTimeout past the limit, other exceptions are engine errors."""
+        started = time.monotonic()
+        try:
+            data = pytesseract.image_to_data(img, lang=lang, output_type=pytesseract.Output.DICT, timeout=timeout)
+        except RuntimeError as exc:
+            # pytesseract signals its own kill only through this message.
+            if "timeout" in str(exc).lower():
+                raise PageTimeout(str(exc)) from None
+            raise
+        text, lines, confidence = group_words(data)
+        return page_result(self.name, img, text, lines, confidence, started)
 
 
 def group_words(
