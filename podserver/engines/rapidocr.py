@@ -41,6 +41,10 @@ class RapidOcrEngine(Engine):
         use_cuda = self.requested_device == "cuda" or (self.requested_device == "auto" and cuda_ready)
         params: dict[str, Any] = {"Global.log_level": "warning"}
         if use_cuda:
+            # The GPU image's CUDA and cuDNN are the pip packages PyTorch brought (nvidia-*-cu12);
+            # ONNX Runtime finds them only when told to load them.
+            if hasattr(onnxruntime, "preload_dlls"):
+                onnxruntime.preload_dlls()
             params |= {
                 "EngineConfig.onnxruntime.use_cuda": True,
                 "EngineConfig.onnxruntime.cuda_ep_cfg.cudnn_conv_algo_search": "DEFAULT",

@@ -12,6 +12,8 @@ import base64
 import io
 import json
 import math
+import signal
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,14 +27,14 @@ MODEL = "allenai/olmOCR-2-7B-1025-FP8"
 class StandIn(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, model: str = MODEL) -> None:
+    def __init__(self, model: str = MODEL, port: int = 0) -> None:
         self.model = model
         self.requests: list[dict[str, Any]] = []  # every chat request received, parsed
         self.images: list[Image.Image] = []
         # Steering, for one test at a time: answers to give before reading pages for real.
         self.scripted: list[dict[str, Any]] = []
         self.text_probability = 0.9
-        super().__init__(("127.0.0.1", 0), StandInHandler)
+        super().__init__(("127.0.0.1", port), StandInHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -113,3 +115,16 @@ def completion(front: str, text: str, finish: str, text_probability: float, logp
 def _pieces(text: str) -> list[str]:
     # Tokens of four characters: enough to check that only the text's tokens make the confidence.
     return [text[i : i + 4] for i in range(0, len(text), 4)]
+
+
+def main(argv: list[str]) -> None:
+    """Run as a fake ``vllm serve WEIGHTS --served-model-name NAME --port PORT ...`` until killed."""
+    model, port = argv[argv.index("--served-model-name") + 1], int(argv[argv.index("--port") + 1])
+    server = StandIn(model=model, port=port)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    server.stop()
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    main(sys.argv)
