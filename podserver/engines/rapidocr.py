@@ -60,7 +60,7 @@ class RapidOcrEngine(Engine):
             raise RuntimeError(f"CUDA was asked for, but ONNX Runtime runs {providers}: refusing to run on the CPU")
         self.device = "cuda" if use_cuda else "cpu"
         self.version = f"rapidocr {version('rapidocr')}, onnxruntime {onnxruntime.__version__}"
-        self.model = self.model or _model_names(self.reader)
+        self.model = _model_names(self.reader)  # the models it really loaded, whatever MODEL says
         self.languages = sorted(LATIN_AND_CJK)
 
     def session_providers(self) -> dict[str, list[str]]:

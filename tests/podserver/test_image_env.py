@@ -164,9 +164,9 @@ def test_the_entrypoint_serves_a_page_with_the_engine(run_image, engine: str) ->
     assert pod.proc.wait(timeout=HANG_GUARD) == 0
 
 
-def test_with_engine_vlm_the_entrypoint_starts_vllm_beside_the_server_and_stops_both(
-    run_image, image_env: Path, tmp_path: Path
-) -> None:
+@pytest.fixture
+def vlm_pod(run_image, image_env: Path, tmp_path: Path) -> Iterator[tuple[EntrypointPod, Path, Path]]:
+    """The image's entrypoint with ENGINE=vlm, a stand-in ``vllm`` on PATH and weights on a "volume"."""
     weights = tmp_path / "volume" / "olmOCR-2-7B-1025-FP8"
     weights.mkdir(parents=True)
     calls = tmp_path / "vllm-argv"
@@ -174,26 +174,30 @@ def test_with_engine_vlm_the_entrypoint_starts_vllm_beside_the_server_and_stops_
     fake.parent.mkdir()
     fake.write_text(
         f"#!{image_env / 'bin' / 'python'}\n"
-        "import sys\n"
-        f"open({str(calls)!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+        "import os, sys\n"
+        f"open({str(calls)!r}, 'w').write(f'{{os.getpid()}} ' + ' '.join(sys.argv[1:]))\n"
         f"sys.path.insert(0, {str(REPO / 'tests' / 'podserver')!r})\n"
         "import signal, vlm_standin\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})\n"
         "vlm_standin.main(sys.argv)\n"
     )
     fake.chmod(0o755)
-    vlm_port = str(_free_port())
     pod = run_image(
         ENGINE="vlm",
         MODEL="allenai/olmOCR-2-7B-1025-FP8",
         MODEL_PATH=str(weights),
-        VLM_PORT=vlm_port,
+        VLM_PORT=str(_free_port()),
         PATH=f"{fake.parent}:{image_env / 'bin'}:/usr/bin:/bin",
     )
+    yield pod, weights, calls
+
+
+def test_with_engine_vlm_the_entrypoint_starts_vllm_beside_the_server_and_stops_both(vlm_pod) -> None:
+    pod, weights, calls = vlm_pod
 
     page = read_a_page(pod.url)
 
-    argv = calls.read_text().split()
+    vllm_pid, *argv = calls.read_text().split()
     assert argv[:2] == ["serve", str(weights)]
     assert argv[argv.index("--served-model-name") + 1] == "allenai/olmOCR-2-7B-1025-FP8"
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
@@ -201,8 +205,19 @@ def test_with_engine_vlm_the_entrypoint_starts_vllm_beside_the_server_and_stops_
     assert page["models"]["engine"] == "vlm"
     pod.proc.send_signal(signal.SIGTERM)
     assert pod.proc.wait(timeout=HANG_GUARD) == 0
+    assert not Path(f"/proc/{vllm_pid}").exists()  # vLLM was stopped and reaped too
+
+
+def test_when_vllm_dies_the_pod_stops_instead_of_answering_loading_forever(vlm_pod) -> None:
+    pod, _, calls = vlm_pod
+    vllm_pid = int(calls.read_text().split()[0])
+
+    os.kill(vllm_pid, signal.SIGKILL)
+
+    assert pod.proc.wait(timeout=HANG_GUARD) == 1
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"http://127.0.0.1:{vlm_port}/v1/models")  # vLLM was stopped too
+        httpx.get(f"{pod.url}/healthz")  # the pod server went with it
+    assert "exited on its own" in pod.log.read_text()
 
 
 def _free_port() -> int:
