@@ -12,6 +12,7 @@ from types import FrameType
 
 from .config import Config
 from .config import load as load_config
+from .documents import CacheInUse
 from .server import make_server
 
 
@@ -26,7 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .pages import MAX_PIXELS
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
-    server = make_server(config, environ=os.environ)
+    try:
+        server = make_server(config, environ=os.environ)
+    except (CacheInUse, OSError) as exc:  # a taken port or cache: say so in one line, exit 1
+        print(f"podserver: {exc}", file=sys.stderr)
+        return 1
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # shutdown() waits for serve_forever() to return, and serve_forever() runs in

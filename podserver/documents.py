@@ -12,6 +12,7 @@ under a real name.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -28,6 +29,7 @@ from typing import BinaryIO
 SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1024 * 1024
 PART_SUFFIX = ".part"
+LOCK_NAME = ".lock"
 
 
 class DocumentError(ValueError):
@@ -36,6 +38,10 @@ class DocumentError(ValueError):
 
 class CacheFull(Exception):
     """The document is larger than the whole cache."""
+
+
+class CacheInUse(RuntimeError):
+    """Another pod server holds this cache directory."""
 
 
 @dataclass
@@ -53,6 +59,14 @@ class DocumentCache:
             self.directory.mkdir(parents=True, exist_ok=True)
         else:
             self.directory = Path(tempfile.mkdtemp(prefix="podserver-documents-"))
+        # One pod server per directory: two would evict each other's documents from under
+        # their indexes. The lock goes with the process, however it ends.
+        self._lock_file = open(self.directory / LOCK_NAME, "a")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise CacheInUse(f"{self.directory} is the document cache of another running pod server") from None
         self.capacity_bytes = capacity_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # least recently used first
@@ -75,6 +89,7 @@ class DocumentCache:
         self._evict()
 
     def close(self) -> None:
+        self._lock_file.close()
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 

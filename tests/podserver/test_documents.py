@@ -12,7 +12,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from podserver.documents import CacheFull, DocumentCache, DocumentError
+from podserver.documents import CacheFull, CacheInUse, DocumentCache, DocumentError
 from podserver.pages import BadImage, count_pages
 from tests.factories import (
     PAGES_TRUTH,
@@ -26,6 +26,10 @@ from tests.factories import (
 
 from .conftest import HANG_GUARD
 from .helpers import accuracy
+
+
+def on_disk(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir() if path.name != ".lock")
 
 
 def sha(data: bytes) -> str:
@@ -94,7 +98,7 @@ def test_a_body_whose_hash_differs_leaves_nothing(cache_dir: Path) -> None:
     cache = DocumentCache(cache_dir, capacity_bytes=1000)
     with pytest.raises(DocumentError, match="sha256"):
         cache.put(sha(b"expected"), 8, io.BytesIO(b"received"), lambda path: 1)
-    assert list(cache_dir.iterdir()) == []
+    assert on_disk(cache_dir) == []
     assert cache.stats()["count"] == 0
 
 
@@ -108,7 +112,7 @@ def test_a_short_body_or_a_non_document_leaves_nothing(cache_dir: Path) -> None:
 
     with pytest.raises(BadImage):
         cache.put(sha(b"y"), 1, io.BytesIO(b"y"), refuse)
-    assert list(cache_dir.iterdir()) == []
+    assert on_disk(cache_dir) == []
 
 
 def test_a_document_larger_than_the_cache_is_refused(cache_dir: Path) -> None:
@@ -121,11 +125,20 @@ def test_a_restarted_pod_keeps_its_documents_and_sweeps_cut_writes(cache_dir: Pa
     first = DocumentCache(cache_dir, capacity_bytes=1000)
     kept = store(first, b"kept")
     (cache_dir / ".abc-123.part").write_bytes(b"half a document")
+    first.close()
 
     again = DocumentCache(cache_dir, capacity_bytes=1000)
 
     assert again.get(kept) is not None
-    assert [path.name for path in cache_dir.iterdir()] == [kept]
+    assert on_disk(cache_dir) == [kept]
+
+
+def test_two_pod_servers_cannot_share_a_cache_directory(cache_dir: Path) -> None:
+    first = DocumentCache(cache_dir, capacity_bytes=1000)
+    with pytest.raises(CacheInUse, match="another running pod server"):
+        DocumentCache(cache_dir, capacity_bytes=1000)
+    first.close()
+    DocumentCache(cache_dir, capacity_bytes=1000).close()  # free again once the first let go
 
 
 def test_page_counts_of_each_kind(tmp_path: Path) -> None:
@@ -260,7 +273,7 @@ def test_a_bad_document_is_400_and_not_kept(start_server, name: str | None, data
     response = put(url, data, name)
     assert response.status_code == 400
     assert fragment in response.json()["error"]
-    assert list(server.documents.directory.iterdir()) == []
+    assert on_disk(server.documents.directory) == []
     # The connection was left in order: the body was read whole, so the next request works.
     assert ocr(url, document=sha(data), page=1).status_code == 409
 
@@ -303,4 +316,4 @@ def test_concurrent_uploads_of_one_document_keep_one_copy(start_server) -> None:
         thread.join(HANG_GUARD)
     assert sorted(answers)[-1] == 201 and set(answers) <= {200, 201}
     assert answers.count(201) == 1
-    assert [path.name for path in server.documents.directory.iterdir()] == [sha(data)]
+    assert on_disk(server.documents.directory) == [sha(data)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -143,3 +144,22 @@ def test_a_pod_on_a_public_address_without_a_token_exits_at_once_and_says_why() 
     assert done.returncode == 2
     assert "LISTENING" not in done.stdout
     assert "refusing to listen on 0.0.0.0 without a token" in done.stderr
+
+
+def test_a_second_pod_on_the_same_cache_directory_refuses_to_start(spawn_pod, tmp_path) -> None:
+    cache = str(tmp_path / "documents")
+    first = spawn_pod("--cache-dir", cache)
+    first.wait_ready()
+
+    second = subprocess.run(
+        [sys.executable, "-m", "podserver", "--port", "0", "--cache-dir", cache],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+
+    assert second.returncode == 1
+    assert "document cache of another running pod server" in second.stderr
+    assert httpx.get(f"{first.url}/healthz").status_code == 200
