@@ -249,14 +249,17 @@ class PodHandler(BaseHTTPRequestHandler):
         if length == 0:
             self._send(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
             return
-        entry = srv.documents.touch(name)
-        if entry is not None:
-            # Already here: a client that asked first is spared the upload; one that sent
-            # it anyway has it read and dropped, so the connection stays usable.
-            if not self._expect_continue:
-                self._discard_body(length)
-            self._send(HTTPStatus.OK, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
-            return
+        with srv.documents.use(name) as held:
+            if held is not None:
+                # Already here: a client that asked first is spared the upload; one that sent
+                # it anyway has it read and dropped, so the connection stays usable.
+                path, entry = held
+                if not self._expect_continue:
+                    self._discard_body(length)
+                if not entry.pages:  # adopted from disk at start-up: counted on first use
+                    srv.documents.set_pages(name, pages.count_pages(path))
+                self._send(HTTPStatus.OK, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
+                return
         self._continue()
         try:
             entry, created = srv.documents.put(name, length, self.rfile, pages.count_pages)

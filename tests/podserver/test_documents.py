@@ -317,3 +317,18 @@ def test_concurrent_uploads_of_one_document_keep_one_copy(start_server) -> None:
     assert sorted(answers)[-1] == 201 and set(answers) <= {200, 201}
     assert answers.count(201) == 1
     assert on_disk(server.documents.directory) == [sha(data)]
+
+
+def test_a_restarted_pod_serves_the_documents_it_kept(start_server, tmp_path: Path) -> None:
+    data = pdf_bytes()
+    kept = tmp_path / "kept-documents"
+    before = DocumentCache(kept, capacity_bytes=10**9)
+    before.put(sha(data), len(data), io.BytesIO(data), count_pages)
+    before.close()
+
+    _, url = start_server(cache_dir=str(kept))
+
+    again = put(url, data)
+    assert again.status_code == 200
+    assert again.json()["pages"] == 3  # counted again from the file it found
+    assert ocr(url, document=sha(data), page=3).status_code == 200
