@@ -9,7 +9,9 @@ For each engine it reads the same pages twice per round: called directly in this
 ``python -m podserver`` (the document PUT once, then one ``POST /v1/ocr`` per page by its hash,
 the pod rendering it), with ``--lanes`` pages in flight both ways. It prints pages/s and seconds
 per page for both and the pod server's overhead; the goal is <= 10 %. Each figure is the best of
-``--rounds`` rounds, the two ways alternating, so that a neighbour's load hits both alike.
+``--rounds`` rounds, the two ways alternating, so that a neighbour's load hits both alike. It also
+prints the CPU-seconds per page of each way (the engine's child processes included, the client's
+excluded), which a shared machine's load does not move as it moves wall-clock time.
 
 Engines: tesseract and rapidocr on the CPU everywhere; on an NVIDIA GPU (onnxruntime-gpu's CUDA
 provider present) rapidocr on CUDA too; vlm when a vLLM server answers at VLM_URL with MODEL
@@ -26,6 +28,7 @@ import json
 import os
 import platform
 import queue
+import resource
 import subprocess
 import sys
 import tempfile
@@ -64,6 +67,19 @@ def document(count: int, dpi: int) -> bytes:
     out = io.BytesIO()
     images[0].save(out, format="PDF", save_all=True, append_images=images[1:], resolution=dpi)
     return out.getvalue()
+
+
+def own_cpu() -> float:
+    """CPU-seconds of this process and its reaped children (tesseract runs as a child)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    """CPU-seconds of another process and its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
 
 
 def run_lanes(count: int, lanes: int, one: Callable[[int], None]) -> float:
@@ -131,10 +147,14 @@ def bench_engine(name: str, device: str, pdf: bytes, pdf_path: Path, args: argpa
                     failures.put(f"page {number}: {answer.status_code} {answer.text[:200]}")
 
             direct(1), served(1)  # warm both: first-call allocations, the connection pool
-            direct_times, server_times = [], []
+            direct_times, server_times, direct_cpu, server_cpu = [], [], [], []
             for _ in range(args.rounds):
+                cpu = own_cpu()
                 direct_times.append(run_lanes(count, args.lanes, direct))
+                direct_cpu.append(own_cpu() - cpu)
+                cpu = process_cpu(pod.proc.pid)
                 server_times.append(run_lanes(count, args.lanes, served))
+                server_cpu.append(process_cpu(pod.proc.pid) - cpu)
             if not failures.empty():
                 raise SystemExit(f"{name}: the pod server failed pages: {failures.get()}")
         finally:
@@ -153,6 +173,10 @@ def bench_engine(name: str, device: str, pdf: bytes, pdf_path: Path, args: argpa
         "server_pages_per_s": round(count / best_server, 3),
         "server_s_per_page": round(best_server / count, 4),
         "overhead_pct": round(100 * (best_server / best_direct - 1), 1),
+        # CPU-seconds, the engine's children included: what a neighbour's load does not change.
+        "direct_cpu_s_per_page": round(min(direct_cpu) / count, 4),
+        "server_cpu_s_per_page": round(min(server_cpu) / count, 4),
+        "cpu_overhead_pct": round(100 * (min(server_cpu) / min(direct_cpu) - 1), 1),
         "rounds_direct_s": [round(t, 3) for t in direct_times],
         "rounds_server_s": [round(t, 3) for t in server_times],
     }
@@ -205,10 +229,13 @@ def main() -> None:
             print(
                 f"  direct {figures['direct_pages_per_s']:.2f} pages/s ({figures['direct_s_per_page']:.3f} s/page)"
                 f"  server {figures['server_pages_per_s']:.2f} pages/s ({figures['server_s_per_page']:.3f} s/page)"
-                f"  overhead {figures['overhead_pct']:+.1f} %  [{figures['version']}]",
+                f"  overhead {figures['overhead_pct']:+.1f} %; CPU {figures['direct_cpu_s_per_page']:.3f} vs"
+                f" {figures['server_cpu_s_per_page']:.3f} s/page, {figures['cpu_overhead_pct']:+.1f} %"
+                f"  [{figures['version']}]",
                 flush=True,
             )
     worst = max((r["overhead_pct"] for r in results), default=None)
+    worst_cpu = max((r["cpu_overhead_pct"] for r in results), default=None)
     print(
         json.dumps(
             {
@@ -216,6 +243,7 @@ def main() -> None:
                 "machine": f"{platform.machine()} {os.cpu_count()} cpus",
                 "engines": results,
                 "worst_overhead_pct": worst,
+                "worst_cpu_overhead_pct": worst_cpu,
                 "goal_overhead_pct": 10,
             }
         )
