@@ -30,7 +30,7 @@ DEVICES = ("auto", "cpu", "cuda")
 class Config:
     host: str
     port: int
-    lanes: int
+    lanes: int  # 0: "auto", the engine's choice for this machine once it has loaded
     page_timeout: float
     name: str
     max_bytes: int
@@ -63,6 +63,10 @@ def _positive(kind: type[int | float]) -> Callable[[str], int | float]:
     return parse
 
 
+def _lanes(raw: str) -> int:
+    return 0 if raw == "auto" else int(_positive(int)(raw))
+
+
 def _port(raw: str) -> int:
     try:
         value = int(raw)
@@ -92,7 +96,12 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="env HOST; 0.0.0.0 inside a RunPod pod (RUNPOD_POD_ID set), else 127.0.0.1",
     )
     p.add_argument("--port", type=_port, default=env("PORT") or DEFAULT_PORT, help="env PORT; 0 picks a free port")
-    p.add_argument("--lanes", type=_positive(int), default=env("LANES") or 1, help="env LANES: concurrent pages")
+    p.add_argument(
+        "--lanes",
+        type=_lanes,
+        default=env("LANES") or 1,
+        help="env LANES: concurrent pages, or auto (the engine picks for the CPUs or GPU it finds)",
+    )
     p.add_argument(
         "--page-timeout",
         type=_positive(float),

@@ -43,10 +43,11 @@ class PodServer(ThreadingHTTPServer):
     ) -> None:
         self.config = config
         self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-        self.lane_count = config.lanes
+        # LANES=auto: 1 until the engine has loaded and chosen (no page runs before that).
+        self.lane_count = config.lanes or 1
         # Non-blocking acquire only: a busy pod answers 429 so the dispatcher can
         # place the page elsewhere instead of it waiting in a hidden queue here.
-        self.lanes = threading.BoundedSemaphore(config.lanes)
+        self.lanes = threading.BoundedSemaphore(self.lane_count)
         self.page_timeout = config.page_timeout
         self.name = config.name
         self.max_bytes = config.max_bytes
@@ -82,6 +83,9 @@ class PodServer(ThreadingHTTPServer):
     def _load(self) -> None:
         try:
             self.engine.load()
+            if not self.config.lanes:
+                self.lane_count = self.engine.suggested_lanes()
+                self.lanes = threading.BoundedSemaphore(self.lane_count)
             self._warm_up()
             self.state = READY
         except Exception as exc:

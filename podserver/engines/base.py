@@ -8,8 +8,10 @@ confidence), confidence (0-100), width, height, engine, seconds.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from PIL import Image
@@ -45,6 +47,22 @@ class Engine:
 
     def ocr(self, img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
         raise NotImplementedError
+
+    def suggested_lanes(self) -> int:
+        """Pages to read at once on this machine (LANES=auto), once loaded."""
+        return 1
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 quota (a container's vCPUs)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def page_result(

@@ -10,7 +10,7 @@ from typing import Any
 import pytesseract
 from PIL import Image
 
-from .base import Engine, PageTimeout, page_result
+from .base import Engine, PageTimeout, page_result, usable_cpus
 
 
 class TesseractEngine(Engine):
@@ -31,6 +31,9 @@ class TesseractEngine(Engine):
         self.languages = sorted(pytesseract.get_languages())
         if not self.languages:
             raise RuntimeError("tesseract reports no installed languages")
+
+    def suggested_lanes(self) -> int:
+        return usable_cpus()  # one single-threaded tesseract per CPU
 
     def ocr(self, img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
         """OCR one page; PageTimeout past the limit, other exceptions are engine errors."""

@@ -17,6 +17,7 @@ import base64
 import io
 import json
 import math
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -70,6 +71,15 @@ class VlmEngine(Engine):
         self.version = self._server_version()
         self.device = "cuda"  # vLLM serves from the GPU
         self.languages = sorted(LATIN_AND_CJK)
+
+    def suggested_lanes(self) -> int:
+        # vLLM batches whatever is in flight; more pages in flight than its batch only queue
+        # inside it. A GPU's memory bounds the batch: ~16 pages per 24 GB beside olmOCR-2's
+        # weights is a starting point, to be measured with bench/gpu_engine.py per GPU type.
+        memory_mib = gpu_memory_mib()
+        if memory_mib is None:
+            return 16
+        return max(8, min(64, 16 * memory_mib // 24_000))
 
     def ocr(self, img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
         started = time.monotonic()
@@ -161,6 +171,20 @@ class VlmEngine(Engine):
             if isinstance(exc.reason, TimeoutError):
                 raise TimeoutError(str(exc.reason)) from None
             raise VlmError(f"VLM server unreachable: {exc.reason}") from None
+
+
+def gpu_memory_mib() -> int | None:
+    """The first GPU's memory, from nvidia-smi, or None where there is none."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return int(done.stdout.split()[0]) if done.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
 
 
 class Answer:

@@ -93,3 +93,8 @@ def test_the_token_can_come_from_a_file_and_stays_out_of_reprs(tmp_path) -> None
     config = load([], environ={"HOST": "0.0.0.0", "POD_TOKEN_FILE": str(secret)})
     assert config.token == "from-a-file"
     assert "from-a-file" not in repr(config)
+
+
+def test_lanes_auto_leaves_the_choice_to_the_engine() -> None:
+    assert load([], environ={"LANES": "auto"}).lanes == 0
+    assert load(["--lanes", "auto"], environ={"LANES": "3"}).lanes == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -11,6 +12,7 @@ import pytest
 from PIL import Image
 
 from podserver.__main__ import parse_args
+from podserver.engines.base import usable_cpus
 from podserver.engines.tesseract import TesseractEngine
 
 from .conftest import HANG_GUARD
@@ -283,3 +285,14 @@ def test_cli_defaults() -> None:
         120.0,
         50 * 1024 * 1024,
     )
+
+
+def test_lanes_auto_gives_tesseract_one_lane_per_usable_cpu(start_server) -> None:
+    server, url = start_server(lanes=0)
+    body = models(url)
+    assert body["lanes"] == usable_cpus() == server.lane_count
+    assert 1 <= body["lanes"] <= len(os.sched_getaffinity(0))
+    held = [server.lanes.acquire(blocking=False) for _ in range(body["lanes"])]
+    assert all(held) and not server.lanes.acquire(blocking=False)  # the semaphore has that many
+    for _ in held:
+        server.lanes.release()

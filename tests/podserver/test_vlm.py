@@ -129,3 +129,8 @@ def test_token_confidence_counts_only_the_texts_tokens() -> None:
     tokens = [{"token": "---\n", "logprob": -5.0}, {"token": "ab", "logprob": 0.0}, {"token": "cd", "logprob": -0.6931}]
     assert token_confidence(tokens, text_starts=4) == pytest.approx(75.0, abs=0.01)
     assert token_confidence([], text_starts=0) == 0.0
+
+
+def test_lanes_auto_without_a_gpu_to_measure_starts_at_16(start_server, standin: StandIn) -> None:
+    _, url = start_server(engine="vlm", lanes=0, environ={"VLM_URL": standin.url})
+    assert httpx.get(f"{url}/v1/models").json()["lanes"] == 16
