@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -10,8 +11,9 @@ import pytesseract
 import pytest
 from PIL import Image
 
-import podserver.engine
 from podserver.__main__ import parse_args
+from podserver.engines.base import usable_cpus
+from podserver.engines.tesseract import TesseractEngine
 
 from .conftest import HANG_GUARD
 from .helpers import accuracy, encode, png_header_only, render
@@ -40,15 +42,15 @@ def test_all_lanes_busy_answers_429_at_once(start_server, page_png: bytes) -> No
 
 def test_page_in_flight_holds_its_lane(start_server, page_png: bytes, monkeypatch) -> None:
     entered, release = threading.Event(), threading.Event()
-    real_ocr = podserver.engine.ocr_image
+    server, url = start_server(lanes=1)  # loaded: the start-up page went through the real engine
+    real_ocr = server.engine.ocr
 
     def slow_ocr(img: Image.Image, lang: str, timeout: float) -> dict:
         entered.set()
         release.wait(HANG_GUARD)
         return real_ocr(img, lang, timeout)
 
-    monkeypatch.setattr(podserver.engine, "ocr_image", slow_ocr)
-    _, url = start_server(lanes=1)
+    monkeypatch.setattr(server.engine, "ocr", slow_ocr)
     first: list[httpx.Response] = []
     worker = threading.Thread(
         target=lambda: first.append(httpx.post(f"{url}/v1/ocr", content=page_png, timeout=HANG_GUARD))
@@ -183,13 +185,13 @@ def test_wrong_method_is_405(start_server, method: str, path: str, allow: str) -
 
 def test_healthz_while_loading_then_ready(start_server, monkeypatch) -> None:
     release = threading.Event()
-    real_load = podserver.engine.load
+    real_load = TesseractEngine.load
 
-    def slow_load() -> tuple[str, list[str]]:
+    def slow_load(self: TesseractEngine) -> None:
         release.wait(HANG_GUARD)
-        return real_load()
+        real_load(self)
 
-    monkeypatch.setattr(podserver.engine, "load", slow_load)
+    monkeypatch.setattr(TesseractEngine, "load", slow_load)
     server, url = start_server(wait=False)
 
     response = httpx.get(f"{url}/healthz")
@@ -205,10 +207,10 @@ def test_healthz_while_loading_then_ready(start_server, monkeypatch) -> None:
 
 
 def test_healthz_when_engine_fails(start_server, monkeypatch) -> None:
-    def failing_load() -> tuple[str, list[str]]:
+    def failing_load(self: TesseractEngine) -> None:
         raise RuntimeError("tesseract is not installed")
 
-    monkeypatch.setattr(podserver.engine, "load", failing_load)
+    monkeypatch.setattr(TesseractEngine, "load", failing_load)
     _, url = start_server()
 
     response = httpx.get(f"{url}/healthz")
@@ -267,12 +269,12 @@ def test_image_modes_are_converted(start_server, encoder) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--lanes", "0"], ["--page-timeout", "0"], ["--max-bytes", "-1"], []],
-    ids=["lanes", "page-timeout", "max-bytes", "no-port"],
+    [["--lanes", "0"], ["--page-timeout", "0"], ["--max-bytes", "-1"], ["--port", "70000"], ["--engine", "nope"]],
+    ids=["lanes", "page-timeout", "max-bytes", "port", "engine"],
 )
 def test_cli_rejects_bad_arguments(args: list[str]) -> None:
     with pytest.raises(SystemExit):
-        parse_args(["--port", "0", *args] if args else [])
+        parse_args(["--port", "0", *args])
 
 
 def test_cli_defaults() -> None:
@@ -283,3 +285,14 @@ def test_cli_defaults() -> None:
         120.0,
         50 * 1024 * 1024,
     )
+
+
+def test_lanes_auto_gives_tesseract_one_lane_per_usable_cpu(start_server) -> None:
+    server, url = start_server(lanes=0)
+    body = models(url)
+    assert body["lanes"] == usable_cpus() == server.lane_count
+    assert 1 <= body["lanes"] <= len(os.sched_getaffinity(0))
+    held = [server.lanes.acquire(blocking=False) for _ in range(body["lanes"])]
+    assert all(held) and not server.lanes.acquire(blocking=False)  # the semaphore has that many
+    for _ in held:
+        server.lanes.release()

@@ -1,11 +1,12 @@
-"""The engine module on its own: word grouping and image normalisation."""
+"""Tesseract's word grouping and the image normalisation, on their own."""
 
 from __future__ import annotations
 
 import pytest
 from PIL import Image
 
-from podserver.engine import BadImage, decode_image, group_words
+from podserver.engines.tesseract import group_words
+from podserver.pages import BadImage, decode_image
 
 from .helpers import encode
 
