@@ -12,7 +12,7 @@ import logging
 from typing import TypeVar
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
@@ -130,6 +130,15 @@ def _error_response(exc: ApiError, methods: tuple[str, ...]) -> JsonResponse:
     return response
 
 
+# Django raises these on first touch of request.body / POST / FILES past its memory limits;
+# left alone they become its HTML "Bad Request (400)" page.
+_TOO_BIG = (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)
+
+
+def _too_big(exc: Exception) -> ApiError:
+    return ApiError(f"the request is too large: {exc}", 413)
+
+
 def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
     """Check method, caller and scope; answer errors as ``{"error": ...}``.
 
@@ -147,6 +156,8 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                     return await view(request, *args, **kwargs)
                 except ApiError as exc:
                     return _error_response(exc, methods)
+                except _TOO_BIG as exc:
+                    return _error_response(_too_big(exc), methods)
 
             async_wrapper.api_scope = scope
             return async_wrapper
@@ -159,6 +170,8 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return _error_response(exc, methods)
+            except _TOO_BIG as exc:
+                return _error_response(_too_big(exc), methods)
 
         wrapper.api_scope = scope
         return wrapper

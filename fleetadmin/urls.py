@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
 from django.urls import path
+from django.views import defaults
 
 from fleetadmin import metrics
 from ocrjobs import api as jobs_api
@@ -14,12 +16,38 @@ def not_found(request, exception=None):
     """The API answers an unknown path in its own error shape; pages get Django's 404 page."""
     if request.path.startswith("/v1/"):
         return JsonResponse({"error": f"no endpoint at {request.path}"}, status=404)
-    from django.views.defaults import page_not_found
-
-    return page_not_found(request, exception)
+    return defaults.page_not_found(request, exception)
 
 
 handler404 = not_found
+
+
+def bad_request(request, exception=None):
+    """Under /v1/ every error is JSON: a body past Django's memory limits (RequestDataTooBig,
+    TooManyFieldsSent, TooManyFilesSent, raised on first touch of request.body or POST) is a
+    413, any other SuspiciousOperation a 400. Pages keep Django's own 400 page."""
+    if request.path.startswith("/v1/"):
+        if isinstance(exception, (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)):
+            return JsonResponse({"error": f"the request is too large: {exception}"}, status=413)
+        return JsonResponse({"error": f"bad request: {exception or 'the request cannot be read'}"}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request, exception=None):
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": f"forbidden: {exception or 'permission denied'}"}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def server_error(request):
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": "internal error; it has been logged"}, status=500)
+    return defaults.server_error(request)
+
+
+handler400 = bad_request
+handler403 = permission_denied
+handler500 = server_error
 
 
 async def healthz(request):

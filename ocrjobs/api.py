@@ -50,6 +50,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
     # Listing is a read; submitting needs more.
     if "submit" not in request.api_scopes:
         raise ApiError("this needs the 'submit' scope", 403)
+    _refuse_query_fields(request)
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > settings.OCR_MAX_REQUEST_BYTES:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
@@ -69,13 +70,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
             # Django would answer its own HTML 400; the API answers JSON.
             raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
         uploads = [Upload(name=f.name, file=f) for f in files]
-        urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
-        fields = {
-            "pool": request.POST.get("pool") or None,
-            "languages": request.POST.get("languages") or None,
-            "urls": urls,
-            "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
-        }
+        fields = _multipart_fields(request)
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
     job = job_submit(
@@ -87,6 +82,37 @@ def jobs(request: HttpRequest) -> JsonResponse:
         skip_text_pages=fields.get("skip_text_pages", False),
     )
     return JsonResponse(_job_dict(job), status=201)
+
+
+SUBMISSION_FIELDS = ("pool", "languages", "urls", "skip_text_pages")
+
+
+def _refuse_query_fields(request: HttpRequest) -> None:
+    """A submission's fields travel in its body. A field in the query string was once ignored
+    in silence (``?languages=eng;rm -rf`` ran as ``eng``): it is refused instead."""
+    if request.GET:
+        name = next(iter(request.GET))
+        raise ApiError(f"POST /v1/jobs takes its fields in the body, not the query string (got {name[:40]!r})", 400)
+
+
+def _multipart_fields(request: HttpRequest) -> dict:
+    """The form fields of a multipart submission, strictly: an unknown field, or a field that
+    takes one value sent twice, is refused rather than dropped."""
+    for name in request.POST:
+        if name not in SUBMISSION_FIELDS:
+            raise ApiError(f"unknown field {name[:40]!r} (fields: files, {', '.join(SUBMISSION_FIELDS)})", 400)
+        if name != "urls" and len(request.POST.getlist(name)) > 1:
+            raise ApiError(f"the field {name!r} was sent more than once", 400)
+    for name in request.FILES:
+        if name not in ("files", "file"):
+            raise ApiError(f"unknown file field {name[:40]!r}: send documents as 'files'", 400)
+    urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
+    return {
+        "pool": request.POST.get("pool") or None,
+        "languages": request.POST.get("languages"),
+        "urls": urls,
+        "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
+    }
 
 
 def _flag(value: str) -> bool:
@@ -110,8 +136,13 @@ JSON_SUBMISSION_MAX_BYTES = 1_000_000
 
 
 def _json_submission(request: HttpRequest) -> dict:
-    # Checked first for the message submitters have always had; parse_json's limit is the same.
-    if len(request.body) > JSON_SUBMISSION_MAX_BYTES:
+    # Judged by the declared length before the body is read: reading a body past Django's
+    # DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (its HTML 400 page, unless caught).
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError("the Content-Length header is not a number", 400) from None
+    if declared > JSON_SUBMISSION_MAX_BYTES or len(request.body) > JSON_SUBMISSION_MAX_BYTES:
         raise ApiError("the JSON body is larger than 1 MB", 413)
     return parse_json(request, _JsonSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
 

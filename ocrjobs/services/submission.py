@@ -207,8 +207,10 @@ def resolve_pool(key: str | None) -> Pool:
 
 
 def resolve_languages(value: str | None) -> str:
-    value = (value or "eng").strip()
-    if not LANGUAGE_RE.match(value):
+    """The language list, checked strictly (API, form and CLI alike): None means ``eng``; anything
+    else must be codes joined by ``+`` and each one installed. Never trimmed into something else."""
+    value = "eng" if value is None else value.strip()
+    if not LANGUAGE_RE.fullmatch(value):
         raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
     unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
     if unknown:
