@@ -14,7 +14,7 @@ from fleetadmin.api import ApiError, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit, job_submit_once
 from pods.spend import jobs_spend
 
 
@@ -73,15 +73,21 @@ def jobs(request: HttpRequest) -> JsonResponse:
         fields = _multipart_fields(request)
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
-    job = job_submit(
-        owner=request.api_user,
-        uploads=uploads,
-        pool_key=fields.get("pool"),
-        languages=fields.get("languages"),
-        urls=fields.get("urls") or [],
-        skip_text_pages=fields.get("skip_text_pages", False),
-    )
-    return JsonResponse(_job_dict(job), status=201)
+    submission = {
+        "pool_key": fields.get("pool"),
+        "languages": fields.get("languages"),
+        "urls": fields.get("urls") or [],
+        "skip_text_pages": fields.get("skip_text_pages", False),
+    }
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        job = job_submit(owner=request.api_user, uploads=uploads, **submission)
+        return JsonResponse(_job_dict(job), status=201)
+    job, created = job_submit_once(owner=request.api_user, key=key, fields=fields, uploads=uploads, **submission)
+    response = JsonResponse(_job_dict(job), status=201 if created else 200)
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 SUBMISSION_FIELDS = ("pool", "languages", "urls", "skip_text_pages")

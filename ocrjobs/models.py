@@ -74,6 +74,32 @@ class Job(models.Model):
         }
 
 
+class SubmissionKey(models.Model):
+    """An ``Idempotency-Key`` a user sent with a submission, and the job it made.
+
+    Stored in the job's own transaction: the key exists exactly when its job does. The unique
+    constraint settles two requests racing on one key: the second insert fails, its whole
+    submission rolls back, and it answers with the first job."""
+
+    TTL = timezone.timedelta(hours=24)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of the submission's fields and files")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="submission_keys")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="submission_key_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> job {self.job_id}"
+
+    @property
+    def expired(self) -> bool:
+        return self.created_at < timezone.now() - self.TTL
+
+
 class Document(TaskLeased):
     class Kind(models.TextChoices):
         PDF = "pdf"

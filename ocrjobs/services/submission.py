@@ -5,7 +5,9 @@ one transaction. The front only reads the uploaded files: it never resolves or f
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -19,12 +21,12 @@ from typing import IO
 
 import pypdfium2 as pdfium
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.models import Document, Job
+from ocrjobs.models import Document, Job, SubmissionKey
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,7 @@ def job_submit(
     languages: str | None = None,
     urls: list[str] | None = None,
     skip_text_pages: bool = False,
+    submission_key: tuple[str, str] | None = None,
 ) -> Job:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
@@ -282,6 +285,9 @@ def job_submit(
                     )  # fmt: skip
                 )
             Document.objects.bulk_create(documents)
+            if submission_key is not None:
+                key, fingerprint = submission_key
+                SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
             split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
             fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
             transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
@@ -293,6 +299,62 @@ def job_submit(
         shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def submission_fingerprint(*, fields: dict, uploads: list[Upload]) -> str:
+    """What makes two submissions the same: their fields and each file's name and bytes (the
+    multipart boundary and the order of form fields do not count). Reads each file once and
+    rewinds it."""
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
+    for upload in uploads:
+        content = hashlib.sha256()
+        while chunk := upload.file.read(CHUNK):
+            content.update(chunk)
+        upload.file.seek(0)
+        digest.update(f"\0{upload.name}\0{content.hexdigest()}".encode())
+    return digest.hexdigest()
+
+
+def submission_key_job(*, owner, key: str, fingerprint: str) -> Job | None:
+    """The job ``key`` made for ``owner`` within the last 24 hours, or None. The same key with
+    another submission is refused (422). A key older than 24 hours is forgotten."""
+    row = SubmissionKey.objects.select_related("job").filter(owner=owner, key=key).first()
+    if row is None:
+        return None
+    if row.expired:
+        SubmissionKey.objects.filter(pk=row.pk).delete()
+        return None
+    if row.fingerprint != fingerprint:
+        raise ApiError(
+            f"the Idempotency-Key {key[:60]!r} was used for a different submission (job {row.job_id}); "
+            "send a new key for a new submission",
+            422,
+        )
+    return row.job
+
+
+def job_submit_once(*, owner, key: str, fields: dict, uploads: list[Upload], **submission) -> tuple[Job, bool]:
+    """``job_submit`` under an ``Idempotency-Key``: (the job, whether this call made it).
+
+    A retry of a submission whose answer was lost gets the first job back. Two requests racing
+    on one key both pass the look-up; the unique constraint fails the second's insert, its
+    whole submission rolls back (no rows, no files), and it answers with the first's job."""
+    if not IDEMPOTENCY_KEY_RE.fullmatch(key):
+        raise ApiError("the Idempotency-Key header must be 1 to 255 visible ASCII characters")
+    fingerprint = submission_fingerprint(fields=fields, uploads=uploads)
+    job = submission_key_job(owner=owner, key=key, fingerprint=fingerprint)
+    if job is not None:
+        return job, False
+    try:
+        return job_submit(owner=owner, uploads=uploads, submission_key=(key, fingerprint), **submission), True
+    except IntegrityError:
+        job = submission_key_job(owner=owner, key=key, fingerprint=fingerprint)
+        if job is None:
+            raise
+        return job, False
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
