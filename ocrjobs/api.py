@@ -10,7 +10,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetadmin.api import ApiError, api_view, parse_json
+from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
@@ -36,6 +36,7 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
             "self": f"/v1/jobs/{job.pk}",
             "result_txt": f"/v1/jobs/{job.pk}/result.txt",
             "result_jsonl": f"/v1/jobs/{job.pk}/result.jsonl",
+            "pages": f"/v1/jobs/{job.pk}/pages",
             "page": job.get_absolute_url(),
         },
     }
@@ -44,9 +45,17 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
 @api_view(scope="read", methods=("GET", "POST"))
 def jobs(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        recent = list(selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100])
+        # Newest first, a page at a time; the `next` link goes on to older jobs.
+        cursor = Cursor.from_request(request)
+        visible = selectors.jobs_visible_to(request.api_user, request.api_scopes)
+        recent, next_after = cursor.page(visible, descending=True)
         spend = jobs_spend(job.pk for job in recent)
-        return JsonResponse({"jobs": [_job_dict(job, dollars=spend[job.pk]) for job in recent]})
+        return JsonResponse(
+            {
+                "jobs": [_job_dict(job, dollars=spend[job.pk]) for job in recent],
+                "next": cursor.next_url(request.path, next_after),
+            }
+        )
     # Listing is a read; submitting needs more.
     if "submit" not in request.api_scopes:
         raise ApiError("this needs the 'submit' scope", 403)
@@ -156,6 +165,23 @@ def _json_submission(request: HttpRequest) -> dict:
 @api_view(scope="read")
 def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
     return JsonResponse(_job_dict(_job_for(request, job_id)))
+
+
+@api_view(scope="read")
+def job_pages(request: HttpRequest, job_id: int) -> JsonResponse:
+    """The job's pages with their results, a page of them at a time, in the order they were made
+    (page order within each document): only the pages answered are read. result.jsonl streams
+    them all."""
+    cursor = Cursor.from_request(request)
+    job = _job_for(request, job_id)
+    pages, next_after = cursor.page(job.pages.select_related("document"))
+    return JsonResponse(
+        {
+            "job": job.pk,
+            "pages": [{"id": page.pk, **page.to_record()} for page in pages],
+            "next": cursor.next_url(request.path, next_after),
+        }
+    )
 
 
 def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:

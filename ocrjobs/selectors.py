@@ -39,6 +39,12 @@ def document_text(document: Document) -> str:
     return "\f".join(parts)
 
 
+def page_text(page: Page) -> str:
+    """A done page's text ("" otherwise): reads that page's result only."""
+    result = page.read_result() if page.status == Page.Status.DONE else None
+    return result["text"] if result else ""
+
+
 def job_result_txt(job: Job) -> Iterator[str]:
     for document in job.documents.all():
         yield f"==> {document.name} <==\n"

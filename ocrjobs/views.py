@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -64,15 +65,20 @@ def _job_context(job: Job) -> dict:
     }
 
 
+JOB_PAGES_PER_SCREEN = 25
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job, its documents, and one screen of its pages with their text: only the results of
+    the pages shown are read (a job of 10,000 pages once read 10,000 files per view)."""
     job = _job_for(request, job_id)
     context = _job_context(job)
-    documents = []
-    for document in job.documents.all():
-        pages = list(document.pages.order_by("number"))
-        documents.append({"document": document, "pages": pages, "text": selectors.document_text(document)})
-    context["documents"] = documents
+    paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
+    screen = paginator.get_page(request.GET.get("page"))
+    context["documents"] = list(job.documents.all())
+    context["screen"] = screen
+    context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
     return render(request, "ocrjobs/job_detail.html", context)
 
 
