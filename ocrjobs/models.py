@@ -34,6 +34,10 @@ class Job(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # What of this job's pages is already in its pool's PoolPageTally (added when it finished):
+    # /metrics counts the rest live, from the unfinished jobs' pages only.
+    tallied_done = models.PositiveIntegerField(default=0, editable=False)
+    tallied_failed = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -72,6 +76,18 @@ class Job(models.Model):
             "pages": self.page_counts(),
             "documents": [d.to_dict() for d in documents],
         }
+
+
+class PoolPageTally(models.Model):
+    """Pages done and failed in the pool's finished jobs, maintained as each job finishes (in the
+    transaction that finishes it), so that /metrics never counts over every page ever made."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, primary_key=True, related_name="page_tally")
+    done = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.pool_id}: {self.done} done, {self.failed} failed"
 
 
 class SubmissionKey(models.Model):

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Case, Count, F, Max, Q, Sum, Value, When, Window
-from django.db.models.functions import RowNumber, TruncMinute
+from django.db.models import Avg, Case, Count, F, Max, OuterRef, Q, Subquery, Sum, Value, When, Window
+from django.db.models.functions import Coalesce, RowNumber, TruncMinute
 from django.utils import timezone
 
-from ocrjobs.models import Dispatcher, Document, Job, Page
+from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
@@ -248,19 +249,41 @@ def pools_pages(pool_ids: list[int], *, now: datetime, done_since: datetime) -> 
     }
 
 
+def _pages_of_job(*conditions: Q, **filters) -> Coalesce:
+    """How many of the outer job's pages match: a range of the (job, status) index."""
+    pages = Page.objects.filter(*conditions, job=OuterRef("pk"), **filters).order_by().values("job")
+    return Coalesce(Subquery(pages.annotate(n=Count("id")).values("n")), 0)
+
+
 def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
-    """{pool id: {"done", "failed", "waiting", "running"}} over every page ever made (the metrics)."""
-    return {
-        row["pool_id"]: row
-        for row in Page.objects.values("pool_id").annotate(
-            done=Count("id", filter=Q(status=Page.Status.DONE)),
-            failed=Count("id", filter=Q(status=Page.Status.FAILED)),
+    """{pool id: {"done", "failed", "waiting", "running"}}: the metrics' counters and gauges.
+
+    Bounded by the work in hand, not by history (it counted every page ever made): done and
+    failed are the pools' tallies, maintained as jobs finish, plus what the unfinished jobs'
+    pages did since they were last tallied; waiting and running are the unfinished jobs' pages
+    (a finished job has none). Two queries whatever the history."""
+    totals: dict[int, dict[str, int]] = defaultdict(lambda: {"done": 0, "failed": 0, "waiting": 0, "running": 0})
+    for pool_id, done, failed in PoolPageTally.objects.values_list("pool_id", "done", "failed"):
+        totals[pool_id]["done"] += done
+        totals[pool_id]["failed"] += failed
+    live_claim = Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)
+    unfinished = (
+        Job.objects.exclude(status__in=Job.FINISHED)
+        .order_by()
+        .values("pool_id")
+        .annotate(
+            done=Sum(_pages_of_job(status=Page.Status.DONE) - F("tallied_done")),
+            failed=Sum(_pages_of_job(status=Page.Status.FAILED) - F("tallied_failed")),
             # as in the status endpoint: a running page whose claim expired waits again
-            waiting=Count("id", filter=Q(status=Page.Status.PENDING)
-                          | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)),
-            running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
+            waiting=Sum(_pages_of_job(Q(status=Page.Status.PENDING)
+                                      | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now))),
+            running=Sum(_pages_of_job(live_claim)),
         )
-    }  # fmt: skip
+    )  # fmt: skip
+    for row in unfinished:
+        for name in ("done", "failed", "waiting", "running"):
+            totals[row["pool_id"]][name] += row[name] or 0
+    return dict(totals)
 
 
 def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:

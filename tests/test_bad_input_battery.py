@@ -413,7 +413,7 @@ HUGE = 2**70
 @pytest.mark.parametrize(
     "url",
     [f"/v1/jobs/{HUGE}", f"/v1/jobs/{HUGE}/result.txt", f"/v1/jobs/{HUGE}/result.jsonl", f"/v1/jobs/{HUGE}/cancel",
-     f"/v1/jobs/{HUGE}/retry", f"/v1/runpod/scale/{HUGE}"],
+     f"/v1/jobs/{HUGE}/retry", f"/v1/jobs/{HUGE}/pages", f"/v1/runpod/scale/{HUGE}"],
 )  # fmt: skip
 def test_an_id_too_large_for_the_database_in_an_api_path_is_a_json_404(client, admin_token, url, method):
     response = getattr(client, method)(url, headers=auth(admin_token))

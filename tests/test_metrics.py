@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -214,3 +215,71 @@ def test_a_scrape_is_a_few_queries_whatever_the_size_of_the_fleet(
     with django_assert_max_num_queries(10):
         metrics = scrape(client, read_token)
     assert value(metrics, "fleetadmin_pods", pool="cloud", state="ready") == 40
+
+
+# --- bounded by the work in hand: counters kept as jobs finish --------------------------------------
+
+
+def _brute_force(pool: Pool) -> tuple[int, int]:
+    pages = Page.objects.filter(pool=pool)
+    return pages.filter(status=Page.Status.DONE).count(), pages.filter(status=Page.Status.FAILED).count()
+
+
+def test_page_counters_follow_jobs_through_finish_retry_and_cancel(client, read_token, ordinary_user, local_pool):
+    from ocrjobs.services.jobs import job_cancel, job_retry_failed
+    from tests.factories import image_bytes
+    from tests.ocrjobs.helpers import complete_all, split, submit
+
+    def counters() -> tuple[float, float]:
+        metrics = scrape(client, read_token)
+        return (value(metrics, "fleetadmin_pages_done_total", pool="local"),
+                value(metrics, "fleetadmin_pages_failed_total", pool="local"))  # fmt: skip
+
+    first = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
+    split(first)
+    complete_all(first, failures={(1, 1): "unreadable"})
+    assert Job.objects.get(pk=first.pk).status == Job.Status.PARTIAL
+    assert counters() == _brute_force(local_pool) == (1, 1)
+
+    job_retry_failed(job=first)
+    assert counters() == (1, 1)  # the failure stays counted while the page waits again
+    complete_all(first, failures={(1, 1): "still unreadable"})
+    assert counters() == (1, 2)  # a failure counter: each time a page spent its attempts
+
+    job_retry_failed(job=first)
+    complete_all(first)
+    assert Job.objects.get(pk=first.pk).status == Job.Status.DONE
+    assert counters() == (2, 2)
+
+    second = submit(ordinary_user, {"c.png": image_bytes(["c"])})
+    split(second)
+    assert counters() == (2, 2)
+    complete_all(second)
+    third = submit(ordinary_user, {"d.png": image_bytes(["d"])})
+    split(third)
+    job_cancel(job=third)
+    assert counters() == (3, 2)
+    assert _brute_force(local_pool)[0] == 3
+
+
+def test_a_scrape_reads_pages_of_unfinished_jobs_only(client, read_token, local_pool):
+    """Each read of the page table is a range of one unfinished job's pages (the correlated
+    count), never a scan of the pages of every job ever run."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _pages(local_pool, {Page.Status.DONE: 5})
+    Job.objects.update(status=Job.Status.DONE)
+    _pages(local_pool, {Page.Status.PENDING: 2, Page.Status.DONE: 1})
+
+    with CaptureQueriesContext(connection) as context:
+        metrics = scrape(client, read_token)
+
+    page_reads = [q["sql"] for q in context.captured_queries if '"ocrjobs_page"' in q["sql"]]
+    assert page_reads, "the scrape reads no pages at all"
+    for sql in page_reads:
+        reads = len(re.findall(r'FROM "ocrjobs_page"', sql))
+        per_job = len(re.findall(r'\b\w+\."job_id" = \("ocrjobs_job"\."id"\)', sql))
+        assert reads == per_job, sql
+    assert value(metrics, "fleetadmin_backlog_pages", pool="local") == 2
+    assert value(metrics, "fleetadmin_pages_done_total", pool="local") == 1  # the first job was never tallied

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from ocrjobs.models import Document, Job, Page
+from ocrjobs.models import Document, Job, Page, PoolPageTally
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def job_refresh(*, job_id: int) -> Job:
             job.status = Job.Status.DONE
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "finished_at"])
+        _tally(job, counts)
     log.info("job %s finished: %s %s", job.pk, job.status, counts)
     return job
 
@@ -53,6 +55,7 @@ def job_cancel(*, job: Job) -> Job:
         job.status = Job.Status.CANCELLED
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
+        _tally(job, job.page_counts())
         # Its pages no longer count as demand: a tick now stops the boots only they wanted.
         transaction.on_commit(lambda: _nudge(job.pool_id))
     return job
@@ -70,9 +73,26 @@ def job_retry_failed(*, job: Job) -> int:
         if retried:
             job.status = Job.Status.RUNNING
             job.finished_at = None
-            job.save(update_fields=["status", "finished_at"])
+            # Its failures so far stay counted in the pool's tally; those of this run count anew.
+            job.tallied_failed = 0
+            job.save(update_fields=["status", "finished_at", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
     return retried
+
+
+def _tally(job: Job, counts: dict[str, int]) -> None:
+    """Add what the finishing job's pages did since last tallied to its pool's tally. Called
+    under the job's row lock, in the transaction that finishes it."""
+    done = counts["done"] - job.tallied_done
+    failed = counts["failed"] - job.tallied_failed
+    if done <= 0 and failed <= 0:
+        return
+    PoolPageTally.objects.get_or_create(pool_id=job.pool_id)
+    PoolPageTally.objects.filter(pool_id=job.pool_id).update(
+        done=F("done") + max(done, 0), failed=F("failed") + max(failed, 0)
+    )
+    Job.objects.filter(pk=job.pk).update(tallied_done=counts["done"], tallied_failed=counts["failed"])
+    job.tallied_done, job.tallied_failed = counts["done"], counts["failed"]
 
 
 def _nudge(pool_id: int) -> None:
