@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
@@ -14,7 +15,7 @@ from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import Upload, job_submit, job_submit_once
+from ocrjobs.services.submission import Upload, job_submit, job_submit_once, resolve_schedule
 from pods.spend import jobs_spend
 
 
@@ -82,11 +83,15 @@ def jobs(request: HttpRequest) -> JsonResponse:
         fields = _multipart_fields(request)
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
+    schedule = resolve_schedule(
+        max_dollars=fields.get("max_dollars"), deadline=fields.get("deadline"), priority=fields.get("priority")
+    )
     submission = {
         "pool_key": fields.get("pool"),
         "languages": fields.get("languages"),
         "urls": fields.get("urls") or [],
         "skip_text_pages": fields.get("skip_text_pages", False),
+        "schedule": schedule,
     }
     key = request.headers.get("Idempotency-Key")
     if key is None:
@@ -99,7 +104,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
     return response
 
 
-SUBMISSION_FIELDS = ("pool", "languages", "urls", "skip_text_pages")
+SUBMISSION_FIELDS = ("pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority")
 
 
 def _refuse_query_fields(request: HttpRequest) -> None:
@@ -127,6 +132,9 @@ def _multipart_fields(request: HttpRequest) -> dict:
         "languages": request.POST.get("languages"),
         "urls": urls,
         "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
+        "max_dollars": request.POST.get("max_dollars") or None,
+        "deadline": request.POST.get("deadline") or None,
+        "priority": request.POST.get("priority") or None,
     }
 
 
@@ -145,6 +153,9 @@ class _JsonSubmission(BaseModel):
     pool: str | None = None
     languages: str | None = None
     skip_text_pages: bool = False
+    max_dollars: int | float | None = None
+    deadline: str | None = None
+    priority: Literal["fastest", "balanced", "cheapest"] | None = None
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000

@@ -22,6 +22,11 @@ class Job(models.Model):
         FAILED = "failed"  # nothing could be read
         CANCELLED = "cancelled"
 
+    class Priority(models.TextChoices):
+        FASTEST = "fastest", "fastest: as many pods as its pages can use, within max pods"
+        BALANCED = "balanced", "balanced: the pool's cost-aware sizing"
+        CHEAPEST = "cheapest", "cheapest: the fewest pods, whatever it takes"
+
     FINISHED = (Status.DONE, Status.PARTIAL, Status.FAILED, Status.CANCELLED)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -32,6 +37,8 @@ class Job(models.Model):
     max_dollars = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: its pages boot no pod past it"
     )
+    deadline = models.DateTimeField(null=True, blank=True, help_text="the scaler sizes the pool to finish by then")
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.BALANCED)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     # What of this job's pages is already in its pool's PoolPageTally (added when it finished):
@@ -71,6 +78,9 @@ class Job(models.Model):
             "pool": self.pool.key,
             "languages": self.languages,
             "skip_text_pages": self.skip_text_pages,
+            "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
+            "priority": self.priority,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts(),

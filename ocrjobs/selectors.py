@@ -211,6 +211,15 @@ def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
     return list(capped.values_list("pk", "max_dollars"))
 
 
+def pool_scheduled_jobs(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> list[tuple[int, datetime | None, str]]:
+    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running: what
+    the scaler sizes for. Bounded by the work in hand (the unfinished jobs)."""
+    busy = Page.objects.filter(pool_id=pool_id, status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+    jobs = Job.objects.filter(pool_id=pool_id).exclude(status__in=Job.FINISHED).exclude(pk__in=list(exclude_jobs))
+    jobs = jobs.filter(pk__in=busy.values("job_id")).order_by("pk")
+    return list(jobs.values_list("pk", "deadline", "priority"))
+
+
 def busy_seconds(
     *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
 ) -> dict[tuple[int, int], float]:

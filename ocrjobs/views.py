@@ -14,7 +14,7 @@ from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import Upload, job_submit
+from ocrjobs.services.submission import Upload, job_submit, resolve_schedule
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -36,7 +36,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
+            schedule = resolve_schedule(
+                max_dollars=form.cleaned_data["max_dollars"],
+                deadline=form.cleaned_data["deadline"] or None,
+                priority=form.cleaned_data["priority"],
+            )
             job = job_submit(
+                schedule=schedule,
                 owner=request.user,
                 uploads=uploads,
                 pool_key=form.cleaned_data["pool"].key,

@@ -268,6 +268,7 @@ class Alert(models.Model):
         BOOT = "boot", "boot failure"
         STALL = "stall", "dispatch stalled"
         BUDGET = "budget", "budget cap reached"
+        DEADLINE = "deadline", "a job's deadline cannot be met"
 
     pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -16,12 +16,15 @@ import unicodedata
 import urllib.parse
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO
 
 import pypdfium2 as pdfium
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
@@ -221,6 +224,66 @@ def resolve_languages(value: str | None) -> str:
     return value
 
 
+MAX_DEADLINE_DAYS = 30
+MAX_JOB_DOLLARS = Decimal("100000")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A job's budget and urgency, checked: what the API, the form and the CLI all pass on."""
+
+    max_dollars: Decimal | None = None
+    deadline: datetime | None = None
+    priority: str = Job.Priority.BALANCED
+
+
+def resolve_schedule(
+    *, max_dollars: object = None, deadline: object = None, priority: object = None, now: datetime | None = None
+) -> Schedule:
+    """Check a job's budget (dollars, more than 0, cents at most), its deadline (ISO 8601 with a
+    time zone, in the future, within 30 days) and its priority (fastest, balanced, cheapest);
+    a deadline and a priority other than balanced exclude each other. Strings are parsed (the
+    form and multipart send strings); anything else malformed is refused with 400."""
+    dollars = None
+    if max_dollars not in (None, ""):
+        if isinstance(max_dollars, bool):
+            raise ApiError("max_dollars must be a number of dollars, e.g. 12.50")
+        try:
+            dollars = Decimal(str(max_dollars).strip())
+        except InvalidOperation:
+            raise ApiError(
+                f"max_dollars must be a number of dollars, e.g. 12.50, not {str(max_dollars)[:20]!r}"
+            ) from None
+        if not dollars.is_finite() or dollars <= 0 or dollars > MAX_JOB_DOLLARS:
+            raise ApiError(f"max_dollars must be more than 0 and at most {MAX_JOB_DOLLARS}")
+        if dollars != dollars.quantize(Decimal("0.01")):
+            raise ApiError("max_dollars has at most two decimal places (cents)")
+    when = None
+    if deadline not in (None, ""):
+        if isinstance(deadline, datetime):
+            when = deadline
+        else:
+            try:
+                when = datetime.fromisoformat(str(deadline).strip())
+            except ValueError:
+                raise ApiError(
+                    f"deadline must be an ISO 8601 time, e.g. 2026-12-01T14:00:00Z, not {str(deadline)[:40]!r}"
+                ) from None
+        if when.tzinfo is None:
+            raise ApiError("deadline needs a time zone, e.g. 2026-12-01T14:00:00Z or +01:00")
+        now = now or timezone.now()
+        if when <= now:
+            raise ApiError(f"deadline {when.isoformat()} is in the past")
+        if when > now + timedelta(days=MAX_DEADLINE_DAYS):
+            raise ApiError(f"deadline is more than {MAX_DEADLINE_DAYS} days away")
+    chosen = Job.Priority.BALANCED if priority in (None, "") else priority
+    if chosen not in Job.Priority.values:
+        raise ApiError(f"priority must be fastest, balanced or cheapest, not {str(priority)[:20]!r}")
+    if when is not None and chosen != Job.Priority.BALANCED:
+        raise ApiError("give a deadline or a priority, not both: a deadline sizes the pool to meet it")
+    return Schedule(max_dollars=dollars, deadline=when, priority=chosen)
+
+
 def job_submit(
     *,
     owner,
@@ -229,6 +292,7 @@ def job_submit(
     languages: str | None = None,
     urls: list[str] | None = None,
     skip_text_pages: bool = False,
+    schedule: Schedule | None = None,
     submission_key: tuple[str, str] | None = None,
 ) -> Job:
     """Check every file (and the form of every URL), then store the job and its documents in
@@ -238,6 +302,7 @@ def job_submit(
     """
     pool = resolve_pool(pool_key)
     languages = resolve_languages(languages)
+    schedule = schedule or Schedule()
     urls = [check_url(url) for url in (urls or []) if url.strip()]
     if not uploads and not urls:
         raise ApiError("no files: send at least one PDF or image, or a URL of one")
@@ -251,7 +316,9 @@ def job_submit(
         staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages, skip_text_pages=skip_text_pages)  # fmt: skip
+                                     languages=languages, skip_text_pages=skip_text_pages,
+                                     max_dollars=schedule.max_dollars, deadline=schedule.deadline,
+                                     priority=schedule.priority)  # fmt: skip
             job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
             documents = []
             for position, item in enumerate(staged):
