@@ -66,6 +66,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("jobs/", jobs_views.job_list, name="jobs-list"),
     path("jobs/new", jobs_views.job_new, name="jobs-new"),
+    path("jobs/forecast", jobs_views.job_forecast, name="jobs-forecast"),
     path("jobs/<int:job_id>", jobs_views.job_detail, name="jobs-detail"),
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),

@@ -15,7 +15,9 @@ from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import Upload, job_submit, job_submit_once, resolve_schedule
+from ocrjobs.services.idempotency import job_submit_once
+from ocrjobs.services.schedule import resolve_schedule
+from ocrjobs.services.submission import Upload, job_submit
 from pods.spend import jobs_spend
 
 
@@ -93,6 +95,10 @@ def jobs(request: HttpRequest) -> JsonResponse:
         "skip_text_pages": fields.get("skip_text_pages", False),
         "schedule": schedule,
     }
+    if fields.get("dry_run"):
+        # Checked as a submission is, answered with the forecast; nothing is stored (no key either).
+        forecast = job_submit(owner=request.api_user, uploads=uploads, dry_run=True, **submission)
+        return JsonResponse({"dry_run": True, "forecast": forecast})
     key = request.headers.get("Idempotency-Key")
     if key is None:
         job = job_submit(owner=request.api_user, uploads=uploads, **submission)
@@ -104,7 +110,9 @@ def jobs(request: HttpRequest) -> JsonResponse:
     return response
 
 
-SUBMISSION_FIELDS = ("pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority")
+SUBMISSION_FIELDS = (
+    "pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority", "dry_run",
+)  # fmt: skip
 
 
 def _refuse_query_fields(request: HttpRequest) -> None:
@@ -131,19 +139,20 @@ def _multipart_fields(request: HttpRequest) -> dict:
         "pool": request.POST.get("pool") or None,
         "languages": request.POST.get("languages"),
         "urls": urls,
-        "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
+        "skip_text_pages": _flag(request.POST.get("skip_text_pages", ""), "skip_text_pages"),
+        "dry_run": _flag(request.POST.get("dry_run", ""), "dry_run"),
         "max_dollars": request.POST.get("max_dollars") or None,
         "deadline": request.POST.get("deadline") or None,
         "priority": request.POST.get("priority") or None,
     }
 
 
-def _flag(value: str) -> bool:
+def _flag(value: str, name: str) -> bool:
     if value.lower() in ("", "0", "false", "off", "no"):
         return False
     if value.lower() in ("1", "true", "on", "yes"):
         return True
-    raise ApiError(f"skip_text_pages must be true or false, not {value[:20]!r}", 400)
+    raise ApiError(f"{name} must be true or false, not {value[:20]!r}", 400)
 
 
 class _JsonSubmission(BaseModel):
@@ -156,6 +165,7 @@ class _JsonSubmission(BaseModel):
     max_dollars: int | float | None = None
     deadline: str | None = None
     priority: Literal["fastest", "balanced", "cheapest"] | None = None
+    dry_run: bool = False
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000

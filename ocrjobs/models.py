@@ -39,6 +39,7 @@ class Job(models.Model):
     )
     deadline = models.DateTimeField(null=True, blank=True, help_text="the scaler sizes the pool to finish by then")
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.BALANCED)
+    forecast = models.JSONField(default=dict, blank=True, help_text="pods, minutes and dollars foreseen at submission")
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     # What of this job's pages is already in its pool's PoolPageTally (added when it finished):
@@ -81,6 +82,7 @@ class Job(models.Model):
             "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
             "deadline": self.deadline.isoformat() if self.deadline else None,
             "priority": self.priority,
+            "forecast": self.forecast,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts(),

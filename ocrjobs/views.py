@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleetadmin.api import ApiError
@@ -14,7 +15,9 @@ from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.submission import Upload, job_submit, resolve_schedule
+from ocrjobs.services.schedule import resolve_schedule
+from ocrjobs.services.submission import Upload, job_submit
+from pods.spend import jobs_spend
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -59,6 +62,31 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "ocrjobs/job_new.html", {"form": form}, status=status)
 
 
+@login_required
+@require_POST
+def job_forecast(request: HttpRequest) -> HttpResponse:
+    """The form's forecast, shown by htmx once files are chosen: the files are checked and
+    counted as on submission; nothing is stored."""
+    form = JobForm(request.POST, request.FILES)
+    context: dict = {"forecast": None, "forecast_error": ""}
+    if not form.is_valid():
+        context["forecast_error"] = "; ".join(str(e) for errors in form.errors.values() for e in errors)
+    else:
+        uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
+        try:
+            context["forecast"] = job_submit(
+                owner=request.user,
+                uploads=uploads,
+                pool_key=form.cleaned_data["pool"].key,
+                languages=form.cleaned_data["languages"],
+                urls=form.cleaned_data["url_list"],
+                dry_run=True,
+            )
+        except ApiError as exc:
+            context["forecast_error"] = exc.message
+    return render(request, "partials/job_forecast.html", context)
+
+
 def _job_context(job: Job) -> dict:
     counts = job.page_counts()
     expected = sum(d.page_count for d in job.documents.all())
@@ -83,9 +111,28 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
     screen = paginator.get_page(request.GET.get("page"))
     context["documents"] = list(job.documents.all())
+    context["forecast_vs_actual"] = _forecast_vs_actual(job, context["counts"])
     context["screen"] = screen
     context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
     return render(request, "ocrjobs/job_detail.html", context)
+
+
+def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
+    """The job's pool's forecast for its priority next to what it has taken so far."""
+    pools = (job.forecast or {}).get("pools") or []
+    if not pools:
+        return None
+    sizing = pools[0]["sizings"].get(job.priority) or pools[0]["sizings"].get("balanced")
+    end = job.finished_at or timezone.now()
+    return {
+        "sizing": job.priority,
+        "forecast": sizing,
+        "pages_forecast": job.forecast.get("pages"),
+        "minutes": round((end - job.created_at).total_seconds() / 60, 2),
+        "dollars": float(jobs_spend([job.pk])[job.pk]),
+        "pods": job.pages.exclude(pod=None).values("pod").distinct().count(),
+        "pages_done": counts["done"],
+    }
 
 
 @login_required

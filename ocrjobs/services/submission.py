@@ -5,9 +5,7 @@ one transaction. The front only reads the uploaded files: it never resolves or f
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import json
 import logging
 import os
 import re
@@ -16,20 +14,18 @@ import unicodedata
 import urllib.parse
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO
 
 import pypdfium2 as pdfium
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.db import transaction
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, SubmissionKey
+from ocrjobs.services.schedule import Schedule
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -224,66 +220,6 @@ def resolve_languages(value: str | None) -> str:
     return value
 
 
-MAX_DEADLINE_DAYS = 30
-MAX_JOB_DOLLARS = Decimal("100000")
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A job's budget and urgency, checked: what the API, the form and the CLI all pass on."""
-
-    max_dollars: Decimal | None = None
-    deadline: datetime | None = None
-    priority: str = Job.Priority.BALANCED
-
-
-def resolve_schedule(
-    *, max_dollars: object = None, deadline: object = None, priority: object = None, now: datetime | None = None
-) -> Schedule:
-    """Check a job's budget (dollars, more than 0, cents at most), its deadline (ISO 8601 with a
-    time zone, in the future, within 30 days) and its priority (fastest, balanced, cheapest);
-    a deadline and a priority other than balanced exclude each other. Strings are parsed (the
-    form and multipart send strings); anything else malformed is refused with 400."""
-    dollars = None
-    if max_dollars not in (None, ""):
-        if isinstance(max_dollars, bool):
-            raise ApiError("max_dollars must be a number of dollars, e.g. 12.50")
-        try:
-            dollars = Decimal(str(max_dollars).strip())
-        except InvalidOperation:
-            raise ApiError(
-                f"max_dollars must be a number of dollars, e.g. 12.50, not {str(max_dollars)[:20]!r}"
-            ) from None
-        if not dollars.is_finite() or dollars <= 0 or dollars > MAX_JOB_DOLLARS:
-            raise ApiError(f"max_dollars must be more than 0 and at most {MAX_JOB_DOLLARS}")
-        if dollars != dollars.quantize(Decimal("0.01")):
-            raise ApiError("max_dollars has at most two decimal places (cents)")
-    when = None
-    if deadline not in (None, ""):
-        if isinstance(deadline, datetime):
-            when = deadline
-        else:
-            try:
-                when = datetime.fromisoformat(str(deadline).strip())
-            except ValueError:
-                raise ApiError(
-                    f"deadline must be an ISO 8601 time, e.g. 2026-12-01T14:00:00Z, not {str(deadline)[:40]!r}"
-                ) from None
-        if when.tzinfo is None:
-            raise ApiError("deadline needs a time zone, e.g. 2026-12-01T14:00:00Z or +01:00")
-        now = now or timezone.now()
-        if when <= now:
-            raise ApiError(f"deadline {when.isoformat()} is in the past")
-        if when > now + timedelta(days=MAX_DEADLINE_DAYS):
-            raise ApiError(f"deadline is more than {MAX_DEADLINE_DAYS} days away")
-    chosen = Job.Priority.BALANCED if priority in (None, "") else priority
-    if chosen not in Job.Priority.values:
-        raise ApiError(f"priority must be fastest, balanced or cheapest, not {str(priority)[:20]!r}")
-    if when is not None and chosen != Job.Priority.BALANCED:
-        raise ApiError("give a deadline or a priority, not both: a deadline sizes the pool to meet it")
-    return Schedule(max_dollars=dollars, deadline=when, priority=chosen)
-
-
 def job_submit(
     *,
     owner,
@@ -294,11 +230,13 @@ def job_submit(
     skip_text_pages: bool = False,
     schedule: Schedule | None = None,
     submission_key: tuple[str, str] | None = None,
-) -> Job:
+    dry_run: bool = False,
+) -> Job | dict:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
 
-    Nothing is left behind on a bad file: no rows, no files on disk.
+    Nothing is left behind on a bad file: no rows, no files on disk. ``dry_run``: the same
+    checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     """
     pool = resolve_pool(pool_key)
     languages = resolve_languages(languages)
@@ -314,11 +252,14 @@ def job_submit(
     job_dir: Path | None = None
     try:
         staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        forecast = _forecast(staged, urls, pool)
+        if dry_run:
+            return forecast
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
-                                     priority=schedule.priority)  # fmt: skip
+                                     priority=schedule.priority, forecast=forecast)  # fmt: skip
             job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
             documents = []
             for position, item in enumerate(staged):
@@ -368,60 +309,10 @@ def job_submit(
     return job
 
 
-IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
+def _forecast(staged: list[_Staged], urls: list[str], pool: Pool) -> dict:
+    from pods.services.forecast import job_forecast  # pods' services import the ocrjobs selectors
 
-
-def submission_fingerprint(*, fields: dict, uploads: list[Upload]) -> str:
-    """What makes two submissions the same: their fields and each file's name and bytes (the
-    multipart boundary and the order of form fields do not count). Reads each file once and
-    rewinds it."""
-    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
-    for upload in uploads:
-        content = hashlib.sha256()
-        while chunk := upload.file.read(CHUNK):
-            content.update(chunk)
-        upload.file.seek(0)
-        digest.update(f"\0{upload.name}\0{content.hexdigest()}".encode())
-    return digest.hexdigest()
-
-
-def submission_key_job(*, owner, key: str, fingerprint: str) -> Job | None:
-    """The job ``key`` made for ``owner`` within the last 24 hours, or None. The same key with
-    another submission is refused (422). A key older than 24 hours is forgotten."""
-    row = SubmissionKey.objects.select_related("job").filter(owner=owner, key=key).first()
-    if row is None:
-        return None
-    if row.expired:
-        SubmissionKey.objects.filter(pk=row.pk).delete()
-        return None
-    if row.fingerprint != fingerprint:
-        raise ApiError(
-            f"the Idempotency-Key {key[:60]!r} was used for a different submission (job {row.job_id}); "
-            "send a new key for a new submission",
-            422,
-        )
-    return row.job
-
-
-def job_submit_once(*, owner, key: str, fields: dict, uploads: list[Upload], **submission) -> tuple[Job, bool]:
-    """``job_submit`` under an ``Idempotency-Key``: (the job, whether this call made it).
-
-    A retry of a submission whose answer was lost gets the first job back. Two requests racing
-    on one key both pass the look-up; the unique constraint fails the second's insert, its
-    whole submission rolls back (no rows, no files), and it answers with the first's job."""
-    if not IDEMPOTENCY_KEY_RE.fullmatch(key):
-        raise ApiError("the Idempotency-Key header must be 1 to 255 visible ASCII characters")
-    fingerprint = submission_fingerprint(fields=fields, uploads=uploads)
-    job = submission_key_job(owner=owner, key=key, fingerprint=fingerprint)
-    if job is not None:
-        return job, False
-    try:
-        return job_submit(owner=owner, uploads=uploads, submission_key=(key, fingerprint), **submission), True
-    except IntegrityError:
-        job = submission_key_job(owner=owner, key=key, fingerprint=fingerprint)
-        if job is None:
-            raise
-        return job, False
+    return job_forecast(pages=sum(item.page_count for item in staged), urls=len(urls), pool=pool)
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from ocrjobs.models import Document, Job, SubmissionKey
-from ocrjobs.services import submission
+from ocrjobs.services import idempotency
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import files_under
 from tests.ocrjobs.test_submit_api import assert_refused
@@ -135,14 +135,14 @@ def test_the_loser_of_a_race_on_one_key_rolls_back_and_answers_with_the_winners_
     content = pdf_bytes(PAGES_TRUTH[:1])
     winner = post_file(client, submit_token, content, "race")
     files_after_winner = files_under(media_root)
-    real_lookup = submission.submission_key_job
+    real_lookup = idempotency.submission_key_job
     calls = []
 
     def lookup_that_misses_once(**kwargs):
         calls.append(kwargs)
         return None if len(calls) == 1 else real_lookup(**kwargs)
 
-    monkeypatch.setattr(submission, "submission_key_job", lookup_that_misses_once)
+    monkeypatch.setattr(idempotency, "submission_key_job", lookup_that_misses_once)
 
     loser = post_file(client, submit_token, content, "race")
 

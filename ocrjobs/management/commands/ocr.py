@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.models import Job
-from ocrjobs.services.submission import Upload, job_submit, resolve_schedule
+from ocrjobs.services.schedule import resolve_schedule
+from ocrjobs.services.submission import Upload, job_submit
 
 EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 4
 
