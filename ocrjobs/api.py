@@ -18,6 +18,7 @@ from ocrjobs.services import jobs as job_services
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
+from ocrjobs.services.webhooks import check_callback_url, webhook_secret_for
 from pods.spend import jobs_spend
 
 
@@ -34,6 +35,7 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
         dollars = jobs_spend([job.pk])[job.pk]
     return {
         **job.to_dict(),
+        "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
         "dollars": float(dollars),
         "urls": {
             "self": f"/v1/jobs/{job.pk}",
@@ -94,6 +96,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
         "urls": fields.get("urls") or [],
         "skip_text_pages": fields.get("skip_text_pages", False),
         "schedule": schedule,
+        "callback_url": check_callback_url(fields.get("callback_url")),
     }
     if fields.get("dry_run"):
         # Checked as a submission is, answered with the forecast; nothing is stored (no key either).
@@ -111,7 +114,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
 
 
 SUBMISSION_FIELDS = (
-    "pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority", "dry_run",
+    "pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority", "dry_run", "callback_url",
 )  # fmt: skip
 
 
@@ -141,6 +144,7 @@ def _multipart_fields(request: HttpRequest) -> dict:
         "urls": urls,
         "skip_text_pages": _flag(request.POST.get("skip_text_pages", ""), "skip_text_pages"),
         "dry_run": _flag(request.POST.get("dry_run", ""), "dry_run"),
+        "callback_url": request.POST.get("callback_url") or None,
         "max_dollars": request.POST.get("max_dollars") or None,
         "deadline": request.POST.get("deadline") or None,
         "priority": request.POST.get("priority") or None,
@@ -166,6 +170,7 @@ class _JsonSubmission(BaseModel):
     deadline: str | None = None
     priority: Literal["fastest", "balanced", "cheapest"] | None = None
     dry_run: bool = False
+    callback_url: str | None = None
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000
@@ -203,6 +208,13 @@ def job_pages(request: HttpRequest, job_id: int) -> JsonResponse:
             "next": cursor.next_url(request.path, next_after),
         }
     )
+
+
+@api_view(scope="read")
+def webhook_secret(request: HttpRequest) -> JsonResponse:
+    """The caller's key for checking the signature of its jobs' events (made on first ask)."""
+    return JsonResponse({"secret": webhook_secret_for(request.api_user), "algorithm": "HMAC-SHA256",
+                         "signed": "<X-Fleetadmin-Timestamp>.<body>"})  # fmt: skip
 
 
 def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:

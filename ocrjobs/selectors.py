@@ -13,7 +13,7 @@ from django.db.models import Avg, Case, Count, F, Max, OuterRef, Q, Subquery, Su
 from django.db.models.functions import Coalesce, RowNumber, TruncMinute
 from django.utils import timezone
 
-from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally
+from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
@@ -313,6 +313,11 @@ def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, in
         .annotate(n=Count("id"))
         .values_list("pod_id", "n")
     )
+
+
+def webhook_deliveries_due(*, now: datetime):
+    """Webhook deliveries whose next attempt has come (what the passes' clock looks for)."""
+    return WebhookDelivery.objects.due(now=now)
 
 
 def dispatchers_live() -> list[tuple[int, str, str, int]]:

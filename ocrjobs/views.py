@@ -112,6 +112,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     screen = paginator.get_page(request.GET.get("page"))
     context["documents"] = list(job.documents.all())
     context["forecast_vs_actual"] = _forecast_vs_actual(job, context["counts"])
+    context["deliveries"] = list(job.webhook_deliveries.all())
     context["screen"] = screen
     context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
     return render(request, "ocrjobs/job_detail.html", context)

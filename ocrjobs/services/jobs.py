@@ -9,6 +9,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services.webhooks import webhook_enqueue
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ def job_refresh(*, job_id: int) -> Job:
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "finished_at"])
         _tally(job, counts)
+        webhook_enqueue(job=job)
     log.info("job %s finished: %s %s", job.pk, job.status, counts)
     return job
 
@@ -56,6 +58,7 @@ def job_cancel(*, job: Job) -> Job:
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
         _tally(job, job.page_counts())
+        webhook_enqueue(job=job)
         # Its pages no longer count as demand: a tick now stops the boots only they wanted.
         transaction.on_commit(lambda: _nudge(job.pool_id))
     return job

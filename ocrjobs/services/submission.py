@@ -231,6 +231,7 @@ def job_submit(
     schedule: Schedule | None = None,
     submission_key: tuple[str, str] | None = None,
     dry_run: bool = False,
+    callback_url: str = "",
 ) -> Job | dict:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
@@ -259,7 +260,8 @@ def job_submit(
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
-                                     priority=schedule.priority, forecast=forecast)  # fmt: skip
+                                     priority=schedule.priority, forecast=forecast,
+                                     callback_url=callback_url)  # fmt: skip
             job_dir = settings.MEDIA_ROOT / "jobs" / str(job.pk)
             documents = []
             for position, item in enumerate(staged):

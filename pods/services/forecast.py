@@ -17,7 +17,7 @@ from django.conf import settings
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Pool
-from pods.poolconfig import pool_offers
+from pods.poolconfig import PoolConfigError, pool_offers
 from pods.services.scaler import boot_seconds
 
 SIZINGS = ("fastest", "balanced", "cheapest")
@@ -25,7 +25,10 @@ SIZINGS = ("fastest", "balanced", "cheapest")
 
 def _price(pool: Pool) -> tuple[Decimal | None, dict]:
     """The cheapest known $/h of one of the pool's pods, and where it comes from."""
-    offers, config = pool_offers(pool)
+    try:
+        offers, config = pool_offers(pool)
+    except PoolConfigError as exc:  # a pool the scaler cannot boot on either: no price, said why
+        return None, {"source": f"none: the pool's configuration is refused ({exc})", "fetched_at": None}
     if config is None:  # local pods: what the pool's offer says (nothing, on this machine)
         return min((o.cost_per_hr for o in offers), default=Decimal(0)), {"source": "local pods", "fetched_at": None}
     cached = capacity.catalogue_cached(pool.provider)

@@ -180,3 +180,15 @@ def test_max_dollars_decimal_survives_into_the_forecast_job(client, submit_token
 
     assert Job.objects.get().max_dollars == Decimal("2.00")
     assert response.json()["forecast"]["documents_not_counted"] == 1
+
+
+def test_a_pool_with_a_refused_configuration_has_no_price_and_does_not_stop_a_submission(client, submit_token):
+    Pool.objects.create(key="broken", provider="runpod", config={"candidates": []})
+    body = json.dumps({"urls": ["https://example.org/a.pdf"], "pool": "broken"})
+
+    response = client.post("/v1/jobs", body, content_type="application/json", headers=auth(submit_token))
+
+    assert response.status_code == 201, response.content
+    broken = response.json()["forecast"]["pools"][0]
+    assert broken["pool"] == "broken" and broken["based_on"]["price_per_pod_hour"] is None
+    assert "refused" in broken["based_on"]["prices"]["source"]
