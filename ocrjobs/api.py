@@ -246,6 +246,6 @@ def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
     job = _job_for(request, job_id)
     if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
         raise ApiError(f"job {job.pk} is {job.status}: only a partial or failed job has pages to retry", 409)
-    retried = job_services.job_retry_failed(job=job)
+    pages, documents = job_services.job_retry(job=job)
     job.refresh_from_db()
-    return JsonResponse({**_job_dict(job), "retried_pages": retried})
+    return JsonResponse({**_job_dict(job), "retried_pages": pages, "retried_documents": documents})

@@ -158,6 +158,6 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    retried = job_services.job_retry_failed(job=job)
-    messages.info(request, f"{retried} failed pages queued again.")
+    pages, documents = job_services.job_retry(job=job)
+    messages.info(request, f"{pages} failed pages and {documents} failed documents queued again.")
     return redirect(job)

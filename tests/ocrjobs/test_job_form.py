@@ -224,7 +224,7 @@ def test_the_retry_button_queues_failed_pages_again(bob, ordinary_user):
 
     response = bob.post(f"/jobs/{job.pk}/retry", follow=True)
 
-    assert "1 failed pages queued again." in page_text(response)
+    assert "1 failed pages and 0 failed documents queued again." in page_text(response)
     job.refresh_from_db()
     assert job.status == Job.Status.RUNNING
     assert job.pages.get(number=3).status == Page.Status.PENDING
