@@ -217,6 +217,7 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                     return _error_response(_too_big(exc), methods)
 
             async_wrapper.api_scope = scope
+            async_wrapper.api_methods = methods
             return async_wrapper
 
         @csrf_exempt
@@ -231,6 +232,7 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                 return _error_response(_too_big(exc), methods)
 
         wrapper.api_scope = scope
+        wrapper.api_methods = methods
         return wrapper
 
     return decorate

@@ -5,7 +5,7 @@ from django.http import JsonResponse
 from django.urls import path
 from django.views import defaults
 
-from fleetadmin import metrics
+from fleetadmin import metrics, openapi
 from ocrjobs import api as jobs_api
 from ocrjobs import views as jobs_views
 from pods import api as pods_api
@@ -71,6 +71,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
+    path("v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
     path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),
     path("v1/runpod/scale", pods_api.scale, name="api-runpod-scale"),

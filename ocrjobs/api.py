@@ -159,18 +159,22 @@ def _flag(value: str, name: str) -> bool:
     raise ApiError(f"{name} must be true or false, not {value[:20]!r}", 400)
 
 
-class _JsonSubmission(BaseModel):
+class JobSubmission(BaseModel):
+    """A job whose documents are URLs (JSON); uploads send the same fields as multipart form fields."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    urls: list[str] = Field(min_length=1, max_length=1000)
-    pool: str | None = None
-    languages: str | None = None
-    skip_text_pages: bool = False
-    max_dollars: int | float | None = None
-    deadline: str | None = None
-    priority: Literal["fastest", "balanced", "cheapest"] | None = None
-    dry_run: bool = False
-    callback_url: str | None = None
+    urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs of PDFs or images")
+    pool: str | None = Field(default=None, description="pool key (default: the first pool)")
+    languages: str | None = Field(default=None, description="tesseract codes joined by +, e.g. eng+deu")
+    skip_text_pages: bool = Field(default=False, description="PDF pages with a text layer keep it, no OCR")
+    max_dollars: int | float | None = Field(default=None, description="budget: no pod boots for it past this")
+    deadline: str | None = Field(default=None, description="ISO 8601 with a time zone; the pool is sized to meet it")
+    priority: Literal["fastest", "balanced", "cheapest"] | None = Field(
+        default=None, description="sizing when there is no deadline (default balanced)"
+    )
+    dry_run: bool = Field(default=False, description="answer the forecast only; nothing is stored")
+    callback_url: str | None = Field(default=None, description="posted a signed event when the job ends")
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000
@@ -185,7 +189,7 @@ def _json_submission(request: HttpRequest) -> dict:
         raise ApiError("the Content-Length header is not a number", 400) from None
     if declared > JSON_SUBMISSION_MAX_BYTES or len(request.body) > JSON_SUBMISSION_MAX_BYTES:
         raise ApiError("the JSON body is larger than 1 MB", 413)
-    return parse_json(request, _JsonSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
+    return parse_json(request, JobSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
 
 
 @api_view(scope="read")
