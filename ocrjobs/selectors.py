@@ -212,12 +212,27 @@ def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
 
 
 def pool_scheduled_jobs(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> list[tuple[int, datetime | None, str]]:
-    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running: what
-    the scaler sizes for. Bounded by the work in hand (the unfinished jobs)."""
+    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running, or
+    documents still being split: what the scaler sizes for. Bounded by the work in hand."""
     busy = Page.objects.filter(pool_id=pool_id, status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+    splitting = Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
     jobs = Job.objects.filter(pool_id=pool_id).exclude(status__in=Job.FINISHED).exclude(pk__in=list(exclude_jobs))
-    jobs = jobs.filter(pk__in=busy.values("job_id")).order_by("pk")
+    jobs = jobs.filter(Q(pk__in=busy.values("job_id")) | Q(pk__in=splitting.values("job_id"))).order_by("pk")
     return list(jobs.values_list("pk", "deadline", "priority"))
+
+
+def pool_pages_not_split(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> int:
+    """Pages of the pool's documents still being split that have no row yet (counted at
+    submission; a URL document's only once fetched): work a deadline must already plan for,
+    since the split tells the scaler only of its first batch."""
+    splitting = (
+        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
+        .exclude(job__status__in=Job.FINISHED)
+        .exclude(job_id__in=list(exclude_jobs))
+        .annotate(made=Count("pages"))
+        .values_list("page_count", "made")
+    )
+    return sum(max(0, count - made) for count, made in splitting)
 
 
 def busy_seconds(

@@ -82,22 +82,28 @@ def pool_demand(pool: Pool) -> Demand:
     if waiting and not wanted:
         wanted = 1
     sized_for, missed = "balanced", ""
-    scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped) if work else []
+    scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
     priorities = {priority for _, deadline, priority in scheduled if deadline is None}
     deadlines = sorted((deadline, job_id) for job_id, deadline, _ in scheduled if deadline is not None)
-    if "fastest" in priorities:
+    planned, planned_work = waiting + running, work
+    if deadlines or "fastest" in priorities:
+        # What the split has not made rows of yet counts too: it tells the scaler of its first
+        # batch only, and a deadline sized on that batch would be missed by the rest.
+        unsplit = selectors.pool_pages_not_split(pool.pk, exclude_jobs=capped)
+        planned, planned_work = planned + unsplit, work + unsplit * per_page
+    if "fastest" in priorities and planned:
         # As many pods as the pages can use at once, the overhead cap aside.
-        wanted, sized_for = max(wanted, math.ceil((waiting + running) / pool.lanes_per_pod)), "fastest"
-    elif scheduled and priorities == {"cheapest"} and not deadlines:
+        wanted, sized_for = max(wanted, math.ceil(planned / pool.lanes_per_pod)), "fastest"
+    elif work and priorities == {"cheapest"} and not deadlines:
         wanted, sized_for = 1, "cheapest"  # one pod: one boot, one idle tail, however long it takes
-    if deadlines:
+    if deadlines and planned_work:
         deadline, job_id = deadlines[0]
-        needed, earliest = pods_for_deadline(pool, work=work, deadline=deadline)
+        needed, earliest = pods_for_deadline(pool, work=planned_work, deadline=deadline)
         if needed > wanted:
             wanted, sized_for = needed, f"deadline of job {job_id}"
         if earliest is not None:
             missed = (
-                f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {waiting + running} pages "
+                f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {planned} pages "
                 f"at {per_page:.2f} s each on at most {pool.max_pods} pods of {pool.lanes_per_pod} lanes; "
                 f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
             )

@@ -124,3 +124,26 @@ def test_a_job_past_its_budget_sets_no_deadline_sizing(sized):
 
     assert demand.waiting == 0 and demand.missed_deadline == ""
     assert Page.objects.filter(job=job).count() == 600
+
+
+def test_pages_the_split_has_not_made_yet_count_for_a_deadline(sized):
+    """The split tells the scaler of its first batch only: a deadline sized on 20 split pages of
+    a 600-page document would be missed by the other 580."""
+    from ocrjobs.models import Document
+
+    job = _job_with(sized, 20, deadline=in_seconds(365))
+    Document.objects.filter(job=job).update(page_count=600, status=Document.Status.PENDING)
+
+    demand = scaler.pool_demand(sized)
+
+    assert demand.wanted == 2  # 600 pages × 2 s over 2 lanes × 305 s; the 20 split ones alone want 1
+    assert demand.waiting == 20  # what waits in the database is still what it was
+
+
+def test_without_a_deadline_unsplit_pages_change_nothing(sized):
+    from ocrjobs.models import Document
+
+    job = _job_with(sized, 20)
+    Document.objects.filter(job=job).update(page_count=6000, status=Document.Status.PENDING)
+
+    assert scaler.pool_demand(sized).wanted == 1
