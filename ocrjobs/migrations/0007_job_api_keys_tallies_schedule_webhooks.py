@@ -36,7 +36,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('ocrjobs', '0006_page_status_indexes'),
-        ('pods', '0007_submission_keys_page_tallies_deadlines'),
+        ('pods', '0007_alert_kind_deadline'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
