@@ -309,6 +309,33 @@ class Alert(models.Model):
         }
 
 
+class PoolPodTally(models.Model):
+    """The pool's ended pods, counted by how they ended, and what they were billed: added to in
+    the transaction that ends each pod (``pod_end``), so that /metrics reads the live pods and
+    this row, never every pod ever rented."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, primary_key=True, related_name="pod_tally")
+    terminated = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(default=0)
+    dollars = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal("0"))
+
+    ENDED_STATES = ("terminated", "failed", "lost")
+
+    def __str__(self) -> str:
+        return f"ended pods of pool {self.pool_id}"
+
+    @classmethod
+    def add(cls, *, pod: Pod) -> None:
+        """Count one pod that just ended (in its state) and its whole bill."""
+        if pod.state not in cls.ENDED_STATES:
+            return
+        cls.objects.get_or_create(pool_id=pod.pool_id)
+        cls.objects.filter(pool_id=pod.pool_id).update(
+            **{pod.state: models.F(pod.state) + 1}, dollars=models.F("dollars") + pod.spend()
+        )
+
+
 class SpendEntry(models.Model):
     """Dollars a pod cost, written when it ends: a share per job it served (by busy time)
     and the rest, its idle and boot time, to the pool alone."""

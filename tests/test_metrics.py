@@ -16,6 +16,7 @@ from fleetadmin.loopwatch import LoopWatch
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Document, Job, Page
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from pods.services.lifecycle import pod_end
 from tests.test_loopwatch import next_sample, no_garbage_collection_pauses, until  # noqa: F401  (an autouse fixture)
 
 SECRET = "rpa_TESTSECRET0123456789abcdefNEVERSHOWN"
@@ -68,13 +69,15 @@ def fleet(local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2,
                        cost_per_hr=Decimal("0.50"), billed_from=now - timedelta(hours=1))  # fmt: skip
     Pod.objects.create(pool=local_pool, name="fa-local-b", state=Pod.State.BOOTING, lanes=2)
-    Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.TERMINATED, lanes=2,
-                       cost_per_hr=Decimal("1.00"), billed_from=now - timedelta(hours=3),
-                       ended_at=now - timedelta(hours=1))  # fmt: skip
+    ended = Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.READY, lanes=2,
+                               cost_per_hr=Decimal("1.00"), billed_from=now - timedelta(hours=3),
+                               ended_at=now - timedelta(hours=1))  # fmt: skip
+    pod_end(pod=ended, state=Pod.State.TERMINATED)  # as every pod ends: counted in its pool's tally
     booting = Pod.objects.create(pool=cloud, name="fa-cloud-a", state=Pod.State.BOOTING, lanes=4,
                                  cost_per_hr=Decimal("2.40"), billed_from=now - timedelta(minutes=30),
                                  error=f"provider said: bad key {SECRET}")  # fmt: skip
-    failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.FAILED, lanes=4)
+    failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.BOOTING, lanes=4)
+    pod_end(pod=failed, state=Pod.State.FAILED)
     BootAttempt.objects.create(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
     for _ in range(3):
         BootAttempt.objects.create(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
@@ -283,3 +286,28 @@ def test_a_scrape_reads_pages_of_unfinished_jobs_only(client, read_token, local_
         assert reads == per_job, sql
     assert value(metrics, "fleetadmin_backlog_pages", pool="local") == 2
     assert value(metrics, "fleetadmin_pages_done_total", pool="local") == 1  # the first job was never tallied
+
+
+def test_a_scrape_reads_the_live_pods_and_the_tallies_not_every_pod_ever(client, read_token, local_pool):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    now = timezone.now()
+    for n in range(3):
+        pod = Pod.objects.create(pool=local_pool, name=f"fa-old-{n}", state=Pod.State.READY, lanes=2,
+                                 cost_per_hr=Decimal("0.60"), billed_from=now - timedelta(hours=2),
+                                 ended_at=now - timedelta(hours=1))  # fmt: skip
+        pod_end(pod=pod, state=Pod.State.TERMINATED)
+        pod_end(pod=pod, state=Pod.State.LOST)  # ended already: not counted again
+    Pod.objects.create(pool=local_pool, name="fa-live", state=Pod.State.READY, lanes=2,
+                       cost_per_hr=Decimal("1.20"), billed_from=now - timedelta(hours=1))  # fmt: skip
+
+    with CaptureQueriesContext(connection) as context:
+        metrics = scrape(client, read_token)
+
+    assert value(metrics, "fleetadmin_pods", pool="local", state="terminated") == 3
+    assert value(metrics, "fleetadmin_pods", pool="local", state="lost") == 0
+    assert value(metrics, "fleetadmin_pods", pool="local", state="ready") == 1
+    assert value(metrics, "fleetadmin_spend_dollars_total", pool="local") == pytest.approx(3 * 0.60 + 1.20, abs=0.01)
+    pod_reads = [q["sql"] for q in context.captured_queries if 'FROM "pods_pod"' in q["sql"]]
+    assert pod_reads and all('"pods_pod"."state" IN' in sql for sql in pod_reads), pod_reads
