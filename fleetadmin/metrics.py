@@ -71,7 +71,7 @@ class FleetCollector(Collector):
 
     def fleet(self) -> Iterator[Metric]:
         from ocrjobs.selectors import pools_page_totals
-        from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PoolPodTally
+        from pods.models import Alert, BootAttemptTally, CapacityVerdict, Pod, Pool, PoolPodTally
 
         now = timezone.now()
         # Each pool with its ended pods' tally (a left join: one query).
@@ -86,7 +86,7 @@ class FleetCollector(Collector):
         )
 
         pages = pools_page_totals(now=now)
-        boots = BootAttempt.objects.values_list("pod__pool_id", "outcome").annotate(n=Count("id"))
+        boots = BootAttemptTally.objects.values_list("pool_id", "outcome", "n")
         verdicts = CapacityVerdict.objects.aggregate(
             blocked=Count("id", filter=Q(blocked_until__gt=now)),
             probing=Count("id", filter=Q(probing_until__gt=now)),

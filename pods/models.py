@@ -1,3 +1,10 @@
+"""The pods app's models: pools, pods, capacity verdicts, boot attempts, the price catalogue,
+alerts, spend entries, pass leases, scale requests, and the tallies /metrics reads.
+
+Length: one module of models, as Django expects; each model is small and carries only its own
+state transitions.
+"""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -243,6 +250,29 @@ class BootAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.candidate}: {self.outcome}"
+
+    @classmethod
+    def record(cls, *, pod: Pod, candidate: str, outcome: str, error: str = "", seconds: float = 0.0) -> BootAttempt:
+        """Log one create call, and count it in its pool's tally by outcome (what /metrics reads
+        instead of every attempt ever made)."""
+        attempt = cls.objects.create(pod=pod, candidate=candidate, outcome=outcome, error=error, seconds=seconds)
+        BootAttemptTally.objects.get_or_create(pool_id=pod.pool_id, outcome=outcome)
+        BootAttemptTally.objects.filter(pool_id=pod.pool_id, outcome=outcome).update(n=models.F("n") + 1)
+        return attempt
+
+
+class BootAttemptTally(models.Model):
+    """Create calls per pool and outcome, counted as each is logged (``BootAttempt.record``)."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="boot_attempt_tallies")
+    outcome = models.CharField(max_length=20)
+    n = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pool", "outcome"], name="boot_attempt_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"pool {self.pool_id} {self.outcome}: {self.n}"
 
 
 class PriceCatalogue(models.Model):

@@ -78,10 +78,10 @@ def fleet(local_pool):
                                  error=f"provider said: bad key {SECRET}")  # fmt: skip
     failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.BOOTING, lanes=4)
     pod_end(pod=failed, state=Pod.State.FAILED)
-    BootAttempt.objects.create(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
+    BootAttempt.record(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
     for _ in range(3):
-        BootAttempt.objects.create(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
-                                   error=f"no capacity ({SECRET})")  # fmt: skip
+        BootAttempt.record(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
+                           error=f"no capacity ({SECRET})")  # fmt: skip
     CapacityVerdict.objects.create(key="runpod|H100|SECURE|*", blocked_until=now + timedelta(seconds=60))
     CapacityVerdict.objects.create(key="runpod|A100|SECURE|*", blocked_until=now - timedelta(seconds=60))
     CapacityVerdict.objects.create(key="runpod|L4|SECURE|*", probing_until=now + timedelta(seconds=60))
