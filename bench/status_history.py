@@ -3,11 +3,14 @@ when the database holds hundreds of thousands of pages done over the past week.
 
     .venv/bin/python bench/status_history.py [--pages 300000] [--database-url postgres://...]
 
-Computes the status (pods.selectors.fleet_status) and the dashboard's data
-(pods.dashboard.fleet_snapshot) many times, first with the index on Page
-(status, finished_at), then again without it, and prints the milliseconds
-of each, ending with one JSON line. Goal: the cost follows the last minute's
-pages, not every page ever done.
+Computes the status (pods.selectors.fleet_status), the dashboard's data
+(pods.dashboard.fleet_snapshot), a /metrics scrape (its collector) and the
+job page of the job that holds the history (one screen of its pages) many
+times, first with the index on Page (status, finished_at), then again without
+it, and prints the milliseconds of each, ending with one JSON line. For
+contrast it also times the page counts /metrics used to make over every page
+ever made. Goal: the cost follows the last minute's pages and the work in
+hand, not every page ever done.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ def populate(pages: int, recent: int) -> None:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from ocrjobs.models import Document, Job, Page
+    from ocrjobs.models import Document, Job, Page, PoolPageTally
     from pods.models import Pool
 
     owner = get_user_model().objects.create_user("bench")
     pool = Pool.objects.create(key="gpu", name="GPU", provider="runpod", max_pods=8, lanes_per_pod=4)
-    job = Job.objects.create(owner=owner, pool=pool, status=Job.Status.DONE)
+    job = Job.objects.create(owner=owner, pool=pool, status=Job.Status.DONE, tallied_done=pages)
+    PoolPageTally.objects.create(pool=pool, done=pages)  # as the job's finish would have left it
     document = Document.objects.create(job=job, position=0, name="history.pdf", kind="pdf", source="history.pdf",
                                        size_bytes=1, page_count=pages)  # fmt: skip
     now = timezone.now()
@@ -52,6 +56,14 @@ def populate(pages: int, recent: int) -> None:
             Page.objects.bulk_create(batch)
             batch = []
     Page.objects.bulk_create(batch)
+    # Today's job beside the history: 60 pages, done in the last minute.
+    today = Job.objects.create(owner=owner, pool=pool, status=Job.Status.DONE, tallied_done=60)
+    document = Document.objects.create(job=today, position=0, name="today.pdf", kind="pdf", source="today.pdf",
+                                       size_bytes=1, page_count=60)  # fmt: skip
+    Page.objects.bulk_create([Page(job=today, document=document, pool=pool, number=n, image=f"{n}.png",
+                                   status=Page.Status.DONE, started_at=now - timedelta(seconds=5),
+                                   finished_at=now - timedelta(seconds=3)) for n in range(1, 61)])  # fmt: skip
+    PoolPageTally.objects.filter(pool=pool).update(done=pages + 60)
 
 
 def timed(func, repeats: int) -> dict:
@@ -64,6 +76,41 @@ def timed(func, repeats: int) -> dict:
     return {"median_ms": round(statistics.median(samples), 2), "max_ms": round(samples[-1], 2)}
 
 
+def _scrape() -> bytes:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetadmin.metrics import FleetCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector())
+    return generate_latest(registry)
+
+
+def _job_page(*, history: bool) -> None:
+    """The job page of today's 60-page job (``history``: of the job that holds the history)."""
+    from django.contrib.auth import get_user_model
+    from django.test import RequestFactory
+
+    from ocrjobs.models import Job
+    from ocrjobs.views import job_detail
+
+    request = RequestFactory().get("/jobs/1")
+    request.user = get_user_model().objects.get(username="bench")
+    job = Job.objects.order_by("pk" if history else "-pk").first()
+    response = job_detail(request, job.pk)
+    assert response.status_code == 200
+
+
+def _counts_over_history() -> None:
+    """What /metrics counted before it kept tallies: every page ever made, by pool and status."""
+    from django.db.models import Count, Q
+
+    from ocrjobs.models import Page
+
+    list(Page.objects.values("pool_id").annotate(done=Count("id", filter=Q(status="done")),
+                                                 failed=Count("id", filter=Q(status="failed"))))  # fmt: skip
+
+
 def measure(repeats: int) -> dict:
     from django.utils import timezone
 
@@ -73,6 +120,10 @@ def measure(repeats: int) -> dict:
     return {
         "status": timed(fleet_status, repeats),
         "dashboard": timed(lambda: dashboard.fleet_snapshot(now=timezone.now()), repeats),
+        "metrics": timed(_scrape, repeats),
+        "job_page": timed(lambda: _job_page(history=False), repeats),
+        "job_page_of_the_history_job": timed(lambda: _job_page(history=True), max(3, repeats // 10)),
+        "old_metrics_page_counts": timed(_counts_over_history, max(3, repeats // 10)),
     }
 
 
@@ -99,8 +150,8 @@ def main() -> None:
     without_index = measure(args.repeats)
 
     for name, figures in (("with the index", with_index), ("without it", without_index)):
-        print(f"{name:>15}: status median {figures['status']['median_ms']} ms (max {figures['status']['max_ms']}), "
-              f"dashboard median {figures['dashboard']['median_ms']} ms (max {figures['dashboard']['max_ms']})")  # fmt: skip
+        shown = ", ".join(f"{what} median {f['median_ms']} ms (max {f['max_ms']})" for what, f in figures.items())
+        print(f"{name:>15}: {shown}")
     print(json.dumps({"bench": "status_history", "database": connection.vendor, "pages": args.pages,
                       "recent": args.recent, "with_index": with_index, "without_index": without_index}))  # fmt: skip
 

@@ -7,13 +7,18 @@ the browser's session: staff get every scope, other users read and submit.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
+import json
 import logging
+from dataclasses import dataclass
 from typing import TypeVar
+from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestDataTooBig
-from django.db.models import Q
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
@@ -74,6 +79,58 @@ def parse_json(request: HttpRequest, model: type[Model], *, max_bytes: int = MAX
         raise ApiError(f"{where}: {first['msg']}", 400) from None
 
 
+DEFAULT_PAGE_LIMIT = 50
+MAX_PAGE_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a listing goes on: after the row with id ``after`` (None: from the start), ``limit``
+    rows at most. The cursor is opaque to clients: base64 of a small JSON object."""
+
+    after: int | None
+    limit: int
+
+    @staticmethod
+    def encode(after: int) -> str:
+        return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+
+    @classmethod
+    def from_request(cls, request: HttpRequest) -> Cursor:
+        unknown = set(request.GET) - {"cursor", "limit"}
+        if unknown:
+            raise ApiError(f"unknown query parameter {sorted(unknown)[0][:40]!r} (cursor, limit)", 400)
+        raw_limit = request.GET.get("limit", str(DEFAULT_PAGE_LIMIT))
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE_LIMIT:
+            raise ApiError(f"limit must be a whole number from 1 to {MAX_PAGE_LIMIT}, not {raw_limit[:20]!r}", 400)
+        raw = request.GET.get("cursor")
+        if raw is None:
+            return cls(None, int(raw_limit))
+        try:
+            after = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))["after"]
+            if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after < 2**63:
+                raise ValueError
+        except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+            raise ApiError("the cursor is not one this API gave out: use the 'next' link as it is", 400) from None
+        return cls(after, int(raw_limit))
+
+    def page(self, rows: QuerySet, *, descending: bool = False) -> tuple[list, int | None]:
+        """One page of ``rows`` in id order (newest first when ``descending``): the rows and the
+        id the next page starts after (None at the end). Reads ``limit + 1`` rows, whatever the
+        table holds: an index range on the primary key."""
+        if self.after is not None:
+            rows = rows.filter(pk__lt=self.after) if descending else rows.filter(pk__gt=self.after)
+        found = list(rows.order_by("-pk" if descending else "pk")[: self.limit + 1])
+        if len(found) > self.limit:
+            return found[: self.limit], found[self.limit - 1].pk
+        return found, None
+
+    def next_url(self, path: str, next_after: int | None) -> str | None:
+        if next_after is None:
+            return None
+        return f"{path}?{urlencode({'cursor': self.encode(next_after), 'limit': self.limit})}"
+
+
 def _note_use(token: ApiToken) -> None:
     """Stamp ``last_used_at`` at most once a minute per token: a write on every request of a
     busy caller (a probe, a dashboard script) would queue behind the workers' writes."""
@@ -130,6 +187,15 @@ def _error_response(exc: ApiError, methods: tuple[str, ...]) -> JsonResponse:
     return response
 
 
+# Django raises these on first touch of request.body / POST / FILES past its memory limits;
+# left alone they become its HTML "Bad Request (400)" page.
+_TOO_BIG = (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)
+
+
+def _too_big(exc: Exception) -> ApiError:
+    return ApiError(f"the request is too large: {exc}", 413)
+
+
 def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
     """Check method, caller and scope; answer errors as ``{"error": ...}``.
 
@@ -147,8 +213,11 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                     return await view(request, *args, **kwargs)
                 except ApiError as exc:
                     return _error_response(exc, methods)
+                except _TOO_BIG as exc:
+                    return _error_response(_too_big(exc), methods)
 
             async_wrapper.api_scope = scope
+            async_wrapper.api_methods = methods
             return async_wrapper
 
         @csrf_exempt
@@ -159,8 +228,11 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return _error_response(exc, methods)
+            except _TOO_BIG as exc:
+                return _error_response(_too_big(exc), methods)
 
         wrapper.api_scope = scope
+        wrapper.api_methods = methods
         return wrapper
 
     return decorate

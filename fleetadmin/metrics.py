@@ -71,13 +71,22 @@ class FleetCollector(Collector):
 
     def fleet(self) -> Iterator[Metric]:
         from ocrjobs.selectors import pools_page_totals
-        from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+        from pods.models import Alert, BootAttemptTally, CapacityVerdict, Pod, Pool, PoolPodTally
 
         now = timezone.now()
-        pools = dict(Pool.objects.values_list("pk", "key"))
-        pods = list(Pod.objects.only("pool_id", "state", "lanes", "cost_per_hr", "billed_from", "ended_at").order_by())
+        # Each pool with its ended pods' tally (a left join: one query).
+        rows = Pool.objects.values_list(
+            "pk", "key", *(f"pod_tally__{f}" for f in (*PoolPodTally.ENDED_STATES, "dollars"))
+        )
+        pools = {row[0]: row[1] for row in rows}
+        tallies = {row[0]: dict(zip((*PoolPodTally.ENDED_STATES, "dollars"), row[2:], strict=True)) for row in rows}
+        # The live pods, and a tally of the ended ones kept as each ended: not every pod ever rented.
+        pods = list(
+            Pod.objects.alive().only("pool_id", "state", "lanes", "cost_per_hr", "billed_from", "ended_at").order_by()
+        )
+
         pages = pools_page_totals(now=now)
-        boots = BootAttempt.objects.values_list("pod__pool_id", "outcome").annotate(n=Count("id"))
+        boots = BootAttemptTally.objects.values_list("pool_id", "outcome", "n")
         verdicts = CapacityVerdict.objects.aggregate(
             blocked=Count("id", filter=Q(blocked_until__gt=now)),
             probing=Count("id", filter=Q(probing_until__gt=now)),
@@ -106,6 +115,10 @@ class FleetCollector(Collector):
             if pod.is_alive and pod.billed_from:
                 dollars_per_hour[pod.pool_id] += pod.cost_per_hr
             dollars[pod.pool_id] += pod.spend(at=now)
+        for pool_id, tally in tallies.items():
+            for state in PoolPodTally.ENDED_STATES:
+                states[pool_id][state] += tally[state] or 0
+            dollars[pool_id] += tally["dollars"] or Decimal(0)
         for pool_id, key in pools.items():
             for state in Pod.State.values:
                 by_state.add_metric([key, state], states[pool_id][state])

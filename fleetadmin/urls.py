@@ -1,9 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
 from django.urls import path
+from django.views import defaults
 
-from fleetadmin import metrics
+from fleetadmin import metrics, openapi
 from ocrjobs import api as jobs_api
 from ocrjobs import views as jobs_views
 from pods import api as pods_api
@@ -14,12 +16,38 @@ def not_found(request, exception=None):
     """The API answers an unknown path in its own error shape; pages get Django's 404 page."""
     if request.path.startswith("/v1/"):
         return JsonResponse({"error": f"no endpoint at {request.path}"}, status=404)
-    from django.views.defaults import page_not_found
-
-    return page_not_found(request, exception)
+    return defaults.page_not_found(request, exception)
 
 
 handler404 = not_found
+
+
+def bad_request(request, exception=None):
+    """Under /v1/ every error is JSON: a body past Django's memory limits (RequestDataTooBig,
+    TooManyFieldsSent, TooManyFilesSent, raised on first touch of request.body or POST) is a
+    413, any other SuspiciousOperation a 400. Pages keep Django's own 400 page."""
+    if request.path.startswith("/v1/"):
+        if isinstance(exception, (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)):
+            return JsonResponse({"error": f"the request is too large: {exception}"}, status=413)
+        return JsonResponse({"error": f"bad request: {exception or 'the request cannot be read'}"}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request, exception=None):
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": f"forbidden: {exception or 'permission denied'}"}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def server_error(request):
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": "internal error; it has been logged"}, status=500)
+    return defaults.server_error(request)
+
+
+handler400 = bad_request
+handler403 = permission_denied
+handler500 = server_error
 
 
 async def healthz(request):
@@ -38,10 +66,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("jobs/", jobs_views.job_list, name="jobs-list"),
     path("jobs/new", jobs_views.job_new, name="jobs-new"),
+    path("jobs/forecast", jobs_views.job_forecast, name="jobs-forecast"),
     path("jobs/<int:job_id>", jobs_views.job_detail, name="jobs-detail"),
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
+    path("v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
     path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),
     path("v1/runpod/scale", pods_api.scale, name="api-runpod-scale"),
@@ -51,6 +81,8 @@ urlpatterns = [
     path("v1/models", pods_api.models, name="api-models"),
     path("v1/jobs", jobs_api.jobs, name="api-jobs"),
     path("v1/jobs/<int:job_id>", jobs_api.job_detail, name="api-jobs-detail"),
+    path("v1/webhooks/secret", jobs_api.webhook_secret, name="api-webhooks-secret"),
+    path("v1/jobs/<int:job_id>/pages", jobs_api.job_pages, name="api-jobs-pages"),
     path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),
     path("v1/jobs/<int:job_id>/result.jsonl", jobs_api.job_result_jsonl, name="api-jobs-result-jsonl"),
     path("v1/jobs/<int:job_id>/cancel", jobs_api.job_cancel, name="api-jobs-cancel"),

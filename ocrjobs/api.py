@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
@@ -10,11 +11,14 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetadmin.api import ApiError, api_view, parse_json
+from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
+from ocrjobs.services.idempotency import job_submit_once
+from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
+from ocrjobs.services.webhooks import check_callback_url, webhook_secret_for
 from pods.spend import jobs_spend
 
 
@@ -31,11 +35,13 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
         dollars = jobs_spend([job.pk])[job.pk]
     return {
         **job.to_dict(),
+        "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
         "dollars": float(dollars),
         "urls": {
             "self": f"/v1/jobs/{job.pk}",
             "result_txt": f"/v1/jobs/{job.pk}/result.txt",
             "result_jsonl": f"/v1/jobs/{job.pk}/result.jsonl",
+            "pages": f"/v1/jobs/{job.pk}/pages",
             "page": job.get_absolute_url(),
         },
     }
@@ -44,12 +50,21 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
 @api_view(scope="read", methods=("GET", "POST"))
 def jobs(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        recent = list(selectors.jobs_visible_to(request.api_user, request.api_scopes)[:100])
+        # Newest first, a page at a time; the `next` link goes on to older jobs.
+        cursor = Cursor.from_request(request)
+        visible = selectors.jobs_visible_to(request.api_user, request.api_scopes)
+        recent, next_after = cursor.page(visible, descending=True)
         spend = jobs_spend(job.pk for job in recent)
-        return JsonResponse({"jobs": [_job_dict(job, dollars=spend[job.pk]) for job in recent]})
+        return JsonResponse(
+            {
+                "jobs": [_job_dict(job, dollars=spend[job.pk]) for job in recent],
+                "next": cursor.next_url(request.path, next_after),
+            }
+        )
     # Listing is a read; submitting needs more.
     if "submit" not in request.api_scopes:
         raise ApiError("this needs the 'submit' scope", 403)
+    _refuse_query_fields(request)
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > settings.OCR_MAX_REQUEST_BYTES:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
@@ -69,56 +84,141 @@ def jobs(request: HttpRequest) -> JsonResponse:
             # Django would answer its own HTML 400; the API answers JSON.
             raise ApiError(f"the multipart body cannot be read: {exc}", 400) from None
         uploads = [Upload(name=f.name, file=f) for f in files]
-        urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
-        fields = {
-            "pool": request.POST.get("pool") or None,
-            "languages": request.POST.get("languages") or None,
-            "urls": urls,
-            "skip_text_pages": _flag(request.POST.get("skip_text_pages", "")),
-        }
+        fields = _multipart_fields(request)
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
-    job = job_submit(
-        owner=request.api_user,
-        uploads=uploads,
-        pool_key=fields.get("pool"),
-        languages=fields.get("languages"),
-        urls=fields.get("urls") or [],
-        skip_text_pages=fields.get("skip_text_pages", False),
+    schedule = resolve_schedule(
+        max_dollars=fields.get("max_dollars"), deadline=fields.get("deadline"), priority=fields.get("priority")
     )
-    return JsonResponse(_job_dict(job), status=201)
+    submission = {
+        "pool_key": fields.get("pool"),
+        "languages": fields.get("languages"),
+        "urls": fields.get("urls") or [],
+        "skip_text_pages": fields.get("skip_text_pages", False),
+        "schedule": schedule,
+        "callback_url": check_callback_url(fields.get("callback_url")),
+    }
+    if fields.get("dry_run"):
+        # Checked as a submission is, answered with the forecast; nothing is stored (no key either).
+        forecast = job_submit(owner=request.api_user, uploads=uploads, dry_run=True, **submission)
+        return JsonResponse({"dry_run": True, "forecast": forecast})
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        job = job_submit(owner=request.api_user, uploads=uploads, **submission)
+        return JsonResponse(_job_dict(job), status=201)
+    job, created = job_submit_once(owner=request.api_user, key=key, fields=fields, uploads=uploads, **submission)
+    response = JsonResponse(_job_dict(job), status=201 if created else 200)
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
-def _flag(value: str) -> bool:
+SUBMISSION_FIELDS = (
+    "pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority", "dry_run", "callback_url",
+)  # fmt: skip
+
+
+def _refuse_query_fields(request: HttpRequest) -> None:
+    """A submission's fields travel in its body. A field in the query string was once ignored
+    in silence (``?languages=eng;rm -rf`` ran as ``eng``): it is refused instead."""
+    if request.GET:
+        name = next(iter(request.GET))
+        raise ApiError(f"POST /v1/jobs takes its fields in the body, not the query string (got {name[:40]!r})", 400)
+
+
+def _multipart_fields(request: HttpRequest) -> dict:
+    """The form fields of a multipart submission, strictly: an unknown field, or a field that
+    takes one value sent twice, is refused rather than dropped."""
+    for name in request.POST:
+        if name not in SUBMISSION_FIELDS:
+            raise ApiError(f"unknown field {name[:40]!r} (fields: files, {', '.join(SUBMISSION_FIELDS)})", 400)
+        if name != "urls" and len(request.POST.getlist(name)) > 1:
+            raise ApiError(f"the field {name!r} was sent more than once", 400)
+    for name in request.FILES:
+        if name not in ("files", "file"):
+            raise ApiError(f"unknown file field {name[:40]!r}: send documents as 'files'", 400)
+    urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
+    return {
+        "pool": request.POST.get("pool") or None,
+        "languages": request.POST.get("languages"),
+        "urls": urls,
+        "skip_text_pages": _flag(request.POST.get("skip_text_pages", ""), "skip_text_pages"),
+        "dry_run": _flag(request.POST.get("dry_run", ""), "dry_run"),
+        "callback_url": request.POST.get("callback_url") or None,
+        "max_dollars": request.POST.get("max_dollars") or None,
+        "deadline": request.POST.get("deadline") or None,
+        "priority": request.POST.get("priority") or None,
+    }
+
+
+def _flag(value: str, name: str) -> bool:
     if value.lower() in ("", "0", "false", "off", "no"):
         return False
     if value.lower() in ("1", "true", "on", "yes"):
         return True
-    raise ApiError(f"skip_text_pages must be true or false, not {value[:20]!r}", 400)
+    raise ApiError(f"{name} must be true or false, not {value[:20]!r}", 400)
 
 
-class _JsonSubmission(BaseModel):
+class JobSubmission(BaseModel):
+    """A job whose documents are URLs (JSON); uploads send the same fields as multipart form fields."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    urls: list[str] = Field(min_length=1, max_length=1000)
-    pool: str | None = None
-    languages: str | None = None
-    skip_text_pages: bool = False
+    urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs of PDFs or images")
+    pool: str | None = Field(default=None, description="pool key (default: the first pool)")
+    languages: str | None = Field(default=None, description="tesseract codes joined by +, e.g. eng+deu")
+    skip_text_pages: bool = Field(default=False, description="PDF pages with a text layer keep it, no OCR")
+    max_dollars: int | float | None = Field(default=None, description="budget: no pod boots for it past this")
+    deadline: str | None = Field(default=None, description="ISO 8601 with a time zone; the pool is sized to meet it")
+    priority: Literal["fastest", "balanced", "cheapest"] | None = Field(
+        default=None, description="sizing when there is no deadline (default balanced)"
+    )
+    dry_run: bool = Field(default=False, description="answer the forecast only; nothing is stored")
+    callback_url: str | None = Field(default=None, description="posted a signed event when the job ends")
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000
 
 
 def _json_submission(request: HttpRequest) -> dict:
-    # Checked first for the message submitters have always had; parse_json's limit is the same.
-    if len(request.body) > JSON_SUBMISSION_MAX_BYTES:
+    # Judged by the declared length before the body is read: reading a body past Django's
+    # DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (its HTML 400 page, unless caught).
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError("the Content-Length header is not a number", 400) from None
+    if declared > JSON_SUBMISSION_MAX_BYTES or len(request.body) > JSON_SUBMISSION_MAX_BYTES:
         raise ApiError("the JSON body is larger than 1 MB", 413)
-    return parse_json(request, _JsonSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
+    return parse_json(request, JobSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
 
 
 @api_view(scope="read")
 def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
     return JsonResponse(_job_dict(_job_for(request, job_id)))
+
+
+@api_view(scope="read")
+def job_pages(request: HttpRequest, job_id: int) -> JsonResponse:
+    """The job's pages with their results, a page of them at a time, in the order they were made
+    (page order within each document): only the pages answered are read. result.jsonl streams
+    them all."""
+    cursor = Cursor.from_request(request)
+    job = _job_for(request, job_id)
+    pages, next_after = cursor.page(job.pages.select_related("document"))
+    return JsonResponse(
+        {
+            "job": job.pk,
+            "pages": [{"id": page.pk, **page.to_record()} for page in pages],
+            "next": cursor.next_url(request.path, next_after),
+        }
+    )
+
+
+@api_view(scope="read")
+def webhook_secret(request: HttpRequest) -> JsonResponse:
+    """The caller's key for checking the signature of its jobs' events (made on first ask)."""
+    return JsonResponse({"secret": webhook_secret_for(request.api_user), "algorithm": "HMAC-SHA256",
+                         "signed": "<X-Fleetadmin-Timestamp>.<body>"})  # fmt: skip
 
 
 def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:
@@ -150,6 +250,6 @@ def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
     job = _job_for(request, job_id)
     if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
         raise ApiError(f"job {job.pk} is {job.status}: only a partial or failed job has pages to retry", 409)
-    retried = job_services.job_retry_failed(job=job)
+    pages, documents = job_services.job_retry(job=job)
     job.refresh_from_db()
-    return JsonResponse({**_job_dict(job), "retried_pages": retried})
+    return JsonResponse({**_job_dict(job), "retried_pages": pages, "retried_documents": documents})

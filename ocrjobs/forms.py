@@ -31,6 +31,18 @@ class JobForm(forms.Form):
     )
     pool = forms.ModelChoiceField(queryset=Pool.objects.all(), to_field_name="key", empty_label=None)
     languages = forms.CharField(initial="eng", max_length=100, help_text="tesseract codes joined by +, e.g. eng+deu")
+    max_dollars = forms.DecimalField(
+        required=False, min_value=0.01, decimal_places=2, label="Budget ($)",
+        help_text="optional: no pod is booted for its pages once the job has cost this",
+    )  # fmt: skip
+    deadline = forms.DateTimeField(
+        required=False,
+        help_text="optional, ISO 8601 with a time zone (2026-12-01T14:00:00Z): the pool is sized to meet it",
+    )
+    priority = forms.ChoiceField(
+        choices=[("balanced", "balanced (cost-aware)"), ("fastest", "fastest"), ("cheapest", "cheapest")],
+        initial="balanced", required=False, help_text="used when there is no deadline",
+    )  # fmt: skip
     skip_text_pages = forms.BooleanField(
         required=False, label="Skip pages that already have text", help_text="PDF pages with a text layer keep it"
     )

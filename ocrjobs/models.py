@@ -22,6 +22,11 @@ class Job(models.Model):
         FAILED = "failed"  # nothing could be read
         CANCELLED = "cancelled"
 
+    class Priority(models.TextChoices):
+        FASTEST = "fastest", "fastest: as many pods as its pages can use, within max pods"
+        BALANCED = "balanced", "balanced: the pool's cost-aware sizing"
+        CHEAPEST = "cheapest", "cheapest: the fewest pods, whatever it takes"
+
     FINISHED = (Status.DONE, Status.PARTIAL, Status.FAILED, Status.CANCELLED)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -32,8 +37,16 @@ class Job(models.Model):
     max_dollars = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: its pages boot no pod past it"
     )
+    deadline = models.DateTimeField(null=True, blank=True, help_text="the scaler sizes the pool to finish by then")
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.BALANCED)
+    forecast = models.JSONField(default=dict, blank=True, help_text="pods, minutes and dollars foreseen at submission")
+    callback_url = models.URLField(max_length=2000, blank=True, help_text="posted a signed event when the job ends")
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # What of this job's pages is already in its pool's PoolPageTally (added when it finished):
+    # /metrics counts the rest live, from the unfinished jobs' pages only.
+    tallied_done = models.PositiveIntegerField(default=0, editable=False)
+    tallied_failed = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -67,11 +80,111 @@ class Job(models.Model):
             "pool": self.pool.key,
             "languages": self.languages,
             "skip_text_pages": self.skip_text_pages,
+            "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
+            "priority": self.priority,
+            "forecast": self.forecast,
+            "callback_url": self.callback_url,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts(),
             "documents": [d.to_dict() for d in documents],
         }
+
+
+class PoolPageTally(models.Model):
+    """Pages done and failed in the pool's finished jobs, maintained as each job finishes (in the
+    transaction that finishes it), so that /metrics never counts over every page ever made."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, primary_key=True, related_name="page_tally")
+    done = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.pool_id}: {self.done} done, {self.failed} failed"
+
+
+class WebhookSecret(models.Model):
+    """The key a user's job events are signed with (HMAC-SHA256); made on first use."""
+
+    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_secret")
+    secret = models.CharField(max_length=80)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"webhook secret of {self.owner_id}"
+
+
+class WebhookDeliveryQuerySet(models.QuerySet):
+    def due(self, *, now) -> WebhookDeliveryQuerySet:
+        return self.filter(state=WebhookDelivery.State.PENDING, next_attempt_at__lte=now)
+
+
+class WebhookDelivery(models.Model):
+    """One event for a job's callback URL, posted by passes (one attempt a step, never a task
+    that sleeps: invariant 15) with back-off until it is answered 2xx or a day has gone by."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # a day of attempts, none answered 2xx
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    event = models.CharField(max_length=20, help_text="the job's status: done, partial, failed, cancelled")
+    url = models.URLField(max_length=2000)
+    body = models.TextField(help_text="the JSON posted, exactly as signed")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.JSONField(default=list, blank=True, help_text="[{at, status or error, seconds}], in order")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WebhookDeliveryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="webhook_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event} of job {self.job_id} to {self.url}"
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.pk,
+            "event": self.event,
+            "url": self.url,
+            "state": self.state,
+            "attempts": self.attempts,
+            "next_attempt_at": self.next_attempt_at.isoformat() if self.next_attempt_at else None,
+            "created_at": self.created_at.isoformat(),
+            "delivered_at": self.delivered_at.isoformat() if self.delivered_at else None,
+        }
+
+
+class SubmissionKey(models.Model):
+    """An ``Idempotency-Key`` a user sent with a submission, and the job it made.
+
+    Stored in the job's own transaction: the key exists exactly when its job does. The unique
+    constraint settles two requests racing on one key: the second insert fails, its whole
+    submission rolls back, and it answers with the first job."""
+
+    TTL = timezone.timedelta(hours=24)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of the submission's fields and files")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="submission_keys")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="submission_key_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> job {self.job_id}"
+
+    @property
+    def expired(self) -> bool:
+        return self.created_at < timezone.now() - self.TTL
 
 
 class Document(TaskLeased):

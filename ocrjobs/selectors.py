@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Case, Count, F, Max, Q, Sum, Value, When, Window
-from django.db.models.functions import RowNumber, TruncMinute
+from django.db.models import Avg, Case, Count, F, Max, OuterRef, Q, Subquery, Sum, Value, When, Window
+from django.db.models.functions import Coalesce, RowNumber, TruncMinute
 from django.utils import timezone
 
-from ocrjobs.models import Dispatcher, Document, Job, Page
+from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
@@ -37,6 +38,12 @@ def document_text(document: Document) -> str:
         result = page.read_result() if page.status == Page.Status.DONE else None
         parts.append(result["text"] if result else "")
     return "\f".join(parts)
+
+
+def page_text(page: Page) -> str:
+    """A done page's text ("" otherwise): reads that page's result only."""
+    result = page.read_result() if page.status == Page.Status.DONE else None
+    return result["text"] if result else ""
 
 
 def job_result_txt(job: Job) -> Iterator[str]:
@@ -204,6 +211,30 @@ def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
     return list(capped.values_list("pk", "max_dollars"))
 
 
+def pool_scheduled_jobs(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> list[tuple[int, datetime | None, str]]:
+    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running, or
+    documents still being split: what the scaler sizes for. Bounded by the work in hand."""
+    busy = Page.objects.filter(pool_id=pool_id, status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+    splitting = Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
+    jobs = Job.objects.filter(pool_id=pool_id).exclude(status__in=Job.FINISHED).exclude(pk__in=list(exclude_jobs))
+    jobs = jobs.filter(Q(pk__in=busy.values("job_id")) | Q(pk__in=splitting.values("job_id"))).order_by("pk")
+    return list(jobs.values_list("pk", "deadline", "priority"))
+
+
+def pool_pages_not_split(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> int:
+    """Pages of the pool's documents still being split that have no row yet (counted at
+    submission; a URL document's only once fetched): work a deadline must already plan for,
+    since the split tells the scaler only of its first batch."""
+    splitting = (
+        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
+        .exclude(job__status__in=Job.FINISHED)
+        .exclude(job_id__in=list(exclude_jobs))
+        .annotate(made=Count("pages"))
+        .values_list("page_count", "made")
+    )
+    return sum(max(0, count - made) for count, made in splitting)
+
+
 def busy_seconds(
     *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
 ) -> dict[tuple[int, int], float]:
@@ -242,19 +273,41 @@ def pools_pages(pool_ids: list[int], *, now: datetime, done_since: datetime) -> 
     }
 
 
+def _pages_of_job(*conditions: Q, **filters) -> Coalesce:
+    """How many of the outer job's pages match: a range of the (job, status) index."""
+    pages = Page.objects.filter(*conditions, job=OuterRef("pk"), **filters).order_by().values("job")
+    return Coalesce(Subquery(pages.annotate(n=Count("id")).values("n")), 0)
+
+
 def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
-    """{pool id: {"done", "failed", "waiting", "running"}} over every page ever made (the metrics)."""
-    return {
-        row["pool_id"]: row
-        for row in Page.objects.values("pool_id").annotate(
-            done=Count("id", filter=Q(status=Page.Status.DONE)),
-            failed=Count("id", filter=Q(status=Page.Status.FAILED)),
+    """{pool id: {"done", "failed", "waiting", "running"}}: the metrics' counters and gauges.
+
+    Bounded by the work in hand, not by history (it counted every page ever made): done and
+    failed are the pools' tallies, maintained as jobs finish, plus what the unfinished jobs'
+    pages did since they were last tallied; waiting and running are the unfinished jobs' pages
+    (a finished job has none). Two queries whatever the history."""
+    totals: dict[int, dict[str, int]] = defaultdict(lambda: {"done": 0, "failed": 0, "waiting": 0, "running": 0})
+    for pool_id, done, failed in PoolPageTally.objects.values_list("pool_id", "done", "failed"):
+        totals[pool_id]["done"] += done
+        totals[pool_id]["failed"] += failed
+    live_claim = Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)
+    unfinished = (
+        Job.objects.exclude(status__in=Job.FINISHED)
+        .order_by()
+        .values("pool_id")
+        .annotate(
+            done=Sum(_pages_of_job(status=Page.Status.DONE) - F("tallied_done")),
+            failed=Sum(_pages_of_job(status=Page.Status.FAILED) - F("tallied_failed")),
             # as in the status endpoint: a running page whose claim expired waits again
-            waiting=Count("id", filter=Q(status=Page.Status.PENDING)
-                          | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)),
-            running=Count("id", filter=Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)),
+            waiting=Sum(_pages_of_job(Q(status=Page.Status.PENDING)
+                                      | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now))),
+            running=Sum(_pages_of_job(live_claim)),
         )
-    }  # fmt: skip
+    )  # fmt: skip
+    for row in unfinished:
+        for name in ("done", "failed", "waiting", "running"):
+            totals[row["pool_id"]][name] += row[name] or 0
+    return dict(totals)
 
 
 def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
@@ -275,6 +328,11 @@ def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, in
         .annotate(n=Count("id"))
         .values_list("pod_id", "n")
     )
+
+
+def webhook_deliveries_due(*, now: datetime):
+    """Webhook deliveries whose next attempt has come (what the passes' clock looks for)."""
+    return WebhookDelivery.objects.due(now=now)
 
 
 def dispatchers_live() -> list[tuple[int, str, str, int]]:

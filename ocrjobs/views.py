@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleetadmin.api import ApiError
@@ -13,7 +15,9 @@ from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
+from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
+from pods.spend import jobs_spend
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -35,7 +39,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
+            schedule = resolve_schedule(
+                max_dollars=form.cleaned_data["max_dollars"],
+                deadline=form.cleaned_data["deadline"] or None,
+                priority=form.cleaned_data["priority"],
+            )
             job = job_submit(
+                schedule=schedule,
                 owner=request.user,
                 uploads=uploads,
                 pool_key=form.cleaned_data["pool"].key,
@@ -52,6 +62,31 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "ocrjobs/job_new.html", {"form": form}, status=status)
 
 
+@login_required
+@require_POST
+def job_forecast(request: HttpRequest) -> HttpResponse:
+    """The form's forecast, shown by htmx once files are chosen: the files are checked and
+    counted as on submission; nothing is stored."""
+    form = JobForm(request.POST, request.FILES)
+    context: dict = {"forecast": None, "forecast_error": ""}
+    if not form.is_valid():
+        context["forecast_error"] = "; ".join(str(e) for errors in form.errors.values() for e in errors)
+    else:
+        uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
+        try:
+            context["forecast"] = job_submit(
+                owner=request.user,
+                uploads=uploads,
+                pool_key=form.cleaned_data["pool"].key,
+                languages=form.cleaned_data["languages"],
+                urls=form.cleaned_data["url_list"],
+                dry_run=True,
+            )
+        except ApiError as exc:
+            context["forecast_error"] = exc.message
+    return render(request, "partials/job_forecast.html", context)
+
+
 def _job_context(job: Job) -> dict:
     counts = job.page_counts()
     expected = sum(d.page_count for d in job.documents.all())
@@ -64,16 +99,41 @@ def _job_context(job: Job) -> dict:
     }
 
 
+JOB_PAGES_PER_SCREEN = 25
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job, its documents, and one screen of its pages with their text: only the results of
+    the pages shown are read (a job of 10,000 pages once read 10,000 files per view)."""
     job = _job_for(request, job_id)
     context = _job_context(job)
-    documents = []
-    for document in job.documents.all():
-        pages = list(document.pages.order_by("number"))
-        documents.append({"document": document, "pages": pages, "text": selectors.document_text(document)})
-    context["documents"] = documents
+    paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
+    screen = paginator.get_page(request.GET.get("page"))
+    context["documents"] = list(job.documents.all())
+    context["forecast_vs_actual"] = _forecast_vs_actual(job, context["counts"])
+    context["deliveries"] = list(job.webhook_deliveries.all())
+    context["screen"] = screen
+    context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
     return render(request, "ocrjobs/job_detail.html", context)
+
+
+def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
+    """The job's pool's forecast for its priority next to what it has taken so far."""
+    pools = (job.forecast or {}).get("pools") or []
+    if not pools:
+        return None
+    sizing = pools[0]["sizings"].get(job.priority) or pools[0]["sizings"].get("balanced")
+    end = job.finished_at or timezone.now()
+    return {
+        "sizing": job.priority,
+        "forecast": sizing,
+        "pages_forecast": job.forecast.get("pages"),
+        "minutes": round((end - job.created_at).total_seconds() / 60, 2),
+        "dollars": float(jobs_spend([job.pk])[job.pk]),
+        "pods": job.pages.exclude(pod=None).values("pod").distinct().count(),
+        "pages_done": counts["done"],
+    }
 
 
 @login_required
@@ -98,6 +158,6 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    retried = job_services.job_retry_failed(job=job)
-    messages.info(request, f"{retried} failed pages queued again.")
+    pages, documents = job_services.job_retry(job=job)
+    messages.info(request, f"{pages} failed pages and {documents} failed documents queued again.")
     return redirect(job)

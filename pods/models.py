@@ -1,3 +1,10 @@
+"""The pods app's models: pools, pods, capacity verdicts, boot attempts, the price catalogue,
+alerts, spend entries, pass leases, scale requests, and the tallies /metrics reads.
+
+Length: one module of models, as Django expects; each model is small and carries only its own
+state transitions.
+"""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -256,6 +263,29 @@ class BootAttempt(models.Model):
     def __str__(self) -> str:
         return f"{self.candidate}: {self.outcome}"
 
+    @classmethod
+    def record(cls, *, pod: Pod, candidate: str, outcome: str, error: str = "", seconds: float = 0.0) -> BootAttempt:
+        """Log one create call, and count it in its pool's tally by outcome (what /metrics reads
+        instead of every attempt ever made)."""
+        attempt = cls.objects.create(pod=pod, candidate=candidate, outcome=outcome, error=error, seconds=seconds)
+        BootAttemptTally.objects.get_or_create(pool_id=pod.pool_id, outcome=outcome)
+        BootAttemptTally.objects.filter(pool_id=pod.pool_id, outcome=outcome).update(n=models.F("n") + 1)
+        return attempt
+
+
+class BootAttemptTally(models.Model):
+    """Create calls per pool and outcome, counted as each is logged (``BootAttempt.record``)."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="boot_attempt_tallies")
+    outcome = models.CharField(max_length=20)
+    n = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pool", "outcome"], name="boot_attempt_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"pool {self.pool_id} {self.outcome}: {self.n}"
+
 
 class PriceCatalogue(models.Model):
     """The provider's GPU price list, fetched at most once a minute per deployment."""
@@ -280,6 +310,7 @@ class Alert(models.Model):
         BOOT = "boot", "boot failure"
         STALL = "stall", "dispatch stalled"
         BUDGET = "budget", "budget cap reached"
+        DEADLINE = "deadline", "a job's deadline cannot be met"
 
     pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
     kind = models.CharField(max_length=20, choices=Kind.choices)
@@ -318,6 +349,33 @@ class Alert(models.Model):
             "since": self.created_at.isoformat(),
             "last": self.updated_at.isoformat(),
         }
+
+
+class PoolPodTally(models.Model):
+    """The pool's ended pods, counted by how they ended, and what they were billed: added to in
+    the transaction that ends each pod (``pod_end``), so that /metrics reads the live pods and
+    this row, never every pod ever rented."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, primary_key=True, related_name="pod_tally")
+    terminated = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(default=0)
+    dollars = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal("0"))
+
+    ENDED_STATES = ("terminated", "failed", "lost")
+
+    def __str__(self) -> str:
+        return f"ended pods of pool {self.pool_id}"
+
+    @classmethod
+    def add(cls, *, pod: Pod) -> None:
+        """Count one pod that just ended (in its state) and its whole bill."""
+        if pod.state not in cls.ENDED_STATES:
+            return
+        cls.objects.get_or_create(pool_id=pod.pool_id)
+        cls.objects.filter(pool_id=pod.pool_id).update(
+            **{pod.state: models.F(pod.state) + 1}, dollars=models.F("dollars") + pod.spend()
+        )
 
 
 class SpendEntry(models.Model):

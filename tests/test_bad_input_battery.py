@@ -307,6 +307,103 @@ def test_form_fields_over_djangos_memory_limit_on_submission_get_a_413_json_erro
     assert_nothing_made(media_root)
 
 
+@pytest.mark.parametrize("size", [3 * 1024 * 1024, 30 * 1024 * 1024], ids=["3 MB", "30 MB"])
+def test_a_json_submission_past_djangos_memory_limit_gets_a_413_json_error(client, submit_token, media_root, size):
+    body = json.dumps({"urls": ["https://example.org/a.pdf"], "pool": "x" * size})
+
+    response = client.post("/v1/jobs", body, content_type="application/json", headers=auth(submit_token))
+
+    assert_refused(response, 413, "larger than 1 MB")
+    assert_nothing_made(media_root)
+
+
+def test_a_browser_post_past_djangos_limit_on_an_api_endpoint_gets_a_413_json_error(admin_user, settings):
+    """A session's POST is CSRF-checked, which reads the form body: past Django's memory limit
+    that raised RequestDataTooBig before any view check, and Django answered its HTML 400."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(admin_user)
+    browser.cookies["csrftoken"] = "a" * 32  # with a cookie the check reads the form's token
+
+    response = browser.post("/v1/runpod/scale", {"pool": "local", "pods": "1", "padding": "x" * 500})
+
+    assert_refused(response, 413, "too large")
+
+
+def test_the_api_error_handlers_answer_json_under_v1_and_html_elsewhere(rf):
+    from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+
+    from fleetadmin.urls import bad_request, permission_denied, server_error
+
+    assert_refused(bad_request(rf.post("/v1/jobs"), RequestDataTooBig("too big")), 413, "too large")
+    assert_refused(bad_request(rf.get("/v1/jobs"), SuspiciousOperation("odd")), 400, "odd")
+    assert_refused(permission_denied(rf.get("/v1/jobs")), 403, "forbidden")
+    assert_refused(server_error(rf.get("/v1/jobs")), 500, "internal error")
+    assert bad_request(rf.get("/jobs/"), SuspiciousOperation("odd"))["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    "query", ["languages=eng;rm%20-rf", "languages=eng%3Brm%20-rf", "pool=local"], ids=["raw ;", "encoded ;", "pool"]
+)
+def test_a_submission_field_in_the_query_string_is_refused_not_ignored(client, submit_token, media_root, query):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post(f"/v1/jobs?{query}", {"files": [upload]}, headers=auth(submit_token))
+
+    assert_refused(response, 400, "query string")
+    assert_nothing_made(media_root)
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"languages": ["eng", "eng;rm -rf"]}, ["languages", "more than once"]),
+        ({"language": "eng;rm -rf"}, ["unknown field", "language"]),
+        ({"languages": "eng;rm -rf"}, ["languages must look like", "eng;rm -rf"]),
+        ({"languages": "eng\n"}, []),
+        ({"languages": "eng+deu;"}, ["languages must look like"]),
+        ({"languages": ""}, ["languages must look like"]),
+    ],
+    ids=["twice", "misspelt", "shell", "trailing newline is trimmed", "trailing ;", "empty"],
+)
+def test_languages_on_a_multipart_submission_are_checked_strictly(client, submit_token, media_root, fields, words):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post("/v1/jobs", {"files": [upload], **fields}, headers=auth(submit_token))
+
+    if not words:
+        assert response.status_code == 201, response.content
+        assert response.json()["languages"] == "eng"
+        return
+    assert_refused(response, 400, *words)
+    assert_nothing_made(media_root)
+
+
+def test_malformed_languages_on_the_form_are_a_form_error(client, ordinary_user, media_root):
+    client.force_login(ordinary_user)
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post("/jobs/new", {"files": [upload], "pool": "local", "languages": "eng;rm -rf"})
+
+    assert response.status_code == 400
+    assert "languages must look like" in html.unescape(response.content.decode())
+    assert_nothing_made(media_root)
+
+
+def test_malformed_languages_on_the_command_line_exit_2_with_the_message(tmp_path, media_root, capsys):
+    from django.core.management import call_command
+
+    document = tmp_path / "a.pdf"
+    document.write_bytes(pdf_bytes(PAGES_TRUTH[:1]))
+
+    with pytest.raises(SystemExit) as exited:
+        call_command("ocr", str(document), "--languages", "eng;rm -rf", "--out", str(tmp_path / "out"))
+
+    assert exited.value.code == 2
+    assert "languages must look like" in capsys.readouterr().err
+    assert_nothing_made(media_root)
+
+
 # --- ids too large for the database, and paths that match no endpoint -----------------------------
 
 
@@ -317,7 +414,7 @@ HUGE = 2**70
 @pytest.mark.parametrize(
     "url",
     [f"/v1/jobs/{HUGE}", f"/v1/jobs/{HUGE}/result.txt", f"/v1/jobs/{HUGE}/result.jsonl", f"/v1/jobs/{HUGE}/cancel",
-     f"/v1/jobs/{HUGE}/retry", f"/v1/runpod/scale/{HUGE}"],
+     f"/v1/jobs/{HUGE}/retry", f"/v1/jobs/{HUGE}/pages", f"/v1/runpod/scale/{HUGE}"],
 )  # fmt: skip
 def test_an_id_too_large_for_the_database_in_an_api_path_is_a_json_404(client, admin_token, url, method):
     response = getattr(client, method)(url, headers=auth(admin_token))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -15,6 +16,7 @@ from fleetadmin.loopwatch import LoopWatch
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Document, Job, Page
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
+from pods.services.lifecycle import pod_end
 from tests.test_loopwatch import next_sample, no_garbage_collection_pauses, until  # noqa: F401  (an autouse fixture)
 
 SECRET = "rpa_TESTSECRET0123456789abcdefNEVERSHOWN"
@@ -67,17 +69,19 @@ def fleet(local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2,
                        cost_per_hr=Decimal("0.50"), billed_from=now - timedelta(hours=1))  # fmt: skip
     Pod.objects.create(pool=local_pool, name="fa-local-b", state=Pod.State.BOOTING, lanes=2)
-    Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.TERMINATED, lanes=2,
-                       cost_per_hr=Decimal("1.00"), billed_from=now - timedelta(hours=3),
-                       ended_at=now - timedelta(hours=1))  # fmt: skip
+    ended = Pod.objects.create(pool=local_pool, name="fa-local-c", state=Pod.State.READY, lanes=2,
+                               cost_per_hr=Decimal("1.00"), billed_from=now - timedelta(hours=3),
+                               ended_at=now - timedelta(hours=1))  # fmt: skip
+    pod_end(pod=ended, state=Pod.State.TERMINATED)  # as every pod ends: counted in its pool's tally
     booting = Pod.objects.create(pool=cloud, name="fa-cloud-a", state=Pod.State.BOOTING, lanes=4,
                                  cost_per_hr=Decimal("2.40"), billed_from=now - timedelta(minutes=30),
                                  error=f"provider said: bad key {SECRET}")  # fmt: skip
-    failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.FAILED, lanes=4)
-    BootAttempt.objects.create(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
+    failed = Pod.objects.create(pool=cloud, name="fa-cloud-b", state=Pod.State.BOOTING, lanes=4)
+    pod_end(pod=failed, state=Pod.State.FAILED)
+    BootAttempt.record(pod=booting, candidate="runpod|A40|SECURE|*", outcome="created")
     for _ in range(3):
-        BootAttempt.objects.create(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
-                                   error=f"no capacity ({SECRET})")  # fmt: skip
+        BootAttempt.record(pod=failed, candidate="runpod|H100|SECURE|*", outcome="no_capacity",
+                           error=f"no capacity ({SECRET})")  # fmt: skip
     CapacityVerdict.objects.create(key="runpod|H100|SECURE|*", blocked_until=now + timedelta(seconds=60))
     CapacityVerdict.objects.create(key="runpod|A100|SECURE|*", blocked_until=now - timedelta(seconds=60))
     CapacityVerdict.objects.create(key="runpod|L4|SECURE|*", probing_until=now + timedelta(seconds=60))
@@ -214,3 +218,96 @@ def test_a_scrape_is_a_few_queries_whatever_the_size_of_the_fleet(
     with django_assert_max_num_queries(10):
         metrics = scrape(client, read_token)
     assert value(metrics, "fleetadmin_pods", pool="cloud", state="ready") == 40
+
+
+# --- bounded by the work in hand: counters kept as jobs finish --------------------------------------
+
+
+def _brute_force(pool: Pool) -> tuple[int, int]:
+    pages = Page.objects.filter(pool=pool)
+    return pages.filter(status=Page.Status.DONE).count(), pages.filter(status=Page.Status.FAILED).count()
+
+
+def test_page_counters_follow_jobs_through_finish_retry_and_cancel(client, read_token, ordinary_user, local_pool):
+    from ocrjobs.services.jobs import job_cancel, job_retry_failed
+    from tests.factories import image_bytes
+    from tests.ocrjobs.helpers import complete_all, split, submit
+
+    def counters() -> tuple[float, float]:
+        metrics = scrape(client, read_token)
+        return (value(metrics, "fleetadmin_pages_done_total", pool="local"),
+                value(metrics, "fleetadmin_pages_failed_total", pool="local"))  # fmt: skip
+
+    first = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
+    split(first)
+    complete_all(first, failures={(1, 1): "unreadable"})
+    assert Job.objects.get(pk=first.pk).status == Job.Status.PARTIAL
+    assert counters() == _brute_force(local_pool) == (1, 1)
+
+    job_retry_failed(job=first)
+    assert counters() == (1, 1)  # the failure stays counted while the page waits again
+    complete_all(first, failures={(1, 1): "still unreadable"})
+    assert counters() == (1, 2)  # a failure counter: each time a page spent its attempts
+
+    job_retry_failed(job=first)
+    complete_all(first)
+    assert Job.objects.get(pk=first.pk).status == Job.Status.DONE
+    assert counters() == (2, 2)
+
+    second = submit(ordinary_user, {"c.png": image_bytes(["c"])})
+    split(second)
+    assert counters() == (2, 2)
+    complete_all(second)
+    third = submit(ordinary_user, {"d.png": image_bytes(["d"])})
+    split(third)
+    job_cancel(job=third)
+    assert counters() == (3, 2)
+    assert _brute_force(local_pool)[0] == 3
+
+
+def test_a_scrape_reads_pages_of_unfinished_jobs_only(client, read_token, local_pool):
+    """Each read of the page table is a range of one unfinished job's pages (the correlated
+    count), never a scan of the pages of every job ever run."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _pages(local_pool, {Page.Status.DONE: 5})
+    Job.objects.update(status=Job.Status.DONE)
+    _pages(local_pool, {Page.Status.PENDING: 2, Page.Status.DONE: 1})
+
+    with CaptureQueriesContext(connection) as context:
+        metrics = scrape(client, read_token)
+
+    page_reads = [q["sql"] for q in context.captured_queries if '"ocrjobs_page"' in q["sql"]]
+    assert page_reads, "the scrape reads no pages at all"
+    for sql in page_reads:
+        reads = len(re.findall(r'FROM "ocrjobs_page"', sql))
+        per_job = len(re.findall(r'\b\w+\."job_id" = \("ocrjobs_job"\."id"\)', sql))
+        assert reads == per_job, sql
+    assert value(metrics, "fleetadmin_backlog_pages", pool="local") == 2
+    assert value(metrics, "fleetadmin_pages_done_total", pool="local") == 1  # the first job was never tallied
+
+
+def test_a_scrape_reads_the_live_pods_and_the_tallies_not_every_pod_ever(client, read_token, local_pool):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    now = timezone.now()
+    for n in range(3):
+        pod = Pod.objects.create(pool=local_pool, name=f"fa-old-{n}", state=Pod.State.READY, lanes=2,
+                                 cost_per_hr=Decimal("0.60"), billed_from=now - timedelta(hours=2),
+                                 ended_at=now - timedelta(hours=1))  # fmt: skip
+        pod_end(pod=pod, state=Pod.State.TERMINATED)
+        pod_end(pod=pod, state=Pod.State.LOST)  # ended already: not counted again
+    Pod.objects.create(pool=local_pool, name="fa-live", state=Pod.State.READY, lanes=2,
+                       cost_per_hr=Decimal("1.20"), billed_from=now - timedelta(hours=1))  # fmt: skip
+
+    with CaptureQueriesContext(connection) as context:
+        metrics = scrape(client, read_token)
+
+    assert value(metrics, "fleetadmin_pods", pool="local", state="terminated") == 3
+    assert value(metrics, "fleetadmin_pods", pool="local", state="lost") == 0
+    assert value(metrics, "fleetadmin_pods", pool="local", state="ready") == 1
+    assert value(metrics, "fleetadmin_spend_dollars_total", pool="local") == pytest.approx(3 * 0.60 + 1.20, abs=0.01)
+    pod_reads = [q["sql"] for q in context.captured_queries if 'FROM "pods_pod"' in q["sql"]]
+    assert pod_reads and all('"pods_pod"."state" IN' in sql for sql in pod_reads), pod_reads

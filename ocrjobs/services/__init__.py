@@ -5,6 +5,7 @@
 - ``fetch``: URL documents, fetched by a worker, pinned to the addresses that were checked.
 - ``split``: documents split into pages (rendered, or kept as their text layer); lost fetches
   and splits sent again (``documents_recover``).
+- ``idempotency``: Idempotency-Key submissions; ``schedule``: budget, deadline, priority.
 - ``jobs``: how a job ends (``job_refresh``), ``job_cancel``, ``job_retry_failed``.
 - ``pages``: claims, the pod of each page, results (the one writer of results), failed
   attempts, pages given back.

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from ocrjobs.models import Document, Job, Page
+from fleetadmin import leases
+from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services.webhooks import webhook_enqueue
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,8 @@ def job_refresh(*, job_id: int) -> Job:
             job.status = Job.Status.DONE
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "finished_at"])
+        _tally(job, counts)
+        webhook_enqueue(job=job)
     log.info("job %s finished: %s %s", job.pk, job.status, counts)
     return job
 
@@ -53,26 +58,70 @@ def job_cancel(*, job: Job) -> Job:
         job.status = Job.Status.CANCELLED
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
+        _tally(job, job.page_counts())
+        webhook_enqueue(job=job)
         # Its pages no longer count as demand: a tick now stops the boots only they wanted.
         transaction.on_commit(lambda: _nudge(job.pool_id))
     return job
 
 
 def job_retry_failed(*, job: Job) -> int:
-    """Give failed pages a fresh set of attempts; the job runs again."""
+    """Give failed pages a fresh set of attempts (and failed documents another fetch or split);
+    the job runs again. The number of pages retried."""
+    return job_retry(job=job)[0]
+
+
+def job_retry(*, job: Job) -> tuple[int, int]:
+    """Retry what failed in a partial or failed job: (pages, documents) queued again.
+
+    Failed pages get a fresh set of attempts. A failed document is tried again from where it
+    failed: a URL whose fetch failed (the server was down, the link expired) is fetched again,
+    any other document split again (a split makes only the pages still missing)."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
-            return 0
+            return 0, 0
         retried = job.pages.filter(status=Page.Status.FAILED, image__gt="").update(
             status=Page.Status.PENDING, attempts=0, error="", finished_at=None
         )
-        if retried:
+        failed_documents = job.documents.filter(status=Document.Status.FAILED)
+        fetch_ids = list(failed_documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
+        split_ids = list(failed_documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
+        documents = failed_documents.update(status=Document.Status.PENDING, error="", **leases.queued())
+        if retried or documents:
             job.status = Job.Status.RUNNING
             job.finished_at = None
-            job.save(update_fields=["status", "finished_at"])
+            # Its failures so far stay counted in the pool's tally; those of this run count anew.
+            job.tallied_failed = 0
+            job.save(update_fields=["status", "finished_at", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
-    return retried
+        if documents:
+            transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
+    return retried, documents
+
+
+def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
+    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
+
+    for document_id in split_ids:
+        enqueue_split(document_id)
+    for document_id in fetch_ids:
+        enqueue_fetch(document_id)
+
+
+def _tally(job: Job, counts: dict[str, int]) -> None:
+    """Add what the finishing job's pages did since last tallied to its pool's tally. Called
+    under the job's row lock, in the transaction that finishes it."""
+    done = counts["done"] - job.tallied_done
+    failed = counts["failed"] - job.tallied_failed
+    if done <= 0 and failed <= 0:
+        return
+    PoolPageTally.objects.get_or_create(pool_id=job.pool_id)
+    PoolPageTally.objects.filter(pool_id=job.pool_id).update(
+        done=F("done") + max(done, 0), failed=F("failed") + max(failed, 0)
+    )
+    Job.objects.filter(pk=job.pk).update(tallied_done=counts["done"], tallied_failed=counts["failed"])
+    job.tallied_done, job.tallied_failed = counts["done"], counts["failed"]
 
 
 def _nudge(pool_id: int) -> None:

@@ -23,7 +23,8 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.models import Document, Job
+from ocrjobs.models import Document, Job, SubmissionKey
+from ocrjobs.services.schedule import Schedule
 from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
 
@@ -207,8 +208,10 @@ def resolve_pool(key: str | None) -> Pool:
 
 
 def resolve_languages(value: str | None) -> str:
-    value = (value or "eng").strip()
-    if not LANGUAGE_RE.match(value):
+    """The language list, checked strictly (API, form and CLI alike): None means ``eng``; anything
+    else must be codes joined by ``+`` and each one installed. Never trimmed into something else."""
+    value = "eng" if value is None else value.strip()
+    if not LANGUAGE_RE.fullmatch(value):
         raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
     unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
     if unknown:
@@ -225,14 +228,20 @@ def job_submit(
     languages: str | None = None,
     urls: list[str] | None = None,
     skip_text_pages: bool = False,
-) -> Job:
+    schedule: Schedule | None = None,
+    submission_key: tuple[str, str] | None = None,
+    dry_run: bool = False,
+    callback_url: str = "",
+) -> Job | dict:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
 
-    Nothing is left behind on a bad file: no rows, no stored files.
+    Nothing is left behind on a bad file: no rows, no stored files. ``dry_run``: the same
+    checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     """
     pool = resolve_pool(pool_key)
     languages = resolve_languages(languages)
+    schedule = schedule or Schedule()
     urls = [check_url(url) for url in (urls or []) if url.strip()]
     if not uploads and not urls:
         raise ApiError("no files: send at least one PDF or image, or a URL of one")
@@ -244,13 +253,19 @@ def job_submit(
     stored: list[str] = []
     try:
         staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        forecast = _forecast(staged, urls, pool)
+        if dry_run:
+            return forecast
         # Stored before the transaction: an upload to object storage takes a while, and no
         # transaction (on SQLite: the database's one writer) waits for it.
         for item in staged:
             stored.append(document_store(f"documents/{uuid.uuid4().hex}/source{item.suffix}", item.path))
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages, skip_text_pages=skip_text_pages)  # fmt: skip
+                                     languages=languages, skip_text_pages=skip_text_pages,
+                                     max_dollars=schedule.max_dollars, deadline=schedule.deadline,
+                                     priority=schedule.priority, forecast=forecast,
+                                     callback_url=callback_url)  # fmt: skip
             documents = []
             for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
                 documents.append(
@@ -280,6 +295,9 @@ def job_submit(
                     )  # fmt: skip
                 )
             Document.objects.bulk_create(documents)
+            if submission_key is not None:
+                key, fingerprint = submission_key
+                SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
             split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
             fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
             transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
@@ -291,6 +309,12 @@ def job_submit(
         shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+def _forecast(staged: list[_Staged], urls: list[str], pool: Pool) -> dict:
+    from pods.services.forecast import job_forecast  # pods' services import the ocrjobs selectors
+
+    return job_forecast(pages=sum(item.page_count for item in staged), urls=len(urls), pool=pool)
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:

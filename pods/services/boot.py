@@ -308,7 +308,7 @@ def _none_created(candidates: int, errors: dict[str, str]) -> str:
 
 
 def _attempt(pod: Pod, key: str, outcome: str, error: Exception | None, started: float) -> None:
-    BootAttempt.objects.create(
+    BootAttempt.record(
         pod=pod, candidate=key, outcome=outcome, error=str(error or "")[:2000], seconds=time.monotonic() - started
     )
 

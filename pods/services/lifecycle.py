@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from pods.models import Pod
+from pods.models import Pod, PoolPodTally
 from pods.providers import get_provider
 from pods.providers.base import Provider, ProviderError
 from pods.services import passes
@@ -28,7 +28,11 @@ def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
     the provider may still run (it has a provider id and was not lost) is terminated there by the
     next pass (``terminate_step``), asked for now, tried again until the provider confirms it."""
     with transaction.atomic():
+        # Counted once, by whichever end finds it alive (a release and a lost pod may race).
+        was_alive = Pod.objects.filter(pk=pod.pk, state__in=Pod.ALIVE_STATES).exists()
         pod.mark_ended(state, error=error)
+        if was_alive:
+            PoolPodTally.add(pod=pod)
         pod_terminate_later(pod=pod)
         _requeue_pages_of(pod)
         spend_attribute(pod)

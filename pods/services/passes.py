@@ -28,6 +28,7 @@ from django.db.models import Exists, Q
 from django.utils import timezone
 
 from fleetadmin import leases
+from ocrjobs.selectors import webhook_deliveries_due
 from pods.models import PassLease, Pod, Pool, ScaleRequest
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Work:
 
 
 def kinds_of_work() -> list[Work]:
+    from ocrjobs.services import webhooks
     from pods.services import boot, lifecycle, scale_requests, scaler
 
     return [
@@ -52,6 +54,7 @@ def kinds_of_work() -> list[Work]:
         Work("terminate", lifecycle.terminations_due, lifecycle.terminate_step),
         Work("shed tick", scaler.shed_ticks_due, scaler.shed_tick_step),
         Work("scale request", scale_requests.scale_requests_due, scale_requests.scale_request_step),
+        Work("webhook", webhooks.deliveries_due, webhooks.delivery_step),
     ]
 
 
@@ -70,12 +73,15 @@ def pass_due(*, now: datetime | None = None) -> bool:
 
 def rows_waiting(*, now: datetime) -> bool:
     """Whether any row may be due a step, in one query: a pod whose step time has come (a boot
-    step, a terminate), a pool whose shed tick has, a scale request still pending. Every kind's
+    step, a terminate), a pool whose shed tick has, a scale request still pending, a webhook
+    delivery whose next attempt has. Every kind's
     ``due`` picks among these rows only, so when this is False, nothing is due."""
     pods = Pod.objects.filter(step_at__lte=now)
     pools = Pool.objects.filter(shed_tick_at__lte=now)
     requests = ScaleRequest.objects.filter(state=ScaleRequest.State.PENDING)
-    return Pool.objects.filter(Exists(pods) | Exists(pools) | Exists(requests)).exists()  # all belong to a pool
+    deliveries = webhook_deliveries_due(now=now)
+    # all belong to a pool (a delivery to a job of one)
+    return Pool.objects.filter(Exists(pods) | Exists(pools) | Exists(requests) | Exists(deliveries)).exists()
 
 
 def pass_tick(*, now: datetime | None = None) -> bool:

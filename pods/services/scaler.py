@@ -38,6 +38,8 @@ class Demand:
     wanted: int  # pods, between the warm floor and max pods
     capped_jobs: list[int] = field(default_factory=list)
     affordable: int | None = None  # pods whose boots and idle tails the work pays for (None: no cap)
+    sized_for: str = "balanced"  # what set `wanted`: balanced, fastest, cheapest, or "deadline of job N"
+    missed_deadline: str = ""  # a deadline that max pods cannot meet, and the earliest it could be met
 
 
 def seconds_per_page(pool: Pool) -> float:
@@ -79,8 +81,64 @@ def pool_demand(pool: Pool) -> Demand:
         wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
+    sized_for, missed = "balanced", ""
+    scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
+    priorities = {priority for _, deadline, priority in scheduled if deadline is None}
+    deadlines = sorted((deadline, job_id) for job_id, deadline, _ in scheduled if deadline is not None)
+    planned, planned_work = waiting + running, work
+    if deadlines or "fastest" in priorities:
+        # What the split has not made rows of yet counts too: it tells the scaler of its first
+        # batch only, and a deadline sized on that batch would be missed by the rest.
+        unsplit = selectors.pool_pages_not_split(pool.pk, exclude_jobs=capped)
+        planned, planned_work = planned + unsplit, work + unsplit * per_page
+    if "fastest" in priorities and planned:
+        # As many pods as the pages can use at once, the overhead cap aside.
+        wanted, sized_for = max(wanted, math.ceil(planned / pool.lanes_per_pod)), "fastest"
+    elif work and priorities == {"cheapest"} and not deadlines:
+        wanted, sized_for = 1, "cheapest"  # one pod: one boot, one idle tail, however long it takes
+    if deadlines and planned_work:
+        deadline, job_id = deadlines[0]
+        needed, earliest = pods_for_deadline(pool, work=planned_work, deadline=deadline)
+        if needed > wanted:
+            wanted, sized_for = needed, f"deadline of job {job_id}"
+        if earliest is not None:
+            missed = (
+                f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {planned} pages "
+                f"at {per_page:.2f} s each on at most {pool.max_pods} pods of {pool.lanes_per_pod} lanes; "
+                f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
+            )
     wanted = min(max(wanted, pool.min_pods), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped, affordable)
+    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed)
+
+
+def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
+    """(pods to finish ``work`` lane-seconds by ``deadline``, None) when max pods can; otherwise
+    (max pods, the earliest time they could finish it).
+
+    The whole backlog counts (pages are dispatched in the order they came, not by deadline).
+    Ready pods work from now; any other pod only after a measured boot."""
+    now = timezone.now()
+    lanes = pool.lanes_per_pod
+    ready_lanes = sum(pool.pods.filter(state=Pod.State.READY).values_list("lanes", flat=True))
+    ready = math.ceil(ready_lanes / lanes) if ready_lanes else 0
+    boot = boot_seconds(pool)
+    left = (deadline - now).total_seconds()
+    remaining = work - ready_lanes * max(left, 0)
+    if remaining <= 0:
+        return max(ready, 1 if work else 0), None
+    if left > boot:
+        needed = ready + math.ceil(remaining / (lanes * (left - boot)))
+        if needed <= pool.max_pods:
+            return needed, None
+    # The earliest t at which ready lanes over t, and every other pod allowed over (t - boot), do the work.
+    extra_lanes = max(pool.max_pods - ready, 0) * lanes
+    if ready_lanes and ready_lanes * boot >= work:
+        seconds = work / ready_lanes
+    elif ready_lanes + extra_lanes:
+        seconds = (work + extra_lanes * boot) / (ready_lanes + extra_lanes)
+    else:
+        return pool.max_pods, now + timezone.timedelta(days=365)
+    return pool.max_pods, now + timezone.timedelta(seconds=seconds)
 
 
 def dispatch_stalled(pool: Pool, demand: Demand) -> str:
@@ -153,6 +211,10 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         serving = list(pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY], cancel_requested_at=None))
         booting = [p for p in serving if p.state == Pod.State.BOOTING]
         to_boot = min(demand.wanted - len(serving), pool.max_parallel_boots - len(booting))
+        if demand.missed_deadline:
+            Alert.raise_(pool=pool, kind=Alert.Kind.DEADLINE, message=demand.missed_deadline)
+        else:
+            Alert.resolve(pool=pool, kind=Alert.Kind.DEADLINE)
         stalled = dispatch_stalled(pool, demand)
         if stalled:
             # More pods would not help a dispatch that does not start pages: say so instead.

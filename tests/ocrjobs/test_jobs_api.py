@@ -79,7 +79,7 @@ def test_another_users_job_is_not_listed(client, outsider_token, own_job):
     response = client.get("/v1/jobs", headers=auth(outsider_token))
 
     assert response.status_code == 200
-    assert response.json() == {"jobs": []}
+    assert response.json() == {"jobs": [], "next": None}
 
 
 def test_an_unknown_job_is_not_found(client, submit_token, own_job):

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.models import Job
+from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
 
 EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 4
@@ -29,9 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--pool", help="pool key (default: the first pool)")
         parser.add_argument("--out", default=".", help="directory for the .txt files (default: here)")
         parser.add_argument("--languages", default="eng")
+        parser.add_argument("--max-dollars", help="budget: no pod is booted for its pages once the job has cost this")
+        parser.add_argument("--deadline", help="ISO 8601 with a time zone, e.g. 2026-12-01T14:00:00Z")
+        parser.add_argument("--priority", choices=["fastest", "balanced", "cheapest"], help="when there is no deadline")
         parser.add_argument("--timeout", type=float, default=0, help="seconds to wait; 0 waits for ever")
 
-    def handle(self, *args, files, pool, out, languages, timeout, **options):
+    def handle(self, *args, files, pool, out, languages, timeout, max_dollars, deadline, priority, **options):
         out_dir = Path(out)
         uploads = []
         try:
@@ -45,7 +49,8 @@ class Command(BaseCommand):
             except OSError as exc:
                 # Found before submitting, so that no job runs whose text cannot be written.
                 raise ApiError(f"{out}: cannot create the output directory ({exc.strerror})") from None
-            job = job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages)
+            schedule = resolve_schedule(max_dollars=max_dollars, deadline=deadline, priority=priority)
+            job = job_submit(owner=None, uploads=uploads, pool_key=pool, languages=languages, schedule=schedule)
         except ApiError as exc:
             self.stderr.write(f"ocr: {exc.message}")
             sys.exit(EXIT_BAD_INPUT)

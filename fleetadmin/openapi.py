@@ -1,0 +1,141 @@
+"""``GET /v1/openapi.json``: an OpenAPI 3.1 description of the JSON API.
+
+Built from the routes themselves (every path under ``/v1/`` and the methods its ``api_view``
+allows) and from the pydantic models that validate the bodies; this module adds only the
+words. tests/test_openapi.py checks that every route is described and nothing else is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from fleetadmin.api import api_view
+
+CURSOR = [
+    {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "opaque: the `next` link of the previous page carries it"},
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+]  # fmt: skip
+ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+
+# (URL name, method) -> what the route does. Bodies name the pydantic model that validates them.
+OPERATIONS: dict[tuple[str, str], dict] = {
+    ("api-openapi", "get"): {"summary": "This description"},
+    ("api-jobs", "get"): {"summary": "The caller's jobs, newest first, a page at a time", "parameters": CURSOR},
+    ("api-jobs", "post"): {
+        "summary": "Submit a job (201), or its forecast with dry_run (200, nothing stored)",
+        "description": "Documents as multipart `files` with the same fields as form fields, or URLs as JSON. "
+        "`Idempotency-Key`: the same key and body within 24 h answers the first job (200); the same "
+        "key with another body is refused (422).",
+        "body": ("ocrjobs.api", "JobSubmission"),
+        "multipart": True,
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "maxLength": 255},
+            }
+        ],  # fmt: skip
+        "scope": "submit",
+    },
+    ("api-jobs-detail", "get"): {"summary": "A job: status, page counts, documents, forecast, webhook deliveries"},
+    ("api-jobs-pages", "get"): {"summary": "A job's pages with their results, a page at a time", "parameters": CURSOR},
+    ("api-jobs-result-txt", "get"): {"summary": "The job's text, streamed", "content": "text/plain"},
+    ("api-jobs-result-jsonl", "get"): {"summary": "One JSON record per page, streamed", "content": "application/jsonl"},
+    ("api-jobs-cancel", "post"): {"summary": "Cancel a job"},
+    ("api-jobs-retry", "post"): {"summary": "Retry a partial or failed job's failed pages and documents"},
+    ("api-webhooks-secret", "get"): {"summary": "The caller's webhook signing secret"},
+    ("api-runpod-status", "get"): {"summary": "The fleet: pools, pods, backlog, alerts"},
+    ("api-runpod-prices", "get"): {"summary": "The GPU price catalogue"},
+    ("api-runpod-scale", "post"): {
+        "summary": "Scale a pool (answers within wait_s)",
+        "body": ("pods.api", "ScaleBody"),
+    },
+    ("api-runpod-scale-detail", "get"): {"summary": "A scale request's result"},
+    ("api-runpod-release", "post"): {"summary": "Release one pod", "body": ("pods.api", "ReleaseBody")},
+    ("api-runpod-spend", "get"): {"summary": "Spend by pod, pool and job"},
+    ("api-models", "get"): {"summary": "What each ready pod runs"},
+}
+
+
+def v1_routes() -> list[tuple[str, str, object]]:
+    """(OpenAPI path, URL name, view) of every route under /v1/."""
+    found = []
+
+    def walk(patterns, prefix: str) -> None:
+        for pattern in patterns:
+            route = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, route)
+            elif isinstance(pattern, URLPattern) and route.startswith("v1/"):
+                found.append(("/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route), pattern.name, pattern.callback))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def _model(location: tuple[str, str]):
+    import importlib
+
+    module, name = location
+    return getattr(importlib.import_module(module), name)
+
+
+def _operation(name: str, method: str, view, path: str) -> dict:
+    spec = OPERATIONS[(name, method)]
+    operation: dict = {"operationId": f"{name}-{method}", "summary": spec["summary"]}
+    if "description" in spec:
+        operation["description"] = spec["description"]
+    parameters = [{"name": p, "in": "path", "required": True, "schema": {"type": "integer"}}
+                  for p in re.findall(r"{(\w+)}", path)] + spec.get("parameters", [])  # fmt: skip
+    if parameters:
+        operation["parameters"] = parameters
+    if "body" in spec:
+        schema = _model(spec["body"]).model_json_schema(ref_template="#/components/schemas/{model}")
+        content = {"application/json": {"schema": schema}}
+        if spec.get("multipart"):
+            fields = {key: {"type": "string"} for key in schema["properties"] if key != "urls"}
+            fields["urls"] = {"type": "string", "description": "one URL per line"}
+            fields["files"] = {
+                "type": "array",
+                "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+            }
+            content["multipart/form-data"] = {"schema": {"type": "object", "properties": fields}}
+        operation["requestBody"] = {"required": True, "content": content}
+    ok = {"content": {spec.get("content", "application/json"): {}}, "description": "OK"}
+    operation["responses"] = {
+        "200": ok,
+        **({"201": {"description": "Created", "content": {"application/json": {}}}} if method == "post" else {}),
+        "4XX": {"description": "Refused", "content": {"application/json": {"schema": ERROR}}},
+    }
+    operation["security"] = [{"bearer": []}]
+    operation["x-scope"] = spec.get("scope", getattr(view, "api_scope", "read"))
+    return operation
+
+
+@functools.cache
+def openapi() -> dict:
+    paths: dict[str, dict] = {}
+    for path, name, view in v1_routes():
+        for method in getattr(view, "api_methods", ("GET",)):
+            paths.setdefault(path, {})[method.lower()] = _operation(name, method.lower(), view, path)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fleetadmin", "version": "1",
+                 "description": "Batch OCR on a fleet of GPU pods. Every error is {\"error\": \"...\"}."},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "an API token: manage.py apitoken"}}},
+        "paths": paths,
+    }  # fmt: skip
+
+
+@api_view(scope="read")
+def openapi_json(request: HttpRequest) -> JsonResponse:
+    # Behind a token like every endpoint but /healthz (tests/test_security.py).
+    return JsonResponse(openapi())

@@ -1,0 +1,106 @@
+"""What a job will cost and how long it will take, before anything is spent.
+
+For each pool and each sizing (fastest, balanced, cheapest): pods, minutes and dollars for the
+job's pages alone, from the pool's measured seconds per page and boot time (or the settings'
+guesses until there are some) and the cheapest catalogue price among its candidates. A pod is
+billed from create to release: its boot, its share of the pages, and the idle tail before the
+scaler sheds it. Reads only the database (the stored catalogue): the front never asks a provider.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from django.conf import settings
+
+from ocrjobs import selectors
+from pods import capacity
+from pods.models import Pool
+from pods.poolconfig import PoolConfigError, pool_offers
+from pods.services.scaler import boot_seconds
+
+SIZINGS = ("fastest", "balanced", "cheapest")
+
+
+def _price(pool: Pool) -> tuple[Decimal | None, dict]:
+    """The cheapest known $/h of one of the pool's pods, and where it comes from."""
+    try:
+        offers, config = pool_offers(pool)
+    except PoolConfigError as exc:  # a pool the scaler cannot boot on either: no price, said why
+        return None, {"source": f"none: the pool's configuration is refused ({exc})", "fetched_at": None}
+    if config is None:  # local pods: what the pool's offer says (nothing, on this machine)
+        return min((o.cost_per_hr for o in offers), default=Decimal(0)), {"source": "local pods", "fetched_at": None}
+    cached = capacity.catalogue_cached(pool.provider)
+    priced = capacity.priced(offers, cached.offers if cached else [])
+    known = [o for o in priced if o.cost_per_hr]
+    based = {
+        "source": f"{pool.provider} catalogue",
+        "fetched_at": cached.fetched_at.isoformat() if cached else None,
+        "gpu_type": known[0].gpu_type if known else None,
+    }
+    return (known[0].cost_per_hr if known else None), based
+
+
+def pods_for(sizing: str, *, pool: Pool, work: float, pages: int, boot: float) -> int:
+    """Pods a sizing would run for ``work`` lane-seconds of ``pages`` pages, as the scaler sizes."""
+    lanes = pool.lanes_per_pod
+    if pages <= 0:
+        return 0
+    if sizing == "fastest":
+        pods = math.ceil(pages / lanes)
+    elif sizing == "cheapest":
+        pods = 1
+    else:
+        pods = math.ceil(work / (lanes * settings.SCALE_TARGET_SECONDS))
+        fixed = boot + pool.idle_seconds
+        if settings.SCALE_MAX_OVERHEAD and fixed > 0:
+            pods = min(pods, math.floor(settings.SCALE_MAX_OVERHEAD * work / lanes / fixed))
+        pods = max(pods, 1)
+    return max(1, min(pods, pool.max_pods))
+
+
+def pool_forecast(pool: Pool, *, pages: int) -> dict:
+    mean = selectors.pool_seconds_per_page(pool.pk)
+    per_page = float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
+    boot = boot_seconds(pool)
+    measured_boot = pool.pods.filter(ready_at__isnull=False).exists()
+    price, price_based = _price(pool)
+    work = pages * per_page
+    sizings = {}
+    for sizing in SIZINGS:
+        pods = pods_for(sizing, pool=pool, work=work, pages=pages, boot=boot)
+        busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
+        seconds = boot + busy if pods else 0.0
+        billed = pods * (seconds + pool.idle_seconds) if pods else 0.0
+        dollars = None if price is None else round(float(price) * billed / 3600, 4)
+        sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars}
+    return {
+        "pool": pool.key,
+        "lanes_per_pod": pool.lanes_per_pod,
+        "max_pods": pool.max_pods,
+        "sizings": sizings,
+        "based_on": {
+            "price_per_pod_hour": float(price) if price is not None else None,
+            "prices": price_based,
+            "seconds_per_page": round(per_page, 3),
+            "seconds_per_page_source": "measured over the pool's last pages" if mean else "guess (no page measured)",
+            "boot_seconds": round(boot, 1),
+            "boot_seconds_source": "measured over the pool's last boots" if measured_boot else "guess (no boot yet)",
+            "idle_seconds": pool.idle_seconds,
+        },
+    }
+
+
+def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None) -> dict:
+    """The forecast of a job of ``pages`` pages (and ``urls`` documents not fetched yet, whose
+    pages are unknown): every pool, the chosen one first (``pool``)."""
+    pools = list(Pool.objects.order_by("pk"))
+    if pool is not None:
+        pools.sort(key=lambda p: p.pk != pool.pk)
+    return {
+        "pages": pages,
+        "documents_not_counted": urls,
+        "note": "URL documents are counted once fetched; their pages are not in these figures" if urls else "",
+        "pools": [pool_forecast(p, pages=pages) for p in pools],
+    }

@@ -1,0 +1,209 @@
+"""Webhooks: a job that ends posts a signed JSON event to its callback URL, through passes, with
+back-off after a failure; deliveries and their attempts show in the API and on the job page."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from ocrjobs.models import Job, WebhookDelivery
+from ocrjobs.services import webhooks
+from ocrjobs.services.jobs import job_cancel
+from pods.services import passes
+from tests.factories import image_bytes
+from tests.ocrjobs.helpers import complete_all, split, submit
+from tests.ocrjobs.test_submit_api import assert_refused
+
+pytestmark = [pytest.mark.usefixtures("local_pool"), pytest.mark.django_db(transaction=True)]
+
+
+class Receiver:
+    """An HTTP server on loopback that answers each post with the next status of ``statuses``
+    (the last one repeats) and keeps what it got."""
+
+    def __init__(self, statuses: list[int]):
+        self.statuses = list(statuses)
+        self.received: list[tuple[dict, bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                status = receiver.statuses.pop(0) if len(receiver.statuses) > 1 else receiver.statuses[0]
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/ocr"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver(settings):
+    settings.URL_FETCH_ALLOW_PRIVATE = True  # the test's receiver is on loopback
+    made = []
+
+    def make(*statuses: int) -> Receiver:
+        made.append(Receiver(list(statuses) or [200]))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+def finished_job(owner, url: str) -> Job:
+    job = submit(owner, {"a.png": image_bytes(["a"])})
+    Job.objects.filter(pk=job.pk).update(callback_url=url)
+    split(job)
+    complete_all(job)
+    return Job.objects.get(pk=job.pk)
+
+
+def run_due_deliveries() -> None:
+    result = passes.pass_run()
+    assert result is not None
+
+
+def test_a_finished_job_posts_a_signed_event_through_a_pass(receiver, ordinary_user):
+    hook = receiver(200)
+    job = finished_job(ordinary_user, hook.url)
+    assert job.status == Job.Status.DONE
+    delivery = WebhookDelivery.objects.get(job=job)
+
+    assert passes.rows_waiting(now=timezone.now())  # the supervisor's clock would ask for a pass
+    run_due_deliveries()
+
+    assert len(hook.received) == 1
+    headers, body = hook.received[0]
+    event = json.loads(body)
+    assert event["event"] == "job.done" and event["job"]["id"] == job.pk and event["job"]["pages"]["done"] == 1
+    secret = webhooks.webhook_secret_for(ordinary_user)
+    expected = hmac.new(secret.encode(), f"{headers['x-fleetadmin-timestamp']}.".encode() + body, hashlib.sha256)
+    assert headers["x-fleetadmin-signature"] == f"sha256={expected.hexdigest()}"
+    assert abs(int(headers["x-fleetadmin-timestamp"]) - timezone.now().timestamp()) < 300
+    delivery.refresh_from_db()
+    assert delivery.state == WebhookDelivery.State.DELIVERED
+    assert [attempt["status"] for attempt in delivery.attempts] == [200]
+
+
+def test_a_500_is_retried_with_back_off_until_it_is_answered(receiver, ordinary_user):
+    hook = receiver(500, 200)
+    job = finished_job(ordinary_user, hook.url)
+    delivery = WebhookDelivery.objects.get(job=job)
+
+    run_due_deliveries()
+    delivery.refresh_from_db()
+    assert delivery.state == WebhookDelivery.State.PENDING
+    assert [attempt["status"] for attempt in delivery.attempts] == [500]
+    wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
+    assert 5 < wait <= webhooks.BACKOFF_SECONDS[0]
+    assert webhooks.deliveries_due(now=timezone.now(), limit=10) == []  # not before its time
+
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
+    run_due_deliveries()
+
+    delivery.refresh_from_db()
+    assert delivery.state == WebhookDelivery.State.DELIVERED
+    assert [attempt["status"] for attempt in delivery.attempts] == [500, 200]
+    assert hook.received[0][1] == hook.received[1][1]  # the same event, signed afresh
+
+
+def test_a_delivery_gives_up_after_a_day(receiver, ordinary_user):
+    hook = receiver(503)
+    job = finished_job(ordinary_user, hook.url)
+    WebhookDelivery.objects.filter(job=job).update(
+        created_at=timezone.now() - timezone.timedelta(hours=24) + timezone.timedelta(seconds=5)
+    )
+
+    run_due_deliveries()
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.state == WebhookDelivery.State.FAILED and delivery.next_attempt_at is None
+    assert not passes.rows_waiting(now=timezone.now() + timezone.timedelta(days=2))
+
+
+def test_a_cancelled_job_posts_cancelled(receiver, ordinary_user):
+    hook = receiver(200)
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"])})
+    Job.objects.filter(pk=job.pk).update(callback_url=hook.url)
+
+    job_cancel(job=Job.objects.get(pk=job.pk))
+    run_due_deliveries()
+
+    assert json.loads(hook.received[0][1])["event"] == "job.cancelled"
+
+
+def test_a_callback_url_resolving_to_a_private_address_is_refused_at_delivery(settings, ordinary_user):
+    settings.URL_FETCH_ALLOW_PRIVATE = False
+    job = finished_job(ordinary_user, "http://localhost.example.test/hook")
+    WebhookDelivery.objects.filter(job=job).update(url="http://localtest.me:9/hook")  # a public name for 127.0.0.1
+
+    webhooks.delivery_step(WebhookDelivery.objects.get(job=job).pk)
+
+    attempt = WebhookDelivery.objects.get(job=job).attempts[0]
+    assert "status" not in attempt
+    assert "private or loopback" in attempt["error"] or "does not resolve" in attempt["error"]
+
+
+def test_a_job_without_a_callback_url_queues_nothing(ordinary_user):
+    finished_job(ordinary_user, "")
+
+    assert WebhookDelivery.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [("ftp://example.org/hook", ["callback_url", "http"]), ("http://127.0.0.1/hook", ["callback_url", "private"]),
+     ("http://10.1.2.3/hook", ["callback_url", "private"]), ("http://localhost/hook", ["callback_url", "private"])],
+)  # fmt: skip
+def test_a_bad_callback_url_is_refused_at_submission(client, submit_token, media_root, url, words):
+    body = json.dumps({"urls": ["https://example.org/a.pdf"], "callback_url": url})
+
+    response = client.post("/v1/jobs", body, content_type="application/json",
+                           headers={"Authorization": f"Bearer {submit_token}"})  # fmt: skip
+
+    assert_refused(response, 400, *words)
+    assert Job.objects.count() == 0
+
+
+def test_deliveries_and_their_attempts_show_in_the_api_and_on_the_job_page(
+    receiver, client, submit_token, ordinary_user
+):
+    hook = receiver(500)
+    job = finished_job(ordinary_user, hook.url)
+    run_due_deliveries()
+
+    body = client.get(f"/v1/jobs/{job.pk}", headers={"Authorization": f"Bearer {submit_token}"}).json()
+    client.force_login(ordinary_user)
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+
+    assert body["callback_url"] == hook.url
+    [delivery] = body["webhook_deliveries"]
+    assert delivery["state"] == "pending" and [a["status"] for a in delivery["attempts"]] == [500]
+    assert "Webhook deliveries" in page and "HTTP 500" in page
+
+
+def test_the_secret_is_the_callers_and_stays_the_same(client, submit_token, ordinary_user):
+    headers = {"Authorization": f"Bearer {submit_token}"}
+    first = client.get("/v1/webhooks/secret", headers=headers).json()
+    again = client.get("/v1/webhooks/secret", headers=headers).json()
+
+    assert first["secret"] == again["secret"] == webhooks.webhook_secret_for(ordinary_user)
+    assert first["secret"].startswith("whsec_")
