@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.db import models
@@ -74,6 +75,12 @@ class Job(models.Model):
         }
 
 
+def document_open(source: str) -> IO[bytes]:
+    """A stored document's own bytes, by its name in storage (``Document.source``), opened for
+    reading. Every reader of a document goes through here: the split, the dispatcher's PUT."""
+    return open(settings.MEDIA_ROOT / source, "rb")
+
+
 class Document(TaskLeased):
     class Kind(models.TextChoices):
         PDF = "pdf"
@@ -92,6 +99,8 @@ class Document(TaskLeased):
     source = models.CharField(max_length=500, blank=True, help_text="path under MEDIA_ROOT")
     url = models.URLField(max_length=2000, blank=True, help_text="fetched by a worker, never by the front")
     size_bytes = models.PositiveBigIntegerField()
+    # Computed while the bytes stream in (upload, fetch): the name the pods cache it under.
+    sha256 = models.CharField(max_length=64, blank=True)
     page_count = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
@@ -106,6 +115,9 @@ class Document(TaskLeased):
     @property
     def source_path(self) -> Path:
         return settings.MEDIA_ROOT / self.source
+
+    def open(self) -> IO[bytes]:
+        return document_open(self.source)
 
     def to_dict(self) -> dict:
         return {
@@ -143,8 +155,7 @@ class Page(models.Model):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pages")
     # Denormalised from the job so that a dispatcher's claim reads one index.
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pages")
-    number = models.PositiveIntegerField()
-    image = models.CharField(max_length=500, help_text="path under MEDIA_ROOT")
+    number = models.PositiveIntegerField()  # 1-based: the pod renders it from its document
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     claim_token = models.CharField(max_length=40, blank=True)

@@ -64,7 +64,7 @@ def job_retry_failed(*, job: Job) -> int:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
             return 0
-        retried = job.pages.filter(status=Page.Status.FAILED, image__gt="").update(
+        retried = job.pages.filter(status=Page.Status.FAILED).update(
             status=Page.Status.PENDING, attempts=0, error="", finished_at=None
         )
         if retried:

@@ -23,7 +23,10 @@ class ClaimedPage:
     id: int
     job_id: int
     position: int  # of its document in the job: where its result file goes
-    image: str
+    document_id: int
+    source: str  # the document's name in storage (ocrjobs.models.document_open)
+    sha256: str  # the document's hash: the name the pods cache it under
+    number: int  # the page in its document, 1-based
     languages: str
     attempts: int
 
@@ -56,8 +59,9 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             pod=None,
         )
         rows = Page.objects.filter(id__in=ids).values_list(
-            "id", "job_id", "document__position", "image", "job__languages", "attempts"
-        )
+            "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
+            "job__languages", "attempts",
+        )  # fmt: skip
         return [ClaimedPage(*row) for row in rows]
 
 

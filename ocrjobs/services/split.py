@@ -1,12 +1,13 @@
-"""Splitting, in workers: a document's pages rendered to images (or kept as their PDF text
-layer) and their rows created a batch at a time; documents whose fetch or split task was lost
-sent again.
+"""Splitting, in workers: a document is opened, its pages counted and checked against the limits,
+and their rows created a batch at a time (a page with a PDF text layer may keep it); documents
+whose fetch or split task was lost sent again. Nothing is rendered here: a page is its document
+and its number, and the pod that reads it renders it (invariant 16).
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from typing import IO
 
 import pypdfium2 as pdfium
 from django.conf import settings
@@ -14,10 +15,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin import leases
+from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_file_write
-from ocrjobs.services.submission import open_image
+from ocrjobs.services.submission import _pdf_input, document_pages
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,7 @@ SPLIT_BATCH = 25
 
 
 def document_split(*, document_id: int, lease: str | None = None) -> Document:
-    """Render a document's pages to images and create their rows, a batch at a time.
+    """Count a document's pages, check them, and create their rows, a batch at a time.
 
     Pages become claimable batch by batch, so OCR starts before a long PDF is
     fully split. Run again after a crash, it makes only the pages still missing. A job
@@ -52,53 +54,67 @@ def document_split(*, document_id: int, lease: str | None = None) -> Document:
 def _split(document: Document, row, lease: str) -> Document:
     if document.job.status == Job.Status.CANCELLED:
         return document
-    pages_dir = document.source_path.parent / "pages"
-    pages_dir.mkdir(parents=True, exist_ok=True)
     existing = set(document.pages.values_list("number", flat=True))
     try:
-        renderer = _PageRenderer(document)
-    except Exception as exc:
-        log.warning("document %s cannot be split: %s", document.pk, exc)
-        document.status = Document.Status.FAILED
-        document.error = f"cannot be read: {exc}"[:2000]
-        document.save(update_fields=["status", "error"])
-        job_refresh(job_id=document.job_id)
-        return document
-    try:
-        batch: list[Page] = []
-        nudged = False
-        for number in range(1, document.page_count + 1):
-            if number in existing:
-                continue
-            page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
-            text = renderer.text_layer(number) if document.job.skip_text_pages else ""
+        source = document.open()
+    except OSError as exc:
+        return _split_failed(document, f"cannot be read: {exc}")
+    with source:
+        try:
+            page_count = document_pages(document.name, document.kind, source)
+            text_layers = _TextLayers(source) if document.job.skip_text_pages else None
+        except ApiError as exc:
+            return _split_failed(document, exc.message)
+        except Exception as exc:
+            return _split_failed(document, f"cannot be read: {exc}")
+        try:
+            return _make_pages(document, row, lease, page_count, existing, text_layers)
+        finally:
+            if text_layers is not None:
+                text_layers.close()
+
+
+def _split_failed(document: Document, error: str) -> Document:
+    log.warning("document %s cannot be split: %s", document.pk, error)
+    document.status = Document.Status.FAILED
+    document.error = error[:2000]
+    document.save(update_fields=["status", "error"])
+    job_refresh(job_id=document.job_id)
+    return document
+
+
+def _make_pages(document, row, lease, page_count, existing, text_layers: _TextLayers | None) -> Document:
+    batch: list[Page] = []
+    nudged = False
+    for number in range(1, page_count + 1):
+        if number in existing:
+            continue
+        page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
+        if text_layers is not None:
             try:
-                if text:
-                    _keep_text_layer(page, document, text)
-                else:
-                    page.image = renderer.render(number, pages_dir)
+                text = text_layers.text(number)
             except Exception as exc:
-                # One bad page must not cost the rest of the document.
-                page.status = Page.Status.FAILED
-                page.error = f"page could not be rendered: {exc}"[:2000]
-                page.finished_at = timezone.now()
-            batch.append(page)
-            if len(batch) >= SPLIT_BATCH:
-                leases.renew(row, lease)  # still ours: then these pages are ours to save
-                if not _save_pages(document, batch):
-                    return _split_stopped(document, batch)
-                batch = []
-                if not nudged:
-                    # The first pages can be read while the rest are rendered.
-                    _nudge(document.job.pool_id)
-                    nudged = True
-        leases.renew(row, lease)
-        if not _save_pages(document, batch):
-            return _split_stopped(document, batch)
-    finally:
-        renderer.close()
+                # A text layer that cannot be read: the pod reads the page instead.
+                log.info("document %s page %s: no text layer (%s)", document.pk, number, exc)
+                text = ""
+            if text:
+                _keep_text_layer(page, document, text)
+        batch.append(page)
+        if len(batch) >= SPLIT_BATCH:
+            leases.renew(row, lease)  # still ours: then these pages are ours to save
+            if not _save_pages(document, batch):
+                return _split_stopped(document, batch)
+            batch = []
+            if not nudged:
+                # The first pages can be read while the rest are made.
+                _nudge(document.job.pool_id)
+                nudged = True
+    leases.renew(row, lease)
+    if not _save_pages(document, batch):
+        return _split_stopped(document, batch)
     document.status = Document.Status.SPLIT
-    document.save(update_fields=["status"])
+    document.page_count = page_count
+    document.save(update_fields=["status", "page_count"])
     job_refresh(job_id=document.job_id)
     _nudge(document.job.pool_id)
     return document
@@ -145,13 +161,12 @@ def _save_pages(document: Document, pages: list[Page]) -> bool:
 
 def _split_stopped(document: Document, unsaved: list[Page]) -> Document:
     """The job was cancelled mid-split: the split stops at this batch boundary. The pages not made
-    yet never are (a cancelled job costs no more renders, rows or pods; its pages so far were
-    cancelled with it), and the files of the batch rendered meanwhile go. The document stays
-    pending, as one whose split never started after a cancel does."""
+    yet never are (a cancelled job costs no more rows or pods; its pages so far were
+    cancelled with it), and the text-layer results of the batch made meanwhile go. The document
+    stays pending, as one whose split never started after a cancel does."""
     for page in unsaved:
-        for relative in (page.image, page.result):
-            if relative and relative != document.source:
-                (settings.MEDIA_ROOT / relative).unlink(missing_ok=True)
+        if page.result:
+            (settings.MEDIA_ROOT / page.result).unlink(missing_ok=True)
     log.info("document %s: its job was cancelled, the split stops", document.pk)
     return document
 
@@ -172,37 +187,17 @@ def _keep_text_layer(page: Page, document: Document, text: str) -> None:
     page.finished_at = timezone.now()
 
 
-class _PageRenderer:
-    def __init__(self, document: Document):
-        self.document = document
+class _TextLayers:
+    """A PDF's embedded text, page by page; an image has none."""
+
+    def __init__(self, source: IO[bytes]):
         self.pdf = None
-        self.image = None
-        if document.kind == Document.Kind.PDF:
-            self.pdf = pdfium.PdfDocument(str(document.source_path))
-        else:
-            self.image = open_image(document.source_path)
-            self.frames = getattr(self.image, "n_frames", 1)
+        head = source.read(5)
+        source.seek(0)
+        if head == b"%PDF-":
+            self.pdf = pdfium.PdfDocument(_pdf_input(source))
 
-    def render(self, number: int, pages_dir: Path) -> str:
-        relative = pages_dir.relative_to(settings.MEDIA_ROOT) / f"{number}.png"
-        if self.pdf is not None:
-            page = self.pdf[number - 1]
-            try:
-                bitmap = page.render(scale=settings.OCR_RENDER_DPI / 72, grayscale=True)
-                bitmap.to_pil().save(settings.MEDIA_ROOT / relative, compress_level=1)
-            finally:
-                page.close()
-            return str(relative)
-        if self.frames == 1 and self.image.format in ("PNG", "JPEG"):
-            # Taken as it is: the pod reads PNG and JPEG directly.
-            self.image.load()
-            return self.document.source
-        self.image.seek(number - 1)
-        frame = self.image.convert("L") if self.image.mode not in ("L", "RGB") else self.image
-        frame.save(settings.MEDIA_ROOT / relative, compress_level=1)
-        return str(relative)
-
-    def text_layer(self, number: int) -> str:
+    def text(self, number: int) -> str:
         """The page's embedded text, when it has enough to count as a text page."""
         if self.pdf is None:
             return ""
@@ -220,5 +215,3 @@ class _PageRenderer:
     def close(self) -> None:
         if self.pdf is not None:
             self.pdf.close()
-        if self.image is not None:
-            self.image.close()

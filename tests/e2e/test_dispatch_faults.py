@@ -61,7 +61,7 @@ def _fleet(sim, pods: int, pages: int) -> tuple[Pool, Job, list[Pod]]:
     job = Job.objects.create(pool=pool)
     document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="p.png", size_bytes=1, status="split",
                                        page_count=pages)  # fmt: skip
-    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n, image="p.png")
+    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n)
                               for n in range(1, pages + 1)])  # fmt: skip
     return pool, job, rows
 

@@ -29,7 +29,7 @@ def _pages(pool, count: int) -> list[Page]:
     document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="x", size_bytes=1,
                                        page_count=count)  # fmt: skip
     return Page.objects.bulk_create(
-        [Page(job=job, document=document, pool=pool, number=n, image=f"p{n}.png") for n in range(1, count + 1)]
+        [Page(job=job, document=document, pool=pool, number=n) for n in range(1, count + 1)]
     )
 
 
