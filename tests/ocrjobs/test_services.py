@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from PIL import Image
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
