@@ -1,9 +1,12 @@
 """A dispatcher: one asyncio loop with many page forwards in flight.
 
-It claims pages (with a lease that it renews), leases a lane on a ready pod,
-forwards the page image over HTTP, stores the result once, frees the lane, and
-ends when the pool's backlog is empty. Database work runs on one thread of its
-own, never on the loop and never on the default executor.
+It claims pages (with a lease that it renews), leases a lane on a ready pod —
+preferring a pod that holds the page's document —, sends the document once if
+the pod lacks it (``PUT /v1/documents/{sha256}``, its own bytes), asks for the
+page (``POST /v1/ocr`` with the document's hash and the page number: the pod
+renders it), stores the result once, frees the lane, and ends when the pool's
+backlog is empty. Database work runs on one thread of its own, never on the loop
+and never on the default executor. Every request to a pod carries its token.
 
 Length: one state machine (claims ahead, forwards in flight, results batched, beats,
 drains) whose races are tested as a whole (tests/ocrjobs/test_dispatch_races.py); the
@@ -15,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 
 import aiohttp
 from django.conf import settings
@@ -30,7 +36,7 @@ from django.utils import timezone
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
-from ocrjobs.models import Dispatcher
+from ocrjobs.models import Dispatcher, document_open
 from ocrjobs.selectors import pages_waiting
 from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register
 from ocrjobs.services.jobs import job_refresh
@@ -66,6 +72,21 @@ REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
 # A loop blocked this long while a page was out may itself have missed the pod's answer.
 BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
+# A page whose document's pods are all busy may let one further on go first (a page of a document
+# that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
+# second pod: looking this far down the queue at most.
+AFFINITY_LOOK_AHEAD = 32
+# A pod that answers "document not cached" again right after it took the document (it evicts
+# at once: a cache smaller than the document) is asked this many times in all.
+DOCUMENT_SENDS = 3
+
+
+class DocumentRefused(Exception):
+    """The pod would not take the document (PUT answered other than 200/201)."""
+
+    def __init__(self, status: int, error: str):
+        super().__init__(f"HTTP {status}: {error}")
+        self.status = status
 
 
 class DispatchLoop:
@@ -94,6 +115,13 @@ class DispatchLoop:
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
         self._last_nudge = -1e9
+        # Which documents each pod holds, as far as this loop knows (it sent them; a 409 corrects
+        # it), both ways; and the PUTs out now, one per (pod, document), that pages share.
+        self.held: dict[int, set[str]] = {}
+        self.holders: dict[str, set[int]] = {}
+        self.puts: dict[tuple[int, str], asyncio.Future] = {}
+        self.documents_sent = 0
+        self.bytes_sent = 0
 
     async def db(self, fn, /, **kwargs):
         """Run a database call on the loop's own database thread; once more on a fresh
@@ -190,8 +218,9 @@ class DispatchLoop:
             # Never join threads on the loop: queued work still finishes after this returns.
             self._db.shutdown(wait=False)
             self._io.shutdown(wait=False)
-        log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s", self.dispatcher.pk, self.done,
-                 self.failed, time.monotonic() - started)  # fmt: skip
+        log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s; %d documents sent (%d bytes)",
+                 self.dispatcher.pk, self.done, self.failed, time.monotonic() - started, self.documents_sent,
+                 self.bytes_sent)  # fmt: skip
 
     async def flush_forever(self) -> None:
         while True:
@@ -229,10 +258,9 @@ class DispatchLoop:
 
     def start_forwards(self) -> None:
         while self.queue:
-            lane = self.lanes.lease()
+            page, lane = self.next_forward()
             if lane is None:
                 return
-            page = self.queue.popleft()
             if page.id in self.forwarding:
                 # Claimed again while its forward is still out (the pod it went to was
                 # declared lost): that forward now stands for the newer attempt.
@@ -244,6 +272,21 @@ class DispatchLoop:
             self.forwarding[page.id] = task
             self.flights.add(task)
             task.add_done_callback(self.flights.discard)
+
+    def next_forward(self) -> tuple[ClaimedPage | None, PodLanes | None]:
+        """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
+        goes to a pod that holds its document when one has a lane free. When every pod holding it
+        is busy, a page further on whose document needs no second crossing goes first (bounded
+        look-ahead); failing that, the first page goes to any free lane."""
+        for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
+            holders = self.holders.get(page.sha256)
+            lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
+            if lane is not None or not holders:
+                if lane is not None:
+                    del self.queue[index]
+                return page, lane
+        lane = self.lanes.lease()
+        return (self.queue.popleft(), lane) if lane is not None else (None, None)
 
     def note_no_lane(self) -> None:
         now = time.monotonic()
@@ -262,14 +305,10 @@ class DispatchLoop:
         newest claim it stands for, until its outcome is known (``forward_over``)."""
         try:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
-            image = await self.io(_read_bytes, page.image)
             sent = time.monotonic()
             blocked_before = self.blocked_seconds()
             try:
-                # languages are checked at submission ([a-z_+] only): safe in a URL as they are.
-                async with self.client.post(f"{lane.base_url}/v1/ocr?lang={page.languages}", data=image) as response:
-                    status = response.status
-                    body = await response.read()
+                status, body = await self.ask(page, lane)
             except TimeoutError:
                 # Not the pod's fault if this loop was itself too late to read the answer.
                 excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
@@ -282,6 +321,12 @@ class DispatchLoop:
                 return
             except aiohttp.ClientError as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
+                return
+            except DocumentRefused as exc:
+                # 413: too large for this pod's cache; 400: the bytes are not what their hash says.
+                final = exc.status in (400, 413)
+                await self.attempt_failed(page, lane, f"the pod refused the document: {exc}", final=final,
+                                          pod_fault=not final)  # fmt: skip
                 return
             self.refusals.pop(lane.pod_id, None)
             if status == 200:
@@ -314,6 +359,74 @@ class DispatchLoop:
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
             self.wakeup.set()
+
+    async def ask(self, page: ClaimedPage, lane: PodLanes) -> tuple[int, bytes]:
+        """Ask the pod for the page by its document's hash, sending the document first if the pod
+        does not hold it as far as this loop knows; a 409 (the pod does not hold it: evicted,
+        restarted) sends it again and asks again. A 409 is not an attempt."""
+        if not page.sha256:  # a document stored before documents had hashes
+            page = dataclasses.replace(page, sha256=await self.io(_document_sha256, page.source))
+        payload = json.dumps({"document": page.sha256, "page": page.number, "dpi": settings.OCR_RENDER_DPI,
+                              "languages": page.languages}).encode()  # fmt: skip
+        headers = {**lane.headers, "Content-Type": "application/json"}
+        for _ in range(DOCUMENT_SENDS):
+            await self.send_document(page, lane)
+            async with self.client.post(f"{lane.base_url}/v1/ocr", data=payload, headers=headers) as response:
+                status = response.status
+                body = await response.read()
+            if status != 409:
+                break
+            self.forget(lane.pod_id, page.sha256)
+        return status, body
+
+    async def send_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        """Make sure the pod holds the page's document: at most one PUT per (pod, document) is out
+        at a time, and the pages that need it meanwhile wait for that one."""
+        key = (lane.pod_id, page.sha256)
+        put = self.puts.get(key)
+        if put is None:
+            if page.sha256 in self.held.get(lane.pod_id, ()):
+                return
+            self.remember(lane.pod_id, page.sha256)  # pages that come now go to this pod and wait
+            put = asyncio.ensure_future(self.put_document(page, lane))
+            self.puts[key] = put
+            put.add_done_callback(lambda done: self.puts.pop(key, None) if self.puts.get(key) is done else None)
+        await asyncio.shield(put)
+
+    async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        try:
+            body = await self.io(_document_bytes, page.source)
+            url = f"{lane.base_url}/v1/documents/{page.sha256}"
+            async with self.client.put(url, data=body, headers=lane.headers) as response:
+                status = response.status
+                answer = await response.read()
+            if status not in (200, 201):
+                raise DocumentRefused(status, _error_of(answer))
+        except BaseException:
+            self.forget(lane.pod_id, page.sha256)
+            raise
+        self.documents_sent += 1
+        self.bytes_sent += len(body)
+
+    def remember(self, pod_id: int, sha256: str) -> None:
+        self.held.setdefault(pod_id, set()).add(sha256)
+        self.holders.setdefault(sha256, set()).add(pod_id)
+
+    def forget(self, pod_id: int, sha256: str) -> None:
+        self.held.get(pod_id, set()).discard(sha256)
+        pods = self.holders.get(sha256)
+        if pods is not None:
+            pods.discard(pod_id)
+            if not pods:
+                del self.holders[sha256]
+
+    def forget_pod(self, pod_id: int) -> None:
+        for sha256 in self.held.pop(pod_id, set()):
+            pods = self.holders.get(sha256)
+            if pods is not None:
+                pods.discard(pod_id)
+                if not pods:
+                    del self.holders[sha256]
 
     def blocked_seconds(self) -> float:
         """How long this loop has been blocked so far, as its lag sampler measured it."""
@@ -364,6 +477,8 @@ class DispatchLoop:
         self, page: ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
     ) -> None:
         claim = self.claim_of(page)
+        if lane.token:
+            error = error.replace(lane.token, "[pod token]")  # whatever an error repeats, never the token
         outcome = await self.db(page_attempt_failed, page_id=page.id, token=self.token,
                                 pod_id=lane.pod_id, error=error, final=final, attempt=claim.attempts)  # fmt: skip
         log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, claim.attempts, lane.pod_id, error, outcome)
@@ -388,6 +503,8 @@ class DispatchLoop:
             self.shunned = {pod_id: until for pod_id, until in self.shunned.items() if until > now}
             ready = [pod for pod in ready if pod[0] not in self.shunned]
         self.lanes.sync(ready, counts)
+        for pod_id in [pod_id for pod_id in self.held if pod_id not in self.lanes.pods]:
+            self.forget_pod(pod_id)  # gone, or shunned: a pod back later is asked (and corrects with 409s)
 
     def in_hand(self) -> set[int]:
         """The pages this loop holds: claimed and waiting for a lane, out at a pod, their results
@@ -431,8 +548,14 @@ def _close_connection() -> None:
     connection.close()  # the database thread's own connection
 
 
-def _read_bytes(relative: str) -> bytes:
-    return (settings.MEDIA_ROOT / relative).read_bytes()
+def _document_bytes(source: str) -> bytes:
+    """A document's own bytes, as stored: never re-encoded on their way to a pod."""
+    with document_open(source) as f:
+        return f.read()
+
+
+def _document_sha256(source: str) -> str:
+    return hashlib.sha256(_document_bytes(source)).hexdigest()
 
 
 def _error_of(body: bytes) -> str:
@@ -443,13 +566,15 @@ def _error_of(body: bytes) -> str:
         return text[:200]
 
 
-def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
-    """The pool's ready pods with the share of their lanes this dispatcher may use:
-    dispatchers of one pool split every pod's lanes between them."""
+def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int, str]], FleetCounts]:
+    """The pool's ready pods with the share of their lanes this dispatcher may use (dispatchers of
+    one pool split every pod's lanes between them) and their tokens."""
     close_old_connections()
-    pods = list(Pod.objects.alive().filter(pool_id=pool_id).values_list("pk", "state", "base_url", "lanes"))
+    pods = list(Pod.objects.alive().filter(pool_id=pool_id).values_list("pk", "state", "base_url", "lanes", "token"))
     sharing = max(1, Dispatcher.objects.live().filter(pool_id=pool_id).count())
-    ready = [(pk, url, max(1, lanes // sharing)) for pk, state, url, lanes in pods if state == Pod.State.READY]
+    ready = [
+        (pk, url, max(1, lanes // sharing), token) for pk, state, url, lanes, token in pods if state == Pod.State.READY
+    ]
     counts = FleetCounts(
         booting=sum(1 for p in pods if p[1] == Pod.State.BOOTING),
         ready=len(ready),

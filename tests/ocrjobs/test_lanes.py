@@ -7,7 +7,7 @@ from ocrjobs.dispatch.lanes import FleetCounts, LaneTable
 
 def _table(pods: int, lanes: int) -> LaneTable:
     table = LaneTable()
-    table.sync([(n, f"http://pod-{n}", lanes) for n in range(pods)], FleetCounts(ready=pods))
+    table.sync([(n, f"http://pod-{n}", lanes, "") for n in range(pods)], FleetCounts(ready=pods))
     return table
 
 
@@ -24,7 +24,7 @@ def test_leases_spread_across_pods_and_stop_at_the_lanes_there_are():
 def test_a_pod_that_leaves_gives_no_more_lanes_and_its_leases_can_still_be_released():
     table = _table(2, 2)
     held = table.lease()
-    table.sync([(1, "http://pod-1", 2)], FleetCounts(ready=1))
+    table.sync([(1, "http://pod-1", 2, "")], FleetCounts(ready=1))
     assert table.total == 2 and table.free == 2
     leased = [table.lease(), table.lease()]
     assert {lane.pod_id for lane in leased} == {1}
@@ -36,11 +36,11 @@ def test_a_pod_that_leaves_gives_no_more_lanes_and_its_leases_can_still_be_relea
 def test_a_smaller_share_of_lanes_takes_effect_without_losing_any():
     table = _table(1, 4)
     first = table.lease()
-    table.sync([(0, "http://pod-0", 2)], FleetCounts(ready=1))  # a second dispatcher now shares the pod
+    table.sync([(0, "http://pod-0", 2, "")], FleetCounts(ready=1))  # a second dispatcher now shares the pod
     assert (table.total, table.free) == (2, 1)
     assert table.lease() is not None and table.lease() is None
     table.release(first)
-    table.sync([(0, "http://pod-0", 4)], FleetCounts(ready=1))  # alone again
+    table.sync([(0, "http://pod-0", 4, "")], FleetCounts(ready=1))  # alone again
     assert table.free == 3
     assert sum(1 for _ in iter(table.lease, None)) == 3
 
