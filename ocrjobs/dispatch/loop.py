@@ -278,13 +278,16 @@ class DispatchLoop:
         goes to a pod that holds its document when one has a lane free. When every pod holding it
         is busy, a page further on whose document needs no second crossing goes first (bounded
         look-ahead); failing that, the first page goes to any free lane."""
+        if not self.lanes.free:
+            return None, None
         for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
             holders = self.holders.get(page.sha256)
             lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
-            if lane is not None or not holders:
-                if lane is not None:
-                    del self.queue[index]
+            if lane is not None:
+                del self.queue[index]
                 return page, lane
+            if not holders:
+                return None, None
         lane = self.lanes.lease()
         return (self.queue.popleft(), lane) if lane is not None else (None, None)
 

@@ -4,6 +4,7 @@ Routes:
   POST /graphql                      what the runpod SDK talks to
   GET  /sim/stats                    counters for tests and benchmarks
   GET  /sim/pods                     the virtual pods
+  GET  /sim/pods/{id}/documents      what one virtual pod's document cache holds, oldest use first
   GET|POST /sim/faults               the injected faults ({"faults": [...], "append": false})
   POST /sim/capacity                 {"gpu": id, "cloud": "SECURE", "data_center": "EU-RO-1", "free": 3}
   GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
@@ -44,6 +45,7 @@ def make_app(config: SimConfig) -> web.Application:
             web.post("/graphql", graphql_endpoint),
             web.get("/sim/stats", sim_stats),
             web.get("/sim/pods", sim_pods),
+            web.get("/sim/pods/{pod_id}/documents", sim_pod_documents),
             web.get("/sim/faults", sim_faults),
             web.post("/sim/faults", sim_set_faults),
             web.post("/sim/capacity", sim_set_capacity),
@@ -116,6 +118,14 @@ async def sim_stats(request: web.Request) -> web.Response:
 async def sim_pods(request: web.Request) -> web.Response:
     farm = request.app[FARM_KEY]
     return web.json_response({"pods": [farm.pod_summary(pod) for pod in farm.pods.values()]})
+
+
+async def sim_pod_documents(request: web.Request) -> web.Response:
+    pod = request.app[FARM_KEY].pods.get(request.match_info["pod_id"])
+    if pod is None:
+        return web.json_response({"error": "no such pod"}, status=404)
+    documents = [{"sha256": sha256, "bytes": d.size, "pages": d.pages} for sha256, d in pod.documents.items()]
+    return web.json_response({"documents": documents})
 
 
 async def sim_faults(request: web.Request) -> web.Response:

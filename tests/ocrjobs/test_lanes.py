@@ -52,3 +52,20 @@ def test_the_reason_says_why_no_lane_is_free():
     assert table.why_none() == "none healthy (2 booting)"
     table.sync([], FleetCounts(draining=1))
     assert table.why_none() == "all draining (1)"
+
+
+def test_a_preferred_pod_gives_its_lane_while_it_has_one_then_any_pod_does():
+    table = _table(3, 2)
+    assert [table.lease([2], anywhere=False).pod_id for _ in range(2)] == [2, 2]
+    assert table.lease([2], anywhere=False) is None  # its lanes are taken; nothing else asked for
+    assert table.lease([2]).pod_id in (0, 1)
+    assert table.free == 3
+
+
+def test_leases_on_preferred_pods_never_grow_the_free_list_past_the_lanes_there_are():
+    table = _table(2, 3)
+    for _ in range(1000):  # every page goes to the pod that holds its document, over and over
+        table.release(table.lease([1]))
+    assert all(pod.queued <= pod.lanes for pod in table.pods.values())
+    assert len(table._free) <= table.total
+    assert sum(1 for _ in iter(table.lease, None)) == 6  # and every lane is still there to lease
