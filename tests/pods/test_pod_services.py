@@ -82,7 +82,7 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, 
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
     pod = boot_until_settled(pod.pk)
     assert pod.state == Pod.State.READY, pod.error
-    assert boot.pod_is_serving(pod.base_url)
+    assert boot.pod_is_serving(pod.base_url, token=pod.token)
     boot.boot_step(pod.pk)  # a step of a pod that joined: nothing new
     assert boot_until_settled(pod.pk).provider_id == pod.provider_id
 
