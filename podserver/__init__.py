@@ -1,10 +1,10 @@
-"""OCR pod server: a tiny HTTP front for tesseract that runs inside a GPU/CPU pod.
+"""OCR pod server: a small HTTP front for an OCR engine that runs inside a GPU/CPU pod.
 
-Deliberately free of Django so the pod image only needs stdlib, Pillow and pytesseract.
+Deliberately free of Django: it is what goes into the pod image (see deploy/pod/).
 """
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_MAX_BYTES"]
+from .config import DEFAULT_MAX_BYTES
 
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+__all__ = ["DEFAULT_MAX_BYTES"]

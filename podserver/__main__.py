@@ -1,49 +1,31 @@
-"""CLI: python -m podserver --port PORT [--lanes N] [--page-timeout S] ..."""
+"""CLI: python -m podserver [--port PORT] [--lanes N] [--page-timeout S] ...; see podserver.config."""
 
 from __future__ import annotations
 
-import argparse
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
-from . import DEFAULT_MAX_BYTES
+from .config import Config
+from .config import load as load_config
 from .server import make_server
 
 
-def _positive(kind: type[int | float]) -> Callable[[str], int | float]:
-    def parse(raw: str) -> int | float:
-        value = kind(raw)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
-        return value
-
-    return parse
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m podserver", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
-    parser.add_argument("--lanes", type=_positive(int), default=1, help="concurrent pages")
-    parser.add_argument("--page-timeout", type=_positive(float), default=120.0, help="seconds per page")
-    parser.add_argument("--name", default=socket.gethostname(), help="reported in /v1/models")
-    parser.add_argument("--max-bytes", type=_positive(int), default=DEFAULT_MAX_BYTES)
-    return parser.parse_args(argv)
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    return load_config(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    config = parse_args(argv)
     from PIL import Image
 
-    from .engine import MAX_PIXELS
+    from .pages import MAX_PIXELS
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
-    server = make_server(args.host, args.port, args.lanes, args.page_timeout, args.name, args.max_bytes)
+    server = make_server(config)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # shutdown() waits for serve_forever() to return, and serve_forever() runs in
@@ -58,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.serve_forever()
     server.draining = True
     server.server_close()  # refuse new connections while in-flight pages finish
-    _wait_for_lanes(server.lanes, server.lane_count, args.page_timeout + 5)
+    _wait_for_lanes(server.lanes, server.lane_count, config.page_timeout + 5)
+    server.documents.close()
     return 0
 
 

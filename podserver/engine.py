@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytesseract
-from PIL import Image, ImageOps
+from PIL import Image
+
+from .pages import MAX_PIXELS, BadImage, decode_image
 
 ENGINE = "tesseract"
-MAX_PIXELS = 100_000_000
 
-# decode_image checks the size itself (Pillow only warns between its MAX_IMAGE_PIXELS
-# and twice that). Pillow's global is set by the pod process (__main__), not on
-# import: a process that imports this module for other reasons keeps its own.
-
-_MODES_16BIT = {"I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
-
-
-class BadImage(ValueError):
-    """The request body is not an image we are willing to OCR."""
+__all__ = ["MAX_PIXELS", "BadImage", "PageTimeout", "decode_image", "group_words", "load", "ocr_image"]
 
 
 class PageTimeout(Exception):
@@ -43,54 +35,6 @@ def load() -> tuple[str, list[str]]:
     if not languages:
         raise RuntimeError("tesseract reports no installed languages")
     return version, languages
-
-
-def decode_image(data: bytes) -> Image.Image:
-    """Decode one page image into a mode tesseract handles well (L or RGB)."""
-    try:
-        with Image.open(io.BytesIO(data)) as probe:
-            _check_size(probe)
-            probe.verify()
-        # verify() leaves the image unusable, so decode again for real.
-        img = Image.open(io.BytesIO(data))
-        img.load()
-        img = ImageOps.exif_transpose(img)  # phone photos arrive rotated otherwise
-    except BadImage:
-        raise
-    except Image.DecompressionBombError as exc:
-        raise BadImage(f"image too large: {exc}") from None
-    # Corrupt data surfaces as OSError, ValueError, SyntaxError, struct.error, ...
-    # depending on the plugin, so anything Pillow raises here means "not an image".
-    except Exception as exc:
-        raise BadImage(f"not an image: {exc}") from None
-    return _normalise(img)
-
-
-def _check_size(img: Image.Image) -> None:
-    width, height = img.size
-    if width * height > MAX_PIXELS:
-        limit = MAX_PIXELS // 1_000_000
-        raise BadImage(f"image too large: {width}x{height} exceeds {limit} megapixels")
-
-
-def _normalise(img: Image.Image) -> Image.Image:
-    # Always return a fresh image whose .format is None: pytesseract re-saves the
-    # image in its original format, and a JPEG would be recompressed lossily.
-    if "A" in img.getbands() or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
-        # Transparent means paper: flattening onto black would hide black ink.
-        page = Image.new("RGB", img.size, "white")
-        page.paste(rgba, mask=rgba.getchannel("A"))
-        return page
-    if img.mode in _MODES_16BIT:
-        # convert("L") clips 16-bit values (most scans turn white); stretch instead.
-        wide = img if img.mode == "F" else img.convert("I")
-        lo, hi = wide.getextrema()
-        scale = 255.0 / (hi - lo) if hi > lo else 1.0
-        return wide.point(lambda v: (v - lo) * scale).convert("L")
-    if img.mode in ("L", "1"):
-        return img.convert("L")
-    return img.convert("RGB")
 
 
 def ocr_image(img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:

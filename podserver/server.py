@@ -1,45 +1,55 @@
-"""HTTP front: a thread per connection, a fixed number of OCR lanes, JSON only."""
+"""HTTP front: a thread per connection, a fixed number of OCR lanes, a document cache, JSON only.
+
+Length: one handler class holds the whole HTTP surface (auth, the four routes, the body and
+connection rules that keep a refused upload from being read); split, it would read worse.
+"""
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import socketserver
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import DEFAULT_MAX_BYTES, engine
+from PIL import Image, ImageDraw, ImageFont
 
-ROUTES = {"/healthz": "GET", "/v1/models": "GET", "/v1/ocr": "POST"}
+from . import engine, pages
+from .config import Config, ConfigError, is_loopback
+from .config import load as load_config
+from .documents import CacheFull, DocumentCache, DocumentError, valid_name
+
+ROUTES = {"/healthz": "GET", "/v1/models": "GET", "/v1/ocr": "POST", "/v1/documents/": "PUT"}
 LOADING, READY, FAILED = "loading", "ok", "failed"
+MAX_JSON_BYTES = 64 * 1024
+DEFAULT_DPI = 200
+WARMUP_TEXT = "fleetadmin pod ready 1234"
 
 
 class PodServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        lanes: int,
-        page_timeout: float,
-        name: str,
-        max_bytes: int,
-    ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.lane_count = lanes
+    def __init__(self, config: Config, documents: DocumentCache | None = None) -> None:
+        self.config = config
+        self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        self.lane_count = config.lanes
         # Non-blocking acquire only: a busy pod answers 429 so the dispatcher can
         # place the page elsewhere instead of it waiting in a hidden queue here.
-        self.lanes = threading.BoundedSemaphore(lanes)
-        self.page_timeout = page_timeout
-        self.name = name
-        self.max_bytes = max_bytes
+        self.lanes = threading.BoundedSemaphore(config.lanes)
+        self.page_timeout = config.page_timeout
+        self.name = config.name
+        self.max_bytes = config.max_bytes
+        self.token = config.token.encode()
+        self.documents = documents or DocumentCache(config.cache_dir, config.cache_bytes)
         self.state = LOADING
         self.error = ""
         self.version = ""
@@ -50,7 +60,7 @@ class PodServer(ThreadingHTTPServer):
         self.busy = 0
         self.pages_done = 0
         self.pages_failed = 0
-        super().__init__((host, port), PodHandler)
+        super().__init__((config.host, config.port), PodHandler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can
@@ -71,6 +81,7 @@ class PodServer(ThreadingHTTPServer):
     def _load(self) -> None:
         try:
             self.version, self.languages = engine.load()
+            self._warm_up()
             self.state = READY
         except Exception as exc:
             self.error = str(exc) or type(exc).__name__
@@ -78,6 +89,19 @@ class PodServer(ThreadingHTTPServer):
             sys.stderr.write(f"podserver: engine failed to load: {self.error}\n")
         finally:
             self.loaded.set()
+
+    def _warm_up(self) -> None:
+        # Ready means the engine read a real page, not only that it loaded: a pod whose
+        # engine is broken (missing model, a CUDA that fails on the first kernel) must
+        # never take pages. Pillow's built-in font: the image has no font files.
+        font = ImageFont.load_default(size=48)
+        img = Image.new("L", (int(font.getlength(WARMUP_TEXT)) + 80, 130), 255)
+        ImageDraw.Draw(img).text((40, 35), WARMUP_TEXT, font=font, fill=0)
+        language = "eng" if "eng" in self.languages else self.languages[0]
+        result = engine.ocr_image(img, language, max(self.page_timeout, 120.0))
+        words = set(WARMUP_TEXT.lower().split())
+        if not words & set(result["text"].lower().split()):
+            raise RuntimeError(f"engine read the start-up page as {result['text']!r}, not {WARMUP_TEXT!r}")
 
     def count(self, ok: bool) -> None:
         with self.stats_lock:
@@ -121,17 +145,22 @@ class PodHandler(BaseHTTPRequestHandler):
 
     def handle_expect_100(self) -> bool:
         # Defer "100 Continue" until the request is accepted, so a client that asked
-        # does not upload a page we are about to refuse (413, 429, ...).
+        # does not upload a page we are about to refuse (401, 413, 429, ...).
         self._expect_continue = True
         return True
 
     def _dispatch(self, method: str) -> None:
-        self._expect_continue = self._expect_continue and method == "POST"
+        self._expect_continue = self._expect_continue and method in ("POST", "PUT")
         self._body_pending = bool(self._declared_length() or self.headers.get("Transfer-Encoding"))
         path = urlsplit(self.path).path
-        allowed = ROUTES.get(path)
+        route = "/v1/documents/" if path.startswith("/v1/documents/") else path
+        allowed = ROUTES.get(route)
         try:
-            if allowed is None:
+            if path != "/healthz" and not self._authorized():
+                # Decided from the headers alone: the body is never read, the connection closes.
+                self.close_connection = True
+                self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token"}, {"WWW-Authenticate": "Bearer"})
+            elif allowed is None:
                 self._send(HTTPStatus.NOT_FOUND, {"error": "not found"})
             elif method != allowed:
                 self._send(
@@ -143,6 +172,8 @@ class PodHandler(BaseHTTPRequestHandler):
                 self._healthz()
             elif path == "/v1/models":
                 self._models()
+            elif route == "/v1/documents/":
+                self._put_document(path.removeprefix("/v1/documents/"))
             else:
                 self._ocr()
         except (ConnectionError, TimeoutError):
@@ -150,9 +181,17 @@ class PodHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as exc:
             self.log_error("unhandled error on %s %s: %r", method, path, exc)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {exc}"})
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
         finally:
             self._expect_continue = False
+
+    def _authorized(self) -> bool:
+        expected = self.server.token
+        if not expected:
+            return True  # loopback without a token: the config refuses anything else
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        # compare_digest on both branches: the time taken says nothing about the token.
+        return hmac.compare_digest(given.strip().encode(), expected) and scheme.lower() == "bearer"
 
     def _healthz(self) -> None:
         srv = self.server
@@ -174,6 +213,8 @@ class PodHandler(BaseHTTPRequestHandler):
             {
                 "engine": engine.ENGINE,
                 "version": srv.version,
+                "device": "cpu",
+                "model": srv.config.model,
                 "languages": srv.languages,
                 "lanes": srv.lane_count,
                 "busy": busy,
@@ -181,8 +222,55 @@ class PodHandler(BaseHTTPRequestHandler):
                 "name": srv.name,
                 "pages_done": done,
                 "pages_failed": failed,
+                "documents": srv.documents.stats(),
             },
         )
+
+    def _put_document(self, name: str) -> None:
+        srv = self.server
+        if not valid_name(name):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "a document is named by its sha256: 64 lowercase hex digits"})
+            return
+        if srv.draining:
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "shutting down"})
+            return
+        length = self._declared_length()
+        if length is None:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
+            return
+        limit = min(srv.config.max_document_bytes, srv.documents.capacity_bytes)
+        if length > limit:
+            self._send(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                {"error": f"document of {length} bytes exceeds limit of {limit}"},
+            )
+            return
+        if length == 0:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
+            return
+        entry = srv.documents.touch(name)
+        if entry is not None:
+            # Already here: a client that asked first is spared the upload; one that sent
+            # it anyway has it read and dropped, so the connection stays usable.
+            if not self._expect_continue:
+                self._discard_body(length)
+            self._send(HTTPStatus.OK, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
+            return
+        self._continue()
+        try:
+            entry, created = srv.documents.put(name, length, self.rfile, pages.count_pages)
+        except (DocumentError, pages.BadImage) as exc:
+            if "incomplete body" in str(exc):
+                self.close_connection = True
+            self._body_pending = False
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            return
+        except CacheFull as exc:
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)})
+            return
+        self._body_pending = False
+        status = HTTPStatus.CREATED if created else HTTPStatus.OK
+        self._send(status, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
 
     def _ocr(self) -> None:
         srv = self.server
@@ -196,21 +284,54 @@ class PodHandler(BaseHTTPRequestHandler):
                 {"Retry-After": "1"} if srv.state == LOADING else None,
             )
             return
-
-        query = parse_qs(urlsplit(self.path).query)
-        lang = query.get("lang", ["eng"])[-1]
-        unknown = [part for part in lang.split("+") if part not in srv.languages]
-        if unknown:
-            error = f"unknown language(s) {unknown!r}; installed: {srv.languages}"
-            self._send(HTTPStatus.BAD_REQUEST, {"error": error})
-            return
-
         length = self._declared_length()
         if length is None:
             self._send(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
             return
         if length == 0:
             self._send(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
+            return
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type == "application/json":
+            self._ocr_document(length)
+        else:
+            self._ocr_image(length)
+
+    def _ocr_document(self, length: int) -> None:
+        srv = self.server
+        if length > MAX_JSON_BYTES:
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"JSON body over {MAX_JSON_BYTES} bytes"})
+            return
+        body = self._read_body(length)
+        if body is None:
+            return
+        try:
+            request = parse_page_request(body, srv.languages)
+        except ValueError as exc:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            return
+        document, number, dpi, lang = request
+        with srv.documents.use(document) as held:
+            if held is None:
+                self._send(HTTPStatus.CONFLICT, {"error": "document not cached", "document": document})
+                return
+            path, entry = held
+            if not entry.pages:  # adopted from disk at start-up: counted on first use
+                srv.documents.set_pages(document, pages.count_pages(path))
+            if not 1 <= number <= entry.pages:
+                self._send(
+                    HTTPStatus.BAD_REQUEST,
+                    {"error": f"page {number} out of range: the document has {entry.pages} pages"},
+                )
+                return
+            self._run_in_lane(lambda: pages.render_page(path, number, dpi), lang, rendered=True)
+
+    def _ocr_image(self, length: int) -> None:
+        srv = self.server
+        query = parse_qs(urlsplit(self.path).query)
+        lang = query.get("lang", ["eng"])[-1]
+        if error := unknown_languages(lang, srv.languages):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": error})
             return
         if length > srv.max_bytes:
             self._send(
@@ -219,43 +340,47 @@ class PodHandler(BaseHTTPRequestHandler):
             )
             return
 
+        def decode() -> Image.Image:
+            body = self._read_body(length)
+            if body is None:
+                raise _Answered
+            return pages.decode_image(body)  # the body goes out of scope before the OCR
+
+        self._run_in_lane(decode, lang, rendered=False)
+
+    def _run_in_lane(self, make_image: Callable[[], Image.Image], lang: str, *, rendered: bool) -> None:
+        srv = self.server
         if not srv.lanes.acquire(blocking=False):
-            self._send(
-                HTTPStatus.TOO_MANY_REQUESTS,
-                {"error": "all lanes busy"},
-                {"Retry-After": "1"},
-            )
+            self._send(HTTPStatus.TOO_MANY_REQUESTS, {"error": "all lanes busy"}, {"Retry-After": "1"})
             return
         with srv.stats_lock:
             srv.busy += 1
         try:
-            status, payload = self._run_page(lang, length)
+            answer = self._run_page(make_image, lang, rendered)
         finally:
             # Free the lane before answering: a client that sends its next page
             # as soon as it reads this answer must find the lane free.
             with srv.stats_lock:
                 srv.busy -= 1
             srv.lanes.release()
-        self._send(status, payload)
+        if answer is not None:
+            self._send(*answer)
 
-    def _run_page(self, lang: str, length: int) -> tuple[HTTPStatus, dict]:
+    def _run_page(
+        self, make_image: Callable[[], Image.Image], lang: str, rendered: bool
+    ) -> tuple[HTTPStatus, dict] | None:
         srv = self.server
-        if self._expect_continue:
-            self.send_response_only(HTTPStatus.CONTINUE)
-            self.end_headers()
-        body = self.rfile.read(length)
-        self._body_pending = False
-        if len(body) != length:
-            self.close_connection = True
-            return HTTPStatus.BAD_REQUEST, {"error": "incomplete body"}
+        started = time.monotonic()
         try:
-            img = engine.decode_image(body)
-        except engine.BadImage as exc:
+            img = make_image()
+        except _Answered:
+            return None
+        except pages.BadImage as exc:
             srv.count(ok=False)
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
-        del body  # a page can be tens of MB; do not hold it through the OCR
+        render_seconds = time.monotonic() - started
         try:
-            result = engine.ocr_image(img, lang, srv.page_timeout)
+            result = engine.ocr_image(img, lang, max(0.001, srv.page_timeout - render_seconds))
         except engine.PageTimeout:
             srv.count(ok=False)
             return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {srv.page_timeout:g} s exceeded"}
@@ -264,7 +389,35 @@ class PodHandler(BaseHTTPRequestHandler):
             self.log_error("engine error: %r", exc)
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"engine error: {exc}"}
         srv.count(ok=True)
+        if rendered:
+            result["render_seconds"] = round(render_seconds, 3)
         return HTTPStatus.OK, result
+
+    def _continue(self) -> None:
+        if self._expect_continue:
+            self.send_response_only(HTTPStatus.CONTINUE)
+            self.end_headers()
+            self._expect_continue = False
+
+    def _read_body(self, length: int) -> bytes | None:
+        """The whole body, or None after answering 400 for a short one."""
+        self._continue()
+        body = self.rfile.read(length)
+        self._body_pending = False
+        if len(body) != length:
+            self.close_connection = True
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "incomplete body"})
+            return None
+        return body
+
+    def _discard_body(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1024 * 1024))
+            if not chunk:
+                self.close_connection = True
+                break
+            length -= len(chunk)
+        self._body_pending = False
 
     def _declared_length(self) -> int | None:
         raw = self.headers.get("Content-Length")
@@ -310,7 +463,7 @@ class PodHandler(BaseHTTPRequestHandler):
     def _linger(self) -> None:
         # Closing a socket with unread input makes the kernel send RST, which can
         # destroy our error response before the client reads it. Half-close and
-        # discard what is still arriving (bounded), so the client sees the 413/429.
+        # discard what is still arriving (bounded), so the client sees the 401/413/429.
         deadline = time.monotonic() + 2.0
         try:
             self.connection.shutdown(socket.SHUT_WR)
@@ -325,7 +478,7 @@ class PodHandler(BaseHTTPRequestHandler):
         return self.server_version  # no Python version in the Server header
 
     def log_message(self, format: str, *args: Any) -> None:
-        pass  # no access log: a busy pod would flood its stderr
+        pass  # no access log: a busy pod would flood its stderr (and headers carry the token)
 
     def log_error(self, format: str, *args: Any) -> None:
         if format.startswith("Request timed out"):
@@ -333,15 +486,50 @@ class PodHandler(BaseHTTPRequestHandler):
         sys.stderr.write(f"podserver {self.address_string()}: {format % args}\n")
 
 
-def make_server(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    lanes: int = 1,
-    page_timeout: float = 120.0,
-    name: str = "",
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> PodServer:
-    """Bind the socket and start loading the engine in the background."""
-    server = PodServer(host, port, lanes, page_timeout, name or socket.gethostname(), max_bytes)
+class _Answered(Exception):
+    """The request was already answered while producing its page (a short body)."""
+
+
+def unknown_languages(lang: str, installed: list[str]) -> str:
+    unknown = [part for part in lang.split("+") if part not in installed]
+    return f"unknown language(s) {unknown!r}; installed: {installed}" if unknown else ""
+
+
+def parse_page_request(body: bytes, installed: list[str]) -> tuple[str, int, int, str]:
+    """(document, page, dpi, languages) from a JSON page request; ValueError says what is wrong."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("body must be a JSON object")
+    document = data.get("document")
+    if not isinstance(document, str) or not valid_name(document):
+        raise ValueError("document must be the document's sha256: 64 lowercase hex digits")
+    page, dpi = data.get("page"), data.get("dpi", DEFAULT_DPI)
+    if not isinstance(page, int) or isinstance(page, bool) or page < 1:
+        raise ValueError("page must be an integer >= 1")
+    if not isinstance(dpi, int) or isinstance(dpi, bool) or not pages.MIN_DPI <= dpi <= pages.MAX_DPI:
+        raise ValueError(f"dpi must be an integer in [{pages.MIN_DPI}, {pages.MAX_DPI}]")
+    lang = data.get("languages", "eng")
+    if not isinstance(lang, str):
+        raise ValueError("languages must be a string like 'eng+deu'")
+    if error := unknown_languages(lang, installed):
+        raise ValueError(error)
+    return document, page, dpi, lang
+
+
+def make_server(config: Config | None = None, documents: DocumentCache | None = None, **overrides: Any) -> PodServer:
+    """Bind the socket and start loading the engine in the background.
+
+    Without a config, the defaults of ``python -m podserver --host 127.0.0.1 --port 0``
+    (ignoring the environment), changed by ``overrides`` (lanes=2, token="...", ...).
+    """
+    if config is None:
+        config = load_config(["--host", "127.0.0.1", "--port", "0"], environ={})
+    config = replace(config, **overrides)
+    if not config.token and not is_loopback(config.host):
+        raise ConfigError(f"refusing to listen on {config.host} without a token")
+    server = PodServer(config, documents)
     server.start_loading()
     return server

@@ -29,16 +29,18 @@ def page_png() -> bytes:
 class Pod:
     """A `python -m podserver` subprocess and the URL it announced."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, stderr: object = None) -> None:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+            **(env or {}),
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "podserver", "--port", "0", *args],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
+            stderr=stderr,
             text=True,
         )
         self.url = self._read_listening_line()
@@ -58,6 +60,8 @@ class Pod:
     def wait_ready(self) -> None:
         deadline = time.monotonic() + HANG_GUARD
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"pod server exited with {self.proc.returncode}")
             if httpx.get(f"{self.url}/healthz").status_code == 200:
                 return
             time.sleep(0.05)
@@ -79,8 +83,8 @@ class Pod:
 def spawn_pod() -> Iterator[Callable[..., Pod]]:
     pods: list[Pod] = []
 
-    def spawn(*args: str) -> Pod:
-        pods.append(Pod(*args))
+    def spawn(*args: str, **kwargs: object) -> Pod:
+        pods.append(Pod(*args, **kwargs))
         return pods[-1]
 
     yield spawn
@@ -100,12 +104,13 @@ def pod() -> Iterator[Pod]:
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., tuple[PodServer, str]]]:
+def start_server(tmp_path: Path) -> Iterator[Callable[..., tuple[PodServer, str]]]:
     """Start in-process servers (server.lanes is the semaphore), engine loaded."""
     servers: list[PodServer] = []
 
     def start(wait: bool = True, **kwargs: object) -> tuple[PodServer, str]:
-        options: dict[str, object] = {"host": "127.0.0.1", "port": 0, "name": "inproc"}
+        cache_dir = tmp_path / f"documents-{len(servers)}"
+        options: dict[str, object] = {"host": "127.0.0.1", "port": 0, "name": "inproc", "cache_dir": str(cache_dir)}
         options.update(kwargs)
         server = make_server(**options)  # type: ignore[arg-type]
         servers.append(server)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 
 import httpx
 import pytest
 
-from .conftest import HANG_GUARD, Pod
+from .conftest import HANG_GUARD, REPO, Pod
 from .helpers import PAGE_LINES, accuracy
 
 
@@ -52,9 +54,12 @@ def test_healthz(pod: Pod) -> None:
 def test_models(pod: Pod) -> None:
     body = httpx.get(f"{pod.url}/v1/models").json()
 
+    # The contract's keys (notes/session5.md), plus busy lanes and the engine's model.
     assert set(body) == {
         "engine",
         "version",
+        "device",
+        "model",
         "languages",
         "lanes",
         "busy",
@@ -62,8 +67,12 @@ def test_models(pod: Pod) -> None:
         "name",
         "pages_done",
         "pages_failed",
+        "documents",
     }
     assert body["engine"] == "tesseract"
+    assert body["device"] == "cpu"
+    assert set(body["documents"]) == {"count", "bytes", "capacity_bytes"}
+    assert body["documents"]["capacity_bytes"] == 2 * 1024**3
     assert re.fullmatch(r"\d+\.\d+\.\d+", body["version"])
     assert "eng" in body["languages"]
     assert body["lanes"] == 2
@@ -90,3 +99,47 @@ def test_signal_before_engine_is_ready_still_exits_zero(spawn_pod) -> None:
     pod.proc.send_signal(signal.SIGTERM)
 
     assert pod.proc.wait(timeout=HANG_GUARD) == 0
+
+
+def test_in_a_runpod_pod_it_listens_on_every_address_reads_its_environment_and_never_logs_the_token(
+    spawn_pod, page_png: bytes, tmp_path
+) -> None:
+    token = "s3cret-pod-token-0d1e"
+    log = tmp_path / "stderr"
+    env = {"RUNPOD_POD_ID": "abc123xyz", "POD_TOKEN": token, "LANES": "3", "ENGINE": "tesseract"}
+    with open(log, "w") as stderr:
+        pod = spawn_pod("--name", "runpod-like", env=env, stderr=stderr)
+        assert pod.url.startswith("http://0.0.0.0:")
+        url = pod.url.replace("0.0.0.0", "127.0.0.1")  # this test only talks to loopback
+        pod.url = url
+        pod.wait_ready()
+        good, bad = {"Authorization": f"Bearer {token}"}, {"Authorization": f"Bearer {token}-not"}
+        models = httpx.get(f"{url}/v1/models", headers=good).json()
+        answers = [
+            httpx.post(f"{url}/v1/ocr", content=page_png, headers=bad),
+            httpx.post(f"{url}/v1/ocr", content=b"not an image", headers=good),
+            httpx.post(f"{url}/v1/ocr", json={"document": "0" * 64, "page": 1}, headers=good),
+            httpx.post(f"{url}/v1/ocr", content=page_png, headers=good, timeout=HANG_GUARD),
+        ]
+        pod.stop()
+
+    assert (models["lanes"], models["engine"], models["name"]) == (3, "tesseract", "runpod-like")
+    assert [answer.status_code for answer in answers] == [401, 400, 409, 200]
+    assert all(token not in answer.text for answer in answers)
+    assert token not in log.read_text()
+    assert token not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+def test_a_pod_on_a_public_address_without_a_token_exits_at_once_and_says_why() -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "RUNPOD_POD_ID": "abc123xyz"}
+    done = subprocess.run(
+        [sys.executable, "-m", "podserver", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    assert done.returncode == 2
+    assert "LISTENING" not in done.stdout
+    assert "refusing to listen on 0.0.0.0 without a token" in done.stderr

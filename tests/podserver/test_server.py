@@ -47,8 +47,8 @@ def test_page_in_flight_holds_its_lane(start_server, page_png: bytes, monkeypatc
         release.wait(HANG_GUARD)
         return real_ocr(img, lang, timeout)
 
+    _, url = start_server(lanes=1)  # loaded: the start-up page went through the real engine
     monkeypatch.setattr(podserver.engine, "ocr_image", slow_ocr)
-    _, url = start_server(lanes=1)
     first: list[httpx.Response] = []
     worker = threading.Thread(
         target=lambda: first.append(httpx.post(f"{url}/v1/ocr", content=page_png, timeout=HANG_GUARD))
@@ -267,12 +267,12 @@ def test_image_modes_are_converted(start_server, encoder) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--lanes", "0"], ["--page-timeout", "0"], ["--max-bytes", "-1"], []],
-    ids=["lanes", "page-timeout", "max-bytes", "no-port"],
+    [["--lanes", "0"], ["--page-timeout", "0"], ["--max-bytes", "-1"], ["--port", "70000"], ["--engine", "nope"]],
+    ids=["lanes", "page-timeout", "max-bytes", "port", "engine"],
 )
 def test_cli_rejects_bad_arguments(args: list[str]) -> None:
     with pytest.raises(SystemExit):
-        parse_args(["--port", "0", *args] if args else [])
+        parse_args(["--port", "0", *args])
 
 
 def test_cli_defaults() -> None:

@@ -1,0 +1,149 @@
+"""From bytes to a page image: decoding images, counting a document's pages, rendering one.
+
+The pod renders its own pages (issue 12): PDF pages through pdfium at the DPI asked for, images
+used as they are (a TIFF's frame N is page N). Every page comes out in a mode the engines handle
+well (L or RGB), with no ``.format``, so nothing downstream re-encodes it lossily.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageOps
+
+MAX_PIXELS = 100_000_000
+MIN_DPI, MAX_DPI = 36, 600
+
+# decode_image checks the size itself (Pillow only warns between its MAX_IMAGE_PIXELS
+# and twice that). Pillow's global is set by the pod process (__main__), not on
+# import: a process that imports this module for other reasons keeps its own.
+
+_MODES_16BIT = {"I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+
+# pdfium is not thread-safe (pypdfium2's documentation): lanes render one at a time.
+# A 200 DPI page takes tens of milliseconds, a GPU page hundreds, so lanes rarely wait.
+_PDFIUM = threading.Lock()
+
+
+class BadImage(ValueError):
+    """The bytes are not an image (or document) we are willing to OCR."""
+
+
+def is_pdf(head: bytes) -> bool:
+    # PDF readers accept the header anywhere in the first KiB.
+    return b"%PDF-" in head[:1024]
+
+
+def count_pages(path: Path) -> int:
+    """Pages of a PDF or frames of an image; BadImage when it is neither (or is encrypted)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024)
+    if is_pdf(head):
+        with _PDFIUM:
+            try:
+                pdf = pdfium.PdfDocument(str(path))
+            except pdfium.PdfiumError as exc:
+                raise BadImage(f"not a readable PDF: {exc}") from None
+            try:
+                count = len(pdf)
+            finally:
+                pdf.close()
+        if count < 1:
+            raise BadImage("the PDF has no pages")
+        return count
+    try:
+        with Image.open(path) as img:
+            return getattr(img, "n_frames", 1)
+    except Exception as exc:
+        raise BadImage(f"not a PDF or an image: {exc}") from None
+
+
+def render_page(path: Path, page: int, dpi: int) -> Image.Image:
+    """Page ``page`` (1-based) of a cached document, ready for an engine."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024)
+    if is_pdf(head):
+        return _render_pdf_page(path, page, dpi)
+    return decode_image(path.read_bytes(), frame=page - 1)
+
+
+def _render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
+    scale = dpi / 72
+    with _PDFIUM:
+        pdf = pdfium.PdfDocument(str(path))
+        try:
+            if not 1 <= page <= len(pdf):
+                raise BadImage(f"page {page} out of range: the document has {len(pdf)} pages")
+            pdf_page = pdf[page - 1]
+            try:
+                width, height = pdf_page.get_size()
+                pixels = round(width * scale) * round(height * scale)
+                if pixels > MAX_PIXELS:
+                    raise BadImage(
+                        f"page {page} at {dpi} DPI is {pixels} pixels, over {MAX_PIXELS // 1_000_000} megapixels"
+                    )
+                bitmap = pdf_page.render(scale=scale, grayscale=True)
+                img = bitmap.to_pil()
+                img.load()
+            finally:
+                pdf_page.close()
+        finally:
+            pdf.close()
+    return _normalise(img)
+
+
+def decode_image(data: bytes, frame: int = 0) -> Image.Image:
+    """Decode one page image (frame ``frame`` of a multi-frame TIFF) into L or RGB."""
+    try:
+        with Image.open(io.BytesIO(data)) as probe:
+            _check_size(probe)
+            probe.verify()
+        # verify() leaves the image unusable, so decode again for real.
+        img = Image.open(io.BytesIO(data))
+        frames = getattr(img, "n_frames", 1)
+        if not 0 <= frame < frames:
+            raise BadImage(f"page {frame + 1} out of range: the image has {frames} pages")
+        if frame:
+            img.seek(frame)
+            _check_size(img)
+        img.load()
+        img = ImageOps.exif_transpose(img)  # phone photos arrive rotated otherwise
+    except BadImage:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise BadImage(f"image too large: {exc}") from None
+    # Corrupt data surfaces as OSError, ValueError, SyntaxError, struct.error, ...
+    # depending on the plugin, so anything Pillow raises here means "not an image".
+    except Exception as exc:
+        raise BadImage(f"not an image: {exc}") from None
+    return _normalise(img)
+
+
+def _check_size(img: Image.Image) -> None:
+    width, height = img.size
+    if width * height > MAX_PIXELS:
+        limit = MAX_PIXELS // 1_000_000
+        raise BadImage(f"image too large: {width}x{height} exceeds {limit} megapixels")
+
+
+def _normalise(img: Image.Image) -> Image.Image:
+    # Always return a fresh image whose .format is None: pytesseract re-saves the
+    # image in its original format, and a JPEG would be recompressed lossily.
+    if "A" in img.getbands() or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        # Transparent means paper: flattening onto black would hide black ink.
+        page = Image.new("RGB", img.size, "white")
+        page.paste(rgba, mask=rgba.getchannel("A"))
+        return page
+    if img.mode in _MODES_16BIT:
+        # convert("L") clips 16-bit values (most scans turn white); stretch instead.
+        wide = img if img.mode == "F" else img.convert("I")
+        lo, hi = wide.getextrema()
+        scale = 255.0 / (hi - lo) if hi > lo else 1.0
+        return wide.point(lambda v: (v - lo) * scale).convert("L")
+    if img.mode in ("L", "1"):
+        return img.convert("L")
+    return img.convert("RGB")
