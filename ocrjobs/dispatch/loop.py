@@ -268,6 +268,10 @@ class DispatchLoop:
                 self.lanes.release(lane)
                 continue
             self.inflight[page.id] = page
+            if page.sha256 and page.sha256 not in self.held.get(lane.pod_id, ()):
+                # Now, not when the forward first runs: the next pages of its document, chosen in
+                # this same pass, must see this pod as holding it.
+                self.start_put(page, lane)
             task = asyncio.ensure_future(self.forward(page, lane))
             self.forwarding[page.id] = task
             self.flights.add(task)
@@ -385,16 +389,21 @@ class DispatchLoop:
     async def send_document(self, page: ClaimedPage, lane: PodLanes) -> None:
         """Make sure the pod holds the page's document: at most one PUT per (pod, document) is out
         at a time, and the pages that need it meanwhile wait for that one."""
+        put = self.puts.get((lane.pod_id, page.sha256))
+        if put is None and page.sha256 not in self.held.get(lane.pod_id, ()):
+            put = self.start_put(page, lane)
+        if put is not None:
+            await asyncio.shield(put)
+
+    def start_put(self, page: ClaimedPage, lane: PodLanes) -> asyncio.Future:
+        """Send the page's document to the pod; from now on the pod counts as holding it (pages that
+        come meanwhile go there and wait for this PUT), unless the PUT fails."""
         key = (lane.pod_id, page.sha256)
-        put = self.puts.get(key)
-        if put is None:
-            if page.sha256 in self.held.get(lane.pod_id, ()):
-                return
-            self.remember(lane.pod_id, page.sha256)  # pages that come now go to this pod and wait
-            put = asyncio.ensure_future(self.put_document(page, lane))
-            self.puts[key] = put
-            put.add_done_callback(lambda done: self.puts.pop(key, None) if self.puts.get(key) is done else None)
-        await asyncio.shield(put)
+        self.remember(*key)
+        put = asyncio.ensure_future(self.put_document(page, lane))
+        self.puts[key] = put
+        put.add_done_callback(lambda done: self.puts.pop(key, None) if self.puts.get(key) is done else None)
+        return put
 
     async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
         try:

@@ -136,3 +136,28 @@ def test_no_free_lane_takes_no_page(two_pods):
 
     assert loop.next_forward() == (None, None)
     assert len(loop.queue) == 1
+
+
+def test_pages_of_one_document_sent_in_one_pass_go_to_the_pod_that_gets_it_and_share_its_put(two_pods):
+    loop = two_pods
+    loop.lanes.sync([(1, "http://pod-1", 4, ""), (2, "http://pod-2", 4, "")], FleetCounts(ready=2))
+    sent: list[tuple[int, int]] = []
+    puts: list[int] = []
+
+    async def forward(page, lane):
+        sent.append((page.id, lane.pod_id))
+
+    async def put_document(page, lane):
+        puts.append(lane.pod_id)
+
+    loop.forward, loop.put_document = forward, put_document
+
+    async def one_pass():
+        loop.queue.extend([claimed(n, "a") for n in range(1, 5)])
+        loop.start_forwards()  # every page chosen before any forward runs
+        await asyncio.sleep(0)
+
+    asyncio.run(one_pass())
+
+    assert len({pod for _, pod in sent}) == 1 and len(sent) == 4
+    assert puts == [sent[0][1]]
