@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.models import Document, Job, Page
+from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_file_write
 from ocrjobs.services.submission import _pdf_input, document_pages
@@ -116,8 +116,16 @@ def _make_pages(document, row, lease, page_count, existing, text_layers: _TextLa
     document.page_count = page_count
     document.save(update_fields=["status", "page_count"])
     job_refresh(job_id=document.job_id)
-    _nudge(document.job.pool_id)
+    _pages_made(document.job.pool_id)
     return document
+
+
+def _pages_made(pool_id: int) -> None:
+    """New pages wait. A live dispatcher of the pool claims them (and nudges the scaler itself when
+    they wait for lanes; one that is leaving looks again after it ended); else the scaler hears now.
+    A tick per document split was most of the workers' CPU once splits stopped rendering."""
+    if not Dispatcher.objects.live().filter(pool_id=pool_id).exists():
+        _nudge(pool_id)
 
 
 def documents_recover(*, pool_id: int) -> list[int]:

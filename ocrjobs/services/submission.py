@@ -325,10 +325,10 @@ def job_submit(
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
+    from ocrjobs.tasks import enqueue_fetch, enqueue_splits  # ocrjobs.tasks imports the services
 
-    for document_id in split_ids:
-        enqueue_split(document_id)
+    if split_ids:
+        enqueue_splits(split_ids)
     for document_id in fetch_ids:
         enqueue_fetch(document_id)
 

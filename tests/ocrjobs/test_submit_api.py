@@ -98,14 +98,14 @@ def test_it_accepts_several_files_and_counts_each_documents_pages(client, submit
     ]
 
 
-def test_it_enqueues_one_split_per_document_once_the_job_is_committed(
+def test_it_enqueues_the_split_of_its_documents_once_the_job_is_committed(
     client, submit_token, django_capture_on_commit_callbacks, queued
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = post_files(client, submit_token, [("a.pdf", pdf_bytes()), ("b.png", image_bytes(["x"]))])
 
     assert response.status_code == 201
-    assert queued() == ["ocrjobs.tasks.split_document", "ocrjobs.tasks.split_document"]
+    assert queued() == ["ocrjobs.tasks.split_documents"]  # one task for a submission's documents
 
 
 # --- bad files ------------------------------------------------------------------
