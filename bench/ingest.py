@@ -236,6 +236,19 @@ def submit_all(front_url: str, token: str, jobs: list[list[tuple[str, bytes, int
     return {"seconds": time.monotonic() - started, "answers": answers}
 
 
+def settle(meter: CpuMeter, seconds: float = 60.0) -> None:
+    """Wait until the workers' clusters are up and quiet: their start-up CPU stays out of the figures."""
+    deadline = time.monotonic() + seconds
+    time.sleep(2.0)
+    before = meter.read()[0].get("qcluster", 0.0)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = meter.read()[0].get("qcluster", 0.0)
+        if now - before < 0.1:
+            return
+        before = now
+
+
 def run(args, children: Children, sim_url: str) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -259,9 +272,8 @@ def run(args, children: Children, sim_url: str) -> None:
     front, front_url = start_front(env, children.log_dir, own_session=False)
     children.add(front)
     workers = children.add(start_workers(env, children.log_dir, own_session=False))
-    time.sleep(3.0)  # the workers' clusters up, and their start-up CPU outside the measurement
-
     meter = CpuMeter(children)
+    settle(meter)
     cpu_before = meter.read()
     first_submit = timezone.now()
     started = time.monotonic()
