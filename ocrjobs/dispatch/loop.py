@@ -76,6 +76,10 @@ BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
 # that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
 # second pod: looking this far down the queue at most.
 AFFINITY_LOOK_AHEAD = 32
+# A page whose document's pods are all busy, with nothing else to send, waits this long for one of
+# them before it goes to any free lane (and its document crosses to a second pod): a few page times
+# of a fast pod, against a second copy of a document that may be tens of MB.
+AFFINITY_WAIT_SECONDS = 0.5
 # A pod that answers "document not cached" again right after it took the document (it evicts
 # at once: a cache smaller than the document) is asked this many times in all.
 DOCUMENT_SENDS = 3
@@ -122,6 +126,7 @@ class DispatchLoop:
         self.puts: dict[tuple[int, str], asyncio.Future] = {}
         self.documents_sent = 0
         self.bytes_sent = 0
+        self.affinity_waits: dict[int, float] = {}  # page id -> when it began to wait for its document's pods
 
     async def db(self, fn, /, **kwargs):
         """Run a database call on the loop's own database thread; once more on a fresh
@@ -258,6 +263,12 @@ class DispatchLoop:
 
     def start_forwards(self) -> None:
         while self.queue:
+            if self.queue[0].id in self.forwarding:
+                # Claimed again while its forward is still out (the pod it went to was
+                # declared lost): that forward now stands for the newer attempt.
+                page = self.queue.popleft()
+                self.inflight[page.id] = page
+                continue
             page, lane = self.next_forward()
             if lane is None:
                 return
@@ -281,19 +292,30 @@ class DispatchLoop:
         """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
         goes to a pod that holds its document when one has a lane free. When every pod holding it
         is busy, a page further on whose document needs no second crossing goes first (bounded
-        look-ahead); failing that, the first page goes to any free lane."""
+        look-ahead); failing that, the first page waits for its document's pods a little
+        (AFFINITY_WAIT_SECONDS), then goes to any free lane."""
         if not self.lanes.free:
             return None, None
         for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
-            holders = self.holders.get(page.sha256)
+            # Pods that left this loop's lanes (drained, shunned) hold nothing it can use.
+            holders = [pod_id for pod_id in self.holders.get(page.sha256, ()) if pod_id in self.lanes.pods]
             lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
             if lane is not None:
                 del self.queue[index]
+                self.affinity_waits.pop(page.id, None)
                 return page, lane
             if not holders:
                 return None, None
+        head = self.queue[0]
+        now = time.monotonic()
+        waiting_since = self.affinity_waits.setdefault(head.id, now)
+        if now - waiting_since < AFFINITY_WAIT_SECONDS:
+            return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
         lane = self.lanes.lease()
-        return (self.queue.popleft(), lane) if lane is not None else (None, None)
+        if lane is None:
+            return None, None
+        self.affinity_waits.pop(head.id, None)
+        return self.queue.popleft(), lane
 
     def note_no_lane(self) -> None:
         now = time.monotonic()
@@ -545,6 +567,8 @@ class DispatchLoop:
         cancelled; or they expired and went elsewhere) are never sent. A page already out at a pod
         finishes there: the pod is paid for and busy with it either way, and its result is refused."""
         lost = {page for page in queued if page.id not in held}
+        waiting = {page.id for page in self.queue}
+        self.affinity_waits = {page_id: t for page_id, t in self.affinity_waits.items() if page_id in waiting}
         if lost:
             self.queue = deque(page for page in self.queue if page not in lost)
             log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",

@@ -116,16 +116,20 @@ def test_a_page_whose_documents_pod_is_busy_lets_a_page_of_a_new_document_go_fir
     assert [p.id for p in loop.queue] == [1]
 
 
-def test_with_nothing_else_to_send_a_page_takes_any_free_lane(two_pods):
+def test_with_nothing_else_to_send_a_page_waits_for_its_documents_pod_then_takes_any_free_lane(two_pods, monkeypatch):
     loop = two_pods
     loop.remember(1, "a" * 64)
     loop.lanes.lease([1], anywhere=False)
     loop.queue.extend([claimed(1, "a")])
+    clock = [100.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
 
+    assert loop.next_forward() == (None, None)  # pod 1 may free a lane any moment
+    clock[0] += dispatch.AFFINITY_WAIT_SECONDS
     page, lane = loop.next_forward()
 
-    assert (page.id, lane.pod_id) == (1, 2)  # no lane left idle: the document crosses a second time
-    assert not loop.queue
+    assert (page.id, lane.pod_id) == (1, 2)  # no lane left idle for longer: the document crosses again
+    assert not loop.queue and not loop.affinity_waits
 
 
 def test_no_free_lane_takes_no_page(two_pods):
