@@ -45,7 +45,7 @@ def populate(pages: int, recent: int) -> None:
     for number in range(1, pages + 1):
         # the last `recent` pages finished within the last minute; the rest over the week before
         age = (pages - number) * 50.0 / recent if number > pages - recent else 60 + (pages - number) * week / pages
-        batch.append(Page(job=job, document=document, pool=pool, number=number, image=f"{number}.png",
+        batch.append(Page(job=job, document=document, pool=pool, number=number,
                           status=Page.Status.DONE, started_at=now - timedelta(seconds=age + 2),
                           finished_at=now - timedelta(seconds=age)))  # fmt: skip
         if len(batch) == 10_000:

@@ -80,6 +80,9 @@ AFFINITY_LOOK_AHEAD = 32
 # them before it goes to any free lane (and its document crosses to a second pod): a few page times
 # of a fast pod, against a second copy of a document that may be tens of MB.
 AFFINITY_WAIT_SECONDS = 0.5
+# ...unless its document has this many pages per pod that holds it: a long document spreads over
+# the fleet at once (each copy paid for by that many pages), a short one stays on its pod.
+AFFINITY_SPREAD_PAGES = 16
 # A pod that answers "document not cached" again right after it took the document (it evicts
 # at once: a cache smaller than the document) is asked this many times in all.
 DOCUMENT_SENDS = 3
@@ -292,8 +295,9 @@ class DispatchLoop:
         """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
         goes to a pod that holds its document when one has a lane free. When every pod holding it
         is busy, a page further on whose document needs no second crossing goes first (bounded
-        look-ahead); failing that, the first page waits for its document's pods a little
-        (AFFINITY_WAIT_SECONDS), then goes to any free lane."""
+        look-ahead); failing that, the first page goes to any free lane, at once if its document is
+        long (AFFINITY_SPREAD_PAGES pages per pod holding it), else after waiting a little for its
+        document's pods (AFFINITY_WAIT_SECONDS)."""
         if not self.lanes.free:
             return None, None
         for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
@@ -310,7 +314,9 @@ class DispatchLoop:
         now = time.monotonic()
         waiting_since = self.affinity_waits.setdefault(head.id, now)
         if now - waiting_since < AFFINITY_WAIT_SECONDS:
-            return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
+            holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
+            if head.pages < AFFINITY_SPREAD_PAGES * holders:
+                return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
         lane = self.lanes.lease()
         if lane is None:
             return None, None

@@ -29,6 +29,7 @@ class ClaimedPage:
     number: int  # the page in its document, 1-based
     languages: str
     attempts: int
+    pages: int = 1  # its document's page count
 
 
 def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
@@ -60,7 +61,7 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
         )
         rows = Page.objects.filter(id__in=ids).values_list(
             "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
-            "job__languages", "attempts",
+            "job__languages", "attempts", "document__page_count",
         )  # fmt: skip
         return [ClaimedPage(*row) for row in rows]
 

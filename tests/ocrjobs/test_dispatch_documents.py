@@ -80,9 +80,9 @@ def test_a_pod_that_answers_409_gets_the_document_again_and_the_page_spends_no_a
 # --- affinity: which lane a page takes (the loop's choice alone, no pod) ---------------------------
 
 
-def claimed(page_id: int, document: str) -> ClaimedPage:
-    return ClaimedPage(id=page_id, job_id=1, position=0, document_id=1, source="d", sha256=document * 64, number=1,
-                       languages="eng", attempts=1)  # fmt: skip
+def claimed(page_id: int, document: str, pages: int = 4) -> ClaimedPage:
+    return ClaimedPage(id=page_id, job_id=1, position=0, document_id=1, source="d", sha256=document * 64,
+                       number=page_id, languages="eng", attempts=1, pages=pages)  # fmt: skip
 
 
 @pytest.fixture
@@ -165,3 +165,15 @@ def test_pages_of_one_document_sent_in_one_pass_go_to_the_pod_that_gets_it_and_s
 
     assert len({pod for _, pod in sent}) == 1 and len(sent) == 4
     assert puts == [sent[0][1]]
+
+
+def test_a_long_document_whose_pod_is_busy_spreads_to_a_free_pod_at_once(two_pods):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    loop.queue.extend([claimed(1, "a", pages=dispatch.AFFINITY_SPREAD_PAGES * 2)])
+
+    page, lane = loop.next_forward()
+
+    # Pages enough to pay for a second copy: pod 2 takes one now, rather than idle.
+    assert (page.id, lane.pod_id) == (1, 2)
