@@ -10,7 +10,7 @@ from fleetadmin.clusters import DISPATCH, cluster_name
 from fleetadmin.db import retry_on_db_error
 from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
-from ocrjobs.services.split import document_split
+from ocrjobs.services.split import document_split, documents_split
 from pods.models import Pool
 
 
@@ -31,7 +31,7 @@ SPLITS_PER_TASK = 20
 
 @retry_on_db_error
 def split_documents(document_ids: list[int]) -> str:
-    statuses = [document_split(document_id=document_id).status for document_id in document_ids]
+    statuses = [document.status for document in documents_split(document_ids=document_ids)]
     return f"{len(statuses)} documents: {statuses.count('split')} split"
 
 

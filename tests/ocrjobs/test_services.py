@@ -14,6 +14,7 @@ from ocrjobs.models import Document, Job, Page
 from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
 from ocrjobs.services import split as split_services
+from ocrjobs.services.dispatchers import dispatcher_register
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
 from ocrjobs.services.pages import (
     PageResult,
@@ -166,6 +167,30 @@ def test_split_checks_the_pixel_limit_from_the_page_size_without_rendering(ordin
     assert document.status == Document.Status.FAILED
     assert "over the limit of 1000 pixels" in document.error
     assert document.pages.count() == 0
+
+
+def test_documents_split_together_refresh_their_job_and_tell_the_scaler_once(ordinary_user, queued):
+    job = submit(ordinary_user, {"a.pdf": pdf_bytes(PAGES_TRUTH[:2]), "b.png": image_bytes(["b"]),
+                                 "c.jpg": image_bytes(["c"], "JPEG")})  # fmt: skip
+    queued_before = len(queued())
+
+    documents = split_services.documents_split(document_ids=list(job.documents.values_list("pk", flat=True)))
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 3
+    assert job.pages.count() == 4
+    assert reload(job).status == Job.Status.RUNNING
+    assert queued()[queued_before:] == ["pods.tasks.scaler_tick"]  # no dispatcher is live: one tick, not three
+
+
+def test_new_pages_nudge_no_scaler_while_a_dispatcher_of_the_pool_is_live(ordinary_user, queued):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"])})
+    dispatcher_register(pool_id=job.pool_id)
+    queued_before = len(queued())
+
+    document_split(document_id=job.documents.get().pk)
+
+    assert job.pages.count() == 1
+    assert queued()[queued_before:] == []  # the live dispatcher claims them
 
 
 def test_split_run_again_makes_only_the_missing_pages(ordinary_user):
