@@ -83,6 +83,7 @@ AFFINITY_WAIT_SECONDS = 0.5
 # ...unless its document has this many pages per pod that holds it: a long document spreads over
 # the fleet at once (each copy paid for by that many pages), a short one stays on its pod.
 AFFINITY_SPREAD_PAGES = 16
+AFFINITY_HOLDERS_LOOKED_AT = 16
 # A pod that answers "document not cached" again right after it took the document (it evicts
 # at once: a cache smaller than the document) is asked this many times in all.
 DOCUMENT_SENDS = 3
@@ -301,8 +302,10 @@ class DispatchLoop:
         if not self.lanes.free:
             return None, None
         for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
-            # Pods that left this loop's lanes (drained, shunned) hold nothing it can use.
-            holders = [pod_id for pod_id in self.holders.get(page.sha256, ()) if pod_id in self.lanes.pods]
+            # Pods that left this loop's lanes (drained, shunned) hold nothing it can use. A few are
+            # looked at, however many hold a long document: the cost stays flat with the fleet.
+            holding = islice(self.holders.get(page.sha256, ()), AFFINITY_HOLDERS_LOOKED_AT)
+            holders = [pod_id for pod_id in holding if pod_id in self.lanes.pods]
             lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
             if lane is not None:
                 del self.queue[index]
