@@ -422,7 +422,7 @@ def test_redis_dropping_every_client_and_stalling_mid_job_loses_no_page_and_reco
 @pytest.fixture
 def slow_boot_sim(monkeypatch, settings):
     """Pods take seconds to come up: a boot is still waiting for its pod when the cluster dies."""
-    yield from simulator(monkeypatch, settings, boot_delay_s=5.0, page_latency_s=0.05)
+    yield from simulator(monkeypatch, settings, boot_delay_s=5.0, page_latency_s=0.002)
 
 
 def kill_tree(root: psutil.Process) -> None:
@@ -441,11 +441,12 @@ def test_the_cluster_killed_with_9_mid_split_and_mid_boot_has_both_sent_again_an
     # Short task leases, so that the dead split's row is seen as lost within seconds.
     leases = {"TASK_LEASE_SECONDS": "2", "TASK_START_GRACE_SECONDS": "10"}
     settings.TASK_LEASE_SECONDS, settings.TASK_START_GRACE_SECONDS = 2.0, 10.0
-    system = start_system(**leases)
-    pool = sim_pool(max_pods=1, lanes_per_pod=8)
-    # A split renders nothing now: it is the page rows, a batch at a time. The most pages a document
-    # may have takes a second or more to split here, long enough to be caught in the middle.
-    frame_count = 3000
+    # A split renders nothing now: it is the page rows, a batch at a time, a few milliseconds each.
+    # A document of 30,000 pages (a limit raised for it) takes seconds to split, long enough to be
+    # caught in the middle; the pod reads its pages in a few milliseconds each.
+    frame_count = 30_000
+    system = start_system(**leases, OCR_MAX_PAGES_PER_DOCUMENT=str(frame_count))
+    pool = sim_pool(max_pods=1, lanes_per_pod=16)
     job = system.submit({"scan.pdf": blank_pdf_bytes(frame_count)}, pool)
     document = job.documents.get()
     splitting = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING).exclude(task_lease_token="")
