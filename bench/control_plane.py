@@ -68,6 +68,30 @@ TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
     "3a7e9b550000000a49444154789c63600000000200015e2f2d7a0000000049454e44ae426082"
 )
+
+
+def bench_document(pages: int) -> tuple[str, str, int]:
+    """A blank PDF of ``pages`` pages under MEDIA_ROOT, for documents a benchmark stores directly in the
+    database (pods read pages of real documents, by hash): (source, sha256, size)."""
+    import hashlib
+    import io
+
+    import pypdfium2 as pdfium
+    from django.conf import settings
+
+    pdf = pdfium.PdfDocument.new()
+    for _ in range(pages):
+        pdf.new_page(612, 792).close()
+    out = io.BytesIO()
+    pdf.save(out)
+    pdf.close()
+    data = out.getvalue()
+    source = f"bench/blank-{pages}.pdf"
+    (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
+    (settings.MEDIA_ROOT / source).write_bytes(data)
+    return source, hashlib.sha256(data).hexdigest(), len(data)
+
+
 GPU = "CP-GPU"
 API_KEY = "bench-key"
 IN_FLIGHT_GOAL = 1000
@@ -270,7 +294,6 @@ def main() -> None:
 def run(args, children: Children, sim_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from django.conf import settings
     from django.db import close_old_connections, connection
     from django.utils import timezone
 
@@ -307,21 +330,19 @@ def run(args, children: Children, sim_url: str) -> None:
     wait_for(
         lambda: all(p["model"] == "ok" for p in sim_get(sim_url, "/sim/pods")["pods"]), 60, "virtual pods not ready"
     )
-    image = settings.MEDIA_ROOT / "bench" / "page.png"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    image.write_bytes(TINY_PNG)
     job = Job.objects.create(pool=pool, status=Job.Status.RUNNING)
     per_document = 100
+    source, sha256, size = bench_document(per_document)
     documents = Document.objects.bulk_create(
         [
-            Document(job=job, position=n, name=f"doc-{n}.pdf", kind="pdf", source="bench/page.png", size_bytes=1,
-                     page_count=min(per_document, args.pages - n * per_document), status="split")
+            Document(job=job, position=n, name=f"doc-{n}.pdf", kind="pdf", source=source, sha256=sha256,
+                     size_bytes=size, page_count=min(per_document, args.pages - n * per_document), status="split")
             for n in range(-(-args.pages // per_document))
         ]
     )  # fmt: skip
     Page.objects.bulk_create(
         (
-            Page(job=job, document=document, pool=pool, number=number, image="bench/page.png")
+            Page(job=job, document=document, pool=pool, number=number)
             for document in documents
             for number in range(1, document.page_count + 1)
         ),

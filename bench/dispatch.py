@@ -90,7 +90,6 @@ def main() -> None:
 
 
 def run(args) -> None:
-    from django.conf import settings
     from django.db import connection
     from django.db.models import Max
 
@@ -112,17 +111,14 @@ def run(args) -> None:
     for item in created:
         Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY, lanes=args.lanes,
                            base_url=f"{os.environ['RUNPOD_API_BASE_URL']}/pods/{item.provider_id}")  # fmt: skip
-    image = settings.MEDIA_ROOT / "bench" / "page.png"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    image.write_bytes(TINY_PNG)
+    from bench.control_plane import bench_document
+
+    source, sha256, size = bench_document(args.pages)
     job = Job.objects.create(pool=pool)
-    document = Document.objects.create(job=job, position=0, name="bench.pdf", kind="pdf", source="bench/page.png",
-                                       size_bytes=1, page_count=args.pages)  # fmt: skip
+    document = Document.objects.create(job=job, position=0, name="bench.pdf", kind="pdf", source=source,
+                                       sha256=sha256, size_bytes=size, page_count=args.pages)  # fmt: skip
     Page.objects.bulk_create(
-        [
-            Page(job=job, document=document, pool=pool, number=n, image="bench/page.png")
-            for n in range(1, args.pages + 1)
-        ],
+        [Page(job=job, document=document, pool=pool, number=n) for n in range(1, args.pages + 1)],
         batch_size=2000,
     )
     connection.close()

@@ -49,7 +49,7 @@ def populate(pages: int, recent: int) -> None:
     for number in range(1, pages + 1):
         # the last `recent` pages finished within the last minute; the rest over the week before
         age = (pages - number) * 50.0 / recent if number > pages - recent else 60 + (pages - number) * week / pages
-        batch.append(Page(job=job, document=document, pool=pool, number=number, image=f"{number}.png",
+        batch.append(Page(job=job, document=document, pool=pool, number=number,
                           status=Page.Status.DONE, started_at=now - timedelta(seconds=age + 2),
                           finished_at=now - timedelta(seconds=age)))  # fmt: skip
         if len(batch) == 10_000:
@@ -60,7 +60,7 @@ def populate(pages: int, recent: int) -> None:
     today = Job.objects.create(owner=owner, pool=pool, status=Job.Status.DONE, tallied_done=60)
     document = Document.objects.create(job=today, position=0, name="today.pdf", kind="pdf", source="today.pdf",
                                        size_bytes=1, page_count=60)  # fmt: skip
-    Page.objects.bulk_create([Page(job=today, document=document, pool=pool, number=n, image=f"{n}.png",
+    Page.objects.bulk_create([Page(job=today, document=document, pool=pool, number=n,
                                    status=Page.Status.DONE, started_at=now - timedelta(seconds=5),
                                    finished_at=now - timedelta(seconds=3)) for n in range(1, 61)])  # fmt: skip
     PoolPageTally.objects.filter(pool=pool).update(done=pages + 60)

@@ -68,9 +68,7 @@ def result_figures(args) -> dict:
     job = Job.objects.create(pool=pool)
     document = Document.objects.create(job=job, position=0, name="d", kind="pdf", source="x", size_bytes=1,
                                        page_count=args.pages)  # fmt: skip
-    Page.objects.bulk_create(
-        [Page(job=job, document=document, pool=pool, number=n, image="x") for n in range(1, args.pages + 1)]
-    )
+    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n) for n in range(1, args.pages + 1)])
     claimed = pages_claim(pool_id=pool.pk, token="bench", limit=args.pages)
     # About what tesseract answers for a page of prose: its text and 40 lines with boxes.
     result = {"text": "lorem ipsum " * 150, "confidence": 90.0,

@@ -1,10 +1,11 @@
 """Storm: the run that broke the system this replaces, scaled to this machine, on the RunPod simulator.
 
     .venv/bin/python bench/storm.py [--database-url postgres://...] [--docs 2000 --pages-per-doc 4]
-        [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S]
+        [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
 
-Thousands of documents of several pages (stored directly in the database, every
-page a tiny PNG) wait in a RunPod pool with no pod. The real workers
+Thousands of documents of several pages (stored directly in the database, as split already,
+every document a small blank PDF; or, with ``--real-path``, each uploaded as a PDF of its own
+through ``POST /v1/jobs`` and split by the workers) wait in a RunPod pool with no pod. The real workers
 (``manage.py workers``: the supervisor and its qcluster) do everything else:
 scaler ticks boot pods over a catalogue whose cheapest GPU types
 have no capacity anywhere, dispatchers forward every page to the virtual pods
@@ -51,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._setup import django_for_bench
-from bench.control_plane import API_KEY, TINY_PNG, CpuMeter, raise_on_sigterm, read_token, run_probe, sim_get
+from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 DATA_CENTERS = ["EU-RO-1", "US-TX-3", "EU-SE-1"]
@@ -102,6 +103,10 @@ def main() -> None:
     parser.add_argument("--q-workers", type=int, default=4, help="short-task workers (boots hold none)")
     parser.add_argument("--probe-rate", type=float, default=5.0, help="status/healthz requests per second each")
     parser.add_argument("--max-seconds", type=float, default=1800, help="give up after this long")
+    parser.add_argument(
+        "--real-path", action="store_true",
+        help="submit the documents through POST /v1/jobs (the workers split them) instead of storing pages",
+    )  # fmt: skip
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
     raise_on_sigterm()
@@ -119,32 +124,60 @@ def main() -> None:
 
 
 def create_pages(args, pool) -> list[int]:
-    from django.conf import settings
-
+    """Jobs, documents and pages stored directly, as split already (one blank PDF that every document
+    names: its pages are real pages a pod can be asked for)."""
     from ocrjobs.models import Document, Job, Page
 
-    image = settings.MEDIA_ROOT / "bench" / "page.png"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    image.write_bytes(TINY_PNG)
+    source, sha256, size = bench_document(args.pages_per_doc)
     jobs = [Job.objects.create(pool=pool, status=Job.Status.RUNNING) for _ in range(args.jobs)]
     documents = Document.objects.bulk_create(
         [
             Document(job=jobs[n % args.jobs], position=n // args.jobs, name=f"doc-{n}.pdf", kind="pdf",
-                     source="bench/page.png", size_bytes=len(TINY_PNG), page_count=args.pages_per_doc,
-                     status="split")
+                     source=source, sha256=sha256, size_bytes=size, page_count=args.pages_per_doc, status="split")
             for n in range(args.docs)
         ],
         batch_size=2000,
     )  # fmt: skip
     Page.objects.bulk_create(
         (
-            Page(job_id=document.job_id, document=document, pool=pool, number=number, image="bench/page.png")
+            Page(job_id=document.job_id, document=document, pool=pool, number=number)
             for document in documents
             for number in range(1, args.pages_per_doc + 1)
         ),
         batch_size=2000,
     )
     return [job.pk for job in jobs]
+
+
+def submit_pages(args, front_url: str) -> list[int]:
+    """--real-path: the documents (each a PDF of its own, so its own sha256) uploaded through
+    ``POST /v1/jobs``, ``--jobs`` jobs; the workers split them. Returns the jobs' ids."""
+    import io
+
+    import httpx
+    import pypdfium2 as pdfium
+    from django.contrib.auth import get_user_model
+
+    from accounts.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username="storm")
+    token = ApiToken.issue(user=user, name="storm submit", scopes=["read", "submit"])[1]
+    pdf = pdfium.PdfDocument.new()
+    for _ in range(args.pages_per_doc):
+        pdf.new_page(612, 792).close()
+    out = io.BytesIO()
+    pdf.save(out)
+    template = out.getvalue()
+    job_ids = []
+    with httpx.Client(base_url=front_url, headers={"Authorization": f"Bearer {token}"}, timeout=300) as client:
+        for job in range(args.jobs):
+            files = [("files", (f"doc-{n}.pdf", template + f"\n% storm document {n}\n".encode(), "application/pdf"))
+                     for n in range(job, args.docs, args.jobs)]  # fmt: skip
+            response = client.post("/v1/jobs", files=files, data={"pool": "storm"})
+            if response.status_code != 201:
+                raise SystemExit(f"submission refused: {response.status_code} {response.text[:300]}")
+            job_ids.append(response.json()["id"])
+    return job_ids
 
 
 def peak_alive(intervals: list[tuple[float, float]]) -> int:
@@ -175,7 +208,8 @@ def run(args, children: Children, sim_url: str) -> None:
                 "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
                                 "data_centers": DATA_CENTERS}]},
     )  # fmt: skip
-    create_pages(args, pool)
+    if not args.real_path:
+        create_pages(args, pool)
     pages_total = args.docs * args.pages_per_doc
     token = read_token()
     setup_schedules()
@@ -203,6 +237,8 @@ def run(args, children: Children, sim_url: str) -> None:
     started_wall = timezone.now()
     started = time.monotonic()
     prober.start()
+    if args.real_path:
+        submit_pages(args, front_url)  # each submission nudges the scaler itself
     nudge_scaler(pool.pk)
     last_nudge = time.monotonic()
     peak_sampled = 0
@@ -304,6 +340,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "database": connection.vendor,
         "documents": args.docs,
         "pages": pages_total,
+        "real_path": args.real_path,
         "latency_s": args.latency,
         "lanes_per_pod": args.lanes,
         "max_pods": args.max_pods,

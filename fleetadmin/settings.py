@@ -205,6 +205,11 @@ STORAGES = {
 
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Files larger than that are spooled to disk and hashed as they are (the sha256 pods cache them under).
+FILE_UPLOAD_HANDLERS = [
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "ocrjobs.uploads.HashingTemporaryFileUploadHandler",
+]
 
 # OCR limits (bad input gets a clear error, never a half-made job).
 OCR_MAX_FILE_BYTES = envint("OCR_MAX_FILE_BYTES", 200 * 1024 * 1024, minimum=1)

@@ -205,6 +205,8 @@ class Document(TaskLeased):
     source = models.CharField(max_length=500, blank=True, help_text="its name in the documents' storage")
     url = models.URLField(max_length=2000, blank=True, help_text="fetched by a worker, never by the front")
     size_bytes = models.PositiveBigIntegerField()
+    # Computed while the bytes stream in (upload, fetch): the name the pods cache it under.
+    sha256 = models.CharField(max_length=64, blank=True)
     page_count = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
@@ -259,8 +261,7 @@ class Page(models.Model):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pages")
     # Denormalised from the job so that a dispatcher's claim reads one index.
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pages")
-    number = models.PositiveIntegerField()
-    image = models.CharField(max_length=500, help_text="its name in the documents' storage")
+    number = models.PositiveIntegerField()  # 1-based: the pod renders it from its document
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     claim_token = models.CharField(max_length=40, blank=True)

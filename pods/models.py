@@ -7,6 +7,7 @@ state transitions.
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from decimal import Decimal
 
@@ -69,6 +70,10 @@ class Pool(models.Model):
             "max_pods": self.max_pods,
             "lanes_per_pod": self.lanes_per_pod,
         }
+
+
+def new_pod_token() -> str:
+    return secrets.token_urlsafe(32)
 
 
 class PodQuerySet(models.QuerySet):
@@ -143,6 +148,10 @@ class Pod(TaskLeased):
     terminate_pending = models.BooleanField(
         default=False, help_text="ended here; the provider has not confirmed its terminate yet"
     )
+    # The pod's bearer token: made with the row, passed in the pod's environment (POD_TOKEN), sent
+    # with every request to it. Never shown: not in to_dict, logs, errors, pages or /metrics.
+    # Empty for a pod booted before pods had tokens (it runs open, on loopback only).
+    token = models.CharField(max_length=64, blank=True, default=new_pod_token, editable=False)
 
     objects = PodQuerySet.as_manager()
 

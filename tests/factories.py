@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import io
 
+import pypdfium2 as pdfium
 from PIL import Image, ImageDraw, ImageFont
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
@@ -43,6 +44,17 @@ def pdf_bytes(pages: list[list[str]] = PAGES_TRUTH, *, dpi: int = 200) -> bytes:
     buffer = io.BytesIO()
     images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=dpi)
     return buffer.getvalue()
+
+
+def blank_pdf_bytes(pages: int) -> bytes:
+    """A PDF of ``pages`` blank pages, quick to make however many (pods count and read its pages)."""
+    pdf = pdfium.PdfDocument.new()
+    for _ in range(pages):
+        pdf.new_page(612, 792).close()
+    out = io.BytesIO()
+    pdf.save(out)
+    pdf.close()
+    return out.getvalue()
 
 
 def image_bytes(lines: list[str], fmt: str = "PNG") -> bytes:

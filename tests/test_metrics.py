@@ -57,7 +57,7 @@ def _pages(pool: Pool, statuses: dict[str, int], *, expired: int = 0) -> None:
                 claim = now + timedelta(seconds=60)
             elif status == "expired":
                 status, claim = Page.Status.RUNNING, now - timedelta(seconds=5)
-            rows.append(Page(job=job, document=document, pool=pool, number=number, image=f"p{number}.png",
+            rows.append(Page(job=job, document=document, pool=pool, number=number,
                              status=status, claim_expires_at=claim))  # fmt: skip
     Page.objects.bulk_create(rows)
 

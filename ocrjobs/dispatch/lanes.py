@@ -2,13 +2,21 @@
 
 Leasing answers at once — a lane, or None with the reason — and costs the same
 with 8 pods or 512: free lanes wait in a deque, one entry per free lane, and a
-pod that left the fleet is skipped lazily when its entries come up.
+pod that left the fleet is skipped lazily when its entries come up. A lease may
+prefer some pods (those that hold the page's document): they are tried first,
+a bounded few, each in constant time; a lane taken that way leaves its deque
+entry behind, skipped when it comes up, and a pod never has more entries than lanes.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# How many preferred pods one lease looks at, at most: its cost stays flat however many pods
+# hold a document.
+PREFERRED_LOOKS = 4
 
 
 @dataclass(eq=False)
@@ -16,9 +24,15 @@ class PodLanes:
     pod_id: int
     base_url: str
     lanes: int
+    token: str = field(default="", repr=False)  # the pod's bearer token: never in a log line
     inflight: int = 0
     failures: int = 0  # consecutive failed forwards
     active: bool = True
+    queued: int = 0  # its entries in the free deque (stale ones included)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 @dataclass(frozen=True)
@@ -36,16 +50,17 @@ class LaneTable:
         self.total = 0
         self.counts = FleetCounts()
 
-    def sync(self, ready: list[tuple[int, str, int]], counts: FleetCounts) -> None:
-        """Make the table match the pool's ready pods: (pod id, base url, lanes this dispatcher may use)."""
+    def sync(self, ready: list[tuple[int, str, int, str]], counts: FleetCounts) -> None:
+        """Make the table match the pool's ready pods: (pod id, base url, lanes this dispatcher may
+        use, token)."""
         self.counts = counts
         seen = set()
         added: list[PodLanes] = []
-        for pod_id, base_url, lanes in ready:
+        for pod_id, base_url, lanes, token in ready:
             seen.add(pod_id)
             pod = self.pods.get(pod_id)
             if pod is None:
-                pod = PodLanes(pod_id, base_url, lanes)
+                pod = PodLanes(pod_id, base_url, lanes, token)
                 self.pods[pod_id] = pod
                 added.append(pod)
                 self.free += lanes
@@ -54,7 +69,9 @@ class LaneTable:
                 self._resize(pod, lanes)
         # Interleave new pods' lanes so that consecutive leases spread across pods.
         for lane in range(max((p.lanes for p in added), default=0)):
-            self._free.extend(p for p in added if lane < p.lanes)
+            for pod in added:
+                if lane < pod.lanes:
+                    self._push(pod)
         for pod_id in [pid for pid in self.pods if pid not in seen]:
             self.remove(pod_id)
 
@@ -62,9 +79,9 @@ class LaneTable:
         # Entries beyond a pod's share are skipped when they come up; new ones are added.
         self.free += max(0, lanes - pod.inflight) - max(0, pod.lanes - pod.inflight)
         self.total += lanes - pod.lanes
-        if lanes > pod.lanes:
-            self._free.extend([pod] * (lanes - pod.lanes))
         pod.lanes = lanes
+        while pod.queued < lanes - pod.inflight:
+            self._push(pod)
 
     def remove(self, pod_id: int) -> None:
         pod = self.pods.pop(pod_id, None)
@@ -74,9 +91,24 @@ class LaneTable:
         self.free -= max(0, pod.lanes - pod.inflight)
         self.total -= pod.lanes
 
-    def lease(self) -> PodLanes | None:
-        while self._free:
+    def _push(self, pod: PodLanes) -> None:
+        pod.queued += 1
+        self._free.append(pod)
+
+    def lease(self, prefer: Iterable[int] = (), *, anywhere: bool = True) -> PodLanes | None:
+        """A free lane: on one of the ``prefer`` pods (the first few looked at) if one has a lane
+        free, else (``anywhere``) on any pod; None when there is none."""
+        for looked, pod_id in enumerate(prefer):
+            if looked >= PREFERRED_LOOKS:
+                break
+            pod = self.pods.get(pod_id)
+            if pod is not None and pod.active and pod.inflight < pod.lanes:
+                pod.inflight += 1
+                self.free -= 1
+                return pod  # its deque entry stays: skipped, or used, when it comes up
+        while anywhere and self._free:
             pod = self._free.popleft()
+            pod.queued -= 1
             if pod.active and pod.inflight < pod.lanes:
                 pod.inflight += 1
                 self.free -= 1
@@ -87,7 +119,8 @@ class LaneTable:
         pod.inflight -= 1
         if pod.active and pod.inflight < pod.lanes:
             self.free += 1
-            self._free.append(pod)
+            if pod.queued < pod.lanes - pod.inflight:
+                self._push(pod)
 
     def why_none(self) -> str:
         """Why no lane is free right now, for logs and the status page."""

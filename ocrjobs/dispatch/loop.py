@@ -1,9 +1,12 @@
 """A dispatcher: one asyncio loop with many page forwards in flight.
 
-It claims pages (with a lease that it renews), leases a lane on a ready pod,
-forwards the page image over HTTP, stores the result once, frees the lane, and
-ends when the pool's backlog is empty. Database work runs on one thread of its
-own, never on the loop and never on the default executor.
+It claims pages (with a lease that it renews), leases a lane on a ready pod —
+preferring a pod that holds the page's document —, sends the document once if
+the pod lacks it (``PUT /v1/documents/{sha256}``, its own bytes), asks for the
+page (``POST /v1/ocr`` with the document's hash and the page number: the pod
+renders it), stores the result once, frees the lane, and ends when the pool's
+backlog is empty. Database work runs on one thread of its own, never on the loop
+and never on the default executor. Every request to a pod carries its token.
 
 Length: one state machine (claims ahead, forwards in flight, results batched, beats,
 drains) whose races are tested as a whole (tests/ocrjobs/test_dispatch_races.py); the
@@ -15,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 
 import aiohttp
 from django.conf import settings
@@ -67,6 +73,29 @@ REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
 # A loop blocked this long while a page was out may itself have missed the pod's answer.
 BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
+# A page whose document's pods are all busy may let one further on go first (a page of a document
+# that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
+# second pod: looking this far down the queue at most.
+AFFINITY_LOOK_AHEAD = 32
+# A page whose document's pods are all busy, with nothing else to send, waits this long for one of
+# them before it goes to any free lane (and its document crosses to a second pod): a few page times
+# of a fast pod, against a second copy of a document that may be tens of MB.
+AFFINITY_WAIT_SECONDS = 0.5
+# ...unless its document has this many pages per pod that holds it: a long document spreads over
+# the fleet at once (each copy paid for by that many pages), a short one stays on its pod.
+AFFINITY_SPREAD_PAGES = 16
+AFFINITY_HOLDERS_LOOKED_AT = 16
+# A pod that answers "document not cached" again right after it took the document (it evicts
+# at once: a cache smaller than the document) is asked this many times in all.
+DOCUMENT_SENDS = 3
+
+
+class DocumentRefused(Exception):
+    """The pod would not take the document (PUT answered other than 200/201)."""
+
+    def __init__(self, status: int, error: str):
+        super().__init__(f"HTTP {status}: {error}")
+        self.status = status
 
 
 class DispatchLoop:
@@ -95,6 +124,14 @@ class DispatchLoop:
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
         self._last_nudge = -1e9
+        # Which documents each pod holds, as far as this loop knows (it sent them; a 409 corrects
+        # it), both ways; and the PUTs out now, one per (pod, document), that pages share.
+        self.held: dict[int, set[str]] = {}
+        self.holders: dict[str, set[int]] = {}
+        self.puts: dict[tuple[int, str], asyncio.Future] = {}
+        self.documents_sent = 0
+        self.bytes_sent = 0
+        self.affinity_waits: dict[int, float] = {}  # page id -> when it began to wait for its document's pods
 
     async def db(self, fn, /, **kwargs):
         """Run a database call on the loop's own database thread; once more on a fresh
@@ -191,8 +228,9 @@ class DispatchLoop:
             # Never join threads on the loop: queued work still finishes after this returns.
             self._db.shutdown(wait=False)
             self._io.shutdown(wait=False)
-        log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s", self.dispatcher.pk, self.done,
-                 self.failed, time.monotonic() - started)  # fmt: skip
+        log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s; %d documents sent (%d bytes)",
+                 self.dispatcher.pk, self.done, self.failed, time.monotonic() - started, self.documents_sent,
+                 self.bytes_sent)  # fmt: skip
 
     async def flush_forever(self) -> None:
         while True:
@@ -230,10 +268,15 @@ class DispatchLoop:
 
     def start_forwards(self) -> None:
         while self.queue:
-            lane = self.lanes.lease()
+            if self.queue[0].id in self.forwarding:
+                # Claimed again while its forward is still out (the pod it went to was
+                # declared lost): that forward now stands for the newer attempt.
+                page = self.queue.popleft()
+                self.inflight[page.id] = page
+                continue
+            page, lane = self.next_forward()
             if lane is None:
                 return
-            page = self.queue.popleft()
             if page.id in self.forwarding:
                 # Claimed again while its forward is still out (the pod it went to was
                 # declared lost): that forward now stands for the newer attempt.
@@ -241,10 +284,48 @@ class DispatchLoop:
                 self.lanes.release(lane)
                 continue
             self.inflight[page.id] = page
+            if page.sha256 and page.sha256 not in self.held.get(lane.pod_id, ()):
+                # Now, not when the forward first runs: the next pages of its document, chosen in
+                # this same pass, must see this pod as holding it.
+                self.start_put(page, lane)
             task = asyncio.ensure_future(self.forward(page, lane))
             self.forwarding[page.id] = task
             self.flights.add(task)
             task.add_done_callback(self.flights.discard)
+
+    def next_forward(self) -> tuple[ClaimedPage | None, PodLanes | None]:
+        """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
+        goes to a pod that holds its document when one has a lane free. When every pod holding it
+        is busy, a page further on whose document needs no second crossing goes first (bounded
+        look-ahead); failing that, the first page goes to any free lane, at once if its document is
+        long (AFFINITY_SPREAD_PAGES pages per pod holding it), else after waiting a little for its
+        document's pods (AFFINITY_WAIT_SECONDS)."""
+        if not self.lanes.free:
+            return None, None
+        for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
+            # Pods that left this loop's lanes (drained, shunned) hold nothing it can use. A few are
+            # looked at, however many hold a long document: the cost stays flat with the fleet.
+            holding = islice(self.holders.get(page.sha256, ()), AFFINITY_HOLDERS_LOOKED_AT)
+            holders = [pod_id for pod_id in holding if pod_id in self.lanes.pods]
+            lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
+            if lane is not None:
+                del self.queue[index]
+                self.affinity_waits.pop(page.id, None)
+                return page, lane
+            if not holders:
+                return None, None
+        head = self.queue[0]
+        now = time.monotonic()
+        waiting_since = self.affinity_waits.setdefault(head.id, now)
+        if now - waiting_since < AFFINITY_WAIT_SECONDS:
+            holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
+            if head.pages < AFFINITY_SPREAD_PAGES * holders:
+                return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
+        lane = self.lanes.lease()
+        if lane is None:
+            return None, None
+        self.affinity_waits.pop(head.id, None)
+        return self.queue.popleft(), lane
 
     def note_no_lane(self) -> None:
         now = time.monotonic()
@@ -263,14 +344,10 @@ class DispatchLoop:
         newest claim it stands for, until its outcome is known (``forward_over``)."""
         try:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
-            image = await self.io(document_bytes, page.image)  # from any host: the documents' storage
             sent = time.monotonic()
             blocked_before = self.blocked_seconds()
             try:
-                # languages are checked at submission ([a-z_+] only): safe in a URL as they are.
-                async with self.client.post(f"{lane.base_url}/v1/ocr?lang={page.languages}", data=image) as response:
-                    status = response.status
-                    body = await response.read()
+                status, body = await self.ask(page, lane)
             except TimeoutError:
                 # Not the pod's fault if this loop was itself too late to read the answer.
                 excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
@@ -283,6 +360,12 @@ class DispatchLoop:
                 return
             except aiohttp.ClientError as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
+                return
+            except DocumentRefused as exc:
+                # 413: too large for this pod's cache; 400: the bytes are not what their hash says.
+                final = exc.status in (400, 413)
+                await self.attempt_failed(page, lane, f"the pod refused the document: {exc}", final=final,
+                                          pod_fault=not final)  # fmt: skip
                 return
             self.refusals.pop(lane.pod_id, None)
             if status == 200:
@@ -315,6 +398,79 @@ class DispatchLoop:
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
             self.wakeup.set()
+
+    async def ask(self, page: ClaimedPage, lane: PodLanes) -> tuple[int, bytes]:
+        """Ask the pod for the page by its document's hash, sending the document first if the pod
+        does not hold it as far as this loop knows; a 409 (the pod does not hold it: evicted,
+        restarted) sends it again and asks again. A 409 is not an attempt."""
+        if not page.sha256:  # a document stored before documents had hashes
+            page = dataclasses.replace(page, sha256=await self.io(_document_sha256, page.source))
+        payload = json.dumps({"document": page.sha256, "page": page.number, "dpi": settings.OCR_RENDER_DPI,
+                              "languages": page.languages}).encode()  # fmt: skip
+        headers = {**lane.headers, "Content-Type": "application/json"}
+        for _ in range(DOCUMENT_SENDS):
+            await self.send_document(page, lane)
+            async with self.client.post(f"{lane.base_url}/v1/ocr", data=payload, headers=headers) as response:
+                status = response.status
+                body = await response.read()
+            if status != 409:
+                break
+            self.forget(lane.pod_id, page.sha256)
+        return status, body
+
+    async def send_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        """Make sure the pod holds the page's document: at most one PUT per (pod, document) is out
+        at a time, and the pages that need it meanwhile wait for that one."""
+        put = self.puts.get((lane.pod_id, page.sha256))
+        if put is None and page.sha256 not in self.held.get(lane.pod_id, ()):
+            put = self.start_put(page, lane)
+        if put is not None:
+            await asyncio.shield(put)
+
+    def start_put(self, page: ClaimedPage, lane: PodLanes) -> asyncio.Future:
+        """Send the page's document to the pod; from now on the pod counts as holding it (pages that
+        come meanwhile go there and wait for this PUT), unless the PUT fails."""
+        key = (lane.pod_id, page.sha256)
+        self.remember(*key)
+        put = asyncio.ensure_future(self.put_document(page, lane))
+        self.puts[key] = put
+        put.add_done_callback(lambda done: self.puts.pop(key, None) if self.puts.get(key) is done else None)
+        return put
+
+    async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        try:
+            body = await self.io(document_bytes, page.source)
+            url = f"{lane.base_url}/v1/documents/{page.sha256}"
+            async with self.client.put(url, data=body, headers=lane.headers) as response:
+                status = response.status
+                answer = await response.read()
+            if status not in (200, 201):
+                raise DocumentRefused(status, _error_of(answer))
+        except BaseException:
+            self.forget(lane.pod_id, page.sha256)
+            raise
+        self.documents_sent += 1
+        self.bytes_sent += len(body)
+
+    def remember(self, pod_id: int, sha256: str) -> None:
+        self.held.setdefault(pod_id, set()).add(sha256)
+        self.holders.setdefault(sha256, set()).add(pod_id)
+
+    def forget(self, pod_id: int, sha256: str) -> None:
+        self.held.get(pod_id, set()).discard(sha256)
+        pods = self.holders.get(sha256)
+        if pods is not None:
+            pods.discard(pod_id)
+            if not pods:
+                del self.holders[sha256]
+
+    def forget_pod(self, pod_id: int) -> None:
+        for sha256 in self.held.pop(pod_id, set()):
+            pods = self.holders.get(sha256)
+            if pods is not None:
+                pods.discard(pod_id)
+                if not pods:
+                    del self.holders[sha256]
 
     def blocked_seconds(self) -> float:
         """How long this loop has been blocked so far, as its lag sampler measured it."""
@@ -365,6 +521,8 @@ class DispatchLoop:
         self, page: ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
     ) -> None:
         claim = self.claim_of(page)
+        if lane.token:
+            error = error.replace(lane.token, "[pod token]")  # whatever an error repeats, never the token
         outcome = await self.db(page_attempt_failed, page_id=page.id, token=self.token,
                                 pod_id=lane.pod_id, error=error, final=final, attempt=claim.attempts)  # fmt: skip
         log.warning("page %s attempt %d on pod %s: %s (%s)", page.id, claim.attempts, lane.pod_id, error, outcome)
@@ -389,6 +547,8 @@ class DispatchLoop:
             self.shunned = {pod_id: until for pod_id, until in self.shunned.items() if until > now}
             ready = [pod for pod in ready if pod[0] not in self.shunned]
         self.lanes.sync(ready, counts)
+        for pod_id in [pod_id for pod_id in self.held if pod_id not in self.lanes.pods]:
+            self.forget_pod(pod_id)  # gone, or shunned: a pod back later is asked (and corrects with 409s)
 
     def in_hand(self) -> set[int]:
         """The pages this loop holds: claimed and waiting for a lane, out at a pod, their results
@@ -417,6 +577,8 @@ class DispatchLoop:
         cancelled; or they expired and went elsewhere) are never sent. A page already out at a pod
         finishes there: the pod is paid for and busy with it either way, and its result is refused."""
         lost = {page for page in queued if page.id not in held}
+        waiting = {page.id for page in self.queue}
+        self.affinity_waits = {page_id: t for page_id, t in self.affinity_waits.items() if page_id in waiting}
         if lost:
             self.queue = deque(page for page in self.queue if page not in lost)
             log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
@@ -432,6 +594,10 @@ def _close_connection() -> None:
     connection.close()  # the database thread's own connection
 
 
+def _document_sha256(source: str) -> str:
+    return hashlib.sha256(document_bytes(source)).hexdigest()
+
+
 def _error_of(body: bytes) -> str:
     text = body.decode(errors="replace")
     try:
@@ -440,14 +606,16 @@ def _error_of(body: bytes) -> str:
         return text[:200]
 
 
-def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int]], FleetCounts]:
-    """The pool's ready pods with the share of their lanes this dispatcher may use:
-    dispatchers of one pool split every pod's lanes between them."""
+def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int, str]], FleetCounts]:
+    """The pool's ready pods with the share of their lanes this dispatcher may use (dispatchers of
+    one pool split every pod's lanes between them) and their tokens."""
     close_old_connections()
     pods = Pod.objects.alive().filter(pool_id=pool_id).reachable_here()  # another host's local pods: not from here
-    pods = list(pods.values_list("pk", "state", "base_url", "lanes"))
+    pods = list(pods.values_list("pk", "state", "base_url", "lanes", "token"))
     sharing = max(1, Dispatcher.objects.live().filter(pool_id=pool_id).count())
-    ready = [(pk, url, max(1, lanes // sharing)) for pk, state, url, lanes in pods if state == Pod.State.READY]
+    ready = [
+        (pk, url, max(1, lanes // sharing), token) for pk, state, url, lanes, token in pods if state == Pod.State.READY
+    ]
     counts = FleetCounts(
         booting=sum(1 for p in pods if p[1] == Pod.State.BOOTING),
         ready=len(ready),

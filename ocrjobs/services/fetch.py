@@ -94,8 +94,8 @@ def _fetch_and_split(document: Document, lease: str) -> Document:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     document.kind, document.source = staged.kind, source
-    document.size_bytes, document.page_count = staged.size, staged.page_count
-    document.save(update_fields=["kind", "source", "size_bytes", "page_count"])
+    document.size_bytes, document.page_count, document.sha256 = staged.size, staged.page_count, staged.sha256
+    document.save(update_fields=["kind", "source", "size_bytes", "page_count", "sha256"])
     return document_split(document_id=document.pk, lease=lease)
 
 

@@ -81,7 +81,7 @@ def job_retry(*, job: Job) -> tuple[int, int]:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
             return 0, 0
-        retried = job.pages.filter(status=Page.Status.FAILED, image__gt="").update(
+        retried = job.pages.filter(status=Page.Status.FAILED).update(
             status=Page.Status.PENDING, attempts=0, error="", finished_at=None
         )
         failed_documents = job.documents.filter(status=Document.Status.FAILED)

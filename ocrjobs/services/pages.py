@@ -21,9 +21,13 @@ class ClaimedPage:
     id: int
     job_id: int
     position: int  # of its document in the job
-    image: str
+    document_id: int
+    source: str  # the document's name in storage (ocrjobs.storage.document_bytes)
+    sha256: str  # the document's hash: the name the pods cache it under
+    number: int  # the page in its document, 1-based
     languages: str
     attempts: int
+    pages: int = 1  # its document's page count
 
 
 def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
@@ -54,8 +58,9 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             pod=None,
         )
         rows = Page.objects.filter(id__in=ids).values_list(
-            "id", "job_id", "document__position", "image", "job__languages", "attempts"
-        )
+            "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
+            "job__languages", "attempts", "document__page_count",
+        )  # fmt: skip
         return [ClaimedPage(*row) for row in rows]
 
 

@@ -1,40 +1,42 @@
-"""Splitting, in workers: a document's pages rendered to images (or kept as their PDF text
-layer) and their rows created a batch at a time; documents whose fetch or split task was lost
-sent again.
+"""Splitting, in workers: a document is opened, its pages counted and checked against the limits,
+and their rows created a batch at a time (a page with a PDF text layer may keep it); documents
+whose fetch or split task was lost sent again. Nothing is rendered here: a page is its document
+and its number, and the pod that reads it renders it (invariant 16).
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import logging
-import posixpath
-from pathlib import Path
+from typing import IO
 
 import pypdfium2 as pdfium
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs.models import Document, Job, Page
+from fleetadmin.api import ApiError
+from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_json
-from ocrjobs.services.submission import open_image
-from ocrjobs.storage import document_delete, document_local, document_save_bytes
+from ocrjobs.services.submission import _pdf_input, document_pages
+from ocrjobs.storage import document_local
 
 log = logging.getLogger(__name__)
 
 SPLIT_BATCH = 25
 
 
-def document_split(*, document_id: int, lease: str | None = None) -> Document:
-    """Render a document's pages to images and create their rows, a batch at a time.
+def document_split(*, document_id: int, lease: str | None = None, announce: bool = True) -> Document:
+    """Count a document's pages, check them, and create their rows, a batch at a time.
 
     Pages become claimable batch by batch, so OCR starts before a long PDF is
     fully split. Run again after a crash, it makes only the pages still missing. A job
     cancelled meanwhile stops it at the next batch boundary.
     One task splits a document at a time: it holds the document's lease (``lease``:
     one its caller already holds), renewed batch by batch.
+    Split, its job is refreshed and its pages announced (``_pages_made``) unless ``announce`` is
+    False: a caller splitting many documents does that once for them all (``documents_split``).
     """
     row = Document.objects.filter(pk=document_id, status=Document.Status.PENDING)
     if lease is None:
@@ -43,7 +45,7 @@ def document_split(*, document_id: int, lease: str | None = None) -> Document:
             log.info("document %s: split already, or another task is splitting it", document_id)
             return Document.objects.get(pk=document_id)
     try:
-        return _split(Document.objects.select_related("job").get(pk=document_id), row, lease)
+        return _split(Document.objects.select_related("job").get(pk=document_id), row, lease, announce)
     except leases.LeaseLost:
         log.warning("document %s: another task took over its split", document_id)
         return Document.objects.get(pk=document_id)
@@ -52,63 +54,100 @@ def document_split(*, document_id: int, lease: str | None = None) -> Document:
         leases.release(Document.objects.filter(pk=document_id), lease)
 
 
-def _split(document: Document, row, lease: str) -> Document:
+def _split(document: Document, row, lease: str, announce: bool = True) -> Document:
     if document.job.status == Job.Status.CANCELLED:
         return document
-    pages_dir = f"{posixpath.dirname(document.source)}/pages"
     existing = set(document.pages.values_list("number", flat=True))
-    with document_local(document.source) as source:
-        return _split_from(document, row, lease, source, pages_dir, existing)
+    with contextlib.ExitStack() as stack:
+        try:
+            source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
+        except OSError as exc:
+            return _split_failed(document, f"cannot be read: {exc}")
+        return _split_from(document, row, lease, source, existing, announce)
 
 
-def _split_from(document: Document, row, lease: str, source: Path, pages_dir: str, existing: set[int]) -> Document:
+def _split_from(document: Document, row, lease: str, source: IO[bytes], existing: set[int], announce: bool) -> Document:
     try:
-        renderer = _PageRenderer(document, source)
+        page_count = document_pages(document.name, document.kind, source)
+        text_layers = _TextLayers(source) if document.job.skip_text_pages else None
+    except ApiError as exc:
+        return _split_failed(document, exc.message)
     except Exception as exc:
-        log.warning("document %s cannot be split: %s", document.pk, exc)
-        document.status = Document.Status.FAILED
-        document.error = f"cannot be read: {exc}"[:2000]
-        document.save(update_fields=["status", "error"])
-        job_refresh(job_id=document.job_id)
-        return document
+        return _split_failed(document, f"cannot be read: {exc}")
     try:
-        batch: list[Page] = []
-        nudged = False
-        for number in range(1, document.page_count + 1):
-            if number in existing:
-                continue
-            page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
-            text = renderer.text_layer(number) if document.job.skip_text_pages else ""
-            try:
-                if text:
-                    _keep_text_layer(page, document, text)
-                else:
-                    page.image = renderer.render(number, pages_dir)
-            except Exception as exc:
-                # One bad page must not cost the rest of the document.
-                page.status = Page.Status.FAILED
-                page.error = f"page could not be rendered: {exc}"[:2000]
-                page.finished_at = timezone.now()
-            batch.append(page)
-            if len(batch) >= SPLIT_BATCH:
-                leases.renew(row, lease)  # still ours: then these pages are ours to save
-                if not _save_pages(document, batch):
-                    return _split_stopped(document, batch)
-                batch = []
-                if not nudged:
-                    # The first pages can be read while the rest are rendered.
-                    _nudge(document.job.pool_id)
-                    nudged = True
-        leases.renew(row, lease)
-        if not _save_pages(document, batch):
-            return _split_stopped(document, batch)
+        return _make_pages(document, row, lease, page_count, existing, text_layers, announce)
     finally:
-        renderer.close()
-    document.status = Document.Status.SPLIT
-    document.save(update_fields=["status"])
+        if text_layers is not None:
+            text_layers.close()
+
+
+def _split_failed(document: Document, error: str) -> Document:
+    log.warning("document %s cannot be split: %s", document.pk, error)
+    document.status = Document.Status.FAILED
+    document.error = error[:2000]
+    document.save(update_fields=["status", "error"])
     job_refresh(job_id=document.job_id)
-    _nudge(document.job.pool_id)
     return document
+
+
+def _make_pages(
+    document, row, lease, page_count, existing, text_layers: _TextLayers | None, announce: bool
+) -> Document:
+    batch: list[Page] = []
+    nudged = False
+    for number in range(1, page_count + 1):
+        if number in existing:
+            continue
+        page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
+        if text_layers is not None:
+            try:
+                text = text_layers.text(number)
+            except Exception as exc:
+                # A text layer that cannot be read: the pod reads the page instead.
+                log.info("document %s page %s: no text layer (%s)", document.pk, number, exc)
+                text = ""
+            if text:
+                _keep_text_layer(page, document, text)
+        batch.append(page)
+        if len(batch) >= SPLIT_BATCH:
+            leases.renew(row, lease)  # still ours: then these pages are ours to save
+            if not _save_pages(document, batch):
+                return _split_stopped(document, batch)
+            batch = []
+            if not nudged:
+                # The first pages can be read while the rest are made.
+                _nudge(document.job.pool_id)
+                nudged = True
+    leases.renew(row, lease)
+    if not _save_pages(document, batch):
+        return _split_stopped(document, batch)
+    document.status = Document.Status.SPLIT
+    document.page_count = page_count
+    document.save(update_fields=["status", "page_count"])
+    if announce:
+        job_refresh(job_id=document.job_id)
+        _pages_made(document.job.pool_id)
+    return document
+
+
+def documents_split(*, document_ids: list[int]) -> list[Document]:
+    """Split these documents one after another, then refresh each of their jobs and announce their
+    pages once: per document, those were half the cost of a split that renders nothing."""
+    documents = [document_split(document_id=document_id, announce=False) for document_id in document_ids]
+    split = [document for document in documents if document.status == Document.Status.SPLIT]
+    for job_id in sorted({document.job_id for document in split}):
+        job_refresh(job_id=job_id)
+    for pool_id in sorted(set(Job.objects.filter(pk__in={d.job_id for d in split}).values_list("pool_id", flat=True))):
+        _pages_made(pool_id)
+    return documents
+
+
+def _pages_made(pool_id: int) -> None:
+    """New pages wait. A live dispatcher of the pool claims them (and nudges the scaler itself when
+    they wait for lanes; one that is leaving looks again after it ended); else the scaler hears now.
+    A tick per document split was most of the workers' CPU once splits stopped rendering."""
+    if not Dispatcher.objects.live().filter(pool_id=pool_id).exists():
+        _nudge(pool_id)
 
 
 def documents_recover(*, pool_id: int) -> list[int]:
@@ -152,12 +191,9 @@ def _save_pages(document: Document, pages: list[Page]) -> bool:
 
 def _split_stopped(document: Document, unsaved: list[Page]) -> Document:
     """The job was cancelled mid-split: the split stops at this batch boundary. The pages not made
-    yet never are (a cancelled job costs no more renders, rows or pods; its pages so far were
-    cancelled with it), and the files of the batch rendered meanwhile go. The document stays
-    pending, as one whose split never started after a cancel does."""
-    for page in unsaved:
-        if page.image and page.image != document.source:
-            document_delete(page.image)
+    yet never are (a cancelled job costs no more rows or pods; its pages so far were
+    cancelled with it); the batch made meanwhile is dropped unsaved. The document stays pending,
+    as one whose split never started after a cancel does."""
     log.info("document %s: its job was cancelled, the split stops", document.pk)
     return document
 
@@ -175,38 +211,17 @@ def _keep_text_layer(page: Page, document: Document, text: str) -> None:
     page.finished_at = timezone.now()
 
 
-class _PageRenderer:
-    def __init__(self, document: Document, source: Path):
-        self.document = document
+class _TextLayers:
+    """A PDF's embedded text, page by page; an image has none."""
+
+    def __init__(self, source: IO[bytes]):
         self.pdf = None
-        self.image = None
-        if document.kind == Document.Kind.PDF:
-            self.pdf = pdfium.PdfDocument(str(source))
-        else:
-            self.image = open_image(source)
-            self.frames = getattr(self.image, "n_frames", 1)
+        head = source.read(5)
+        source.seek(0)
+        if head == b"%PDF-":
+            self.pdf = pdfium.PdfDocument(_pdf_input(source))
 
-    def render(self, number: int, pages_dir: str) -> str:
-        """The page's image, stored beside its document (the name it was stored under)."""
-        png = io.BytesIO()
-        if self.pdf is not None:
-            page = self.pdf[number - 1]
-            try:
-                bitmap = page.render(scale=settings.OCR_RENDER_DPI / 72, grayscale=True)
-                bitmap.to_pil().save(png, format="PNG", compress_level=1)
-            finally:
-                page.close()
-            return document_save_bytes(f"{pages_dir}/{number}.png", png.getvalue())
-        if self.frames == 1 and self.image.format in ("PNG", "JPEG"):
-            # Taken as it is: the pod reads PNG and JPEG directly.
-            self.image.load()
-            return self.document.source
-        self.image.seek(number - 1)
-        frame = self.image.convert("L") if self.image.mode not in ("L", "RGB") else self.image
-        frame.save(png, format="PNG", compress_level=1)
-        return document_save_bytes(f"{pages_dir}/{number}.png", png.getvalue())
-
-    def text_layer(self, number: int) -> str:
+    def text(self, number: int) -> str:
         """The page's embedded text, when it has enough to count as a text page."""
         if self.pdf is None:
             return ""
@@ -224,5 +239,3 @@ class _PageRenderer:
     def close(self) -> None:
         if self.pdf is not None:
             self.pdf.close()
-        if self.image is not None:
-            self.image.close()

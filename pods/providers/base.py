@@ -64,7 +64,7 @@ class PodSpec:
     offer: Offer
     image: str = ""
     ports: str = ""
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # holds the pod's token
     page_timeout: float = 120.0
     options: PodOptions = field(default_factory=PodOptions)
 

@@ -74,10 +74,15 @@ class BootCancelled(BootFailed):
     """A shed asked this anticipatory boot to stop before it joins, or the pod was released."""
 
 
-def pod_engine(base_url: str, *, timeout: float = 2.0) -> dict | None:
+def pod_headers(token: str) -> dict[str, str]:
+    """What every request to a pod carries: its bearer token (none for a pod booted without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def pod_engine(base_url: str, *, token: str = "", timeout: float = 2.0) -> dict | None:
     """What the pod's /v1/models says once /healthz answers and its engine is ready; else None."""
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with httpx.Client(timeout=timeout, headers=pod_headers(token)) as client:
             if client.get(f"{base_url}/healthz").status_code != 200:
                 return None
             models = client.get(f"{base_url}/v1/models").json()
@@ -92,8 +97,8 @@ def reported_lanes(engine: dict, *, default: int) -> int:
     return lanes if type(lanes) is int and 1 <= lanes <= MAX_LANES else default
 
 
-def pod_is_serving(base_url: str, *, timeout: float = 2.0) -> bool:
-    return pod_engine(base_url, timeout=timeout) is not None
+def pod_is_serving(base_url: str, *, token: str = "", timeout: float = 2.0) -> bool:
+    return pod_engine(base_url, token=token, timeout=timeout) is not None
 
 
 # --- the pass's side: which boots are due, one step of one ---------------------------------------
@@ -230,7 +235,8 @@ def _create_on(
         offer=offer,
         image=config.image if config else "",
         ports=config.ports if config else "",
-        env=config.env if config else {},
+        # The pod's token goes in its environment, never on a command line.
+        env={**(config.env if config else {}), "POD_TOKEN": pod.token} if pod.token else (config.env if config else {}),
         page_timeout=settings.PAGE_TIMEOUT_SECONDS,
         options=config.pod_options() if config else PodOptions(),
     )
@@ -369,7 +375,7 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
     if _asks_the_provider(pod):
         if provider.get(pod.provider_id) is None:
             raise BootFailed("the pod went away while loading its model")
-    elif (engine := pod_engine(pod.base_url)) is not None:
+    elif (engine := pod_engine(pod.base_url, token=pod.token)) is not None:
         return _join(pod, provider, engine)
     if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
         raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")

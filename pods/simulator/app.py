@@ -4,18 +4,23 @@ Routes:
   POST /graphql                      what the runpod SDK talks to
   GET  /sim/stats                    counters for tests and benchmarks
   GET  /sim/pods                     the virtual pods
+  GET  /sim/pods/{id}/documents      what one virtual pod's document cache holds, oldest use first
   GET|POST /sim/faults               the injected faults ({"faults": [...], "append": false})
   POST /sim/capacity                 {"gpu": id, "cloud": "SECURE", "data_center": "EU-RO-1", "free": 3}
   GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
-  GET  /pods/{id}/v1/models
-  POST /pods/{id}/v1/ocr
+  GET  /pods/{id}/v1/models          (the pod's POD_TOKEN as a bearer token, when its env has one)
+  PUT  /pods/{id}/v1/documents/{sha256}   its document cache (LRU under document_cache_bytes)
+  POST /pods/{id}/v1/ocr             a cached document's page (JSON), or a raw image body
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
+import io
 import json
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -33,19 +38,21 @@ ENGINE = "simulated"
 
 def make_app(config: SimConfig) -> web.Application:
     # Pages can be tens of MB; the size check against max_page_bytes gives the 413.
-    app = web.Application(client_max_size=config.max_page_bytes + 1024 * 1024)
+    app = web.Application(client_max_size=max(config.max_page_bytes, config.max_document_bytes) + 1024 * 1024)
     app[FARM_KEY] = Farm(config)
     app.add_routes(
         [
             web.post("/graphql", graphql_endpoint),
             web.get("/sim/stats", sim_stats),
             web.get("/sim/pods", sim_pods),
+            web.get("/sim/pods/{pod_id}/documents", sim_pod_documents),
             web.get("/sim/faults", sim_faults),
             web.post("/sim/faults", sim_set_faults),
             web.post("/sim/capacity", sim_set_capacity),
             web.get("/pods/{pod_id}/healthz", pod_healthz),
             web.get("/pods/{pod_id}/v1/models", pod_models),
             web.post("/pods/{pod_id}/v1/ocr", pod_ocr),
+            web.put("/pods/{pod_id}/v1/documents/{sha256}", pod_put_document),
         ]
     )
     return app
@@ -113,6 +120,14 @@ async def sim_pods(request: web.Request) -> web.Response:
     return web.json_response({"pods": [farm.pod_summary(pod) for pod in farm.pods.values()]})
 
 
+async def sim_pod_documents(request: web.Request) -> web.Response:
+    pod = request.app[FARM_KEY].pods.get(request.match_info["pod_id"])
+    if pod is None:
+        return web.json_response({"error": "no such pod"}, status=404)
+    documents = [{"sha256": sha256, "bytes": d.size, "pages": d.pages} for sha256, d in pod.documents.items()]
+    return web.json_response({"documents": documents})
+
+
 async def sim_faults(request: web.Request) -> web.Response:
     return web.json_response({"faults": [fault.model_dump() for fault in request.app[FARM_KEY].faults]})
 
@@ -161,6 +176,25 @@ def _serving_pod(request: web.Request) -> tuple[Farm, VirtualPod, None] | tuple[
     return farm, pod, None
 
 
+def _authorized(request: web.Request, farm: Farm, pod: VirtualPod) -> web.Response | None:
+    """None if the request carries the pod's token (or the pod has none); else the 401, decided
+    from the headers alone, before any body is read."""
+    if not pod.token:
+        return None
+    sent = request.headers.get("Authorization", "")
+    if hmac.compare_digest(sent.encode(), f"Bearer {pod.token}".encode()):
+        return None
+    farm.stats["pod_auth_failures"] += 1
+    return _pod_error(401, "missing or wrong token")
+
+
+def _pod_for_api(request: web.Request) -> tuple[Farm, VirtualPod, None] | tuple[Farm, None, web.Response]:
+    farm, pod, refusal = _serving_pod(request)
+    if refusal is None:
+        refusal = _authorized(request, farm, pod)
+    return (farm, None, refusal) if refusal is not None else (farm, pod, None)
+
+
 async def pod_healthz(request: web.Request) -> web.Response:
     farm, pod, refusal = _serving_pod(request)
     if refusal is not None:
@@ -174,7 +208,7 @@ async def pod_healthz(request: web.Request) -> web.Response:
 
 
 async def pod_models(request: web.Request) -> web.Response:
-    farm, pod, refusal = _serving_pod(request)
+    farm, pod, refusal = _pod_for_api(request)
     if refusal is not None:
         return refusal
     ready = farm.model_state(pod) == READY
@@ -189,17 +223,78 @@ async def pod_models(request: web.Request) -> web.Response:
             "name": pod.name,
             "pages_done": pod.pages_done,
             "pages_failed": pod.pages_failed,
+            "documents": {
+                "count": len(pod.documents),
+                "bytes": pod.cached_bytes,
+                "capacity_bytes": farm.config.document_cache_bytes,
+            },
         }
     )
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+async def pod_put_document(request: web.Request) -> web.Response:
+    farm, pod, refusal = _pod_for_api(request)
+    if refusal is not None:
+        return refusal
+    sha256 = request.match_info["sha256"]
+    if not SHA256_RE.match(sha256):
+        return _pod_error(400, "a document is named by its sha256: 64 lowercase hex characters")
+    length = request.content_length
+    if length is None:
+        return _pod_error(400, "missing or invalid Content-Length")
+    if length > farm.config.max_document_bytes:
+        return _pod_error(413, f"document of {length} bytes exceeds limit of {farm.config.max_document_bytes}")
+    body = await request.read()
+    farm.stats["document_bytes_received"] += len(body)
+    farm.stats["bytes_to_pods"] += len(body)
+    if hashlib.sha256(body).hexdigest() != sha256:
+        return _pod_error(400, "the body's sha256 is not its name")
+    pages = _count_pages(body)
+    if pages is None:
+        return _pod_error(415, "not a PDF, PNG, JPEG or TIFF document")
+    new = pod.cache(sha256, len(body), pages, farm.config.document_cache_bytes)
+    farm.stats["documents_received" if new else "documents_already_cached"] += 1
+    return web.json_response({"sha256": sha256, "bytes": len(body), "pages": pages}, status=201 if new else 200)
+
+
+def _count_pages(body: bytes) -> int | None:
+    """Pages of a document, as the pod server counts them (PDFium for a PDF, frames for a TIFF)."""
+    if body.startswith(b"%PDF-"):
+        import pypdfium2 as pdfium
+
+        try:
+            pdf = pdfium.PdfDocument(body)
+        except pdfium.PdfiumError:
+            return None
+        try:
+            return len(pdf)
+        finally:
+            pdf.close()
+    if body.startswith((b"\x89PNG", b"\xff\xd8\xff")):
+        return 1
+    if body.startswith((b"II*\x00", b"MM\x00*")):
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(body)) as image:
+                return getattr(image, "n_frames", 1)
+        except Exception:
+            return None
+    return None
+
+
 async def pod_ocr(request: web.Request) -> web.Response:
-    farm, pod, refusal = _serving_pod(request)
+    farm, pod, refusal = _pod_for_api(request)
     if refusal is not None:
         return refusal
     state = farm.model_state(pod)
     if state != READY:
         return _pod_error(503, f"engine {state}", {"Retry-After": "1"} if state == LOADING else None)
+    if request.content_type == "application/json":
+        return await _ocr_document_page(request, farm, pod)
     lang = request.query.get("lang", "eng")
     unknown = [part for part in lang.split("+") if part not in farm.config.languages]
     if unknown:
@@ -218,12 +313,50 @@ async def pod_ocr(request: web.Request) -> web.Response:
     pod.busy += 1
     try:
         body = await request.read()
+        farm.stats["image_bytes_received"] += len(body)
+        farm.stats["bytes_to_pods"] += len(body)
         await asyncio.sleep(farm.config.page_latency_s)
     finally:
         pod.busy -= 1
     pod.pages_done += 1
     farm.stats["ocr_pages"] += 1
     return web.json_response(_page_result(body, farm.config.page_latency_s))
+
+
+async def _ocr_document_page(request: web.Request, farm: Farm, pod: VirtualPod) -> web.Response:
+    """``{"document": sha256, "page": n, "dpi": d, "languages": "eng"}``: 409 when the pod does not hold it."""
+    try:
+        payload = await request.json()
+        sha256, number = str(payload["document"]), payload["page"]
+        dpi, languages = payload.get("dpi", 200), str(payload.get("languages") or "eng")
+    except (ValueError, KeyError, TypeError):
+        return _pod_error(400, "expected JSON {document, page, dpi, languages}")
+    unknown = [part for part in languages.split("+") if part not in farm.config.languages]
+    if unknown:
+        return _pod_error(400, f"unknown language(s) {unknown!r}; installed: {farm.config.languages}")
+    if not isinstance(dpi, int) or not 36 <= dpi <= 600:
+        return _pod_error(400, "dpi must be an integer in [36, 600]")
+    document = pod.cached(sha256)
+    if document is None:
+        farm.stats["ocr_not_cached_answers"] += 1
+        return web.json_response({"error": "document not cached", "document": sha256}, status=409)
+    if not isinstance(number, int) or not 1 <= number <= document.pages:
+        return _pod_error(400, f"page {number!r} is out of range: the document has {document.pages} pages")
+    if pod.busy >= pod.lanes:
+        farm.stats["ocr_busy_answers"] += 1
+        return _pod_error(429, "all lanes busy", {"Retry-After": "1"})
+    pod.busy += 1
+    document.in_use += 1
+    try:
+        await asyncio.sleep(farm.config.page_latency_s)
+    finally:
+        pod.busy -= 1
+        document.in_use -= 1
+    pod.pages_done += 1
+    farm.stats["ocr_pages"] += 1
+    result = _page_result(f"{sha256}:{number}".encode(), farm.config.page_latency_s)
+    result["render_seconds"] = 0.0
+    return web.json_response(result)
 
 
 def _page_result(body: bytes, seconds: float) -> dict[str, Any]:

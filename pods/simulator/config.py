@@ -174,6 +174,9 @@ class SimConfig(_Strict):
     default_lanes: int = Field(1, ge=1, le=256)  # when a pod's env has no LANES
     languages: list[str] = Field(default_factory=lambda: ["eng", "deu", "fra", "spa", "ita", "nld", "por"])
     max_page_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    # Each virtual pod's document cache, as the pod server's DOCUMENT_CACHE_BYTES and MAX_DOCUMENT_BYTES.
+    document_cache_bytes: int = Field(2 * 1024**3, ge=1)
+    max_document_bytes: int = Field(512 * 1024**2, ge=1)
     gpu_types: list[GpuTypeConfig] = Field(default_factory=_default_gpu_types)
     faults: list[Fault] = Field(default_factory=list)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +36,13 @@ from pods.simulator.config import (
 from pods.simulator.schema import RUNPOD_SCHEMA
 
 LOADING, READY, FAILED = "loading", "ok", "failed"
+
+
+@dataclass
+class CachedDocument:
+    size: int
+    pages: int
+    in_use: int = 0  # pages being read from it now: not evicted under them
 
 
 @dataclass
@@ -67,6 +74,35 @@ class VirtualPod:
     busy: int = 0
     pages_done: int = 0
     pages_failed: int = 0
+    # The document cache, least recently used first (sizes and page counts: the bytes are not kept).
+    documents: OrderedDict[str, CachedDocument] = field(default_factory=OrderedDict)
+    cached_bytes: int = 0
+
+    @property
+    def token(self) -> str:
+        return self.env.get("POD_TOKEN", "")
+
+    def cache(self, sha256: str, size: int, pages: int, capacity: int) -> bool:
+        """Keep a document (True if it was new), evicting the least recently used ones not in use."""
+        if sha256 in self.documents:
+            self.documents.move_to_end(sha256)
+            return False
+        self.documents[sha256] = CachedDocument(size, pages)
+        self.cached_bytes += size
+        for old in list(self.documents):
+            if self.cached_bytes <= capacity:
+                break
+            entry = self.documents[old]
+            if old != sha256 and not entry.in_use:
+                del self.documents[old]
+                self.cached_bytes -= entry.size
+        return True
+
+    def cached(self, sha256: str) -> CachedDocument | None:
+        entry = self.documents.get(sha256)
+        if entry is not None:
+            self.documents.move_to_end(sha256)
+        return entry
 
     @property
     def holds_gpus(self) -> bool:
@@ -412,6 +448,13 @@ class Farm:
             "http_errors_injected": 0,
             "ocr_pages": 0,
             "ocr_busy_answers": 0,
+            "ocr_not_cached_answers": 0,  # 409s: the document was not in the pod's cache
+            "pod_auth_failures": 0,  # pod requests with a missing or wrong token
+            "documents_received": 0,  # PUTs whose document was new to the pod
+            "documents_already_cached": 0,
+            "document_bytes_received": 0,  # every PUT body, new or not
+            "image_bytes_received": 0,  # raw image bodies of POST /v1/ocr
+            "bytes_to_pods": 0,  # both: everything pods were sent to read pages
         }
         counters.update(self.stats)
         return {
@@ -448,6 +491,7 @@ class Farm:
                 "docker_args": pod.docker_args,
                 "env_names": sorted(pod.env),
             },
+            "documents": {"count": len(pod.documents), "bytes": pod.cached_bytes},
         }
 
 

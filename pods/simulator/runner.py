@@ -146,6 +146,11 @@ class SimulatorThread:
     def pods(self) -> list[dict[str, Any]]:
         return httpx.get(f"{self.url}/sim/pods", timeout=10).raise_for_status().json()["pods"]
 
+    def pod_documents(self, provider_id: str) -> list[dict[str, Any]]:
+        """What the virtual pod's document cache holds: sha256, bytes, pages."""
+        answer = httpx.get(f"{self.url}/sim/pods/{provider_id}/documents", timeout=10)
+        return answer.raise_for_status().json()["documents"]
+
     def set_faults(self, faults: list[dict[str, Any]], *, append: bool = False) -> list[dict[str, Any]]:
         answer = httpx.post(f"{self.url}/sim/faults", json={"faults": faults, "append": append}, timeout=10)
         return answer.raise_for_status().json()["faults"]

@@ -3,6 +3,7 @@ Every page ends exactly once, with one result."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import socket
 import subprocess
@@ -20,15 +21,12 @@ from pods.providers.runpod import RunPodProvider
 from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from tests.assertions import assert_every_page_done_once
+from tests.factories import blank_pdf_bytes
 from tests.runpod import use_simulator
 from tools.processes import REPO, child_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
-TINY_PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
-    "3a7e9b550000000a49444154789c63600000000200015e2f2d7a0000000049454e44ae426082"
-)
 DISPATCHER = """
 import django, os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
@@ -57,11 +55,13 @@ def _fleet(sim, pods: int, pages: int) -> tuple[Pool, Job, list[Pod]]:
                                           image="img:1"))  # fmt: skip
         rows.append(Pod.objects.create(pool=pool, name=created.name, provider_id=created.provider_id, lanes=4,
                                        state=Pod.State.READY, base_url=f"{sim.url}/pods/{created.provider_id}"))  # fmt: skip
-    (settings.MEDIA_ROOT / "p.png").write_bytes(TINY_PNG)
+    content = blank_pdf_bytes(pages)
+    (settings.MEDIA_ROOT / "d.pdf").write_bytes(content)
     job = Job.objects.create(pool=pool)
-    document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="p.png", size_bytes=1, status="split",
+    document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="d.pdf", status="split",
+                                       size_bytes=len(content), sha256=hashlib.sha256(content).hexdigest(),
                                        page_count=pages)  # fmt: skip
-    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n, image="p.png")
+    Page.objects.bulk_create([Page(job=job, document=document, pool=pool, number=n)
                               for n in range(1, pages + 1)])  # fmt: skip
     return pool, job, rows
 

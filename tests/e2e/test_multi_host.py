@@ -139,13 +139,17 @@ def test_a_job_submitted_on_front_a_is_split_and_dispatched_by_host_b_and_read_f
 
     assert_every_page_done_once(job, pages=5)
     assert set(Dispatcher.objects.filter(pool=pool).values_list("host", flat=True)) == {"host-b"}
-    # Documents and page images are in the S3 server, on no host's disk.
+    # Documents are in the S3 server, on no host's disk.
     for document in job.documents.all():
         assert (cluster.bucket / document.source).is_file()
     assert files_under(cluster.a.media) == [] and files_under(cluster.b.media) == []
-    # Each page was read from S3 by host B's dispatcher: the simulator names the bytes it got.
+    # Each document was read from S3 by host B's dispatcher and sent to the pod, which checks its
+    # bytes against the hash it is named by and names each page by that hash and its number.
     pages = list(job.pages.select_related("document").order_by("document__position", "number"))
-    sent = {p.pk: f"page {hashlib.sha1((cluster.bucket / p.image).read_bytes()).hexdigest()[:12]}" for p in pages}
+    stored = {d.pk: hashlib.sha256((cluster.bucket / d.source).read_bytes()).hexdigest() for d in job.documents.all()}
+    sent = {
+        p.pk: f"page {hashlib.sha1(f'{stored[p.document_id]}:{p.number}'.encode()).hexdigest()[:12]}" for p in pages
+    }
     assert {p.pk: p.read_result()["text"] for p in pages} == sent
 
     response = httpx.get(f"{cluster.b.url}/v1/jobs/{job.pk}/result.jsonl", headers=cluster.headers, timeout=30)

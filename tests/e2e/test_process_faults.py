@@ -20,7 +20,6 @@ a page in 0.3 s; only the pod-kill test needs tesseract.
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import re
 import signal
@@ -36,7 +35,6 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 from django_q.conf import Conf
-from PIL import Image
 
 from accounts.models import ApiToken
 from fleetadmin.clusters import brokers
@@ -48,7 +46,7 @@ from pods.simulator import SimConfig, SimulatorThread
 from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
 from tests.assertions import assert_every_page_done_once
-from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.factories import PAGES_TRUTH, blank_pdf_bytes, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes
 from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_workers, wait_for
@@ -424,7 +422,7 @@ def test_redis_dropping_every_client_and_stalling_mid_job_loses_no_page_and_reco
 @pytest.fixture
 def slow_boot_sim(monkeypatch, settings):
     """Pods take seconds to come up: a boot is still waiting for its pod when the cluster dies."""
-    yield from simulator(monkeypatch, settings, boot_delay_s=5.0, page_latency_s=0.05)
+    yield from simulator(monkeypatch, settings, boot_delay_s=5.0, page_latency_s=0.002)
 
 
 def kill_tree(root: psutil.Process) -> None:
@@ -443,10 +441,13 @@ def test_the_cluster_killed_with_9_mid_split_and_mid_boot_has_both_sent_again_an
     # Short task leases, so that the dead split's row is seen as lost within seconds.
     leases = {"TASK_LEASE_SECONDS": "2", "TASK_START_GRACE_SECONDS": "10"}
     settings.TASK_LEASE_SECONDS, settings.TASK_START_GRACE_SECONDS = 2.0, 10.0
-    system = start_system(**leases)
-    pool = sim_pool(max_pods=1)
-    frame_count = 400
-    job = system.submit({"scan.tif": large_frames(frame_count)}, pool)  # seconds to split, here
+    # A split renders nothing now: it is the page rows, a batch at a time, a few milliseconds each.
+    # A document of 30,000 pages (a limit raised for it) takes seconds to split, long enough to be
+    # caught in the middle; the pod reads its pages in a few milliseconds each.
+    frame_count = 30_000
+    system = start_system(**leases, OCR_MAX_PAGES_PER_DOCUMENT=str(frame_count))
+    pool = sim_pool(max_pods=1, lanes_per_pod=16)
+    job = system.submit({"scan.pdf": blank_pdf_bytes(frame_count)}, pool)
     document = job.documents.get()
     splitting = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING).exclude(task_lease_token="")
     # Created, waiting until it runs: a row that passes advance (no worker waits on it between steps).
@@ -479,13 +480,6 @@ def test_the_cluster_killed_with_9_mid_split_and_mid_boot_has_both_sent_again_an
     assert list(pod.boot_attempts.values_list("outcome", flat=True)) == ["created"]  # one create, not two
     assert pool.pods.count() == 1
     assert_no_pod_unaccounted("runpod")
-
-
-def large_frames(count: int) -> bytes:
-    frame = Image.new("L", (1000, 1400), 255)
-    buffer = io.BytesIO()
-    frame.save(buffer, format="TIFF", save_all=True, append_images=[frame] * (count - 1), compression="tiff_deflate")
-    return buffer.getvalue()
 
 
 def leases_held(document) -> bool:

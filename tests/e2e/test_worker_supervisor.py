@@ -116,7 +116,7 @@ def test_an_idle_worker_killed_with_9_restarts_its_own_cluster_and_the_others_ru
     # Each kind of task ran in its class's cluster (its Task row is saved once it ended).
     for func in ("ocrjobs.tasks.dispatch_pool", "pods.tasks.advance_pods"):
         wait_for(lambda func=func: ran_in(func), GUARD, lambda: f"no task ended\n{live_system.logs()}")
-    assert ran_in("ocrjobs.tasks.split_document") == {cluster_name(SHORT)}
+    assert ran_in("ocrjobs.tasks.split_documents") == {cluster_name(SHORT)}
     assert ran_in("ocrjobs.tasks.dispatch_pool") == {cluster_name(DISPATCH)}
     assert ran_in("pods.tasks.advance_pods") == {cluster_name(PASSES)}
     before = clusters(live_system.workers)

@@ -1,5 +1,6 @@
 """Fixtures for the ocrjobs tests that send pages to a pod: a pool with one ready pod on the
-RunPod simulator, which counts the pages it received."""
+RunPod simulator (its token in its environment, as a boot puts it), which counts the pages and
+documents it received."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from pods.models import Pod, Pool
+from pods.models import Pod, Pool, new_pod_token
 from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider
 from pods.simulator import SimConfig, SimulatorThread
@@ -36,10 +37,12 @@ def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
     with SimulatorThread(config) as sim:
         use_simulator(sim, monkeypatch, settings, api_key="k")
         pool = Pool.objects.create(key="sim", provider="runpod", max_pods=1, lanes_per_pod=2)
-        spec = PodSpec(name=f"t{uuid.uuid4().hex[:6]}-sim-0", lanes=2, offer=Offer("G", "SECURE", "DC"), image="i:1")
+        token = new_pod_token()
+        spec = PodSpec(name=f"t{uuid.uuid4().hex[:6]}-sim-0", lanes=2, offer=Offer("G", "SECURE", "DC"), image="i:1",
+                       env={"POD_TOKEN": token})  # fmt: skip
         created = RunPodProvider(api_key="k", url_template=sim.pod_url_template).create(spec)
         pod = Pod.objects.create(
             pool=pool, name=created.name, provider_id=created.provider_id, lanes=2, state=Pod.State.READY,
-            base_url=sim.pod_url_template.format(pod_id=created.provider_id), ready_at=timezone.now(),
+            base_url=sim.pod_url_template.format(pod_id=created.provider_id), ready_at=timezone.now(), token=token,
         )  # fmt: skip
         yield SimPool(pool, pod, sim)

@@ -14,13 +14,30 @@ from ocrjobs.services.pages import ClaimedPage, page_attempt_failed
 GUARD = 10  # seconds, against hangs only
 
 
+class Stored:
+    """A document PUT that the pod took."""
+
+    async def __aenter__(self):
+        return SimpleNamespace(status=201, read=self._body)
+
+    async def __aexit__(self, *exc):
+        return False
+
+    async def _body(self):
+        return b'{"pages": 1}'
+
+
 class FailingPod:
-    """Every page posted gets HTTP 500: a fault of the pod. Remembers where pages were sent."""
+    """Every document is taken, every page posted gets HTTP 500: a fault of the pod. Remembers
+    where pages were sent."""
 
     def __init__(self):
         self.posted: list[str] = []
 
-    def post(self, url, data):
+    def put(self, url, data, headers=None):
+        return Stored()
+
+    def post(self, url, data, headers=None):
         self.posted.append(url.split("/v1/")[0])
         return self
 
@@ -51,12 +68,22 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
 
     loop.io, loop.db = io, db
     loop.wakeup = asyncio.Event()  # run() makes it; nobody waits on it here
-    loop.lanes.sync([(7, "http://pod-7", 1), (8, "http://pod-8", 1)], FleetCounts(ready=2))
+    loop.lanes.sync([(7, "http://pod-7", 1, ""), (8, "http://pod-8", 1, "")], FleetCounts(ready=2))
     return loop
 
 
 def page(attempts: int) -> ClaimedPage:
-    return ClaimedPage(id=41, job_id=1, position=0, image="p.png", languages="eng", attempts=attempts)
+    return ClaimedPage(
+        id=41,
+        job_id=1,
+        position=0,
+        document_id=1,
+        source="p.png",
+        sha256="a" * 64,
+        number=1,
+        languages="eng",
+        attempts=attempts,
+    )
 
 
 def test_a_page_claimed_again_while_its_failed_forward_drains_the_pod_gets_a_forward_of_its_own():
@@ -72,7 +99,7 @@ def test_a_page_claimed_again_while_its_failed_forward_drains_the_pod_gets_a_for
         await asyncio.wait_for(drain_started.wait(), GUARD)  # attempt 1 failed, stored as "retry"; pod 7 drains
 
         # Meanwhile the page is claimed again (attempt 2), and a lane on pod 8 is free.
-        loop.lanes.sync([(8, "http://pod-8", 1)], FleetCounts(ready=1))
+        loop.lanes.sync([(8, "http://pod-8", 1, "")], FleetCounts(ready=1))
         loop.queue.append(page(attempts=2))
         loop.start_forwards()
 
@@ -129,7 +156,7 @@ def test_a_pod_this_loop_drained_is_not_brought_back_by_a_read_from_before_the_d
 
         async def db(fn, /, **kwargs):
             assert fn is dispatch._fleet
-            return [(7, "http://pod-7", 1), (8, "http://pod-8", 1)], FleetCounts(ready=2)
+            return [(7, "http://pod-7", 1, ""), (8, "http://pod-8", 1, "")], FleetCounts(ready=2)
 
         loop.db = db
         loop.lanes.remove(7)

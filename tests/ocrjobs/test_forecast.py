@@ -86,7 +86,7 @@ def test_the_forecast_uses_measured_seconds_per_page_once_there_are_some(gpu_poo
 
     job = Job.objects.create(owner=ordinary_user, pool=gpu_pool)
     document = job.documents.create(position=0, name="d.pdf", kind="pdf", source="x", size_bytes=1, page_count=4)
-    Page.objects.bulk_create([Page(job=job, document=document, pool=gpu_pool, number=n, image="x", status="done",
+    Page.objects.bulk_create([Page(job=job, document=document, pool=gpu_pool, number=n, status="done",
                                    seconds=5.0, finished_at=timezone.now()) for n in range(1, 5)])  # fmt: skip
 
     based = pool_forecast(gpu_pool, pages=10)["based_on"]

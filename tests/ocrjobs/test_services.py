@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from datetime import timedelta
@@ -9,13 +10,13 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.utils import timezone
-from PIL import Image
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
 from ocrjobs.services import split as split_services
+from ocrjobs.services.dispatchers import dispatcher_register
 from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
 from ocrjobs.services.pages import (
     PageResult,
@@ -113,8 +114,7 @@ def test_submit_without_a_pool_uses_the_first_pool(ordinary_user, local_pool):
 # --- splitting ------------------------------------------------------------------------------
 
 
-def test_split_renders_each_pdf_page_to_a_png_on_disk(ordinary_user, media_root, settings):
-    settings.OCR_RENDER_DPI = 100
+def test_split_renders_nothing_a_page_is_its_document_and_number(ordinary_user, media_root):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH, dpi=200)})
 
     document = document_split(document_id=job.documents.get().pk)
@@ -122,26 +122,34 @@ def test_split_renders_each_pdf_page_to_a_png_on_disk(ordinary_user, media_root,
     assert document.status == Document.Status.SPLIT
     pages = list(document.pages.order_by("number"))
     assert [p.number for p in pages] == [1, 2, 3]
-    assert len({p.image for p in pages}) == 3
     for page in pages:
         assert page.status == Page.Status.PENDING
         assert page.pool_id == job.pool_id
-        with Image.open(media_root / page.image) as image:
-            assert image.format == "PNG"
-            # 1700×2200 pixels made at 200 dpi, rendered at 100 dpi
-            assert image.size == (850, 1100)
+        assert page.document_id == document.pk
+    # The source is the only file: no page was rendered to an image.
+    assert files_under(media_root) == [document.source_path]
     assert reload(job).status == Job.Status.RUNNING
 
 
+def test_submission_hashes_the_document_as_its_bytes_arrive(ordinary_user):
+    content = pdf_bytes(PAGES_TRUTH[:1])
+    job = submit(ordinary_user, {"report.pdf": content})
+
+    document = job.documents.get()
+    assert document.sha256 == hashlib.sha256(content).hexdigest()
+    assert document.source_path.read_bytes() == content
+
+
 @pytest.mark.parametrize(("name", "fmt"), [("scan.png", "PNG"), ("photo.jpg", "JPEG")])
-def test_split_takes_a_png_or_jpeg_as_it_is(ordinary_user, media_root, name, fmt):
-    job = submit(ordinary_user, {name: image_bytes(["one line"], fmt)})
+def test_split_takes_a_png_or_jpeg_as_one_page_of_its_own_bytes(ordinary_user, media_root, name, fmt):
+    content = image_bytes(["one line"], fmt)
+    job = submit(ordinary_user, {name: content})
 
     document = document_split(document_id=job.documents.get().pk)
 
     page = document.pages.get()
     assert page.number == 1
-    assert page.image == document.source
+    assert document.sha256 == hashlib.sha256(content).hexdigest()
     assert [p.name for p in files_under(media_root)] == [f"source{document.source_path.suffix}"]
 
 
@@ -152,11 +160,44 @@ def test_split_makes_one_page_per_tiff_frame(ordinary_user, media_root):
 
     document = document_split(document_id=job.documents.get().pk)
 
-    pages = list(document.pages.order_by("number"))
-    assert [p.number for p in pages] == [1, 2, 3]
-    for page, size in zip(pages, sizes, strict=True):
-        with Image.open(media_root / page.image) as image:
-            assert (image.format, image.size) == ("PNG", size)
+    assert [p.number for p in document.pages.order_by("number")] == [1, 2, 3]
+    assert [p.name for p in files_under(media_root)] == ["source.tif"]
+
+
+def test_split_checks_the_pixel_limit_from_the_page_size_without_rendering(ordinary_user, settings):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1], dpi=200)})
+    # A limit lowered after submission: the split checks again, and fails the document.
+    settings.OCR_MAX_IMAGE_PIXELS = 1000
+
+    document = document_split(document_id=job.documents.get().pk)
+
+    assert document.status == Document.Status.FAILED
+    assert "over the limit of 1000 pixels" in document.error
+    assert document.pages.count() == 0
+
+
+def test_documents_split_together_refresh_their_job_and_tell_the_scaler_once(ordinary_user, queued):
+    job = submit(ordinary_user, {"a.pdf": pdf_bytes(PAGES_TRUTH[:2]), "b.png": image_bytes(["b"]),
+                                 "c.jpg": image_bytes(["c"], "JPEG")})  # fmt: skip
+    queued_before = len(queued())
+
+    documents = split_services.documents_split(document_ids=list(job.documents.values_list("pk", flat=True)))
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 3
+    assert job.pages.count() == 4
+    assert reload(job).status == Job.Status.RUNNING
+    assert queued()[queued_before:] == ["pods.tasks.scaler_tick"]  # no dispatcher is live: one tick, not three
+
+
+def test_new_pages_nudge_no_scaler_while_a_dispatcher_of_the_pool_is_live(ordinary_user, queued):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"])})
+    dispatcher_register(pool_id=job.pool_id)
+    queued_before = len(queued())
+
+    document_split(document_id=job.documents.get().pk)
+
+    assert job.pages.count() == 1
+    assert queued()[queued_before:] == []  # the live dispatcher claims them
 
 
 def test_split_run_again_makes_only_the_missing_pages(ordinary_user):
@@ -196,22 +237,21 @@ def test_split_of_a_cancelled_job_makes_no_pages(ordinary_user):
 def test_a_job_cancelled_mid_split_stops_its_split_at_the_next_batch_boundary(ordinary_user, monkeypatch):
     monkeypatch.setattr(split_services, "SPLIT_BATCH", 2)
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH * 3)})  # 9 pages: 5 batches
-    rendered = []
-    render = split_services._PageRenderer.render
+    saved = []
+    save_pages = split_services._save_pages
 
-    def cancelling_render(self, number, pages_dir):
-        rendered.append(number)
-        if number == 3:  # while the second batch renders
+    def cancelling_save(document, pages):
+        saved.append([p.number for p in pages])
+        if len(saved) == 2:  # as the second batch is made
             job_cancel(job=job)
-        return render(self, number, pages_dir)
+        return save_pages(document, pages)
 
-    monkeypatch.setattr(split_services._PageRenderer, "render", cancelling_render)
+    monkeypatch.setattr(split_services, "_save_pages", cancelling_save)
 
     document = document_split(document_id=job.documents.get().pk)
 
-    assert rendered == [1, 2, 3, 4]  # the batch under way ends; nothing after it is rendered
+    assert saved == [[1, 2], [3, 4]]  # the batch under way is not saved; nothing after it is made
     assert dict(job.pages.values_list("number", "status")) == {1: Page.Status.CANCELLED, 2: Page.Status.CANCELLED}
-    assert sorted(p.name for p in (document.source_path.parent / "pages").iterdir()) == ["1.png", "2.png"]
     assert reload(document).status == Document.Status.PENDING
     assert reload(job).status == Job.Status.CANCELLED
 
@@ -224,7 +264,7 @@ def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fa
     document = document_split(document_id=document.pk)
 
     assert document.status == Document.Status.FAILED
-    assert document.error.startswith("cannot be read")
+    assert "cannot be read" in document.error
     assert document.pages.count() == 0
     assert reload(job).status == Job.Status.FAILED
 
@@ -249,9 +289,11 @@ def test_a_job_waits_for_every_document_to_be_split_before_it_ends(ordinary_user
 def test_claim_then_complete_finishes_the_job(one_page_job, page, media_root):
     claimed = pages_claim(pool_id=page.pool_id, token="A", limit=10)
 
-    assert [(c.id, c.job_id, c.image, c.languages, c.attempts) for c in claimed] == [
-        (page.pk, one_page_job.pk, page.image, "eng", 1)
-    ]
+    document = page.document
+    assert [(c.id, c.job_id, c.document_id, c.source, c.sha256, c.number, c.languages, c.attempts)
+            for c in claimed] == [
+        (page.pk, one_page_job.pk, document.pk, document.source, document.sha256, 1, "eng", 1)
+    ]  # fmt: skip
     page = reload(page)
     assert page.status == Page.Status.RUNNING
     assert page.claim_token == "A"

@@ -98,14 +98,14 @@ def test_it_accepts_several_files_and_counts_each_documents_pages(client, submit
     ]
 
 
-def test_it_enqueues_one_split_per_document_once_the_job_is_committed(
+def test_it_enqueues_the_split_of_its_documents_once_the_job_is_committed(
     client, submit_token, django_capture_on_commit_callbacks, queued
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = post_files(client, submit_token, [("a.pdf", pdf_bytes()), ("b.png", image_bytes(["x"]))])
 
     assert response.status_code == 201
-    assert queued() == ["ocrjobs.tasks.split_document", "ocrjobs.tasks.split_document"]
+    assert queued() == ["ocrjobs.tasks.split_documents"]  # one task for a submission's documents
 
 
 # --- bad files ------------------------------------------------------------------
@@ -446,3 +446,20 @@ def test_a_bad_submission_leaves_earlier_jobs_alone(client, submit_token):
     assert list(Job.objects.values_list("pk", flat=True)) == [good.json()["id"]]
     assert Document.objects.count() == 1
     assert Page.objects.count() == 0
+
+
+def test_a_large_upload_is_hashed_as_it_is_spooled_and_moved_into_place(client, submit_token, settings):
+    import hashlib
+
+    from ocrjobs.models import Document
+
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000  # spooled to disk, as a scanned PDF of any size is
+    content = pdf_bytes()
+    assert len(content) > 1000
+
+    response = post_files(client, submit_token, [("scan.pdf", content)])
+
+    assert response.status_code == 201, response.content
+    document = Document.objects.get()
+    assert document.sha256 == hashlib.sha256(content).hexdigest()
+    assert document.source_path.read_bytes() == content

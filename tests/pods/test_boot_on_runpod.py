@@ -36,7 +36,7 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
     pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
-    assert boot.pod_is_serving(pod.base_url)
+    assert boot.pod_is_serving(pod.base_url, token=pod.token)
     outcomes = list(BootAttempt.objects.order_by("created_at").values_list("candidate", "outcome"))
     assert outcomes == [
         (f"runpod|{EMPTY}|SECURE|EU-RO-1", "no_capacity"),
@@ -464,3 +464,49 @@ def test_while_its_model_loads_a_boot_asks_the_provider_once_a_window_and_fails_
 
     pod.refresh_from_db()
     assert pod.state == Pod.State.FAILED and pod.error == "the pod went away while loading its model"
+
+
+def _pod_env(sim, provider_id: str) -> dict[str, str]:
+    """The pod's environment as RunPod holds it (what create_pod was given)."""
+    import httpx
+
+    query = f'query {{ pod(input: {{podId: "{provider_id}"}}) {{ env }} }}'
+    answer = httpx.post(f"{sim.url}/graphql", json={"query": query}, headers={"Authorization": f"Bearer {KEY}"})
+    return dict(item.split("=", 1) for item in answer.raise_for_status().json()["data"]["pod"]["env"])
+
+
+def test_a_boot_passes_the_pods_own_token_in_its_environment_and_asks_with_it(sim, pool):
+    import httpx
+
+    first = boot_until_settled(_new_pod(pool).pk)
+    second = boot_until_settled(_new_pod(pool).pk)
+
+    assert first.state == second.state == Pod.State.READY, (first.error, second.error)
+    assert len(first.token) >= 40 and first.token != second.token
+    env = _pod_env(sim, first.provider_id)
+    assert env["POD_TOKEN"] == first.token
+    assert env["MODEL"] == "olmocr"  # the pool's own env goes along
+    # The virtual pod checks it as the pod server does: the boot's health checks sent it.
+    assert httpx.get(f"{first.base_url}/v1/models").status_code == 401
+    assert (
+        httpx.get(f"{first.base_url}/v1/models", headers={"Authorization": f"Bearer {second.token}"}).status_code == 401
+    )
+    models = httpx.get(f"{first.base_url}/v1/models", headers={"Authorization": f"Bearer {first.token}"})
+    assert models.status_code == 200 and models.json()["ready"]
+    assert first.engine["ready"]
+
+
+def test_a_pods_token_is_never_shown(sim, pool, admin_client, caplog):
+    import json as json_module
+
+    caplog.set_level("DEBUG")
+    pod = boot_until_settled(_new_pod(pool).pk)
+    assert pod.state == Pod.State.READY, pod.error
+
+    shown = [json_module.dumps(pod.to_dict())]
+    for path in ("/v1/runpod/status", "/metrics", f"/admin/pods/pod/{pod.pk}/change/", "/admin/pods/pod/"):
+        response = admin_client.get(path)
+        assert response.status_code == 200, path
+        shown.append(response.content.decode())
+    shown.append(caplog.text)
+    assert not [text for text in shown if pod.token in text]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
+import httpx
 import pytest
 from django.utils import timezone
 
@@ -29,7 +31,7 @@ def _pages(pool, count: int) -> list[Page]:
     document = Document.objects.create(job=job, position=0, name="d.pdf", kind="pdf", source="x", size_bytes=1,
                                        page_count=count)  # fmt: skip
     return Page.objects.bulk_create(
-        [Page(job=job, document=document, pool=pool, number=n, image=f"p{n}.png") for n in range(1, count + 1)]
+        [Page(job=job, document=document, pool=pool, number=n) for n in range(1, count + 1)]
     )
 
 
@@ -82,7 +84,12 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, 
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
     pod = boot_until_settled(pod.pk)
     assert pod.state == Pod.State.READY, pod.error
-    assert boot.pod_is_serving(pod.base_url)
+    assert boot.pod_is_serving(pod.base_url, token=pod.token)
+    # Its token went into its environment, never onto its command line, and the pod asks for it.
+    proc = Path(f"/proc/{pod.provider_id}")
+    assert f"POD_TOKEN={pod.token}".encode() in (proc / "environ").read_bytes().split(b"\0")
+    assert pod.token.encode() not in (proc / "cmdline").read_bytes()
+    assert httpx.get(f"{pod.base_url}/v1/models", timeout=10).status_code == 401
     boot.boot_step(pod.pk)  # a step of a pod that joined: nothing new
     assert boot_until_settled(pod.pk).provider_id == pod.provider_id
 

@@ -427,3 +427,92 @@ def test_the_command_refuses_a_bad_config(tmp_path: Path) -> None:
     )
 
     assert done.returncode != 0 and "boot_delay" in done.stderr
+
+
+# -- virtual pods' document cache and token ------------------------------------------------------
+
+
+def png_like(n: int, size: int = 100) -> bytes:
+    """A body the pod counts as a one-page PNG (the simulator reads no pixels)."""
+    head = b"\x89PNG\r\n\x1a\n" + str(n).encode()
+    return head + b"\0" * (size - len(head))
+
+
+def sha(body: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(body).hexdigest()
+
+
+@pytest.fixture
+def small_cache() -> Iterator[SimulatorThread]:
+    config = small_config(boot_delay_s=0.0, model_load_s=0.0, page_latency_s=0.0, document_cache_bytes=250,
+                          max_document_bytes=150)  # fmt: skip
+    with SimulatorThread(config) as simulator:
+        yield simulator
+
+
+def test_a_virtual_pod_keeps_documents_and_answers_409_for_one_it_lacks(small_cache: SimulatorThread) -> None:
+    sim = small_cache
+    pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+    base = f"{sim.url}/pods/{pod_id}"
+    body = png_like(1)
+    ask = {"document": sha(body), "page": 1, "dpi": 200, "languages": "eng"}
+
+    missing = httpx.post(f"{base}/v1/ocr", json=ask)
+    assert (missing.status_code, missing.json()) == (409, {"error": "document not cached", "document": sha(body)})
+    assert httpx.put(f"{base}/v1/documents/{sha(b'other')}", content=body).status_code == 400  # not its hash
+    assert httpx.put(f"{base}/v1/documents/NOTHEX", content=body).status_code == 400
+    assert httpx.put(f"{base}/v1/documents/{sha(b'x' * 151)}", content=b"x" * 151).status_code == 413
+    stored = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body)
+    again = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body)
+    assert (stored.status_code, again.status_code) == (201, 200)
+    assert stored.json() == {"sha256": sha(body), "bytes": 100, "pages": 1}
+    page = httpx.post(f"{base}/v1/ocr", json=ask)
+    assert page.status_code == 200 and "render_seconds" in page.json()
+    assert httpx.post(f"{base}/v1/ocr", json={**ask, "page": 2}).status_code == 400  # out of range
+
+    stats = sim.stats()
+    assert (stats["ocr_not_cached_answers"], stats["documents_received"], stats["documents_already_cached"]) == (
+        1,
+        1,
+        1,
+    )
+    assert stats["document_bytes_received"] == stats["bytes_to_pods"] == 300  # every body read, the bad one too
+    assert httpx.get(f"{base}/v1/models").json()["documents"] == {"count": 1, "bytes": 100, "capacity_bytes": 250}
+
+
+def test_a_virtual_pods_cache_evicts_the_least_recently_used_document(small_cache: SimulatorThread) -> None:
+    sim = small_cache
+    pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+    base = f"{sim.url}/pods/{pod_id}"
+    first, second, third = png_like(1), png_like(2), png_like(3)
+    for body in (first, second):
+        httpx.put(f"{base}/v1/documents/{sha(body)}", content=body).raise_for_status()
+    # Reading a page of the first makes it the most recently used: the second goes instead.
+    httpx.post(f"{base}/v1/ocr", json={"document": sha(first), "page": 1}).raise_for_status()
+    httpx.put(f"{base}/v1/documents/{sha(third)}", content=third).raise_for_status()
+
+    assert [d["sha256"] for d in sim.pod_documents(pod_id)] == [sha(first), sha(third)]
+    assert httpx.post(f"{base}/v1/ocr", json={"document": sha(second), "page": 1}).status_code == 409
+
+
+def test_a_virtual_pod_with_a_token_answers_only_with_it(sim: SimulatorThread) -> None:
+    token = "t" * 43
+    pod_id = post(sim, deploy_query(cloud="SECURE", POD_TOKEN=token)).json()["data"]["podFindAndDeployOnDemand"]["id"]
+    base = f"{sim.url}/pods/{pod_id}"
+    good, wrong = {"Authorization": f"Bearer {token}"}, {"Authorization": "Bearer nope"}
+
+    assert httpx.get(f"{base}/healthz").status_code == 200  # health needs no token
+    assert httpx.get(f"{base}/v1/models").status_code == 401
+    assert httpx.get(f"{base}/v1/models", headers=wrong).status_code == 401
+    assert httpx.put(f"{base}/v1/documents/{sha(b'x')}", content=b"x", headers=wrong).status_code == 401
+    assert httpx.post(f"{base}/v1/ocr", content=b"x", headers=wrong).status_code == 401
+    refused = httpx.post(f"{base}/v1/ocr", content=b"x")
+    assert token not in refused.text
+    assert httpx.get(f"{base}/v1/models", headers=good).status_code == 200
+    assert httpx.post(f"{base}/v1/ocr", content=b"x", headers=good).status_code == 200
+
+    stats = sim.stats()
+    assert stats["pod_auth_failures"] == 5
+    assert (stats["document_bytes_received"], stats["image_bytes_received"]) == (0, 1)  # refused bodies unread

@@ -1,0 +1,179 @@
+"""Documents travel, not pixels (invariant 16): the dispatcher sends a page's document to a pod at
+most once while the pod keeps it, as its own bytes, asks for the page by the document's hash, sends
+it again when the pod answers 409, and prefers lanes on pods that already hold the document."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from types import SimpleNamespace
+
+import pytest
+
+from ocrjobs.dispatch import loop as dispatch
+from ocrjobs.dispatch.lanes import FleetCounts
+from ocrjobs.models import Job, Page
+from ocrjobs.services.dispatchers import dispatcher_register
+from ocrjobs.services.pages import ClaimedPage
+from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
+from tests.ocrjobs.helpers import run_dispatch_loop, split, submit, tiff_bytes
+
+
+def test_a_document_crosses_to_its_pod_once_however_many_of_its_pages_go_there(sim_pool, ordinary_user):
+    # Two lanes: the first two pages of each PDF go out together and share one PUT.
+    first, second = pdf_bytes(PAGES_TRUTH * 2), pdf_bytes(PAGES_TRUTH[:2])
+    job = submit(ordinary_user, {"a.pdf": first, "b.pdf": second}, pool_key=sim_pool.pool.key)
+    split(job)
+
+    loop = run_dispatch_loop(sim_pool.pool)
+
+    stats = sim_pool.sim.stats()
+    assert set(job.pages.values_list("status", flat=True)) == {Page.Status.DONE}
+    assert stats["ocr_pages"] == 8
+    assert (stats["documents_received"], stats["documents_already_cached"]) == (2, 0)
+    assert stats["document_bytes_received"] == len(first) + len(second)
+    assert stats["image_bytes_received"] == 0  # no page was sent as an image
+    assert (loop.documents_sent, loop.bytes_sent) == (2, len(first) + len(second))
+    assert Job.objects.get(pk=job.pk).status == Job.Status.DONE
+
+
+def test_images_go_to_the_pod_as_their_own_bytes(sim_pool, ordinary_user):
+    files = {
+        "scan.png": image_bytes(["a png"], "PNG"),
+        "photo.jpg": image_bytes(["a jpeg"], "JPEG"),
+        "fax.tif": tiff_bytes([(120, 80), (90, 60)]),
+    }
+    job = submit(ordinary_user, files, pool_key=sim_pool.pool.key)
+    split(job)
+
+    run_dispatch_loop(sim_pool.pool)
+
+    held = {d["sha256"]: d for d in sim_pool.sim.pod_documents(sim_pool.pod.provider_id)}
+    # The pod checks each body against its hash: these are the uploads, byte for byte.
+    assert set(held) == {hashlib.sha256(data).hexdigest() for data in files.values()}
+    assert sorted(d["bytes"] for d in held.values()) == sorted(len(data) for data in files.values())
+    assert set(job.pages.values_list("status", flat=True)) == {Page.Status.DONE}
+    assert job.pages.count() == 4  # the TIFF's two frames are pages 1 and 2 of one document
+    assert sim_pool.sim.stats()["documents_received"] == 3
+
+
+def test_a_pod_that_answers_409_gets_the_document_again_and_the_page_spends_no_attempt(sim_pool, ordinary_user):
+    content = pdf_bytes(PAGES_TRUTH[:1])
+    job = submit(ordinary_user, {"a.pdf": content}, pool_key=sim_pool.pool.key)
+    split(job)
+    sha256 = job.documents.get().sha256
+
+    dispatcher = dispatcher_register(pool_id=sim_pool.pool.pk)
+    loop = dispatch.DispatchLoop(dispatcher)
+    # As if this loop had sent it earlier and the pod had evicted it since (or restarted).
+    loop.remember(sim_pool.pod.pk, sha256)
+    asyncio.run(dispatch._watched(loop, name="test"))
+
+    stats = sim_pool.sim.stats()
+    page = job.pages.get()
+    assert (page.status, page.attempts, page.error) == (Page.Status.DONE, 1, "")
+    assert stats["ocr_not_cached_answers"] == 1
+    assert stats["documents_received"] == 1
+    assert stats["ocr_pages"] == 1
+
+
+# --- affinity: which lane a page takes (the loop's choice alone, no pod) ---------------------------
+
+
+def claimed(page_id: int, document: str, pages: int = 4) -> ClaimedPage:
+    return ClaimedPage(id=page_id, job_id=1, position=0, document_id=1, source="d", sha256=document * 64,
+                       number=page_id, languages="eng", attempts=1, pages=pages)  # fmt: skip
+
+
+@pytest.fixture
+def two_pods() -> dispatch.DispatchLoop:
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.lanes.sync([(1, "http://pod-1", 1, ""), (2, "http://pod-2", 1, "")], FleetCounts(ready=2))
+    return loop
+
+
+def test_a_page_goes_to_the_pod_that_holds_its_document_when_both_are_free(two_pods):
+    loop = two_pods
+    loop.remember(2, "b" * 64)
+    loop.queue.extend([claimed(1, "b")])
+
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 2)
+
+
+def test_a_page_whose_documents_pod_is_busy_lets_a_page_of_a_new_document_go_first(two_pods):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    busy = loop.lanes.lease([1], anywhere=False)
+    assert busy.pod_id == 1
+    loop.queue.extend([claimed(1, "a"), claimed(2, "c")])
+
+    page, lane = loop.next_forward()
+
+    # Page 1 waits for pod 1 rather than send its document to pod 2 as well.
+    assert (page.id, lane.pod_id) == (2, 2)
+    assert [p.id for p in loop.queue] == [1]
+
+
+def test_with_nothing_else_to_send_a_page_waits_for_its_documents_pod_then_takes_any_free_lane(two_pods, monkeypatch):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    loop.queue.extend([claimed(1, "a")])
+    clock = [100.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
+
+    assert loop.next_forward() == (None, None)  # pod 1 may free a lane any moment
+    clock[0] += dispatch.AFFINITY_WAIT_SECONDS
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 2)  # no lane left idle for longer: the document crosses again
+    assert not loop.queue and not loop.affinity_waits
+
+
+def test_no_free_lane_takes_no_page(two_pods):
+    loop = two_pods
+    loop.lanes.lease()
+    loop.lanes.lease()
+    loop.queue.extend([claimed(1, "a")])
+
+    assert loop.next_forward() == (None, None)
+    assert len(loop.queue) == 1
+
+
+def test_pages_of_one_document_sent_in_one_pass_go_to_the_pod_that_gets_it_and_share_its_put(two_pods):
+    loop = two_pods
+    loop.lanes.sync([(1, "http://pod-1", 4, ""), (2, "http://pod-2", 4, "")], FleetCounts(ready=2))
+    sent: list[tuple[int, int]] = []
+    puts: list[int] = []
+
+    async def forward(page, lane):
+        sent.append((page.id, lane.pod_id))
+
+    async def put_document(page, lane):
+        puts.append(lane.pod_id)
+
+    loop.forward, loop.put_document = forward, put_document
+
+    async def one_pass():
+        loop.queue.extend([claimed(n, "a") for n in range(1, 5)])
+        loop.start_forwards()  # every page chosen before any forward runs
+        await asyncio.sleep(0)
+
+    asyncio.run(one_pass())
+
+    assert len({pod for _, pod in sent}) == 1 and len(sent) == 4
+    assert puts == [sent[0][1]]
+
+
+def test_a_long_document_whose_pod_is_busy_spreads_to_a_free_pod_at_once(two_pods):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    loop.queue.extend([claimed(1, "a", pages=dispatch.AFFINITY_SPREAD_PAGES * 2)])
+
+    page, lane = loop.next_forward()
+
+    # Pages enough to pay for a second copy: pod 2 takes one now, rather than idle.
+    assert (page.id, lane.pod_id) == (1, 2)
