@@ -24,7 +24,6 @@ import logging
 import time
 from datetime import datetime, timedelta
 
-import httpx
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -33,6 +32,7 @@ from fleetadmin import leases
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, BootAttempt, Pod, Pool
+from pods.podclient import pod_engine, reported_lanes
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, pool_offers
 from pods.providers import get_provider
 from pods.providers.base import (
@@ -63,7 +63,6 @@ PROBED_ELSEWHERE_SECONDS = 0.2
 # While its model loads, one step in this many asks the provider whether the pod still
 # exists; the others ask the pod whether its model answers.
 PROVIDER_CHECK_POLLS = 5
-MAX_LANES = 256  # a pod reporting more is believed no further than the pool's own figure
 
 
 class BootFailed(Exception):
@@ -72,33 +71,6 @@ class BootFailed(Exception):
 
 class BootCancelled(BootFailed):
     """A shed asked this anticipatory boot to stop before it joins, or the pod was released."""
-
-
-def pod_headers(token: str) -> dict[str, str]:
-    """What every request to a pod carries: its bearer token (none for a pod booted without one)."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def pod_engine(base_url: str, *, token: str = "", timeout: float = 2.0) -> dict | None:
-    """What the pod's /v1/models says once /healthz answers and its engine is ready; else None."""
-    try:
-        with httpx.Client(timeout=timeout, headers=pod_headers(token)) as client:
-            if client.get(f"{base_url}/healthz").status_code != 200:
-                return None
-            models = client.get(f"{base_url}/v1/models").json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return models if isinstance(models, dict) and models.get("ready") else None
-
-
-def reported_lanes(engine: dict, *, default: int) -> int:
-    """The lanes a pod says it serves (its GPU type and engine decide), else the pool's."""
-    lanes = engine.get("lanes")
-    return lanes if type(lanes) is int and 1 <= lanes <= MAX_LANES else default
-
-
-def pod_is_serving(base_url: str, *, token: str = "", timeout: float = 2.0) -> bool:
-    return pod_engine(base_url, token=token, timeout=timeout) is not None
 
 
 # --- the pass's side: which boots are due, one step of one ---------------------------------------

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from pods import capacity
+from pods import capacity, podclient
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
 from pods.services import boot, lifecycle, passes, reconcile, scaler
 from pods.simulator import SimConfig, SimulatorThread
@@ -36,7 +36,7 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
     pod = boot_until_settled(_new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
-    assert boot.pod_is_serving(pod.base_url, token=pod.token)
+    assert podclient.pod_is_serving(pod.base_url, token=pod.token)
     outcomes = list(BootAttempt.objects.order_by("created_at").values_list("candidate", "outcome"))
     assert outcomes == [
         (f"runpod|{EMPTY}|SECURE|EU-RO-1", "no_capacity"),

@@ -11,10 +11,10 @@ import uuid
 import httpx
 import pytest
 
+from pods.podclient import pod_is_serving
 from pods.providers import local
 from pods.providers.base import PodSpec
 from pods.providers.local import LOCAL_OFFER, LocalProvider
-from pods.services.boot import pod_is_serving
 from tools.processes import wait_for
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
+from pods import podclient
 from pods.models import Pod
 from pods.providers.local import LocalProvider
 from pods.services import boot, lifecycle, passes, reconcile, scaler
@@ -84,7 +85,7 @@ def test_boot_joins_a_serving_pod_and_release_terminates_it(local_pool, prefix, 
     pod = Pod.objects.create(pool=local_pool, name=f"{prefix}-local-boot", lanes=1)
     pod = boot_until_settled(pod.pk)
     assert pod.state == Pod.State.READY, pod.error
-    assert boot.pod_is_serving(pod.base_url, token=pod.token)
+    assert podclient.pod_is_serving(pod.base_url, token=pod.token)
     # Its token went into its environment, never onto its command line, and the pod asks for it.
     proc = Path(f"/proc/{pod.provider_id}")
     assert f"POD_TOKEN={pod.token}".encode() in (proc / "environ").read_bytes().split(b"\0")

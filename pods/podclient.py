@@ -1,0 +1,35 @@
+"""What the control plane asks a pod directly (not its provider): whether its engine answers,
+what it reports, and the bearer token every request to it carries."""
+
+from __future__ import annotations
+
+import httpx
+
+MAX_LANES = 256  # a pod reporting more is believed no further than the pool's own figure
+
+
+def pod_headers(token: str) -> dict[str, str]:
+    """What every request to a pod carries: its bearer token (none for a pod booted without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def pod_engine(base_url: str, *, token: str = "", timeout: float = 2.0) -> dict | None:
+    """What the pod's /v1/models says once /healthz answers and its engine is ready; else None."""
+    try:
+        with httpx.Client(timeout=timeout, headers=pod_headers(token)) as client:
+            if client.get(f"{base_url}/healthz").status_code != 200:
+                return None
+            models = client.get(f"{base_url}/v1/models").json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return models if isinstance(models, dict) and models.get("ready") else None
+
+
+def reported_lanes(engine: dict, *, default: int) -> int:
+    """The lanes a pod says it serves (its GPU type and engine decide), else the pool's."""
+    lanes = engine.get("lanes")
+    return lanes if type(lanes) is int and 1 <= lanes <= MAX_LANES else default
+
+
+def pod_is_serving(base_url: str, *, token: str = "", timeout: float = 2.0) -> bool:
+    return pod_engine(base_url, token=token, timeout=timeout) is not None
