@@ -73,6 +73,12 @@ REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
 # A loop blocked this long while a page was out may itself have missed the pod's answer.
 BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
+# RunPod's HTTP proxy answers 524 once a request has taken 100 s; a page that fails so every time
+# fails with this, not with Cloudflare's HTML page.
+PROXY_TIMEOUT_ERROR = (
+    "the page took longer than RunPod's proxy allows (it cuts a request at 100 s; a pod there stops a "
+    "page at PAGE_TIMEOUT, 90 s at most): split it or use a faster engine or GPU"
+)
 # A page whose document's pods are all busy may let one further on go first (a page of a document
 # that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
 # second pod: looking this far down the queue at most.
@@ -387,6 +393,10 @@ class DispatchLoop:
                 await self.attempt_failed(page, lane, f"the pod refused the page: {error}", final=True)
             elif status == 504:
                 await self.attempt_failed(page, lane, error)
+            elif status == 524:
+                # RunPod's proxy cut the request at 100 s: the pod is alive, the page too long for it
+                # (pods stop a page at 90 s there). An attempt like a 504, not the pod's fault.
+                await self.attempt_failed(page, lane, PROXY_TIMEOUT_ERROR)
             else:
                 await self.attempt_failed(page, lane, f"HTTP {status}: {error}", pod_fault=True)
         except Exception as exc:

@@ -101,6 +101,13 @@ async def graphql_endpoint(request: web.Request) -> web.Response:
     return web.json_response({"data": data})
 
 
+# What Cloudflare (in front of RunPod's proxy) answers when the origin took over 100 s.
+CLOUDFLARE_524 = (
+    "<!DOCTYPE html><html><head><title>proxy.runpod.net | 524: A timeout occurred</title></head>"
+    "<body><h1>A timeout occurred</h1><p>Error code 524</p></body></html>"
+)
+
+
 def _server_error(status: int, body: str) -> web.Response:
     if body == "json":
         return _errors(SOMETHING_WENT_WRONG_MESSAGE, status=status)
@@ -293,6 +300,8 @@ async def pod_ocr(request: web.Request) -> web.Response:
     state = farm.model_state(pod)
     if state != READY:
         return _pod_error(503, f"engine {state}", {"Retry-After": "1"} if state == LOADING else None)
+    if farm.proxy_cuts_page():
+        return web.Response(status=524, text=CLOUDFLARE_524, content_type="text/html")
     if request.content_type == "application/json":
         return await _ocr_document_page(request, farm, pod)
     lang = request.query.get("lang", "eng")

@@ -126,8 +126,15 @@ class ModelFailFault(Trigger):
     kind: Literal["model_fail"]
 
 
+class ProxyTimeoutFault(Trigger):
+    """Pages asked of any virtual pod while this fires are cut by RunPod's proxy: 524 with
+    Cloudflare's HTML page (the real proxy answers so after 100 s; here at once)."""
+
+    kind: Literal["proxy_timeout"]
+
+
 Fault = Annotated[
-    HttpErrorFault | SlowFault | BadKeyFault | NoCapacityFault | BootStuckFault | ModelFailFault,
+    HttpErrorFault | SlowFault | BadKeyFault | NoCapacityFault | BootStuckFault | ModelFailFault | ProxyTimeoutFault,
     Field(discriminator="kind"),
 ]
 

@@ -30,6 +30,7 @@ from pods.simulator.config import (
     HttpErrorFault,
     ModelFailFault,
     NoCapacityFault,
+    ProxyTimeoutFault,
     SimConfig,
     SlowFault,
 )
@@ -168,6 +169,13 @@ class Farm:
                 verdict.status, verdict.body, verdict.after_execute = fault.status, fault.body, fault.after_execute
                 return verdict
         return verdict
+
+    def proxy_cuts_page(self) -> bool:
+        """Whether RunPod's proxy cuts this page request (a ProxyTimeoutFault fires)."""
+        if any(isinstance(f, ProxyTimeoutFault) and f.fires() for f in self.faults):
+            self.stats["proxy_timeouts_injected"] += 1
+            return True
+        return False
 
     def _pod_fault(self, kind: type[BootStuckFault | ModelFailFault]) -> bool:
         return any(isinstance(f, kind) and f.fires("podFindAndDeployOnDemand") for f in self.faults)
@@ -446,6 +454,7 @@ class Farm:
             "no_capacity_answers": 0,
             "auth_failures": 0,
             "http_errors_injected": 0,
+            "proxy_timeouts_injected": 0,  # pages cut by "RunPod's proxy" (524)
             "ocr_pages": 0,
             "ocr_busy_answers": 0,
             "ocr_not_cached_answers": 0,  # 409s: the document was not in the pod's cache
