@@ -44,7 +44,7 @@ def make_job(owner, pool: Pool, *, pages: int = 4, done: int = 0, status: str = 
     for number in range(1, pages + 1):
         finished = number <= done
         Page.objects.create(
-            job=job, document=document, pool=pool, number=number, image=f"p{number}.png",
+            job=job, document=document, pool=pool, number=number,
             status=Page.Status.DONE if finished else Page.Status.PENDING,
             pod=pod if finished else None,
             started_at=now - timedelta(seconds=100) if finished else None,

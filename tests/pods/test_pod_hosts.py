@@ -38,7 +38,7 @@ def _running_page(pool, pod: Pod) -> Page:
     job = Job.objects.create(pool=pool)
     document = Document.objects.create(job=job, position=0, name="d.png", kind="image", source="x", size_bytes=1,
                                        page_count=1)  # fmt: skip
-    return Page.objects.create(job=job, document=document, pool=pool, number=1, image="x", status=Page.Status.RUNNING,
+    return Page.objects.create(job=job, document=document, pool=pool, number=1, status=Page.Status.RUNNING,
                                pod=pod, claim_token="t", attempts=1)  # fmt: skip
 
 
