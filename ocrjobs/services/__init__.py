@@ -1,11 +1,15 @@
 """Jobs, documents and pages, one module per concern (import from the module, not from here):
 
 - ``submission``: ``job_submit`` in the front; uploads sniffed, staged, checked against the
-  limits (size, pages, pixels); pools, languages, file names, the form of URLs (``check_url``).
+  limits (size, pages, pixels); pools, languages, file names.
+- ``urls``: the form of a URL (``check_url``) and whether an address is public, for documents
+  and webhooks.
 - ``fetch``: URL documents, fetched by a worker, pinned to the addresses that were checked.
-- ``split``: documents split into pages (rendered, or kept as their text layer); lost fetches
+- ``split``: documents split into pages (counted and checked, or kept as their text layer; the
+  pods render them); lost fetches
   and splits sent again (``documents_recover``).
-- ``idempotency``: Idempotency-Key submissions; ``schedule``: budget, deadline, priority.
+- ``idempotency``: Idempotency-Key submissions; ``schedule``: budget, deadline, priority;
+  ``webhooks``: job events to callback URLs, delivered by passes.
 - ``jobs``: how a job ends (``job_refresh``), ``job_cancel``, ``job_retry_failed``.
 - ``pages``: claims, the pod of each page, results (the one writer of results), failed
   attempts, pages given back.

@@ -22,15 +22,8 @@ from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.split import document_split
-from ocrjobs.services.submission import (
-    CHUNK,
-    Upload,
-    _address_allowed,
-    _name_from_url,
-    _stage,
-    _Staged,
-    check_url,
-)
+from ocrjobs.services.submission import CHUNK, Upload, _stage, _Staged, name_from_url
+from ocrjobs.services.urls import address_allowed, check_url
 from ocrjobs.storage import document_store
 
 log = logging.getLogger(__name__)
@@ -120,7 +113,7 @@ def _fetch_to(url: str, staging: Path) -> _Staged:
             addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
         except socket.gaierror as exc:
             raise ApiError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
-        if not addresses or not all(_address_allowed(address) for address in addresses):
+        if not addresses or not all(address_allowed(address) for address in addresses):
             raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
         timeout = httpx.Timeout(settings.URL_FETCH_TIMEOUT_SECONDS, connect=10.0)
         target, pinning = _pinned(url, addresses[0])
@@ -141,7 +134,7 @@ def _fetch_to(url: str, staging: Path) -> _Staged:
                         413,
                     )
                 body = _Response(response.iter_bytes(CHUNK), deadline)
-                return _stage(Upload(name=_name_from_url(url), file=body), staging, 0)
+                return _stage(Upload(name=name_from_url(url), file=body), staging, 0)
         except httpx.HTTPError as exc:
             raise ApiError(f"{url[:100]}: the download failed ({exc.__class__.__name__}: {exc})") from None
     raise ApiError(f"{url[:100]}: too many redirects")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import ipaddress
 import logging
 import re
 import shutil
@@ -28,6 +27,7 @@ from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.schedule import Schedule
+from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
 
@@ -331,7 +331,7 @@ def job_submit(
                     Document(
                         job=job,
                         position=len(staged) + offset,
-                        name=_name_from_url(url),
+                        name=name_from_url(url),
                         kind=Document.Kind.URL,
                         url=url,
                         source="",
@@ -372,42 +372,6 @@ def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
         enqueue_fetch(document_id)
 
 
-def _name_from_url(url: str) -> str:
+def name_from_url(url: str) -> str:
     path = urllib.parse.urlsplit(url).path
     return clean_filename(urllib.parse.unquote(path.rsplit("/", 1)[-1])) if path.strip("/") else "document"
-
-
-def _address_allowed(address: str) -> bool:
-    if settings.URL_FETCH_ALLOW_PRIVATE:
-        return True
-    ip = ipaddress.ip_address(address)
-    return ip.is_global and not ip.is_multicast
-
-
-def check_url(url: str) -> str:
-    """What can be checked without the network (the front never resolves or fetches):
-    http(s) only, a host, no literal private or loopback address."""
-    url = url.strip()
-    if len(url) > 2000:
-        raise ApiError("a URL is longer than 2,000 characters")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ApiError(f"{url[:100]}: only http and https URLs can be fetched")
-    host = parts.hostname
-    if not host:
-        raise ApiError(f"{url[:100]}: the URL has no host")
-    try:
-        parts.port  # noqa: B018 (raises on a bad port)
-    except ValueError:
-        raise ApiError(f"{url[:100]}: the port is not a number") from None
-    if settings.URL_FETCH_ALLOW_PRIVATE:
-        return url
-    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
-        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        return url  # a name: resolved and checked by the worker that fetches it
-    if not _address_allowed(str(literal)):
-        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
-    return url

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
-from ocrjobs.services.submission import _address_allowed, check_url
+from ocrjobs.services.urls import address_allowed, check_url
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _post(delivery: WebhookDelivery) -> int:
         addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
     except socket.gaierror as exc:
         raise ApiError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
-    if not addresses or not all(_address_allowed(address) for address in addresses):
+    if not addresses or not all(address_allowed(address) for address in addresses):
         raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
     if delivery.job.owner is None:
         raise ApiError("the job has no owner whose secret could sign the event")
