@@ -190,11 +190,13 @@ def _save_pages(document: Document, pages: list[Page], *, split: tuple[QuerySet,
     three statements before (renew, save, release), of ~11 per document split."""
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=document.job_id).values_list("status", flat=True)
-        if job.get() == Job.Status.CANCELLED:
+        status = job.get()
+        if status == Job.Status.CANCELLED:
             return False
         if pages:
             Page.objects.bulk_create(pages, ignore_conflicts=True)
-            Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+            if status == Job.Status.QUEUED:  # read under the lock: no statement when it runs already
+                Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
         if split is not None:
             row, lease, page_count = split
             marked = row.filter(task_lease_token=lease).update(
