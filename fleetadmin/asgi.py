@@ -54,6 +54,10 @@ if not apps.ready and settings.DATABASE_FRONT_POOL:
 
 django_asgi = get_asgi_application()
 
+# Every submission's forecast checks the pool's config with the runpod SDK (pods/poolconfig.py):
+# imported here, at start-up, not by the first uploads, which all waited on its import lock
+# (py-spy on bench/ingest.py: ~40% of the front's samples in the first seconds of a run).
+import pods.providers.runpod  # noqa: E402, F401
 from pods.routing import websocket_urlpatterns  # noqa: E402  (needs the apps loaded)
 
 application = ProtocolTypeRouter(

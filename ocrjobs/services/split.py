@@ -12,6 +12,7 @@ from typing import IO
 
 import pypdfium2 as pdfium
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleetadmin import leases
@@ -45,13 +46,18 @@ def document_split(*, document_id: int, lease: str | None = None, announce: bool
             log.info("document %s: split already, or another task is splitting it", document_id)
             return Document.objects.get(pk=document_id)
     try:
-        return _split(Document.objects.select_related("job").get(pk=document_id), row, lease, announce)
+        document = _split(Document.objects.select_related("job").get(pk=document_id), row, lease, announce)
     except leases.LeaseLost:
         log.warning("document %s: another task took over its split", document_id)
         return Document.objects.get(pk=document_id)
-    finally:
-        # Expired now: if it is still pending, the next scaler tick sends it again.
+    except BaseException:
         leases.release(Document.objects.filter(pk=document_id), lease)
+        raise
+    if document.status != Document.Status.SPLIT:
+        # Expired now: if it is still pending, the next scaler tick sends it again. (A document
+        # split was released by the statement that marked it split.)
+        leases.release(Document.objects.filter(pk=document_id), lease)
+    return document
 
 
 def _split(document: Document, row, lease: str, announce: bool = True) -> Document:
@@ -118,12 +124,10 @@ def _make_pages(
                 # The first pages can be read while the rest are made.
                 _nudge(document.job.pool_id)
                 nudged = True
-    leases.renew(row, lease)
-    if not _save_pages(document, batch):
+    if not _save_pages(document, batch, split=(row, lease, page_count)):
         return _split_stopped(document, batch)
     document.status = Document.Status.SPLIT
     document.page_count = page_count
-    document.save(update_fields=["status", "page_count"])
     if announce:
         job_refresh(job_id=document.job_id)
         _pages_made(document.job.pool_id)
@@ -175,17 +179,31 @@ def documents_recover(*, pool_id: int) -> list[int]:
     return [pk for pk, _ in documents]
 
 
-def _save_pages(document: Document, pages: list[Page]) -> bool:
+def _save_pages(document: Document, pages: list[Page], *, split: tuple[QuerySet, str, int] | None = None) -> bool:
     """Save a batch of pages, or nothing (False) once the job is cancelled. The job's status is
     read under its row lock in the transaction that saves the batch, as ``job_cancel`` takes it:
-    a cancel either comes first and the batch is never saved, or comes after and cancels it."""
+    a cancel either comes first and the batch is never saved, or comes after and cancels it.
+
+    The last batch (``split``: the document's pending row, the lease, its page count) also marks
+    the document split and ends the lease, in the same transaction and one statement, which
+    matches only while the lease is still this task's (else LeaseLost, and nothing is saved):
+    three statements before (renew, save, release), of ~11 per document split."""
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=document.job_id).values_list("status", flat=True)
-        if job.get() == Job.Status.CANCELLED:
+        status = job.get()
+        if status == Job.Status.CANCELLED:
             return False
         if pages:
             Page.objects.bulk_create(pages, ignore_conflicts=True)
-            Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+            if status == Job.Status.QUEUED:  # read under the lock: no statement when it runs already
+                Job.objects.filter(pk=document.job_id, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+        if split is not None:
+            row, lease, page_count = split
+            marked = row.filter(task_lease_token=lease).update(
+                status=Document.Status.SPLIT, page_count=page_count, task_lease_until=timezone.now()
+            )
+            if not marked:
+                raise leases.LeaseLost("another task took over this row")
     return True
 
 

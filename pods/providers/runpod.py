@@ -28,6 +28,9 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
+import pods.providers.sdk  # noqa: F401  (first: the SDK without its CPU probe subprocess)
+
+# isort: split
 import requests
 import runpod
 from django.conf import settings
