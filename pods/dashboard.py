@@ -121,6 +121,61 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
     }
 
 
+POD_PAGE_SIZE = 50
+
+
+def _pod_summary(pods: list[tuple]) -> list[dict]:
+    """The live pods by pool, state and GPU type: a handful of rows whatever the fleet's size."""
+    groups: dict[tuple, dict] = {}
+    for pool, state, gpu_type, lanes, cost_per_hr, billed_from, _created_at in pods:
+        row = groups.setdefault((pool, state, gpu_type), {"pool": pool, "state": state, "gpu_type": gpu_type,
+                                                          "pods": 0, "lanes": 0, "cost_per_hr": Decimal(0)})  # fmt: skip
+        row["pods"] += 1
+        row["lanes"] += lanes or 0
+        if billed_from is not None:
+            row["cost_per_hr"] += cost_per_hr or 0
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
+
+
+def pod_page(*, page: int, now: datetime | None = None) -> dict:
+    """One page of the live pods (POD_PAGE_SIZE rows), fetched on demand, never pushed."""
+    now = now or timezone.now()
+    alive = Pod.objects.alive()
+    total = alive.count()
+    pages = max(1, math.ceil(total / POD_PAGE_SIZE))
+    page = min(max(1, page), pages)
+    start = (page - 1) * POD_PAGE_SIZE
+    pods = list(alive.select_related("pool").order_by("pool__key", "created_at", "id")[start : start + POD_PAGE_SIZE])
+    inflight = pages_in_flight_by_pod([pod.pk for pod in pods], now=now)
+    rows = [
+        {
+            "id": pod.pk,
+            "name": pod.name,
+            "pool": pod.pool.key,
+            "gpu_type": pod.gpu_type,
+            "cloud_type": pod.cloud_type,
+            "data_center": pod.data_center,
+            "state": pod.state,
+            "uptime_s": (now - (pod.billed_from or pod.created_at)).total_seconds(),
+            "inflight": inflight.get(pod.pk, 0),
+            "lanes": pod.lanes,
+            "cost_per_hr": pod.cost_per_hr,
+            "spend": pod.spend(at=now),
+        }
+        for pod in pods
+    ]
+    return {
+        "pods": rows,
+        "pod_page": page,
+        "pod_pages": pages,
+        "pod_total": total,
+        "pod_first": start + 1 if rows else 0,
+        "pod_last": start + len(rows),
+        "pod_previous": page - 1 if page > 1 else None,
+        "pod_next": page + 1 if page < pages else None,
+    }
+
+
 def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
     """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
     status = fleet_status_cached()
@@ -140,26 +195,12 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
 
     pages_by_minute = pages_done_by_minute(since=chart_start)
 
-    pods = list(Pod.objects.alive().select_related("pool").order_by("pool__key", "created_at", "id"))
-    pod_ids = [pod.pk for pod in pods]
-    inflight = pages_in_flight_by_pod(pod_ids, now=now)
-    pod_rows = [
-        {
-            "id": pod.pk,
-            "name": pod.name,
-            "pool": pod.pool.key,
-            "gpu_type": pod.gpu_type,
-            "cloud_type": pod.cloud_type,
-            "data_center": pod.data_center,
-            "state": pod.state,
-            "uptime_s": (now - (pod.billed_from or pod.created_at)).total_seconds(),
-            "inflight": inflight.get(pod.pk, 0),
-            "lanes": pod.lanes,
-            "cost_per_hr": pod.cost_per_hr,
-            "spend": pod.spend(at=now),
-        }
-        for pod in pods
-    ]
+    pods = list(
+        Pod.objects.alive()
+        .order_by()
+        .values_list("pool__key", "state", "gpu_type", "lanes", "cost_per_hr", "billed_from", "created_at")
+    )
+    pod_summary = _pod_summary(pods)
 
     key_of = dict(Pool.objects.values_list("pk", "key"))
     spend_by_key: dict[str, Decimal] = defaultdict(Decimal)
@@ -176,7 +217,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
             }
         )
 
-    states = Counter(pod.state for pod in pods)
+    states = Counter(state for _, state, *_ in pods)
     totals = {
         "pods": len(pods),
         "ready": states.get(Pod.State.READY, 0),
@@ -193,7 +234,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         "now": now,
         "pools": pools,
         "totals": totals,
-        "pods": pod_rows,
+        "pod_summary": pod_summary,
         "charts": _charts(now, billed, pages_by_minute),
     }, status
 
@@ -282,11 +323,11 @@ def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     return progress
 
 
-def page_context(user) -> dict:
+def page_context(user, *, pod_page_number: int = 1) -> dict:
     """The whole dashboard for one user: the first render and the no-websocket fallback."""
     now = timezone.now()
     fleet, status = fleet_snapshot(now=now)
-    context = {**fleet, "is_staff": bool(user.is_staff)}
+    context = {**fleet, **pod_page(page=pod_page_number, now=now), "is_staff": bool(user.is_staff)}
     if user.is_staff:
         context.update(staff_snapshot(now=now, status=status))
         jobs = jobs_for_dashboard()
