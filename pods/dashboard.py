@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -94,10 +94,39 @@ def _chart(values: list[float], labels: list[str], unit: str, decimals: int) -> 
     }
 
 
+def _dollar_seconds_by_minute(billed: list[tuple], first: datetime, now: datetime) -> list[float]:
+    """$/h x seconds billed in each minute from ``first`` to ``now``, in one pass over the pods
+    (not pods x minutes): a pod adds its price to the minutes it covers whole through a running
+    sum, and its share to the two minutes at its ends."""
+    span = (now - first).total_seconds()
+    partial = [0.0] * CHART_MINUTES
+    steps = [0.0] * (CHART_MINUTES + 1)
+    for _, billed_from, ended_at, cost_per_hr in billed:
+        a = max(0.0, (billed_from - first).total_seconds())
+        b = min(span, ((ended_at or now) - first).total_seconds())
+        if b <= a:
+            continue
+        price = float(cost_per_hr)
+        i, j = min(CHART_MINUTES - 1, int(a // 60)), min(CHART_MINUTES - 1, int(b // 60))
+        if i == j:
+            partial[i] += price * (b - a)
+            continue
+        partial[i] += price * (60 * (i + 1) - a)
+        partial[j] += price * (b - 60 * j)
+        steps[i + 1] += price
+        steps[j] -= price
+    running, result = 0.0, []
+    for i in range(CHART_MINUTES):
+        running += steps[i]
+        result.append(partial[i] + running * 60)
+    return result
+
+
 def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, int]) -> dict:
     """pages/s and $/h for each minute of the last hour, the current minute prorated."""
     current = now.replace(second=0, microsecond=0)
     minutes = [current - timedelta(minutes=CHART_MINUTES - 1 - i) for i in range(CHART_MINUTES)]
+    dollar_seconds = _dollar_seconds_by_minute(billed, minutes[0], now)
     pages, dollars, labels = [], [], []
     for start in minutes:
         end = min(start + timedelta(minutes=1), now)
@@ -105,11 +134,7 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
         # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
         pages.append(pages_by_minute.get(start, 0) / max(1.0, seconds))
         if seconds > 0:
-            cost = sum(
-                float(cost_per_hr) * _overlap_seconds(billed_from, ended_at or now, start, end)
-                for _, billed_from, ended_at, cost_per_hr in billed
-            )
-            dollars.append(cost / seconds)
+            dollars.append(dollar_seconds[len(labels)] / seconds)
         else:  # the minute begins now: what the pods billed now cost per hour
             dollars.append(sum(float(c) for _, b, e, c in billed if b <= now and (e is None or e > now)))
         labels.append(timezone.localtime(start).strftime("%H:%M"))
@@ -127,12 +152,12 @@ POD_PAGE_SIZE = 50
 def _pod_summary(pods: list[tuple]) -> list[dict]:
     """The live pods by pool, state and GPU type: a handful of rows whatever the fleet's size."""
     groups: dict[tuple, dict] = {}
-    for pool, state, gpu_type, lanes, cost_per_hr, billed_from, _created_at in pods:
+    for pool, state, gpu_type, lanes, cost_per_hr, unbilled in pods:
         row = groups.setdefault((pool, state, gpu_type), {"pool": pool, "state": state, "gpu_type": gpu_type,
                                                           "pods": 0, "lanes": 0, "cost_per_hr": Decimal(0)})  # fmt: skip
         row["pods"] += 1
         row["lanes"] += lanes or 0
-        if billed_from is not None:
+        if not unbilled:
             row["cost_per_hr"] += cost_per_hr or 0
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
 
@@ -198,7 +223,8 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
     pods = list(
         Pod.objects.alive()
         .order_by()
-        .values_list("pool__key", "state", "gpu_type", "lanes", "cost_per_hr", "billed_from", "created_at")
+        .annotate(unbilled=ExpressionWrapper(Q(billed_from__isnull=True), output_field=BooleanField()))
+        .values_list("pool__key", "state", "gpu_type", "lanes", "cost_per_hr", "unbilled")
     )
     pod_summary = _pod_summary(pods)
 
