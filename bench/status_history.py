@@ -11,6 +11,14 @@ it, and prints the milliseconds of each, ending with one JSON line. For
 contrast it also times the page counts /metrics used to make over every page
 ever made. Goal: the cost follows the last minute's pages and the work in
 hand, not every page ever done.
+
+Then the dashboard at fleet scale (issue 14 item 8): it seeds ``--fleet-pods`` ready
+pods (500) over two pools and three GPU types and ``--fleet-jobs`` jobs (300), and
+measures one push as the broadcaster makes it (pods.dashboard.render_payloads for
+staff, every section: the first push to a newcomer), the push of what changed a
+moment later (the sections whose HTML differs, as pods.broadcast sends them), and
+one page of the pod list (``/dashboard/pods``, fetched on demand, never pushed):
+bytes and milliseconds of each. Goal: <= 64 KiB and <= 20 ms per push.
 """
 
 from __future__ import annotations
@@ -64,6 +72,97 @@ def populate(pages: int, recent: int) -> None:
                                    status=Page.Status.DONE, started_at=now - timedelta(seconds=5),
                                    finished_at=now - timedelta(seconds=3)) for n in range(1, 61)])  # fmt: skip
     PoolPageTally.objects.filter(pool=pool).update(done=pages + 60)
+
+
+def populate_fleet(pods: int, jobs: int) -> None:
+    """``pods`` ready pods over two pools and three GPU types, ``jobs`` jobs of 10 pages each
+    (half running, half done), as a busy fleet has them."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from ocrjobs.models import Document, Job, Page
+    from pods.models import Pod, Pool
+
+    owner = get_user_model().objects.create_user("fleet-owner")
+    now = timezone.now()
+    pools = [Pool.objects.create(key=f"fleet{i}", name=f"Fleet {i}", provider="runpod", max_pods=pods,
+                                 lanes_per_pod=4) for i in range(2)]  # fmt: skip
+    gpus = [("NVIDIA A40", "0.44"), ("NVIDIA L4", "0.24"), ("NVIDIA RTX A5000", "0.27")]
+    Pod.objects.bulk_create([
+        Pod(pool=pools[i % 2], name=f"fa-fleet-{i:04d}", provider_id=f"rp-{i}", state=Pod.State.READY, lanes=4,
+            gpu_type=gpus[i % 3][0], cloud_type="SECURE", data_center="EU-RO-1", cost_per_hr=Decimal(gpus[i % 3][1]),
+            billed_from=now - timedelta(minutes=30 + i % 60), ready_at=now - timedelta(minutes=28))
+        for i in range(pods)
+    ])  # fmt: skip
+    fleet_pods = list(Pod.objects.filter(name__startswith="fa-fleet-"))
+    pages = []
+    for i in range(jobs):
+        running = i % 2 == 0
+        job = Job.objects.create(owner=owner, pool=pools[i % 2],
+                                 status=Job.Status.RUNNING if running else Job.Status.DONE)  # fmt: skip
+        document = Document.objects.create(job=job, position=0, name=f"job{i}.pdf", kind="pdf", source="x.pdf",
+                                           size_bytes=1, page_count=10)  # fmt: skip
+        for number in range(1, 11):
+            done = not running or number <= 5
+            pages.append(Page(job=job, document=document, pool=pools[i % 2], number=number,
+                              status=Page.Status.DONE if done else Page.Status.PENDING,
+                              pod=fleet_pods[(i * 10 + number) % len(fleet_pods)] if done else None,
+                              started_at=now - timedelta(seconds=100) if done else None,
+                              finished_at=now - timedelta(seconds=10) if done else None,
+                              seconds=90.0 if done else None))  # fmt: skip
+    Page.objects.bulk_create(pages)
+
+
+def measure_push(repeats: int) -> dict:
+    """One push at fleet scale: every section (a newcomer's), then only what changed."""
+    from django.contrib.auth import get_user_model
+    from django.test import RequestFactory
+
+    from pods import dashboard
+    from pods.selectors import fleet_status_snapshot
+    from pods.views import dashboard_pods
+
+    # The status snapshot is refreshed ahead on a thread of its own (pods.selectors), so a push
+    # reads it ready-made; its own cost is "status" above.
+    fleet_status_snapshot.clear()
+    samples, first = [], {}
+    for _ in range(repeats):
+        fleet_status_snapshot.get()
+        started = time.perf_counter()
+        first = dashboard.render_payloads(staff=True, user_ids=[])[dashboard.STAFF]
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    full = "".join(first.values()).encode()
+    time.sleep(1.1)  # the next tick: the clock on the live stamp moved, the uptimes too
+    fleet_status_snapshot.clear()
+    later = dashboard.render_payloads(staff=True, user_ids=[])[dashboard.STAFF]
+    changed = "".join(html for name, html in later.items() if first.get(name) != html).encode()
+
+    user = get_user_model().objects.create_user("fleet-staff", is_staff=True)
+    page_samples, page = [], b""
+    for _ in range(repeats):
+        request = RequestFactory().get("/dashboard/pods?page=2")
+        request.user = user
+        started = time.perf_counter()
+        response = dashboard_pods(request)
+        page_samples.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200
+        page = response.content
+    page_samples.sort()
+    return {
+        "push_bytes": len(full),
+        "push_kib": round(len(full) / 1024, 1),
+        "push_median_ms": round(statistics.median(samples), 2),
+        "push_max_ms": round(samples[-1], 2),
+        "changed_push_bytes": len(changed),
+        "changed_sections": sorted(name for name, html in later.items() if first.get(name) != html),
+        "pod_page_rows": page.count(b'class="pod"'),
+        "pod_page_bytes": len(page),
+        "pod_page_median_ms": round(statistics.median(page_samples), 2),
+    }
 
 
 def timed(func, repeats: int) -> dict:
@@ -132,6 +231,8 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=300_000, help="pages done over the past week")
     parser.add_argument("--recent", type=int, default=600, help="of which done in the last minute")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--fleet-pods", type=int, default=500, help="ready pods for the push at fleet scale")
+    parser.add_argument("--fleet-jobs", type=int, default=300, help="jobs for the push at fleet scale")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
     django_for_bench("status-history", database_url=args.database_url)
@@ -149,11 +250,21 @@ def main() -> None:
         cursor.execute("ANALYZE")
     without_index = measure(args.repeats)
 
+    populate_fleet(args.fleet_pods, args.fleet_jobs)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    push = measure_push(args.repeats)
+
     for name, figures in (("with the index", with_index), ("without it", without_index)):
         shown = ", ".join(f"{what} median {f['median_ms']} ms (max {f['max_ms']})" for what, f in figures.items())
         print(f"{name:>15}: {shown}")
+    print(f"fleet of {args.fleet_pods} ready pods and {args.fleet_jobs} jobs: push {push['push_kib']} KiB in "
+          f"{push['push_median_ms']} ms (max {push['push_max_ms']}); next push {push['changed_push_bytes']} bytes "
+          f"({', '.join(push['changed_sections'])}); a page of {push['pod_page_rows']} pods "
+          f"{push['pod_page_bytes']} bytes in {push['pod_page_median_ms']} ms")  # fmt: skip
     print(json.dumps({"bench": "status_history", "database": connection.vendor, "pages": args.pages,
-                      "recent": args.recent, "with_index": with_index, "without_index": without_index}))  # fmt: skip
+                      "recent": args.recent, "with_index": with_index, "without_index": without_index,
+                      "fleet_pods": args.fleet_pods, "fleet_jobs": args.fleet_jobs, "fleet_push": push}))  # fmt: skip
 
 
 if __name__ == "__main__":

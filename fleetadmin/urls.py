@@ -58,6 +58,7 @@ async def healthz(request):
 urlpatterns = [
     path("", pods_views.dashboard_page, name="home"),
     path("dashboard/sections", pods_views.dashboard_sections, name="dashboard-sections"),
+    path("dashboard/pods", pods_views.dashboard_pods, name="dashboard-pods"),
     path("pods/<int:pod_id>/release", pods_views.pod_release, name="pods-release"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),

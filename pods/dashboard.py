@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -94,10 +94,39 @@ def _chart(values: list[float], labels: list[str], unit: str, decimals: int) -> 
     }
 
 
+def _dollar_seconds_by_minute(billed: list[tuple], first: datetime, now: datetime) -> list[float]:
+    """$/h x seconds billed in each minute from ``first`` to ``now``, in one pass over the pods
+    (not pods x minutes): a pod adds its price to the minutes it covers whole through a running
+    sum, and its share to the two minutes at its ends."""
+    span = (now - first).total_seconds()
+    partial = [0.0] * CHART_MINUTES
+    steps = [0.0] * (CHART_MINUTES + 1)
+    for _, billed_from, ended_at, cost_per_hr in billed:
+        a = max(0.0, (billed_from - first).total_seconds())
+        b = min(span, ((ended_at or now) - first).total_seconds())
+        if b <= a:
+            continue
+        price = float(cost_per_hr)
+        i, j = min(CHART_MINUTES - 1, int(a // 60)), min(CHART_MINUTES - 1, int(b // 60))
+        if i == j:
+            partial[i] += price * (b - a)
+            continue
+        partial[i] += price * (60 * (i + 1) - a)
+        partial[j] += price * (b - 60 * j)
+        steps[i + 1] += price
+        steps[j] -= price
+    running, result = 0.0, []
+    for i in range(CHART_MINUTES):
+        running += steps[i]
+        result.append(partial[i] + running * 60)
+    return result
+
+
 def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, int]) -> dict:
     """pages/s and $/h for each minute of the last hour, the current minute prorated."""
     current = now.replace(second=0, microsecond=0)
     minutes = [current - timedelta(minutes=CHART_MINUTES - 1 - i) for i in range(CHART_MINUTES)]
+    dollar_seconds = _dollar_seconds_by_minute(billed, minutes[0], now)
     pages, dollars, labels = [], [], []
     for start in minutes:
         end = min(start + timedelta(minutes=1), now)
@@ -105,11 +134,7 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
         # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
         pages.append(pages_by_minute.get(start, 0) / max(1.0, seconds))
         if seconds > 0:
-            cost = sum(
-                float(cost_per_hr) * _overlap_seconds(billed_from, ended_at or now, start, end)
-                for _, billed_from, ended_at, cost_per_hr in billed
-            )
-            dollars.append(cost / seconds)
+            dollars.append(dollar_seconds[len(labels)] / seconds)
         else:  # the minute begins now: what the pods billed now cost per hour
             dollars.append(sum(float(c) for _, b, e, c in billed if b <= now and (e is None or e > now)))
         labels.append(timezone.localtime(start).strftime("%H:%M"))
@@ -118,6 +143,61 @@ def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, 
         "dollars": _chart(dollars, labels, "$/h", 2),
         "start_label": labels[0],
         "end_label": "now",
+    }
+
+
+POD_PAGE_SIZE = 50
+
+
+def _pod_summary(pods: list[tuple]) -> list[dict]:
+    """The live pods by pool, state and GPU type: a handful of rows whatever the fleet's size."""
+    groups: dict[tuple, dict] = {}
+    for pool, state, gpu_type, lanes, cost_per_hr, unbilled in pods:
+        row = groups.setdefault((pool, state, gpu_type), {"pool": pool, "state": state, "gpu_type": gpu_type,
+                                                          "pods": 0, "lanes": 0, "cost_per_hr": Decimal(0)})  # fmt: skip
+        row["pods"] += 1
+        row["lanes"] += lanes or 0
+        if not unbilled:
+            row["cost_per_hr"] += cost_per_hr or 0
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
+
+
+def pod_page(*, page: int, now: datetime | None = None) -> dict:
+    """One page of the live pods (POD_PAGE_SIZE rows), fetched on demand, never pushed."""
+    now = now or timezone.now()
+    alive = Pod.objects.alive()
+    total = alive.count()
+    pages = max(1, math.ceil(total / POD_PAGE_SIZE))
+    page = min(max(1, page), pages)
+    start = (page - 1) * POD_PAGE_SIZE
+    pods = list(alive.select_related("pool").order_by("pool__key", "created_at", "id")[start : start + POD_PAGE_SIZE])
+    inflight = pages_in_flight_by_pod([pod.pk for pod in pods], now=now)
+    rows = [
+        {
+            "id": pod.pk,
+            "name": pod.name,
+            "pool": pod.pool.key,
+            "gpu_type": pod.gpu_type,
+            "cloud_type": pod.cloud_type,
+            "data_center": pod.data_center,
+            "state": pod.state,
+            "uptime_s": (now - (pod.billed_from or pod.created_at)).total_seconds(),
+            "inflight": inflight.get(pod.pk, 0),
+            "lanes": pod.lanes,
+            "cost_per_hr": pod.cost_per_hr,
+            "spend": pod.spend(at=now),
+        }
+        for pod in pods
+    ]
+    return {
+        "pods": rows,
+        "pod_page": page,
+        "pod_pages": pages,
+        "pod_total": total,
+        "pod_first": start + 1 if rows else 0,
+        "pod_last": start + len(rows),
+        "pod_previous": page - 1 if page > 1 else None,
+        "pod_next": page + 1 if page < pages else None,
     }
 
 
@@ -140,26 +220,13 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
 
     pages_by_minute = pages_done_by_minute(since=chart_start)
 
-    pods = list(Pod.objects.alive().select_related("pool").order_by("pool__key", "created_at", "id"))
-    pod_ids = [pod.pk for pod in pods]
-    inflight = pages_in_flight_by_pod(pod_ids, now=now)
-    pod_rows = [
-        {
-            "id": pod.pk,
-            "name": pod.name,
-            "pool": pod.pool.key,
-            "gpu_type": pod.gpu_type,
-            "cloud_type": pod.cloud_type,
-            "data_center": pod.data_center,
-            "state": pod.state,
-            "uptime_s": (now - (pod.billed_from or pod.created_at)).total_seconds(),
-            "inflight": inflight.get(pod.pk, 0),
-            "lanes": pod.lanes,
-            "cost_per_hr": pod.cost_per_hr,
-            "spend": pod.spend(at=now),
-        }
-        for pod in pods
-    ]
+    pods = list(
+        Pod.objects.alive()
+        .order_by()
+        .annotate(unbilled=ExpressionWrapper(Q(billed_from__isnull=True), output_field=BooleanField()))
+        .values_list("pool__key", "state", "gpu_type", "lanes", "cost_per_hr", "unbilled")
+    )
+    pod_summary = _pod_summary(pods)
 
     key_of = dict(Pool.objects.values_list("pk", "key"))
     spend_by_key: dict[str, Decimal] = defaultdict(Decimal)
@@ -176,7 +243,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
             }
         )
 
-    states = Counter(pod.state for pod in pods)
+    states = Counter(state for _, state, *_ in pods)
     totals = {
         "pods": len(pods),
         "ready": states.get(Pod.State.READY, 0),
@@ -193,7 +260,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         "now": now,
         "pools": pools,
         "totals": totals,
-        "pods": pod_rows,
+        "pod_summary": pod_summary,
         "charts": _charts(now, billed, pages_by_minute),
     }, status
 
@@ -282,11 +349,11 @@ def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     return progress
 
 
-def page_context(user) -> dict:
+def page_context(user, *, pod_page_number: int = 1) -> dict:
     """The whole dashboard for one user: the first render and the no-websocket fallback."""
     now = timezone.now()
     fleet, status = fleet_snapshot(now=now)
-    context = {**fleet, "is_staff": bool(user.is_staff)}
+    context = {**fleet, **pod_page(page=pod_page_number, now=now), "is_staff": bool(user.is_staff)}
     if user.is_staff:
         context.update(staff_snapshot(now=now, status=status))
         jobs = jobs_for_dashboard()

@@ -19,7 +19,15 @@ log = logging.getLogger(__name__)
 
 @login_required
 def dashboard_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "pods/dashboard.html", dashboard.page_context(request.user))
+    context = dashboard.page_context(request.user, pod_page_number=_page_number(request, "pods"))
+    return render(request, "pods/dashboard.html", context)
+
+
+def _page_number(request: HttpRequest, name: str) -> int:
+    try:
+        return int(request.GET.get(name, "1"))
+    except ValueError:
+        return 1
 
 
 @login_required
@@ -28,6 +36,14 @@ def dashboard_sections(request: HttpRequest) -> HttpResponse:
     context = dashboard.page_context(request.user)
     fragments = dashboard.render_sections(context["sections"], context)
     return HttpResponse("".join(fragments.values()))
+
+
+@login_required
+def dashboard_pods(request: HttpRequest) -> HttpResponse:
+    """One page of every live pod, asked for by the page (htmx), never pushed: the websocket
+    carries only the summary by pool, state and GPU type, whatever the fleet's size."""
+    context = {**dashboard.pod_page(page=_page_number(request, "page")), "is_staff": bool(request.user.is_staff)}
+    return render(request, "partials/dash_pod_list.html", context)
 
 
 @require_POST

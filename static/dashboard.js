@@ -17,4 +17,17 @@
     }
   });
   document.addEventListener("htmx:wsError", function () { mark("off"); });
+  // The pushed pod summary changed (a pod came, went or changed state): the page of the pod list
+  // on screen is fetched again, so that a released pod leaves it.
+  function refreshPodList() {
+    var list = document.getElementById("dash-pod-list");
+    if (list) { htmx.trigger(list, "refresh"); }
+  }
+  document.addEventListener("htmx:wsAfterMessage", function (e) {
+    var message = e.detail && e.detail.message;
+    if (typeof message === "string" && message.indexOf('id="dash-pods"') !== -1) { refreshPodList(); }
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (e.detail && e.detail.elt && e.detail.elt.id === "dash-poll") { refreshPodList(); }
+  });
 })();

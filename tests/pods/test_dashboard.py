@@ -121,7 +121,7 @@ def test_the_page_shows_pods_jobs_alerts_verdicts_boots_and_loops(alice, fleet):
         assert f'id="{section}" hx-swap-oob="true"' in page
     assert 'hx-ext="ws" ws-connect="/ws/dashboard"' in page
     # pods: GPU, data centre, state, in flight / lanes, $/h; ended pods are not in the table
-    pods = section_html(page, "dash-pods")
+    pods = section_html(page, "dash-pod-list")
     assert "NVIDIA A40" in pods and "EU-RO-1" in pods and "US-KS-2" in pods
     assert "state-ready" in pods and "state-booting" in pods
     assert "0 / 4" in pods and "$0.4400" in pods
@@ -179,8 +179,30 @@ def test_the_fallback_fragments_are_the_sections_for_that_user(alice, bob, fleet
         assert f'id="{section}" hx-swap-oob="true"' in other
     for section in STAFF_SECTION_IDS:
         assert f'id="{section}"' not in other
-    assert "Release" in staff and "Release" not in other
+    assert "Release" not in staff and "Release" not in other  # the pod list is fetched on its own
     assert f'id="job-{fleet.mallorys_job.pk}"' not in other
+
+
+def test_the_pod_list_is_paged_and_only_staff_get_release_buttons(alice, bob, fleet, monkeypatch):
+    monkeypatch.setattr(dashboard, "POD_PAGE_SIZE", 1)
+    first, second = text_of(alice.get("/dashboard/pods?page=1")), text_of(alice.get("/dashboard/pods?page=2"))
+    beyond = text_of(alice.get("/dashboard/pods?page=9"))
+
+    assert first.startswith('<section id="dash-pod-list"') and "1–1 of 2" in first
+    assert f'id="pod-{fleet.ready.pk}"' in first and f'id="pod-{fleet.booting.pk}"' not in first
+    assert f'id="pod-{fleet.booting.pk}"' in second and "2–2 of 2" in second
+    assert 'hx-get="/dashboard/pods?page=2"' in first and 'hx-get="/dashboard/pods?page=1"' in second
+    assert "2–2 of 2" in beyond and f'id="pod-{fleet.booting.pk}"' in beyond  # past the end: the last
+    assert f'action="{release_url(fleet.booting)}"' in second and 'name="csrfmiddlewaretoken"' in second
+    others = text_of(bob.get("/dashboard/pods?page=2"))
+    assert f'id="pod-{fleet.booting.pk}"' in others and "Release" not in others
+
+
+def test_the_pushed_pod_section_is_a_summary_by_pool_state_and_gpu(alice, fleet):
+    pods = section_html(text_of(alice.get("/dashboard/sections")), "dash-pods")
+
+    assert "fa-gpu-ready1" not in pods and "Release" not in pods
+    assert re.search(r"state-ready.*?NVIDIA A40.*?>1<", pods, re.S), pods
 
 
 def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, fleet, admin_user, ordinary_user):
@@ -309,7 +331,7 @@ def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_pass(
     assert fleet.ready.terminate_pending
     page = text_of(alice.get("/"))
     assert "fa-gpu-ready1: release requested." in page and "fa-gpu-ready1 is already terminated." in page
-    assert release_url(fleet.ready) not in section_html(page, "dash-pods")  # gone from the table at once
+    assert release_url(fleet.ready) not in section_html(page, "dash-pod-list")  # gone from the table at once
 
 
 def test_the_release_button_has_a_pass_terminate_the_pod_at_the_provider(
@@ -388,6 +410,7 @@ def test_release_answers_only_post(alice, fleet):
 def section_html(page: str, section_id: str) -> str:
     """The HTML of one section: from its opening tag to the next section's."""
     start = page.index(f'id="{section_id}"')
-    following = [page.find(f'id="{other}"', start + 1) for other in SECTION_IDS + STAFF_SECTION_IDS + ["dash-poll"]]
+    others = SECTION_IDS + STAFF_SECTION_IDS + ["dash-pod-list", "dash-poll"]
+    following = [page.find(f'id="{other}"', start + 1) for other in others]
     end = min((i for i in following if i > start), default=len(page))
     return page[start:end]
