@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import time
 
 import pypdfium2 as pdfium
 from PIL import Image, ImageDraw, ImageFont
@@ -42,7 +43,11 @@ def render_page(lines: list[str], *, size: int = 36, width: int = 1700, height: 
 def pdf_bytes(pages: list[list[str]] = PAGES_TRUTH, *, dpi: int = 200) -> bytes:
     images = [render_page(lines) for lines in pages]
     buffer = io.BytesIO()
-    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=dpi)
+    # Fixed dates: Pillow stamps the current time, so the same pages made a second apart would
+    # differ by a byte (a test comparing two makes of one document then fails at random).
+    stamp = time.strptime("2026-01-01", "%Y-%m-%d")
+    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=dpi,
+                   creationDate=stamp, modDate=stamp)  # fmt: skip
     return buffer.getvalue()
 
 
