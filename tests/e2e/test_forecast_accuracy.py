@@ -1,13 +1,7 @@
 """The forecast against a real run (issue 14): a job on the RunPod simulator, whose price, boot
 time and page latency are known, through real daphne and ``manage.py workers``. What the pool
-was billed (its pod, create to release) is within 25% of the forecast the submission answered.
-
-The duration is not yet: the forecast counts the boot and the pages, but on this branch the
-split renders its first batch of pages before the scaler sees any demand (issue 12 takes
-rendering out of the split). Measured here: forecast 0.40 min (12 s boot + 12 s of pages), run
-0.58 min: the pod row came 9.7 s after the submission, the boot took 12.8 s, the pages 12.2 s. Until issue 12 lands the run must take at least the
-forecast's boot and pages (it cannot be quicker) and at most twice the forecast; then tighten
-DURATION_TOLERANCE to 0.25.
+was billed (its pod, create to release) and how long the job took are each within 25% of the
+forecast the submission answered (the run cannot be quicker than the forecast's boot and pages).
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ PAGE_S = 1.0
 PAGES = 24
 LANES = 2
 IDLE_S = 5
-DURATION_TOLERANCE = 1.0  # 0.25 once the split no longer renders (issue 12)
+DURATION_TOLERANCE = 0.25
 SIM_GPU = "NVIDIA SIM FORECAST"
 
 
