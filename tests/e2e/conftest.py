@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from fleetadmin.clusters import brokers
 from pods.providers.local import LocalProvider
-from tools.processes import Process, child_env, start_front, start_workers
+from pods.simulator import SimConfig
+from tools.processes import Process, child_env, start_front, start_simulator, start_workers
 
 
 @dataclass
@@ -54,3 +57,23 @@ def live_system(transactional_db, local_pool, deployment, tmp_path, live_system_
     print(system.logs())
     for log in sorted((var_dir / "pods").glob("*.log")):
         print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@contextlib.contextmanager
+def system_on_simulator(config: SimConfig, tmp_path, **env: str) -> Iterator[tuple[str, Process, str]]:
+    """The RunPod simulator, and daphne and ``manage.py workers`` pointed at it (with ``env``), on the
+    test database: yields the front's URL, the workers and the simulator's URL."""
+    for broker in brokers().values():
+        broker.purge_queue()
+    sim, sim_url = start_simulator(config.model_dump(mode="json", by_alias=True), tmp_path)
+    env = child_env(tmp_path, RUNPOD_API_BASE_URL=sim_url, RUNPOD_API_KEY=config.api_key,
+                    RUNPOD_POD_URL_TEMPLATE=f"{sim_url}/pods/{{pod_id}}", **env)  # fmt: skip
+    workers = start_workers(env, tmp_path)
+    front, url = start_front(env, tmp_path)
+    try:
+        yield url, workers, sim_url
+    finally:
+        front.stop()
+        workers.stop()
+        sim.stop()
+        print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")

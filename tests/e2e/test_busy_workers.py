@@ -20,13 +20,13 @@ import httpx
 import pytest
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import brokers
 from ocrjobs.models import Job
 from pods.models import Pod, Pool
 from pods.simulator import SimConfig
 from pods.simulator.config import GpuTypeConfig
+from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
-from tools.processes import child_env, start_front, start_simulator, start_workers, wait_for
+from tools.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,28 +39,14 @@ SIM_GPU = "NVIDIA SIM BUSY"
 @pytest.fixture
 def busy_system(transactional_db, local_pool, deployment, tmp_path):
     """The simulator, and daphne and ``manage.py workers`` pointed at it, on the test database."""
-    for broker in brokers().values():
-        broker.purge_queue()
     config = SimConfig(
         api_key="busy-key", boot_delay_s=BOOT_DELAY_S, model_load_s=0.5,
         gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.5,
                                  capacity={"SECURE": {"DC-1": BOOTS * 2}})],
     )  # fmt: skip
-    sim, sim_url = start_simulator(config.model_dump(mode="json", by_alias=True), tmp_path)
-    env = child_env(
-        tmp_path,
-        Q_WORKERS="4",  # the shipped default, as the issue measured it
-        RUNPOD_API_BASE_URL=sim_url,
-        RUNPOD_API_KEY="busy-key",
-        RUNPOD_POD_URL_TEMPLATE=f"{sim_url}/pods/{{pod_id}}",
-    )
-    workers = start_workers(env, tmp_path)
-    front, url = start_front(env, tmp_path)
-    yield url, workers
-    front.stop()
-    workers.stop()
-    sim.stop()
-    print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")
+    # Q_WORKERS: the shipped default, as the issue measured it
+    with system_on_simulator(config, tmp_path, Q_WORKERS="4") as (url, workers, _):
+        yield url, workers
 
 
 @pytest.mark.timeout(GUARD + 120)

@@ -18,14 +18,14 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import brokers
 from ocrjobs.models import Job
 from pods import capacity
 from pods.models import Pod, Pool
 from pods.simulator import SimConfig
 from pods.simulator.config import GpuTypeConfig
+from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
-from tools.processes import child_env, start_front, start_simulator, start_workers, wait_for
+from tools.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,36 +43,22 @@ SIM_GPU = "NVIDIA SIM DEADLINE"
 
 @pytest.fixture
 def sim_system(transactional_db, deployment, tmp_path, monkeypatch, settings):
-    for broker in brokers().values():
-        broker.purge_queue()
     config = SimConfig(
         api_key="dl-key", boot_delay_s=BOOT_S, model_load_s=0.0, page_latency_s=PAGE_S, default_lanes=1,
         gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.36,
                                  capacity={"SECURE": {"DC-1": MAX_PODS}})],
     )  # fmt: skip
-    sim, sim_url = start_simulator(config.model_dump(mode="json", by_alias=True), tmp_path)
-    monkeypatch.setenv("RUNPOD_API_BASE_URL", sim_url)
-    monkeypatch.setenv("RUNPOD_API_KEY", "dl-key")
-    settings.RUNPOD_API_KEY = "dl-key"
-    # The front's forecast sizes with the same guesses as the workers' scaler.
-    settings.SCALE_SECONDS_PER_PAGE_GUESS = 2 * PAGE_S
-    settings.SCALE_BOOT_SECONDS_GUESS = BOOT_S
-    assert capacity.catalogue_get("runpod", fresh=True) is not None
-    env = child_env(
-        tmp_path,
-        RUNPOD_API_BASE_URL=sim_url,
-        RUNPOD_API_KEY="dl-key",
-        RUNPOD_POD_URL_TEMPLATE=f"{sim_url}/pods/{{pod_id}}",
-        SCALE_SECONDS_PER_PAGE_GUESS=str(2 * PAGE_S),
-        SCALE_BOOT_SECONDS_GUESS=str(BOOT_S),
-    )
-    workers = start_workers(env, tmp_path)
-    front, url = start_front(env, tmp_path)
-    yield url, workers
-    front.stop()
-    workers.stop()
-    sim.stop()
-    print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")
+    with system_on_simulator(
+        config, tmp_path, SCALE_SECONDS_PER_PAGE_GUESS=str(2 * PAGE_S), SCALE_BOOT_SECONDS_GUESS=str(BOOT_S)
+    ) as (url, workers, sim_url):
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", sim_url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "dl-key")
+        settings.RUNPOD_API_KEY = "dl-key"
+        # The front's forecast sizes with the same guesses as the workers' scaler.
+        settings.SCALE_SECONDS_PER_PAGE_GUESS = 2 * PAGE_S
+        settings.SCALE_BOOT_SECONDS_GUESS = BOOT_S
+        assert capacity.catalogue_get("runpod", fresh=True) is not None
+        yield url, workers
 
 
 @pytest.mark.timeout(GUARD + 120)

@@ -13,14 +13,14 @@ import httpx
 import pytest
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import brokers
 from ocrjobs.models import Job
 from pods import capacity
 from pods.models import Pod, Pool, SpendEntry
 from pods.simulator import SimConfig
 from pods.simulator.config import GpuTypeConfig
+from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
-from tools.processes import child_env, start_front, start_simulator, start_workers, wait_for
+from tools.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -37,35 +37,20 @@ SIM_GPU = "NVIDIA SIM FORECAST"
 
 @pytest.fixture
 def sim_system(transactional_db, deployment, tmp_path, monkeypatch, settings):
-    for broker in brokers().values():
-        broker.purge_queue()
     config = SimConfig(
         api_key="fc-key", boot_delay_s=BOOT_S, model_load_s=0.0, page_latency_s=PAGE_S, default_lanes=LANES,
         gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=PRICE,
                                  capacity={"SECURE": {"DC-1": 4}})],
     )  # fmt: skip
-    sim, sim_url = start_simulator(config.model_dump(mode="json", by_alias=True), tmp_path)
-    # The forecast reads the stored catalogue; a worker would fetch it on the first boot.
-    monkeypatch.setenv("RUNPOD_API_BASE_URL", sim_url)
-    monkeypatch.setenv("RUNPOD_API_KEY", "fc-key")
-    settings.RUNPOD_API_KEY = "fc-key"
-    assert capacity.catalogue_get("runpod", fresh=True) is not None
-    env = child_env(
-        tmp_path,
-        RUNPOD_API_BASE_URL=sim_url,
-        RUNPOD_API_KEY="fc-key",
-        RUNPOD_POD_URL_TEMPLATE=f"{sim_url}/pods/{{pod_id}}",
-        # What the forecast assumes before anything was measured: the simulator's own figures.
-        SCALE_SECONDS_PER_PAGE_GUESS=str(PAGE_S),
-        SCALE_BOOT_SECONDS_GUESS=str(BOOT_S),
-    )
-    workers = start_workers(env, tmp_path)
-    front, url = start_front(env, tmp_path)
-    yield url, workers
-    front.stop()
-    workers.stop()
-    sim.stop()
-    print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")
+    with system_on_simulator(
+        config, tmp_path, SCALE_SECONDS_PER_PAGE_GUESS=str(PAGE_S), SCALE_BOOT_SECONDS_GUESS=str(BOOT_S)
+    ) as (url, workers, sim_url):
+        # The forecast reads the stored catalogue; a worker would fetch it on the first boot.
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", sim_url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "fc-key")
+        settings.RUNPOD_API_KEY = "fc-key"
+        assert capacity.catalogue_get("runpod", fresh=True) is not None
+        yield url, workers
 
 
 @pytest.mark.timeout(GUARD + 120)
