@@ -18,7 +18,7 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Pool
 from pods.poolconfig import PoolConfigError, pool_offers
-from pods.services.scaler import boot_seconds
+from pods.services.scaler import boot_seconds, boot_times
 
 SIZINGS = ("fastest", "balanced", "cheapest")
 
@@ -63,8 +63,9 @@ def pods_for(sizing: str, *, pool: Pool, work: float, pages: int, boot: float) -
 def pool_forecast(pool: Pool, *, pages: int) -> dict:
     mean = selectors.pool_seconds_per_page(pool.pk)
     per_page = float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
-    boot = boot_seconds(pool)
-    measured_boot = pool.pods.filter(ready_at__isnull=False).exists()
+    times = boot_times(pool)
+    boot = boot_seconds(pool, times)
+    measured_boot = bool(times)
     price, price_based = _price(pool)
     work = pages * per_page
     sizings = {}
