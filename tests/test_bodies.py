@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import RequestAborted
 
 from accounts.models import ApiToken
-from fleetadmin.bodies import FrontASGIHandler, _handed_body
+from fleetadmin.bodies import BodyInMemory, FrontASGIHandler, _handed_body
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
 from tests.factories import pdf_bytes
@@ -119,3 +119,17 @@ def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
         _read_body(handed, [{"type": "http.disconnect"}])
 
     assert handed.closed
+
+
+def test_a_body_in_memory_reads_as_a_file_once_its_chunks_are_in():
+    body = BodyInMemory()
+    for chunk in (b"first ", b"second ", b"third"):
+        body.write(chunk)
+
+    assert body.tell() == len(b"first second third")  # what twisted takes as the body's length
+    body.seek(0, 0)
+    assert body.read(6) == b"first "
+    assert body.file().read() == b"second third"
+    assert not body.closed
+    body.close()
+    assert body.closed
