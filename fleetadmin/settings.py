@@ -315,6 +315,8 @@ SCALE_SECONDS_PER_PAGE_GUESS = envfloat("SCALE_SECONDS_PER_PAGE_GUESS", 2.0, min
 # last boots; SCALE_BOOT_SECONDS_GUESS until there are some.
 SCALE_MAX_OVERHEAD = envfloat("SCALE_MAX_OVERHEAD", 0.12, minimum=0.0)
 SCALE_BOOT_SECONDS_GUESS = envfloat("SCALE_BOOT_SECONDS_GUESS", 60.0, minimum=0.0)
+# A submission's forecast reuses a pool's measurements and price for this long (0: read every time).
+FORECAST_BASIS_SECONDS = envfloat("FORECAST_BASIS_SECONDS", 5.0, minimum=0.0)
 STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)
 URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.
