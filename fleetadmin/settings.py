@@ -203,6 +203,10 @@ STORAGES = {
     "documents": _documents_storage,
 }
 
+# The front keeps a request body of up to this many bytes in memory, a larger one on disk
+# (fleetadmin/bodies.py): memory for bodies is at most this × the requests in flight
+# (64 MiB × 8 uploads at once = 512 MiB).
+REQUEST_BODY_MEMORY_BYTES = envint("REQUEST_BODY_MEMORY_BYTES", 64 * 1024 * 1024, minimum=0)
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Files larger than that are spooled to disk and hashed as they are (the sha256 pods cache them under).
@@ -311,6 +315,8 @@ SCALE_SECONDS_PER_PAGE_GUESS = envfloat("SCALE_SECONDS_PER_PAGE_GUESS", 2.0, min
 # last boots; SCALE_BOOT_SECONDS_GUESS until there are some.
 SCALE_MAX_OVERHEAD = envfloat("SCALE_MAX_OVERHEAD", 0.12, minimum=0.0)
 SCALE_BOOT_SECONDS_GUESS = envfloat("SCALE_BOOT_SECONDS_GUESS", 60.0, minimum=0.0)
+# A submission's forecast reuses a pool's measurements and price for this long (0: read every time).
+FORECAST_BASIS_SECONDS = envfloat("FORECAST_BASIS_SECONDS", 5.0, minimum=0.0)
 STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)
 URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.

@@ -19,6 +19,7 @@ from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import check_callback_url, webhook_secret_for
+from ocrjobs.uploads import parse_in_memory
 from pods.spend import jobs_spend
 
 
@@ -36,6 +37,24 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
     return {
         **job.to_dict(),
         "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
+        **_job_links(job, dollars),
+    }
+
+
+def _submitted_job_dict(job: Job) -> dict:
+    """A job this request just made, answered without reading back what the request knows: its
+    documents, and no pages, spend or webhook deliveries yet (its split starts once it is
+    committed). Five queries fewer on every submission."""
+    counts = dict.fromkeys(Job.PAGE_COUNTS, 0)
+    return {
+        **job.to_dict(documents=job.submitted_documents, page_counts=counts),
+        "webhook_deliveries": [],
+        **_job_links(job, Decimal(0)),
+    }
+
+
+def _job_links(job: Job, dollars: Decimal) -> dict:
+    return {
         "dollars": float(dollars),
         "urls": {
             "self": f"/v1/jobs/{job.pk}",
@@ -74,6 +93,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
         uploads, fields = [], body
     elif request.content_type.startswith("multipart/form-data"):
         try:
+            parse_in_memory(request)  # a plain body held in memory: parsed from its buffer
             files = request.FILES.getlist("files") + request.FILES.getlist("file")
         except TooManyFilesSent:
             limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
@@ -105,9 +125,9 @@ def jobs(request: HttpRequest) -> JsonResponse:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         job = job_submit(owner=request.api_user, uploads=uploads, **submission)
-        return JsonResponse(_job_dict(job), status=201)
+        return JsonResponse(_submitted_job_dict(job), status=201)
     job, created = job_submit_once(owner=request.api_user, key=key, fields=fields, uploads=uploads, **submission)
-    response = JsonResponse(_job_dict(job), status=201 if created else 200)
+    response = JsonResponse(_submitted_job_dict(job) if created else _job_dict(job), status=201 if created else 200)
     if not created:
         response["Idempotent-Replayed"] = "true"
     return response

@@ -61,6 +61,8 @@ class Job(models.Model):
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
 
+    PAGE_COUNTS = ("total", "pending", "running", "done", "failed", "cancelled")
+
     def page_counts(self) -> dict[str, int]:
         counts = self.pages.aggregate(
             total=Count("id"),
@@ -72,8 +74,10 @@ class Job(models.Model):
         )
         return counts
 
-    def to_dict(self) -> dict:
-        documents = list(self.documents.all())
+    def to_dict(self, *, documents: list | None = None, page_counts: dict[str, int] | None = None) -> dict:
+        """The job as the API shows it; ``documents`` and ``page_counts``: known already (a job
+        just submitted has the documents it was made with, and no pages yet), not read again."""
+        documents = list(self.documents.all()) if documents is None else documents
         return {
             "id": self.pk,
             "status": self.status,
@@ -87,7 +91,7 @@ class Job(models.Model):
             "callback_url": self.callback_url,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "pages": self.page_counts(),
+            "pages": self.page_counts() if page_counts is None else page_counts,
             "documents": [d.to_dict() for d in documents],
         }
 

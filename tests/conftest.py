@@ -15,6 +15,13 @@ def media_root(settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def forecasts_read_afresh(settings):
+    # A forecast shows what the test just measured, not what a test a second ago did (a front
+    # reuses a pool's measurements for a few seconds; tests/ocrjobs/test_forecast.py shows it).
+    settings.FORECAST_BASIS_SECONDS = 0
+
+
+@pytest.fixture(autouse=True)
 def sizing_by_target_only(settings):
     # The scaler tests size fleets by the time target; the cost cap has tests of its own
     # (tests/pods/test_scaler.py), which turn it back on. This process only: the workers a test

@@ -340,13 +340,14 @@ def job_submit(
                         **leases.queued(),
                     )  # fmt: skip
                 )
-            Document.objects.bulk_create(documents)
+            Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
             if submission_key is not None:
                 key, fingerprint = submission_key
                 SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
-            split_ids = list(job.documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
-            fetch_ids = list(job.documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
+            split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
+            fetch_ids = [d.pk for d in documents if d.kind == Document.Kind.URL]
             transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
+            job.submitted_documents = documents
     except BaseException:
         for name in stored:
             document_delete(name)

@@ -9,7 +9,10 @@ scaler sheds it. Reads only the database (the stored catalogue): the front never
 
 from __future__ import annotations
 
+import json
 import math
+import time
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
@@ -18,7 +21,7 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Pool
 from pods.poolconfig import PoolConfigError, pool_offers
-from pods.services.scaler import boot_seconds
+from pods.services.scaler import boot_seconds, boot_times
 
 SIZINGS = ("fastest", "balanced", "cheapest")
 
@@ -60,12 +63,48 @@ def pods_for(sizing: str, *, pool: Pool, work: float, pages: int, boot: float) -
     return max(1, min(pods, pool.max_pods))
 
 
-def pool_forecast(pool: Pool, *, pages: int) -> dict:
+@dataclass(frozen=True)
+class _Basis:
+    """What a pool's forecasts are figured from: its measurements and its price."""
+
+    per_page: float
+    measured_per_page: bool
+    boot: float
+    measured_boot: bool
+    price: Decimal | None
+    price_based: dict
+
+
+# Every submission's forecast read each pool's last pages, last boots and price: about a tenth of
+# the front's CPU on bench/ingest.py. They move slowly (means over the last 200 pages and 20
+# boots), so a front reuses them for FORECAST_BASIS_SECONDS: {key: (read at, basis)}.
+_bases: dict[tuple, tuple[float, _Basis]] = {}
+
+
+def _basis(pool: Pool) -> _Basis:
+    ttl = settings.FORECAST_BASIS_SECONDS
+    key = (pool.pk, pool.created_at, pool.provider, json.dumps(pool.config, sort_keys=True, default=str))
+    now = time.monotonic()
+    cached = _bases.get(key)
+    if ttl > 0 and cached is not None and now - cached[0] < ttl:
+        return cached[1]
     mean = selectors.pool_seconds_per_page(pool.pk)
-    per_page = float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
-    boot = boot_seconds(pool)
-    measured_boot = pool.pods.filter(ready_at__isnull=False).exists()
+    times = boot_times(pool)
     price, price_based = _price(pool)
+    basis = _Basis(per_page=float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS,
+                   measured_per_page=bool(mean), boot=boot_seconds(pool, times), measured_boot=bool(times),
+                   price=price, price_based=price_based)  # fmt: skip
+    if ttl > 0:
+        for old in [k for k, (at, _) in _bases.items() if now - at >= ttl]:
+            _bases.pop(old, None)
+        _bases[key] = (now, basis)
+    return basis
+
+
+def pool_forecast(pool: Pool, *, pages: int) -> dict:
+    basis = _basis(pool)
+    per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
+    price, price_based = basis.price, dict(basis.price_based)
     work = pages * per_page
     sizings = {}
     for sizing in SIZINGS:
@@ -84,7 +123,9 @@ def pool_forecast(pool: Pool, *, pages: int) -> dict:
             "price_per_pod_hour": float(price) if price is not None else None,
             "prices": price_based,
             "seconds_per_page": round(per_page, 3),
-            "seconds_per_page_source": "measured over the pool's last pages" if mean else "guess (no page measured)",
+            "seconds_per_page_source": (
+                "measured over the pool's last pages" if basis.measured_per_page else "guess (no page measured)"
+            ),
             "boot_seconds": round(boot, 1),
             "boot_seconds_source": "measured over the pool's last boots" if measured_boot else "guess (no boot yet)",
             "idle_seconds": pool.idle_seconds,

@@ -94,6 +94,32 @@ def test_the_forecast_uses_measured_seconds_per_page_once_there_are_some(gpu_poo
     assert based["seconds_per_page"] == 5.0 and "measured" in based["seconds_per_page_source"]
 
 
+def test_a_front_reuses_a_pools_measurements_for_forecast_basis_seconds(gpu_pool, ordinary_user, settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from pods.services import forecast
+
+    settings.FORECAST_BASIS_SECONDS = 60
+    forecast._bases.clear()
+    first = forecast.pool_forecast(gpu_pool, pages=10)
+    job = Job.objects.create(owner=ordinary_user, pool=gpu_pool)
+    document = job.documents.create(position=0, name="d.pdf", kind="pdf", source="x", size_bytes=1, page_count=1)
+    Page.objects.create(job=job, document=document, pool=gpu_pool, number=1, status="done", seconds=5.0,
+                        finished_at=timezone.now())  # fmt: skip
+
+    with CaptureQueriesContext(connection) as queries:
+        again = forecast.pool_forecast(gpu_pool, pages=1000)
+
+    assert len(queries) == 0  # a burst of submissions reads the pool's pages, pods and prices once
+    assert again["based_on"] == first["based_on"]
+    assert again["sizings"] != first["sizings"]  # figured for the job's own pages
+    gpu_pool.config = {**gpu_pool.config, "image": "ghcr.io/example/pod:2"}
+    assert forecast.pool_forecast(gpu_pool, pages=10)["based_on"]["seconds_per_page"] == 5.0  # another config: read
+    settings.FORECAST_BASIS_SECONDS = 0
+    forecast._bases.clear()
+
+
 def test_a_pool_without_a_known_price_says_so(gpu_pool):
     from pods.services.forecast import pool_forecast
 

@@ -6,7 +6,9 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from ocrjobs.models import Document, Job, Page
 from tests.factories import (
@@ -79,6 +81,23 @@ def test_it_accepts_a_pdf_and_answers_201_with_the_job(client, submit_token, ord
     document = job.documents.get()
     assert document.source_path.read_bytes()[:5] == b"%PDF-"
     assert document.source_path.is_relative_to(media_root)
+
+
+def test_the_answer_to_a_submission_is_the_job_as_get_shows_it_without_reading_it_back(
+    client, submit_token, read_token
+):
+    files = [("a.pdf", pdf_bytes(PAGES_TRUTH[:2])), ("b.png", image_bytes(["one line"]))]
+
+    with CaptureQueriesContext(connection) as queries:
+        response = post_files(client, submit_token, files, urls="https://example.org/c.pdf", max_dollars="5")
+
+    assert response.status_code == 201, response.content
+    shown = client.get(f"{URL}/{response.json()['id']}", headers={"Authorization": f"Bearer {read_token}"})
+    assert response.json() == shown.json()
+    # What the request made (documents, no pages, no spend, no deliveries) is not read back.
+    read_back = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    for table in ("ocrjobs_document", "ocrjobs_page", "pods_spendentry", "ocrjobs_webhookdelivery"):
+        assert not [sql for sql in read_back if f'FROM "{table}"' in sql], table
 
 
 def test_it_accepts_several_files_and_counts_each_documents_pages(client, submit_token):

@@ -1,0 +1,135 @@
+"""Request bodies in the front (fleetadmin/bodies.py): through a real daphne, a body kept in memory
+and one over the in-memory cap (on disk) both arrive whole and hashed; limits answer as before;
+and Django's handler takes a handed-over body, or reads the messages when there is none."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+
+import httpx
+import pytest
+from django.core.exceptions import RequestAborted
+
+from accounts.models import ApiToken
+from fleetadmin.bodies import BodyInMemory, FrontASGIHandler, _handed_body
+from ocrjobs.models import Document
+from ocrjobs.storage import document_bytes
+from tests.factories import pdf_bytes
+from tools.processes import child_env, start_front
+
+
+@pytest.fixture
+def front(transactional_db, local_pool, media_root, tmp_path, request):
+    """daphne on the test database, with the child settings the test parametrizes."""
+    env = child_env(tmp_path, **getattr(request, "param", {}))
+    process, url = start_front(env, tmp_path)
+    yield url
+    process.stop()
+
+
+@pytest.fixture
+def token(transactional_db) -> str:
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("uploader", password="x")
+    return ApiToken.issue(user=user, name="test", scopes=["read", "submit"])[1]
+
+
+def _unique_pdf(n: int, padding: int = 0) -> bytes:
+    # A comment after %%EOF: a PDF of its own that reads the same (as bench/ingest.py makes them).
+    return pdf_bytes() + f"\n% body test {n} ".encode() + os.urandom(padding).hex().encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    "front",
+    [{}, {"REQUEST_BODY_MEMORY_BYTES": "1000"}, {"REQUEST_BODY_MEMORY_BYTES": "0"}],
+    ids=["in-memory", "over-the-cap", "always-on-disk"],
+    indirect=True,
+)
+def test_every_uploaded_byte_is_stored_and_hashed_in_memory_or_over_the_cap(front, token):
+    documents = [_unique_pdf(n, padding=300_000 * n) for n in range(3)]  # up to ~2 MB: several chunks
+    files = [("files", (f"d{n}.pdf", data, "application/pdf")) for n, data in enumerate(documents)]
+
+    response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    assert response.status_code == 201, response.text
+    stored = list(Document.objects.order_by("position"))
+    assert [d.size_bytes for d in stored] == [len(data) for data in documents]
+    assert [d.sha256 for d in stored] == [hashlib.sha256(data).hexdigest() for data in documents]
+    assert [document_bytes(d.source) for d in stored] == documents
+
+
+@pytest.mark.parametrize(
+    "front",
+    [{"OCR_MAX_REQUEST_BYTES": "200000"}, {"OCR_MAX_REQUEST_BYTES": "200000", "REQUEST_BODY_MEMORY_BYTES": "1000"}],
+    ids=["in-memory", "over-the-cap"],
+    indirect=True,
+)
+def test_a_body_over_the_request_limit_is_still_a_json_413(front, token):
+    files = [("files", ("big.pdf", _unique_pdf(0, padding=150_000), "application/pdf"))]
+
+    response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    assert response.status_code == 413, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    assert "larger than the limit" in response.json()["error"]
+    assert not Document.objects.exists()
+
+
+def _receive(messages: list[dict]):
+    queue = list(messages)
+
+    async def receive():
+        return queue.pop(0)
+
+    return receive
+
+
+def _read_body(handed, messages: list[dict]):
+    async def read():
+        _handed_body.set(handed)
+        return await FrontASGIHandler().read_body(_receive(messages))
+
+    return asyncio.run(read())
+
+
+def test_a_handed_over_body_is_the_body_file_read_from_its_start():
+    handed = io.BytesIO()
+    handed.write(b"the whole body")
+
+    body = _read_body(handed, [{"type": "http.request", "body": b"", "more_body": False}])
+
+    assert body is handed
+    assert body.read() == b"the whole body"
+
+
+def test_without_a_handed_over_body_the_messages_are_read_as_django_does():
+    messages = [{"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.request", "body": b"def"}]
+
+    assert _read_body(None, messages).read() == b"abcdef"
+
+
+def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
+    handed = io.BytesIO(b"x")
+
+    with pytest.raises(RequestAborted):
+        _read_body(handed, [{"type": "http.disconnect"}])
+
+    assert handed.closed
+
+
+def test_a_body_in_memory_reads_as_a_file_once_its_chunks_are_in():
+    body = BodyInMemory()
+    for chunk in (b"first ", b"second ", b"third"):
+        body.write(chunk)
+
+    assert body.tell() == len(b"first second third")  # what twisted takes as the body's length
+    body.seek(0, 0)
+    assert body.read(6) == b"first "
+    assert body.file().read() == b"second third"
+    assert not body.closed
+    body.close()
+    assert body.closed
