@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleetadmin.api import ApiError
@@ -187,6 +189,84 @@ def test_documents_split_together_refresh_their_job_and_tell_the_scaler_once(ord
     assert job.pages.count() == 4
     assert reload(job).status == Job.Status.RUNNING
     assert queued()[queued_before:] == ["pods.tasks.scaler_tick"]  # no dispatcher is live: one tick, not three
+
+
+def test_documents_split_together_take_a_few_statements_for_them_all(ordinary_user):
+    files = {f"p{n}.png": image_bytes([f"page {n}"]) for n in range(10)} | {"a.pdf": pdf_bytes(PAGES_TRUTH[:2])}
+    jobs = [submit(ordinary_user, files), submit(ordinary_user, files)]
+    ids = list(Document.objects.filter(job__in=jobs).values_list("pk", flat=True))
+
+    with CaptureQueriesContext(connection) as statements:
+        documents = split_services.documents_split(document_ids=ids)
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 22
+    assert Page.objects.filter(job__in=jobs, status=Page.Status.PENDING).count() == 24
+    assert {reload(job).status for job in jobs} == {Job.Status.RUNNING}
+    # ~11 statements a document once (and a job refresh each): 22 documents took 240.
+    assert len(statements) <= 15, [q["sql"][:80] for q in statements]
+
+
+def test_documents_split_together_leave_the_documents_another_task_holds(ordinary_user):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
+    first, second = job.documents.order_by("position")
+    Document.objects.filter(pk=second.pk).update(
+        task_lease_token="other", task_lease_until=timezone.now() + timedelta(minutes=1)
+    )
+
+    split_services.documents_split(document_ids=[first.pk, second.pk])
+
+    assert reload(first).status == Document.Status.SPLIT and reload(second).status == Document.Status.PENDING
+    assert reload(second).task_lease_token == "other" and list(job.pages.values_list("document_id", flat=True)) == [
+        first.pk
+    ]
+
+
+def test_documents_split_together_save_none_whose_lease_was_taken_over_meanwhile(ordinary_user, monkeypatch):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"]), "c.png": image_bytes(["c"])})
+    first, second, third = job.documents.order_by("position")
+    count_and_make = split_services._count_and_make
+
+    def lease_lapses_and_another_task_takes_it(document, existing, token):
+        made = count_and_make(document, existing, token)
+        if document.pk == second.pk:
+            Document.objects.filter(pk=second.pk).update(task_lease_token="other")
+        return made
+
+    monkeypatch.setattr(split_services, "_count_and_make", lease_lapses_and_another_task_takes_it)
+
+    split_services.documents_split(document_ids=[first.pk, second.pk, third.pk])
+
+    assert [reload(d).status for d in (first, second, third)] == ["split", "pending", "split"]
+    assert sorted(job.pages.values_list("document_id", flat=True)) == [first.pk, third.pk]
+    assert reload(second).task_lease_token == "other"  # its pages are the other task's to make
+
+
+def test_documents_split_together_skip_a_cancelled_job_and_release_its_documents(ordinary_user):
+    cancelled = submit(ordinary_user, {"a.png": image_bytes(["a"])})
+    running = submit(ordinary_user, {"b.png": image_bytes(["b"])})
+    job_cancel(job=cancelled)
+    ids = [cancelled.documents.get().pk, running.documents.get().pk]
+
+    split_services.documents_split(document_ids=ids)
+
+    left = cancelled.documents.get()
+    assert left.status == Document.Status.PENDING and left.task_lease_until <= timezone.now()
+    assert cancelled.pages.count() == 0 and running.pages.count() == 1
+
+
+def test_documents_split_together_split_a_long_document_batch_by_batch(ordinary_user, monkeypatch):
+    monkeypatch.setattr(split_services, "SPLIT_BATCH", 2)
+    saved = []
+    save_pages = split_services._save_pages
+    monkeypatch.setattr(split_services, "_save_pages",
+                        lambda document, pages, **kw: saved.append(len(pages)) or save_pages(document, pages, **kw))  # fmt: skip
+    job = submit(ordinary_user, {"long.pdf": pdf_bytes(PAGES_TRUTH), "a.png": image_bytes(["a"])})
+
+    documents = split_services.documents_split(document_ids=list(job.documents.values_list("pk", flat=True)))
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 2
+    assert saved == [2, 1]  # the long one's batches: its first pages claimable before the rest are made
+    assert job.pages.count() == 4
 
 
 def test_new_pages_nudge_no_scaler_while_a_dispatcher_of_the_pool_is_live(ordinary_user, queued):
