@@ -39,7 +39,7 @@ from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
 from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register
-from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.jobs import jobs_refresh
 from ocrjobs.services.pages import (
     ClaimedPage,
     PageResult,
@@ -596,8 +596,8 @@ class DispatchLoop:
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()
-        for job_id in jobs:
-            await self.db(job_refresh, job_id=job_id)
+        if jobs:
+            await self.db(jobs_refresh, job_ids=jobs)
 
 
 def _close_connection() -> None:

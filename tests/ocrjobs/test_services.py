@@ -19,7 +19,7 @@ from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
 from ocrjobs.services import split as split_services
 from ocrjobs.services.dispatchers import dispatcher_register
-from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
+from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed, jobs_refresh
 from ocrjobs.services.pages import (
     PageResult,
     claims_renew,
@@ -347,6 +347,25 @@ def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fa
     assert "cannot be read" in document.error
     assert document.pages.count() == 0
     assert reload(job).status == Job.Status.FAILED
+
+
+def test_jobs_refresh_refreshes_only_the_jobs_with_no_page_waiting_or_out(ordinary_user):
+    busy = [submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])}) for _ in range(5)]
+    ended = submit(ordinary_user, {"c.png": image_bytes(["c"])})
+    for job in [*busy, ended]:
+        split(job)
+    Page.objects.filter(job=busy[0]).update(status=Page.Status.RUNNING)  # out at a pod
+    for job in busy[1:]:
+        Page.objects.filter(pk=job.pages.first().pk).update(status=Page.Status.DONE)  # one done, one waiting
+    Page.objects.filter(job=ended).update(status=Page.Status.DONE)  # stored, the job not refreshed yet
+
+    with CaptureQueriesContext(connection) as statements:
+        refreshed = jobs_refresh(job_ids=[job.pk for job in busy])
+
+    assert refreshed == [] and len(statements) == 1  # one look at five jobs that still have pages to go
+    assert {reload(job).status for job in busy} == {Job.Status.RUNNING}
+    assert jobs_refresh(job_ids=[ended.pk, *[job.pk for job in busy]]) == [ended.pk]
+    assert reload(ended).status == Job.Status.DONE
 
 
 def test_a_job_waits_for_every_document_to_be_split_before_it_ends(ordinary_user):
