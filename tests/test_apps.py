@@ -15,11 +15,11 @@ from fleetadmin.clusters import CLASSES
 from tools.processes import REPO, child_env
 
 AFTER_SETUP = (
-    "import json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "
+    "import gc, json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "
     "nice = os.nice(0); import django; django.setup(); "
     "from django.db import connection; "
     "print(json.dumps({{'loaded': sorted(m for m in {modules!r} if m in sys.modules), 'nicer': os.nice(0) - nice, "
-    "'conn_max_age': connection.settings_dict['CONN_MAX_AGE']}}))"
+    "'conn_max_age': connection.settings_dict['CONN_MAX_AGE'], 'frozen': gc.get_freeze_count() > 10000}}))"
 )
 
 
@@ -34,13 +34,18 @@ def test_every_cluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_b
     clusters = [["manage.py", "workers", "--cluster", work_class] for work_class in CLASSES]
     for argv in (["manage.py", "qcluster"], *clusters, ["manage.py", "workers", "--cluster=dispatch"]):
         shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
-        assert shown == {"loaded": sorted(("runpod", *WORKER_MODULES)), "nicer": 3, "conn_max_age": None}, argv
+        assert shown == {
+            "loaded": sorted(("runpod", *WORKER_MODULES)),
+            "nicer": 3,
+            "conn_max_age": None,
+            "frozen": True,
+        }, argv
 
 
 def test_other_commands_neither_import_the_runpod_sdk_at_start_up_nor_change_priority(tmp_path):
     for argv in (["manage.py", "migrate"], ["manage.py", "workers"], ["pytest"]):
         shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
-        assert shown == {"loaded": [], "nicer": 0, "conn_max_age": 0}, argv
+        assert shown == {"loaded": [], "nicer": 0, "conn_max_age": 0, "frozen": False}, argv
 
 
 def test_the_processes_that_fork_workers_are_the_qcluster_and_the_supervised_clusters():
