@@ -11,7 +11,7 @@ import logging
 from typing import IO
 
 import pypdfium2 as pdfium
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -198,8 +198,8 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
             return _split_failed(document, exc.message)
         except Exception as exc:
             return _split_failed(document, f"cannot be read: {exc}")
-        row = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING)
         if page_count > SPLIT_BATCH:
+            row = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING)
             try:
                 return _make_pages(document, row, token, page_count, existing, text_layers, announce=False)
             except leases.LeaseLost:
@@ -232,7 +232,7 @@ def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set
             )
             if marked != len(live):
                 raise leases.LeaseLost("another task took over some of these rows")
-            Page.objects.bulk_create([page for _, pages, _ in live for page in pages], ignore_conflicts=True)
+            _insert_pages([page for _, pages, _ in live for page in pages])
             started = [job_id for job_id, status in statuses.items() if status == Job.Status.QUEUED]
             if started:
                 Job.objects.filter(pk__in=started, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
@@ -241,6 +241,27 @@ def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set
     for document, _, count in live:
         document.status, document.page_count = Document.Status.SPLIT, count
     return {d.pk for d, _, _ in live}
+
+
+def _insert_pages(pages: list[Page]) -> None:
+    """``Page.objects.bulk_create(pages, ignore_conflicts=True)`` in one prepared statement run for
+    every row: Django's compiler took more than the rest of the split's saving (0.17 ms a page)."""
+    if not pages:
+        return
+    fields = [field for field in Page._meta.concrete_fields if not field.primary_key]
+    adapt = connection.ops.adapt_datetimefield_value
+    dated = {field.attname for field in fields if isinstance(field, models.DateTimeField)}
+    rows = [
+        [adapt(getattr(page, f.attname)) if f.attname in dated else getattr(page, f.attname) for f in fields]
+        for page in pages
+    ]
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(Page._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (document_id, number) DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def _save_split_each(made: list[tuple[Document, list[Page], int]], token: str) -> set[int]:

@@ -206,6 +206,24 @@ def test_documents_split_together_take_a_few_statements_for_them_all(ordinary_us
     assert len(statements) <= 15, [q["sql"][:80] for q in statements]
 
 
+def test_documents_split_together_run_again_make_only_the_missing_pages(ordinary_user):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(), "a.png": image_bytes(["a"])})
+    ids = list(job.documents.values_list("pk", flat=True))
+    split_services.documents_split(document_ids=ids)
+    before = dict(job.pages.values_list("pk", "status"))
+    kept = job.pages.filter(number=1).first()
+    Page.objects.filter(pk=kept.pk).update(status=Page.Status.DONE, result='{"text": "read"}')
+    job.pages.filter(number=3).delete()  # as after a crash: a page missing, the documents pending
+    Document.objects.filter(pk__in=ids).update(status=Document.Status.PENDING)
+
+    split_services.documents_split(document_ids=ids)
+
+    after = dict(job.pages.values_list("pk", "status"))
+    assert len(after) == len(before) and reload(kept).result == '{"text": "read"}'  # kept as it was
+    assert sorted(job.pages.values_list("number", flat=True)) == [1, 1, 2, 3]
+    assert set(job.documents.values_list("status", flat=True)) == {Document.Status.SPLIT}
+
+
 def test_documents_split_together_leave_the_documents_another_task_holds(ordinary_user):
     job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
     first, second = job.documents.order_by("position")
