@@ -56,7 +56,7 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
     loop.client = FailingPod()
 
     async def io(fn, *args):
-        return b"png"
+        return b"png", None  # a document's body read whole, no file to close (document_body)
 
     async def db(fn, /, **kwargs):
         if fn is page_attempt_failed:
