@@ -245,19 +245,25 @@ class DispatchLoop:
             await self.flush()
 
     async def flush(self) -> None:
-        """Store the results gathered since the last flush in one statement, and the pods
-        that pages went to in another."""
-        if self.assignments:
-            assignments, self.assignments = self.assignments, []
-            await self.db(pages_assign_pods, token=self.token, assignments=assignments)
-        if self.results:
-            results, self.results = self.results, []
-            storing = {item.page_id for item in results}
-            self.storing |= storing
-            try:
-                stored = await self.db(pages_complete, token=self.token, items=results)
-            finally:
-                self.storing -= storing
+        """Store the results gathered since the last flush in one statement, and the pods that
+        the other pages went to in another, on one trip to the database thread. A page whose
+        result goes with them, on the attempt it went out on, needs no assignment: its result
+        names its pod (at zero-latency pods nearly every page's assignment and result met in one
+        flush: a statement and a trip saved)."""
+        if not self.assignments and not self.results:
+            return
+        assignments, self.assignments = self.assignments, []
+        results, self.results = self.results, []
+        storing = {item.page_id for item in results}
+        # Stored or refused on the same claim (token, attempt) as the assignment would be.
+        answered = {(item.page_id, item.attempt) for item in results}
+        assignments = [row for row in assignments if (row[0], row[1]) not in answered]
+        self.storing |= storing
+        try:
+            stored = await self.db(_store, token=self.token, assignments=assignments, results=results)
+        finally:
+            self.storing -= storing
+        if results:
             self.done += len(stored)
             self.touched_jobs.update(item.job_id for item in results)
             self.wakeup.set()
@@ -652,6 +658,13 @@ def _beat(
     held = claims_renew(token=token, page_ids=page_ids)
     pods_mark_busy(pod_ids=busy_pods, at=now)
     return held
+
+
+def _store(*, token: str, assignments: list[tuple[int, int, int]], results: list[PageResult]) -> set[int]:
+    """A flush: where pages went, then the results (the ids stored). Safe to repeat, as each is."""
+    if assignments:
+        pages_assign_pods(token=token, assignments=assignments)
+    return pages_complete(token=token, items=results) if results else set()
 
 
 def _nudge_scaler(*, pool_id: int) -> None:
