@@ -62,6 +62,17 @@ def acquire(queryset: QuerySet, *, seconds: float | None = None) -> str | None:
     return token if taken else None
 
 
+def acquire_each(queryset: QuerySet, *, seconds: float | None = None) -> str:
+    """Take the lease of every row in ``queryset`` that no task holds, in one statement and under
+    one token, which is returned: the rows taken are those that carry it now (none, if another
+    task holds them all). Each row's lease is then renewed and released on its own, as ever."""
+    now = timezone.now()
+    token = uuid.uuid4().hex
+    seconds = settings.TASK_LEASE_SECONDS if seconds is None else seconds
+    free(queryset, now=now).update(task_lease_until=now + timedelta(seconds=seconds), task_lease_token=token)
+    return token
+
+
 def free(queryset: QuerySet, *, now=None) -> QuerySet:
     """Rows whose lease no task holds at ``now``: queued, never leased, released or lapsed."""
     now = now or timezone.now()

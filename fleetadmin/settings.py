@@ -139,6 +139,7 @@ else:
 # "<name>:passes" and "<name>:dispatch", which is how django-q2 picks their ALT_CLUSTERS entry.
 Q_CLUSTER_NAME = envstr("Q_CLUSTER_NAME", "fleetadmin").partition(":")[0]
 Q_TIMEOUT = envint("Q_TIMEOUT", 900, minimum=30)
+Q_SUCCESSES_KEPT = envint("Q_SUCCESSES_KEPT", 1000, minimum=0)
 Q_CLUSTER = {
     "name": Q_CLUSTER_NAME,
     "workers": envint("Q_WORKERS", 4, minimum=1),
@@ -147,7 +148,9 @@ Q_CLUSTER = {
     "retry": Q_TIMEOUT * 2,
     "max_attempts": 3,
     "catch_up": False,
-    "save_limit": 1000,
+    # Successful tasks kept: pruned by the minute's scaler tick (fleetadmin/clusters.py), not by
+    # django-q2's monitor, which loads every one kept before saving each task (34 ms a task at 1,000).
+    "save_limit": 0,
     "ack_failures": True,
     "poll": 0.2,
     "label": "Tasks",

@@ -5,7 +5,8 @@ The embedded default is a FileSystemStorage under MEDIA_ROOT; a deployment of se
 sets ``STORAGE_S3_BUCKET`` (S3-compatible object storage through django-storages and boto3,
 fleetadmin/settings.py). Every reader and writer of a document's bytes goes through this
 module: submission and fetch (``document_store``), the split (``document_local``), the
-dispatcher (``document_bytes``). Page results live in the database (ocrjobs/services/pages.py).
+dispatcher (``document_file``, ``document_bytes``). Page results live in the database
+(ocrjobs/services/pages.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from django.core.files import File
 from django.core.files.base import ContentFile
@@ -69,6 +71,16 @@ def document_bytes(name: str) -> bytes:
         return storage.bucket.Object(_s3_key(storage, name)).get()["Body"].read()
     with storage.open(name, "rb") as f:
         return f.read()
+
+
+def document_file(name: str) -> BinaryIO | None:
+    """The stored file opened for reading when it is on this host's filesystem (a dispatcher has
+    the kernel send it to a pod: sendfile), else None (object storage: ``document_bytes``)."""
+    try:
+        path = documents().path(name)
+    except NotImplementedError:
+        return None
+    return open(path, "rb")
 
 
 @contextlib.contextmanager

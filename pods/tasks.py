@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django_q.tasks import async_task
 
-from fleetadmin.clusters import PASSES, SHORT, cluster_name
+from fleetadmin.clusters import PASSES, SHORT, cluster_name, task_results_prune
 from fleetadmin.db import retry_on_db_error
 from pods.models import Pool
 from pods.providers.base import ProviderError
@@ -54,6 +54,8 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
         # no such thing: a step whose worker died leaves a lease that lapses, and the pod is due again.
         documents_recover(pool_id=pool.pk)
     ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
+    if pool_id is None:  # the minute's schedule, not a nudge
+        task_results_prune()
     try:
         passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
     except Exception:

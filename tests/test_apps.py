@@ -1,7 +1,8 @@
 """fleetadmin/apps.py: each process that forks workers (a qcluster, or one of the clusters that
 ``manage.py workers`` starts, one per work class) imports their modules (the runpod SDK above
-all) once, before it forks them, and lowers their CPU priority below the front's; no other
-process pays for that import at start-up or changes its priority."""
+all) once, before it forks them, lowers their CPU priority below the front's and keeps their
+SQLite connections open; no other process pays for that import at start-up or changes its
+priority or its connections."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from fleetadmin.clusters import CLASSES
 from tools.processes import REPO, child_env
 
 AFTER_SETUP = (
-    "import json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "
+    "import gc, json, os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; sys.argv = {argv!r}; "
     "nice = os.nice(0); import django; django.setup(); "
-    "print(json.dumps({{'loaded': sorted(m for m in {modules!r} if m in sys.modules), 'nicer': os.nice(0) - nice}}))"
+    "from django.db import connection; "
+    "print(json.dumps({{'loaded': sorted(m for m in {modules!r} if m in sys.modules), 'nicer': os.nice(0) - nice, "
+    "'conn_max_age': connection.settings_dict['CONN_MAX_AGE'], 'frozen': gc.get_freeze_count() > 10000}}))"
 )
 
 
@@ -31,12 +34,18 @@ def test_every_cluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_b
     clusters = [["manage.py", "workers", "--cluster", work_class] for work_class in CLASSES]
     for argv in (["manage.py", "qcluster"], *clusters, ["manage.py", "workers", "--cluster=dispatch"]):
         shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
-        assert shown == {"loaded": sorted(("runpod", *WORKER_MODULES)), "nicer": 3}, argv
+        assert shown == {
+            "loaded": sorted(("runpod", *WORKER_MODULES)),
+            "nicer": 3,
+            "conn_max_age": None,
+            "frozen": True,
+        }, argv
 
 
 def test_other_commands_neither_import_the_runpod_sdk_at_start_up_nor_change_priority(tmp_path):
     for argv in (["manage.py", "migrate"], ["manage.py", "workers"], ["pytest"]):
-        assert _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3")) == {"loaded": [], "nicer": 0}, argv
+        shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
+        assert shown == {"loaded": [], "nicer": 0, "conn_max_age": 0, "frozen": False}, argv
 
 
 def test_the_processes_that_fork_workers_are_the_qcluster_and_the_supervised_clusters():

@@ -20,7 +20,16 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import Schedule
 
-from fleetadmin.clusters import DISPATCH, PASSES, SHORT, PassClock, cluster_env, cluster_name, work_classes
+from fleetadmin.clusters import (
+    DISPATCH,
+    PASSES,
+    SHORT,
+    PassClock,
+    cluster_env,
+    cluster_name,
+    task_results_prune,
+    work_classes,
+)
 from fleetadmin.schedules import setup_schedules
 from ocrjobs.tasks import enqueue_dispatch, enqueue_split
 from pods import tasks
@@ -198,3 +207,43 @@ def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_work
     assert len([m for m in messages if "pass clock failed" in m]) == 1  # the second error within the minute
     assert any("works again" in m for m in messages)
     assert len(closed) == 2 and clock.failing_since is None
+
+
+# --- task results kept ---------------------------------------------------------------------------
+
+
+def _task_rows(success: bool, count: int, start: int = 0) -> list[str]:
+    from django_q.models import Task
+
+    now = timezone.now()
+    ids = [f"{'ok' if success else 'failed'}-{start + n}" for n in range(count)]
+    for n, task_id in enumerate(ids):
+        at = now + timedelta(seconds=start + n)
+        Task.objects.create(id=task_id, name=task_id, func="pods.tasks.scaler_tick", started=at, stopped=at,
+                            success=success, cluster=cluster_name(SHORT))  # fmt: skip
+    return ids
+
+
+def test_successful_tasks_beyond_those_kept_are_pruned_and_failures_stay(db):
+    from django_q.models import Failure, Success
+
+    successes, failures = _task_rows(True, 6), _task_rows(False, 3, start=100)
+
+    assert task_results_prune(kept=4) == 2
+
+    assert sorted(Success.objects.values_list("id", flat=True)) == sorted(successes[2:])  # the newest four
+    assert sorted(Failure.objects.values_list("id", flat=True)) == sorted(failures)
+
+
+def test_the_minutes_tick_prunes_task_results_not_django_q2s_monitor_on_every_task(db, local_pool, settings):
+    from django_q.models import Success
+
+    # The monitor's pruning loads every row kept before each task is saved: it is off.
+    assert Conf.SAVE_LIMIT == 0
+    settings.Q_SUCCESSES_KEPT = 2
+    _task_rows(True, 5)
+
+    tasks.scaler_tick(local_pool.pk)  # a nudge: no pruning
+    assert Success.objects.count() == 5
+    tasks.scaler_tick()  # the schedule's
+    assert Success.objects.count() == 2

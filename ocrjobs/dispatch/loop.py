@@ -35,11 +35,12 @@ from django.utils import timezone
 
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
+from ocrjobs.dispatch.documents import FileBody, document_body
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
 from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register
-from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.jobs import jobs_refresh
 from ocrjobs.services.pages import (
     ClaimedPage,
     PageResult,
@@ -244,19 +245,25 @@ class DispatchLoop:
             await self.flush()
 
     async def flush(self) -> None:
-        """Store the results gathered since the last flush in one statement, and the pods
-        that pages went to in another."""
-        if self.assignments:
-            assignments, self.assignments = self.assignments, []
-            await self.db(pages_assign_pods, token=self.token, assignments=assignments)
-        if self.results:
-            results, self.results = self.results, []
-            storing = {item.page_id for item in results}
-            self.storing |= storing
-            try:
-                stored = await self.db(pages_complete, token=self.token, items=results)
-            finally:
-                self.storing -= storing
+        """Store the results gathered since the last flush in one statement, and the pods that
+        the other pages went to in another, on one trip to the database thread. A page whose
+        result goes with them, on the attempt it went out on, needs no assignment: its result
+        names its pod (at zero-latency pods nearly every page's assignment and result met in one
+        flush: a statement and a trip saved)."""
+        if not self.assignments and not self.results:
+            return
+        assignments, self.assignments = self.assignments, []
+        results, self.results = self.results, []
+        storing = {item.page_id for item in results}
+        # Stored or refused on the same claim (token, attempt) as the assignment would be.
+        answered = {(item.page_id, item.attempt) for item in results}
+        assignments = [row for row in assignments if (row[0], row[1]) not in answered]
+        self.storing |= storing
+        try:
+            stored = await self.db(_store, token=self.token, assignments=assignments, results=results)
+        finally:
+            self.storing -= storing
+        if results:
             self.done += len(stored)
             self.touched_jobs.update(item.job_id for item in results)
             self.wakeup.set()
@@ -448,8 +455,11 @@ class DispatchLoop:
         return put
 
     async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        file = None
         try:
-            body = await self.io(document_bytes, page.source)
+            # In the kernel (sendfile) over plain HTTP; read whole for TLS (RunPod's proxy).
+            sendfile = lane.base_url.startswith("http://")
+            body, file = await self.io(functools.partial(document_body, page.source, sendfile=sendfile))
             url = f"{lane.base_url}/v1/documents/{page.sha256}"
             async with self.client.put(url, data=body, headers=lane.headers) as response:
                 status = response.status
@@ -459,8 +469,11 @@ class DispatchLoop:
         except BaseException:
             self.forget(lane.pod_id, page.sha256)
             raise
+        finally:
+            if file is not None:
+                file.close()
         self.documents_sent += 1
-        self.bytes_sent += len(body)
+        self.bytes_sent += body.size if isinstance(body, FileBody) else len(body)
 
     def remember(self, pod_id: int, sha256: str) -> None:
         self.held.setdefault(pod_id, set()).add(sha256)
@@ -596,8 +609,8 @@ class DispatchLoop:
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()
-        for job_id in jobs:
-            await self.db(job_refresh, job_id=job_id)
+        if jobs:
+            await self.db(jobs_refresh, job_ids=jobs)
 
 
 def _close_connection() -> None:
@@ -645,6 +658,13 @@ def _beat(
     held = claims_renew(token=token, page_ids=page_ids)
     pods_mark_busy(pod_ids=busy_pods, at=now)
     return held
+
+
+def _store(*, token: str, assignments: list[tuple[int, int, int]], results: list[PageResult]) -> set[int]:
+    """A flush: where pages went, then the results (the ids stored). Safe to repeat, as each is."""
+    if assignments:
+        pages_assign_pods(token=token, assignments=assignments)
+    return pages_complete(token=token, items=results) if results else set()
 
 
 def _nudge_scaler(*, pool_id: int) -> None:

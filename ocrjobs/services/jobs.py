@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from fleetadmin import leases
@@ -42,6 +43,22 @@ def job_refresh(*, job_id: int) -> Job:
         webhook_enqueue(job=job)
     log.info("job %s finished: %s %s", job.pk, job.status, counts)
     return job
+
+
+def jobs_refresh(*, job_ids: Iterable[int]) -> list[int]:
+    """Refresh those of these jobs that may have ended: unfinished, with no page waiting or out (one
+    statement finds them). A dispatcher calls it for the jobs whose pages it stored: most of them
+    still have pages to go, and a refresh of each (~6 statements) was most of its database work.
+    The ids refreshed."""
+    job_ids = sorted(set(job_ids))
+    if not job_ids:
+        return []
+    busy = Page.objects.filter(job=OuterRef("pk"), status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+    ended = Job.objects.filter(pk__in=job_ids).exclude(status__in=Job.FINISHED).exclude(Exists(busy))
+    candidates = list(ended.values_list("pk", flat=True))
+    for job_id in candidates:
+        job_refresh(job_id=job_id)
+    return candidates
 
 
 def job_cancel(*, job: Job) -> Job:

@@ -11,7 +11,7 @@ import logging
 from typing import IO
 
 import pypdfium2 as pdfium
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -104,17 +104,7 @@ def _make_pages(
     for number in range(1, page_count + 1):
         if number in existing:
             continue
-        page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
-        if text_layers is not None:
-            try:
-                text = text_layers.text(number)
-            except Exception as exc:
-                # A text layer that cannot be read: the pod reads the page instead.
-                log.info("document %s page %s: no text layer (%s)", document.pk, number, exc)
-                text = ""
-            if text:
-                _keep_text_layer(page, document, text)
-        batch.append(page)
+        batch.append(_new_page(document, number, text_layers))
         if len(batch) >= SPLIT_BATCH:
             leases.renew(row, lease)  # still ours: then these pages are ours to save
             if not _save_pages(document, batch):
@@ -134,16 +124,157 @@ def _make_pages(
     return document
 
 
+def _new_page(document: Document, number: int, text_layers: _TextLayers | None) -> Page:
+    page = Page(job_id=document.job_id, document=document, pool_id=document.job.pool_id, number=number)
+    if text_layers is not None:
+        try:
+            text = text_layers.text(number)
+        except Exception as exc:
+            # A text layer that cannot be read: the pod reads the page instead.
+            log.info("document %s page %s: no text layer (%s)", document.pk, number, exc)
+            text = ""
+        if text:
+            _keep_text_layer(page, document, text)
+    return page
+
+
 def documents_split(*, document_ids: list[int]) -> list[Document]:
-    """Split these documents one after another, then refresh each of their jobs and announce their
-    pages once: per document, those were half the cost of a split that renders nothing."""
-    documents = [document_split(document_id=document_id, announce=False) for document_id in document_ids]
-    split = [document for document in documents if document.status == Document.Status.SPLIT]
-    for job_id in sorted({document.job_id for document in split}):
+    """Split these documents together, in a few statements for them all: their leases taken in one,
+    their pages made and the documents marked split in one transaction (``_save_split``); then the
+    jobs that may have ended are refreshed and the pages announced once per pool. Per document,
+    that was ~11 statements and a job refresh, most of the workers' CPU once splits stopped
+    rendering. A long document (more than SPLIT_BATCH pages) is split on its own, batch by batch,
+    so that its first pages are read while the rest are made. The documents, as they are now."""
+    token = leases.acquire_each(Document.objects.filter(pk__in=document_ids, status=Document.Status.PENDING))
+    taken = list(Document.objects.select_related("job").filter(pk__in=document_ids, task_lease_token=token))
+    existing: dict[int, set[int]] = {}
+    for document_id, number in Page.objects.filter(document__in=taken).values_list("document_id", "number"):
+        existing.setdefault(document_id, set()).add(number)
+    made: list[tuple[Document, list[Page], int]] = []
+    refresh: set[int] = set()  # jobs that may have ended: no page of theirs made here waits
+    pools: set[int] = set()  # pools with new pages
+    for document in taken:
+        if document.job.status == Job.Status.CANCELLED:
+            continue
+        counted = _count_and_make(document, existing.get(document.pk, set()), token)
+        if isinstance(counted, Document):  # failed, or split on its own (a long document)
+            if counted.status == Document.Status.SPLIT:
+                refresh.add(document.job_id)
+                pools.add(document.job.pool_id)
+            continue
+        made.append((document, *counted))
+    if made:
+        split = _save_split(made, token)
+        pools |= {d.job.pool_id for d, _, _ in made if d.pk in split}
+        waiting = {
+            d.job_id for d, pages, _ in made if d.pk in split and any(p.status == Page.Status.PENDING for p in pages)
+        }
+        refresh |= {d.job_id for d, _, _ in made if d.pk in split} - waiting
+    unsplit = [d.pk for d in taken if d.status != Document.Status.SPLIT]
+    if unsplit:  # expired now: a document still pending is sent again by the next scaler tick
+        leases.release(Document.objects.filter(pk__in=unsplit), token)
+    for job_id in sorted(refresh):
         job_refresh(job_id=job_id)
-    for pool_id in sorted(set(Job.objects.filter(pk__in={d.job_id for d in split}).values_list("pool_id", flat=True))):
+    for pool_id in sorted(pools):
         _pages_made(pool_id)
-    return documents
+    others = set(document_ids) - {d.pk for d in taken}
+    if others:
+        log.info("documents %s: split already, or another task is splitting them", sorted(others))
+        taken += Document.objects.filter(pk__in=others)
+    return taken
+
+
+def _count_and_make(document: Document, existing: set[int], token: str) -> tuple[list[Page], int] | Document:
+    """A short document's missing pages (unsaved) and its page count; or the document, failed or
+    split here on its own when it is long."""
+    with contextlib.ExitStack() as stack:
+        try:
+            source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
+            page_count = document_pages(document.name, document.kind, source)
+            text_layers = (
+                stack.enter_context(contextlib.closing(_TextLayers(source))) if document.job.skip_text_pages else None
+            )
+        except ApiError as exc:
+            return _split_failed(document, exc.message)
+        except Exception as exc:
+            return _split_failed(document, f"cannot be read: {exc}")
+        if page_count > SPLIT_BATCH:
+            row = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING)
+            try:
+                return _make_pages(document, row, token, page_count, existing, text_layers, announce=False)
+            except leases.LeaseLost:
+                log.warning("document %s: another task took over its split", document.pk)
+                return document
+        return [
+            _new_page(document, number, text_layers) for number in range(1, page_count + 1) if number not in existing
+        ], page_count
+
+
+def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set[int]:
+    """Save the pages of these documents and mark them split, in one transaction; the ids of the
+    documents split. A document of a job cancelled meanwhile is not (it stays pending, as in
+    ``_save_pages``). Should one of them no longer hold this task's lease, each is saved on its own
+    instead, and only those still this task's are split."""
+    try:
+        with transaction.atomic():
+            jobs = {d.job_id for d, _, _ in made}
+            statuses = dict(Job.objects.select_for_update().filter(pk__in=jobs).values_list("pk", "status"))
+            live = [(d, pages, count) for d, pages, count in made if statuses[d.job_id] != Job.Status.CANCELLED]
+            by_count: dict[int, list[int]] = {}
+            for document, _, count in live:
+                by_count.setdefault(count, []).append(document.pk)
+            now = timezone.now()
+            marked = sum(
+                Document.objects.filter(pk__in=ids, status=Document.Status.PENDING, task_lease_token=token).update(
+                    status=Document.Status.SPLIT, page_count=count, task_lease_until=now
+                )
+                for count, ids in by_count.items()
+            )
+            if marked != len(live):
+                raise leases.LeaseLost("another task took over some of these rows")
+            _insert_pages([page for _, pages, _ in live for page in pages])
+            started = [job_id for job_id, status in statuses.items() if status == Job.Status.QUEUED]
+            if started:
+                Job.objects.filter(pk__in=started, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING)
+    except leases.LeaseLost:
+        return _save_split_each(made, token)
+    for document, _, count in live:
+        document.status, document.page_count = Document.Status.SPLIT, count
+    return {d.pk for d, _, _ in live}
+
+
+def _insert_pages(pages: list[Page]) -> None:
+    """``Page.objects.bulk_create(pages, ignore_conflicts=True)`` in one prepared statement run for
+    every row: Django's compiler took more than the rest of the split's saving (0.17 ms a page)."""
+    if not pages:
+        return
+    fields = [field for field in Page._meta.concrete_fields if not field.primary_key]
+    adapt = connection.ops.adapt_datetimefield_value
+    dated = {field.attname for field in fields if isinstance(field, models.DateTimeField)}
+    rows = [
+        [adapt(getattr(page, f.attname)) if f.attname in dated else getattr(page, f.attname) for f in fields]
+        for page in pages
+    ]
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(Page._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (document_id, number) DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+def _save_split_each(made: list[tuple[Document, list[Page], int]], token: str) -> set[int]:
+    split = set()
+    for document, pages, count in made:
+        row = Document.objects.filter(pk=document.pk, status=Document.Status.PENDING)
+        try:
+            if _save_pages(document, pages, split=(row, token, count)):
+                document.status, document.page_count = Document.Status.SPLIT, count
+                split.add(document.pk)
+        except leases.LeaseLost:
+            log.warning("document %s: another task took over its split", document.pk)
+    return split
 
 
 def _pages_made(pool_id: int) -> None:

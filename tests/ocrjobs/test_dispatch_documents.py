@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ocrjobs.dispatch import loop as dispatch
+from ocrjobs.dispatch.documents import FileBody, document_body
 from ocrjobs.dispatch.lanes import FleetCounts
 from ocrjobs.models import Job, Page
 from ocrjobs.services.dispatchers import dispatcher_register
@@ -35,6 +36,38 @@ def test_a_document_crosses_to_its_pod_once_however_many_of_its_pages_go_there(s
     assert stats["image_bytes_received"] == 0  # no page was sent as an image
     assert (loop.documents_sent, loop.bytes_sent) == (2, len(first) + len(second))
     assert Job.objects.get(pk=job.pk).status == Job.Status.DONE
+
+
+def test_a_document_on_this_hosts_disk_goes_to_the_pod_by_sendfile(sim_pool, ordinary_user, monkeypatch):
+    sent = []
+    sendfile = asyncio.BaseEventLoop.sendfile
+
+    async def counted(self, transport, file, offset=0, count=None, **kwargs):
+        sent.append(count)
+        return await sendfile(self, transport, file, offset, count, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "sendfile", counted)
+    first, second = pdf_bytes(PAGES_TRUTH[:2]), image_bytes(["b"])
+    job = submit(ordinary_user, {"a.pdf": first, "b.png": second}, pool_key=sim_pool.pool.key)
+    split(job)
+
+    loop = run_dispatch_loop(sim_pool.pool)
+
+    # The kernel sent them, not read into memory; the pod checked each body against its hash.
+    assert sorted(sent) == sorted([len(first), len(second)])
+    assert set(job.pages.values_list("status", flat=True)) == {Page.Status.DONE}
+    assert sim_pool.sim.stats()["document_bytes_received"] == len(first) + len(second) == loop.bytes_sent
+
+
+def test_a_document_for_a_tls_connection_is_read_whole(ordinary_user):
+    content = image_bytes(["b"])
+    job = submit(ordinary_user, {"b.png": content})
+    source = job.documents.get().source
+
+    assert document_body(source, sendfile=False) == (content, None)
+    body, file = document_body(source)
+    with file:
+        assert isinstance(body, FileBody) and body.size == len(content)
 
 
 def test_images_go_to_the_pod_as_their_own_bytes(sim_pool, ordinary_user):

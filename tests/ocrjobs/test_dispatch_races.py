@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.lanes import FleetCounts
-from ocrjobs.services.pages import ClaimedPage, page_attempt_failed
+from ocrjobs.services.pages import ClaimedPage, PageResult, page_attempt_failed
 
 GUARD = 10  # seconds, against hangs only
 
@@ -56,7 +56,7 @@ def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) ->
     loop.client = FailingPod()
 
     async def io(fn, *args):
-        return b"png"
+        return b"png", None  # a document's body read whole, no file to close (document_body)
 
     async def db(fn, /, **kwargs):
         if fn is page_attempt_failed:
@@ -165,3 +165,25 @@ def test_a_pod_this_loop_drained_is_not_brought_back_by_a_read_from_before_the_d
 
     loop = asyncio.run(scenario())
     assert set(loop.lanes.pods) == {8}
+
+
+def test_a_flush_stores_results_and_the_other_pages_pods_in_one_trip_without_their_assignments():
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    trips = []
+
+    async def db(fn, /, **kwargs):
+        trips.append((fn, kwargs))
+        return {item.page_id for item in kwargs["results"]}
+
+    loop.db, loop.wakeup = db, asyncio.Event()
+    loop.assignments = [(1, 1, 7), (2, 1, 7), (3, 2, 8)]
+    answered = PageResult(1, 10, 0, 7, {"text": "x"}, 0.1, attempt=1)
+    older = PageResult(3, 10, 0, 8, {"text": "y"}, 0.1, attempt=1)  # an older attempt's answer
+    loop.results = [answered, older]
+
+    asyncio.run(loop.flush())
+
+    assert trips == [
+        (dispatch._store, {"token": "t", "assignments": [(2, 1, 7), (3, 2, 8)], "results": [answered, older]})
+    ]
+    assert loop.done == 2 and loop.touched_jobs == {10} and loop.assignments == loop.results == []

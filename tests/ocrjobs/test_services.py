@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleetadmin.api import ApiError
@@ -17,7 +19,7 @@ from ocrjobs.selectors import PoolBacklog, pages_waiting, pool_backlog
 from ocrjobs.services import pages as page_services
 from ocrjobs.services import split as split_services
 from ocrjobs.services.dispatchers import dispatcher_register
-from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed
+from ocrjobs.services.jobs import job_cancel, job_refresh, job_retry_failed, jobs_refresh
 from ocrjobs.services.pages import (
     PageResult,
     claims_renew,
@@ -189,6 +191,102 @@ def test_documents_split_together_refresh_their_job_and_tell_the_scaler_once(ord
     assert queued()[queued_before:] == ["pods.tasks.scaler_tick"]  # no dispatcher is live: one tick, not three
 
 
+def test_documents_split_together_take_a_few_statements_for_them_all(ordinary_user):
+    files = {f"p{n}.png": image_bytes([f"page {n}"]) for n in range(10)} | {"a.pdf": pdf_bytes(PAGES_TRUTH[:2])}
+    jobs = [submit(ordinary_user, files), submit(ordinary_user, files)]
+    ids = list(Document.objects.filter(job__in=jobs).values_list("pk", flat=True))
+
+    with CaptureQueriesContext(connection) as statements:
+        documents = split_services.documents_split(document_ids=ids)
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 22
+    assert Page.objects.filter(job__in=jobs, status=Page.Status.PENDING).count() == 24
+    assert {reload(job).status for job in jobs} == {Job.Status.RUNNING}
+    # ~11 statements a document once (and a job refresh each): 22 documents took 240.
+    assert len(statements) <= 15, [q["sql"][:80] for q in statements]
+
+
+def test_documents_split_together_run_again_make_only_the_missing_pages(ordinary_user):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(), "a.png": image_bytes(["a"])})
+    ids = list(job.documents.values_list("pk", flat=True))
+    split_services.documents_split(document_ids=ids)
+    before = dict(job.pages.values_list("pk", "status"))
+    kept = job.pages.filter(number=1).first()
+    Page.objects.filter(pk=kept.pk).update(status=Page.Status.DONE, result='{"text": "read"}')
+    job.pages.filter(number=3).delete()  # as after a crash: a page missing, the documents pending
+    Document.objects.filter(pk__in=ids).update(status=Document.Status.PENDING)
+
+    split_services.documents_split(document_ids=ids)
+
+    after = dict(job.pages.values_list("pk", "status"))
+    assert len(after) == len(before) and reload(kept).result == '{"text": "read"}'  # kept as it was
+    assert sorted(job.pages.values_list("number", flat=True)) == [1, 1, 2, 3]
+    assert set(job.documents.values_list("status", flat=True)) == {Document.Status.SPLIT}
+
+
+def test_documents_split_together_leave_the_documents_another_task_holds(ordinary_user):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])})
+    first, second = job.documents.order_by("position")
+    Document.objects.filter(pk=second.pk).update(
+        task_lease_token="other", task_lease_until=timezone.now() + timedelta(minutes=1)
+    )
+
+    split_services.documents_split(document_ids=[first.pk, second.pk])
+
+    assert reload(first).status == Document.Status.SPLIT and reload(second).status == Document.Status.PENDING
+    assert reload(second).task_lease_token == "other" and list(job.pages.values_list("document_id", flat=True)) == [
+        first.pk
+    ]
+
+
+def test_documents_split_together_save_none_whose_lease_was_taken_over_meanwhile(ordinary_user, monkeypatch):
+    job = submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"]), "c.png": image_bytes(["c"])})
+    first, second, third = job.documents.order_by("position")
+    count_and_make = split_services._count_and_make
+
+    def lease_lapses_and_another_task_takes_it(document, existing, token):
+        made = count_and_make(document, existing, token)
+        if document.pk == second.pk:
+            Document.objects.filter(pk=second.pk).update(task_lease_token="other")
+        return made
+
+    monkeypatch.setattr(split_services, "_count_and_make", lease_lapses_and_another_task_takes_it)
+
+    split_services.documents_split(document_ids=[first.pk, second.pk, third.pk])
+
+    assert [reload(d).status for d in (first, second, third)] == ["split", "pending", "split"]
+    assert sorted(job.pages.values_list("document_id", flat=True)) == [first.pk, third.pk]
+    assert reload(second).task_lease_token == "other"  # its pages are the other task's to make
+
+
+def test_documents_split_together_skip_a_cancelled_job_and_release_its_documents(ordinary_user):
+    cancelled = submit(ordinary_user, {"a.png": image_bytes(["a"])})
+    running = submit(ordinary_user, {"b.png": image_bytes(["b"])})
+    job_cancel(job=cancelled)
+    ids = [cancelled.documents.get().pk, running.documents.get().pk]
+
+    split_services.documents_split(document_ids=ids)
+
+    left = cancelled.documents.get()
+    assert left.status == Document.Status.PENDING and left.task_lease_until <= timezone.now()
+    assert cancelled.pages.count() == 0 and running.pages.count() == 1
+
+
+def test_documents_split_together_split_a_long_document_batch_by_batch(ordinary_user, monkeypatch):
+    monkeypatch.setattr(split_services, "SPLIT_BATCH", 2)
+    saved = []
+    save_pages = split_services._save_pages
+    monkeypatch.setattr(split_services, "_save_pages",
+                        lambda document, pages, **kw: saved.append(len(pages)) or save_pages(document, pages, **kw))  # fmt: skip
+    job = submit(ordinary_user, {"long.pdf": pdf_bytes(PAGES_TRUTH), "a.png": image_bytes(["a"])})
+
+    documents = split_services.documents_split(document_ids=list(job.documents.values_list("pk", flat=True)))
+
+    assert [d.status for d in documents] == [Document.Status.SPLIT] * 2
+    assert saved == [2, 1]  # the long one's batches: its first pages claimable before the rest are made
+    assert job.pages.count() == 4
+
+
 def test_new_pages_nudge_no_scaler_while_a_dispatcher_of_the_pool_is_live(ordinary_user, queued):
     job = submit(ordinary_user, {"a.png": image_bytes(["a"])})
     dispatcher_register(pool_id=job.pool_id)
@@ -267,6 +365,25 @@ def test_a_document_unreadable_at_split_time_fails_with_its_error_and_the_job_fa
     assert "cannot be read" in document.error
     assert document.pages.count() == 0
     assert reload(job).status == Job.Status.FAILED
+
+
+def test_jobs_refresh_refreshes_only_the_jobs_with_no_page_waiting_or_out(ordinary_user):
+    busy = [submit(ordinary_user, {"a.png": image_bytes(["a"]), "b.png": image_bytes(["b"])}) for _ in range(5)]
+    ended = submit(ordinary_user, {"c.png": image_bytes(["c"])})
+    for job in [*busy, ended]:
+        split(job)
+    Page.objects.filter(job=busy[0]).update(status=Page.Status.RUNNING)  # out at a pod
+    for job in busy[1:]:
+        Page.objects.filter(pk=job.pages.first().pk).update(status=Page.Status.DONE)  # one done, one waiting
+    Page.objects.filter(job=ended).update(status=Page.Status.DONE)  # stored, the job not refreshed yet
+
+    with CaptureQueriesContext(connection) as statements:
+        refreshed = jobs_refresh(job_ids=[job.pk for job in busy])
+
+    assert refreshed == [] and len(statements) == 1  # one look at five jobs that still have pages to go
+    assert {reload(job).status for job in busy} == {Job.Status.RUNNING}
+    assert jobs_refresh(job_ids=[ended.pk, *[job.pk for job in busy]]) == [ended.pk]
+    assert reload(ended).status == Job.Status.DONE
 
 
 def test_a_job_waits_for_every_document_to_be_split_before_it_ends(ordinary_user):

@@ -14,7 +14,7 @@ import pytest
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services import fetch
 from ocrjobs.services.fetch import document_fetch
-from ocrjobs.services.split import document_split
+from ocrjobs.services.split import document_split, documents_split
 from ocrjobs.services.submission import Upload, job_submit
 from tests.factories import pdf_bytes
 
@@ -229,14 +229,20 @@ def _pdf_with_text(lines: list[str]) -> bytes:
     return out
 
 
+def _split_together(*, document_id: int) -> None:
+    documents_split(document_ids=[document_id])
+
+
+@pytest.mark.parametrize("splitter", [document_split, _split_together])
 @pytest.mark.parametrize("skip", [True, False])
-def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip):
+def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip, splitter):
     from django.core.files.base import ContentFile
 
     text = ["This page already carries its own text layer.", "No OCR is needed for it."]
     upload = Upload(name="born-digital.pdf", file=ContentFile(_pdf_with_text(text)))
     job = job_submit(owner=None, uploads=[upload], pool_key="local", skip_text_pages=skip)
-    document_split(document_id=job.documents.get().pk)
+    # Split alone or with others, a job whose pages all kept their text layers has ended.
+    splitter(document_id=job.documents.get().pk)
     page = Page.objects.get(job=job)
     if skip:
         assert page.status == Page.Status.DONE and page.pod is None
