@@ -6,11 +6,27 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Case, Count, F, Max, OuterRef, Q, Subquery, Sum, Value, When, Window
-from django.db.models.functions import Coalesce, RowNumber, TruncMinute
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
@@ -79,14 +95,20 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     ``owner_ids=None``: everybody's (staff). Otherwise the same limits apply to
     each owner separately, in one query whatever the number of owners.
     """
-    active = Case(When(status__in=[Job.Status.QUEUED, Job.Status.RUNNING], then=Value(1)), default=Value(0))
-    partition = [active] if owner_ids is None else [F("owner_id"), active]
+    live = [Job.Status.QUEUED, Job.Status.RUNNING]
     jobs = Job.objects.select_related("pool", "owner")
-    if owner_ids is not None:
-        jobs = jobs.filter(owner_id__in=owner_ids)
     newest_first = [F("created_at").desc(), F("id").desc()]
+    if owner_ids is None:
+        # Two short reads down the newest jobs, not a window over every job ever made.
+        active = jobs.filter(status__in=live).order_by(*newest_first)[:DASHBOARD_ACTIVE_JOBS]
+        finished = jobs.exclude(status__in=live).order_by(*newest_first)[:DASHBOARD_FINISHED_JOBS]
+        return [*active, *finished]
+    active = Case(When(status__in=live, then=Value(1)), default=Value(0))
     jobs = (
-        jobs.annotate(is_active=active, rank=Window(RowNumber(), partition_by=partition, order_by=newest_first))
+        jobs.filter(owner_id__in=owner_ids)
+        .annotate(
+            is_active=active, rank=Window(RowNumber(), partition_by=[F("owner_id"), active], order_by=newest_first)
+        )
         .filter(Q(is_active=1, rank__lte=DASHBOARD_ACTIVE_JOBS) | Q(is_active=0, rank__lte=DASHBOARD_FINISHED_JOBS))
         .order_by("-is_active", "-created_at", "-id")
     )
@@ -240,7 +262,8 @@ def busy_seconds(
 ) -> dict[tuple[int, int], float]:
     """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
     since ``since``): what a job's share of a pod is priced on."""
-    pages = Page.objects.filter(pod_id__in=list(pod_ids), status=Page.Status.DONE, seconds__isnull=False)
+    pod_ids = pod_ids if isinstance(pod_ids, QuerySet) else list(pod_ids)  # a queryset stays a subquery
+    pages = Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.DONE, seconds__isnull=False)
     if job_ids is not None:
         pages = pages.filter(job_id__in=list(job_ids))
     if since is not None:
@@ -310,14 +333,28 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
     return dict(totals)
 
 
+class _Minute(Func):
+    """A timestamp cut to its minute, in SQL: PostgreSQL's date_trunc; on SQLite the first 16
+    characters of the stored text ("YYYY-MM-DD HH:MM", UTC), where TruncMinute would call
+    Python for every row."""
+
+    template = "date_trunc('minute', %(expressions)s)"
+    output_field = DateTimeField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 16)", **extra)
+
+
 def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
-    return dict(
+    """{minute (UTC): pages done in it} since ``since``, counted in SQL."""
+    rows = (
         Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
-        .annotate(minute=TruncMinute("finished_at"))
+        .annotate(minute=_Minute("finished_at"))
         .values("minute")
         .annotate(n=Count("id"))
         .values_list("minute", "n")
     )
+    return {minute.astimezone(UTC): n for minute, n in rows}
 
 
 def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:

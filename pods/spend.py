@@ -83,22 +83,36 @@ def spend_report(*, since: datetime | None = None) -> dict:
 
 def jobs_spend(job_ids: Iterable[int]) -> dict[int, Decimal]:
     """What each job has cost so far, in three queries whatever the number of jobs: its
-    entries from ended pods, and its shares of live ones as ``job_shares`` counts them."""
+    entries from ended pods, and its shares of live ones as ``job_shares`` counts them.
+    Only the live pods that served these jobs are read (the live pods are a subquery), so the
+    cost follows the jobs' pages, not the size of the fleet."""
     spend = dict.fromkeys(job_ids, Decimal(0))
     if not spend:
         return spend
     entries = SpendEntry.objects.filter(job_id__in=spend).values("job_id").annotate(dollars=Sum("dollars"))
     for job_id, dollars in entries.values_list("job_id", "dollars"):
         spend[job_id] += dollars
-    live = {pod.pk: pod for pod in Pod.objects.alive().only("cost_per_hr", "lanes")}
-    for (pod_id, job_id), seconds in selectors.busy_seconds(pod_ids=live, job_ids=spend).items():
-        pod = live[pod_id]
-        if pod.cost_per_hr and pod.lanes:
-            spend[job_id] += _share(pod, seconds)
+    busy = selectors.busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=spend)
+    if not busy:
+        return spend
+    served = {pod_id for pod_id, _ in busy}
+    prices = {
+        pk: (cost, lanes)
+        for pk, cost, lanes in Pod.objects.filter(pk__in=served).values_list("pk", "cost_per_hr", "lanes")
+    }
+    for (pod_id, job_id), seconds in busy.items():
+        # (a pod that ended between the two reads has no price here: its entries count next time)
+        cost_per_hr, lanes = prices.get(pod_id, (None, None))
+        if cost_per_hr and lanes:
+            spend[job_id] += _lane_share(cost_per_hr, lanes, seconds)
     return spend
 
 
 def _share(pod: Pod, busy: float) -> Decimal:
     """The pod's price per lane-second times ``busy`` lane-seconds."""
-    per_lane_second = pod.cost_per_hr / Decimal(3600) / Decimal(pod.lanes)
+    return _lane_share(pod.cost_per_hr, pod.lanes, busy)
+
+
+def _lane_share(cost_per_hr: Decimal, lanes: int, busy: float) -> Decimal:
+    per_lane_second = cost_per_hr / Decimal(3600) / Decimal(lanes)
     return (per_lane_second * Decimal(str(busy))).quantize(MICRO)
