@@ -11,13 +11,14 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 from django.test import Client
+from django.test.signals import template_rendered
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
-from pods import dashboard
+from pods import dashboard, sections
 from pods.models import Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
@@ -219,6 +220,36 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
         make_job(ordinary_user if i % 2 else admin_user, fleet.gpu, pages=3, done=1, pod=fleet.ready)
 
     assert queries() == before
+
+
+def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
+    def renders() -> list[str]:
+        rendered: list[str] = []
+
+        def record(sender, template, context, **kwargs):
+            rendered.append(template.name)
+
+        template_rendered.connect(record)
+        try:
+            payload = dashboard.render_payloads(staff=True, user_ids=[])[dashboard.STAFF]
+        finally:
+            template_rendered.disconnect(record)
+        assert f'id="job-{fleet.mallorys_job.pk}"' in payload["jobs"]
+        return rendered
+
+    sections.forget()
+    first = renders()
+    again = renders()
+    now = timezone.now()
+    page = fleet.mallorys_job.pages.order_by("number").first()
+    Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, pod=fleet.ready, seconds=5.0, finished_at=now)
+    moved = renders()
+
+    assert first.count("partials/dash_job_row.html") == 3 and "partials/dash_pods.html" in first
+    # the same data: the pods and jobs cost their reads, not a render
+    assert not {"partials/dash_job_row.html", "partials/dash_jobs.html", "partials/dash_pods.html"} & set(again)
+    # one job moved: its row alone is rendered again
+    assert moved.count("partials/dash_job_row.html") == 1 and "partials/dash_pods.html" not in moved
 
 
 # --- numbers ------------------------------------------------------------------------------------
