@@ -36,6 +36,8 @@ RECENT_BOOTS = 15
 RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
 LOOP_ROWS = 50
+# What the boot tables show: these reads run every second (a column is a conversion per row).
+SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key")
 
 
 def sections_for(*, staff: bool) -> tuple[str, ...]:
@@ -196,15 +198,15 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    boots = list(BootAttempt.objects.select_related("pod__pool").order_by("-created_at", "-id")[:RECENT_BOOTS])
+    attempts = BootAttempt.objects.select_related("pod__pool").only(*SHOWN_OF_ATTEMPTS)
+    boots = list(attempts.order_by("-created_at", "-id")[:RECENT_BOOTS])
     boot_failures = list(
-        BootAttempt.objects.select_related("pod__pool")
-        .exclude(outcome=BootAttempt.Outcome.CREATED)
+        attempts.exclude(outcome=BootAttempt.Outcome.CREATED)
         .filter(created_at__gte=now - FAILURE_WINDOW)
         .order_by("-created_at", "-id")[:RECENT_FAILURES]
     )
     failed_pods = list(
-        Pod.objects.select_related("pool")
+        Pod.objects.only("name", "ended_at", "error")
         .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
         .order_by("-ended_at", "-id")[:RECENT_FAILURES]
     )
@@ -247,7 +249,8 @@ def page_context(user, *, pod_page_number: int = 1) -> dict:
         jobs = jobs_for_dashboard(owner_ids=[user.pk])
     context["jobs"] = jobs_with_cost(jobs, now=now)
     rows = sections.job_rows(context["jobs"], staff=bool(user.is_staff))
-    context["job_rows"] = [mark_safe(row) for row in rows.values()]  # for the page's own include
+    context["job_rows"] = [mark_safe(row) for row in rows.values()]  # for the page's own includes
+    context["chart_figures"] = sections.chart_figures(context)
     context["sections"] = sections_for(staff=bool(user.is_staff))
     return context
 

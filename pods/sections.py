@@ -6,10 +6,11 @@ section whose data did not change since any earlier render costs the fingerprint
 render (the broadcaster renders once a second, mostly the same pools, pods and jobs). The
 clock is part of a fingerprint wherever a template shows a time relative to it.
 
-The jobs table is made of rows rendered one by one, each kept under its own fingerprint.
-Its section carries them (``RowsSection``), so that the broadcaster can send a client only
-the rows that changed, each as an out-of-band ``<tr>``, when the table holds the same jobs in
-the same order as the client's.
+The charts section is made of its two figures, each kept on its own. The jobs table is made
+of rows rendered one by one, each kept under its own fingerprint. Its section carries them
+(``RowsSection``), so that the broadcaster can send a client only the rows that changed, each
+as an out-of-band ``<tr>``, when the table holds the same jobs in the same order as the
+client's.
 """
 
 from __future__ import annotations
@@ -85,8 +86,18 @@ def _pools_fingerprint(context: dict) -> tuple:
     return staff, pools, tuple(sorted(context["totals"].items()))
 
 
-def _charts_fingerprint(context: dict) -> tuple:
-    return context["totals"]["pages_per_s"], repr(context["charts"])
+def chart_figures(context: dict) -> dict[str, str]:
+    """{"pages", "dollars"}: each chart's figure, rendered only when its bars changed (the $/h
+    chart seldom does; the pages/s one does while pages flow)."""
+    charts, figures = context["charts"], {}
+    for name in ("pages", "dollars"):
+        fingerprint = (
+            repr(charts[name]),
+            charts["start_label"],
+            context["totals"]["pages_per_s"] if name == "pages" else 0,
+        )
+        figures[name] = mark_safe(_rendered(f"partials/dash_chart_{name}.html", fingerprint, context))
+    return figures
 
 
 def _pods_fingerprint(context: dict) -> tuple:
@@ -95,7 +106,6 @@ def _pods_fingerprint(context: dict) -> tuple:
 
 FINGERPRINTS: dict[str, Callable[[dict], tuple]] = {
     "pools": _pools_fingerprint,
-    "charts": _charts_fingerprint,
     "pods": _pods_fingerprint,
 }
 
@@ -125,6 +135,8 @@ def render_section(name: str, context: dict) -> str:
         html = _rendered(template, ("frame", *frame, tuple(rows.values())),
                          lambda: {**context, "job_rows": [mark_safe(row) for row in rows.values()]})  # fmt: skip
         return RowsSection(html, rows=rows, frame=frame)
+    if name == "charts":
+        return render_to_string(template, {"chart_figures": chart_figures(context)})
     fingerprint = FINGERPRINTS.get(name)
     if fingerprint is None:  # small, or showing the clock: rendered each time
         return render_to_string(template, context)
