@@ -231,7 +231,7 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
 def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     """The jobs' progress with what each has cost so far (the spend report's figure)."""
     progress = job_progress(jobs, now=now)
-    spend = jobs_spend(p.job.pk for p in progress)
+    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress})
     for p in progress:
         p.cost = spend[p.job.pk]
     return progress
