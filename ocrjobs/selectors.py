@@ -101,11 +101,15 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
     jobs = Job.objects.select_related("pool", "owner").only(*shown)
     newest_first = [F("created_at").desc(), F("id").desc()]
+    # the pages its documents hold, for job_progress (one read fewer each second)
+    pages = Document.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Sum("page_count"))
+    jobs = jobs.annotate(expected_pages=Coalesce(Subquery(pages.values("n")), 0))
     if owner_ids is None:
-        # Two short reads down the newest jobs, not a window over every job ever made.
-        active = jobs.filter(status__in=live).order_by(*newest_first)[:DASHBOARD_ACTIVE_JOBS]
-        finished = jobs.exclude(status__in=live).order_by(*newest_first)[:DASHBOARD_FINISHED_JOBS]
-        return [*active, *finished]
+        # Two short walks down the newest jobs in one read, not a window over every job ever made.
+        active = Job.objects.filter(status__in=live).order_by(*newest_first).values("pk")[:DASHBOARD_ACTIVE_JOBS]
+        finished = Job.objects.exclude(status__in=live).order_by(*newest_first).values("pk")
+        found = jobs.filter(Q(pk__in=active) | Q(pk__in=finished[:DASHBOARD_FINISHED_JOBS]))
+        return sorted(found, key=lambda job: (job.status not in live, -job.created_at.timestamp(), -job.pk))
     active = Case(When(status__in=live, then=Value(1)), default=Value(0))
     jobs = (
         jobs.filter(owner_id__in=owner_ids)
@@ -158,12 +162,15 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
     if not ids:
         return []
     since = now - timedelta(seconds=JOB_RATE_WINDOW_SECONDS)
-    expected = dict(
-        Document.objects.filter(job_id__in=ids)
-        .values("job_id")
-        .annotate(n=Sum("page_count"))
-        .values_list("job_id", "n")
-    )
+    if all(hasattr(job, "expected_pages") for job in jobs):  # as jobs_for_dashboard reads them
+        expected = {job.pk: job.expected_pages for job in jobs}
+    else:
+        expected = dict(
+            Document.objects.filter(job_id__in=ids)
+            .values("job_id")
+            .annotate(n=Sum("page_count"))
+            .values_list("job_id", "n")
+        )
     rows = (
         Page.objects.filter(job_id__in=ids)
         .order_by()
@@ -347,12 +354,12 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
 
 
 class _Minute(Func):
-    """A timestamp cut to its minute, in SQL: PostgreSQL's date_trunc; on SQLite the first 16
-    characters of the stored text ("YYYY-MM-DD HH:MM", UTC), where TruncMinute would call
-    Python for every row."""
+    """A timestamp's minute, in SQL. On PostgreSQL the minutes since 1970 (a number: date_trunc
+    converts each row to the session's time zone first, twice as slow); on SQLite the first 16
+    characters of the stored text ("YYYY-MM-DD HH:MM", UTC; TruncMinute calls Python per row)."""
 
-    template = "date_trunc('minute', %(expressions)s)"
-    output_field = DateTimeField()
+    template = "CAST(floor(date_part('epoch', %(expressions)s) / 60) AS bigint)"
+    output_field = DateTimeField()  # on SQLite, parsed as one; on PostgreSQL a number (no converter)
 
     def as_sqlite(self, compiler, connection, **extra):
         return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 16)", **extra)
@@ -367,7 +374,10 @@ def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
         .annotate(n=Count("id"))
         .values_list("minute", "n")
     )
-    return {minute.astimezone(UTC): n for minute, n in rows}
+    return {
+        minute.astimezone(UTC) if isinstance(minute, datetime) else datetime.fromtimestamp(minute * 60, UTC): n
+        for minute, n in rows
+    }
 
 
 def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:

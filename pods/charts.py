@@ -9,6 +9,7 @@ datetimes parsed in Python, at every push). Pages are counted per minute in SQL 
 from __future__ import annotations
 
 import math
+import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -29,50 +30,54 @@ CHART_HEIGHT = 100
 _SQL = {
     "sqlite": {"epoch": "((julianday({}) - 2440587.5) * 86400.0)", "minute": "CAST(({}) / 60.0 AS integer)",
                "greatest": "MAX", "least": "MIN"},
-    "postgresql": {"epoch": "CAST(EXTRACT(EPOCH FROM {}) AS double precision)",
+    "postgresql": {"epoch": "date_part('epoch', {})",  # a double (EXTRACT's numeric is slower)
                    "minute": "CAST(FLOOR(({}) / 60.0) AS integer)", "greatest": "GREATEST", "least": "LEAST"},
 }  # fmt: skip
 
 
-def _billed_between(lo: datetime, hi: datetime, select: str, group: str) -> list[tuple]:
-    """``select``/``group`` over the pods billed at some moment in [lo, hi), each with ``cost``
-    ($/h), ``s`` and ``e``: the seconds from ``lo`` at which its billing starts and ends,
-    clamped to the window."""
+def billed(*, since: datetime, first: datetime, now: datetime) -> tuple[dict[str, Decimal], list[float]]:
+    """What the pods billed, in one grouped read: ({pool key: dollars since ``since``}, [$/h x
+    seconds billed in each minute from ``first`` to ``now``]).
+
+    For each pod, ``s``/``e`` are the seconds from ``since`` at which its billing starts and
+    ends, clamped to [since, now]; ``cs``/``ce`` the same from ``first``, and ``i``/``j`` the
+    minutes of the chart they fall in. A pod adds its price to the chart's minutes it covers
+    whole through a running sum, and its share to the two minutes at its ends; pods of a pool
+    that start and end in the same two minutes are summed together in SQL."""
     sql = _SQL[connection.vendor]
-    epoch = sql["epoch"].format
-    window = (
-        f"SELECT p.cost_per_hr AS cost, k.key AS pool, "
-        f"{sql['greatest']}({epoch('p.billed_from')} - %s, 0.0) AS s, "
-        f"{sql['least']}(COALESCE({epoch('p.ended_at')}, %s) - %s, %s) AS e "
+    epoch, greatest, least = sql["epoch"].format, sql["greatest"], sql["least"]
+    lo = min(since, first)
+    billed_pods = (
+        f"SELECT CAST(p.cost_per_hr AS double precision) AS cost, k.key AS pool, {epoch('p.billed_from')} AS b, "
+        f"COALESCE({epoch('p.ended_at')}, %(now)s) AS x "
         f"FROM pods_pod p JOIN pods_pool k ON k.id = p.pool_id "
-        f"WHERE p.billed_from IS NOT NULL AND p.billed_from < %s AND (p.ended_at IS NULL OR p.ended_at > %s)"
+        f"WHERE p.billed_from IS NOT NULL AND p.billed_from < %(now_at)s AND (p.ended_at IS NULL OR p.ended_at > %(lo_at)s)"
     )
-    first, last = (f"{sql['least']}({sql['minute'].format(end)}, {CHART_MINUTES - 1})" for end in ("s", "e"))
+    clamped = (
+        f"SELECT cost, pool, {greatest}(b - %(since)s, 0.0) AS s, {least}(x, %(now)s) - %(since)s AS e, "
+        f"{greatest}(b - %(first)s, 0.0) AS cs, {least}(x, %(now)s) - %(first)s AS ce FROM ({billed_pods}) w"
+    )
+    minute = sql["minute"].format
+    chart = "CASE WHEN ce > cs THEN cost ELSE 0 END"
     query = (
-        f"SELECT {select} FROM (SELECT w.*, {first} AS i, {last} AS j FROM ({window}) w WHERE e > s) b GROUP BY {group}"
+        f"SELECT pool, i, j, SUM(CASE WHEN e > s THEN cost * (e - s) ELSE 0 END), SUM({chart}), "
+        f"SUM({chart} * cs), SUM({chart} * ce) FROM (SELECT c.*, {least}({minute('cs')}, {CHART_MINUTES - 1}) AS i, "
+        f"{least}({minute(greatest + '(ce, 0.0)')}, {CHART_MINUTES - 1}) AS j FROM ({clamped}) c) m GROUP BY pool, i, j"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    lo_e, hi_e = lo.timestamp(), hi.timestamp()
+    params = {"now": now.timestamp(), "since": since.timestamp(), "first": first.timestamp(),
+              "now_at": adapt(now), "lo_at": adapt(lo)}  # fmt: skip
     with connection.cursor() as cursor:
-        cursor.execute(query, [lo_e, hi_e, lo_e, hi_e - lo_e, adapt(hi), adapt(lo)])
-        return cursor.fetchall()
-
-
-def spend_since_by_pool(since: datetime, now: datetime) -> dict[str, Decimal]:
-    """{pool key: dollars} its pods billed between ``since`` and ``now``, in one grouped query."""
-    rows = _billed_between(since, now, "pool, SUM(cost * (e - s))", "pool")
-    return {key: Decimal(str(round(float(ds or 0.0), 6))) / 3600 for key, ds in rows}
-
-
-def dollar_seconds_by_minute(first: datetime, now: datetime) -> list[float]:
-    """$/h x seconds billed in each minute from ``first`` to ``now``. A pod adds its price to the
-    minutes it covers whole through a running sum, and its share to the two minutes at its ends;
-    pods that start and end in the same two minutes are summed together in SQL."""
-    rows = _billed_between(first, now, "i, j, SUM(cost), SUM(cost * s), SUM(cost * e)", "i, j")
+        cursor.execute(query, params)
+        rows = cursor.fetchall()
+    spend: dict[str, float] = {}
     partial = [0.0] * CHART_MINUTES
     steps = [0.0] * (CHART_MINUTES + 1)
-    for i, j, price, at_start, at_end in rows:
-        i, j, price, at_start, at_end = int(i), int(j), float(price), float(at_start), float(at_end)
+    for pool, i, j, dollar_seconds, price, at_start, at_end in rows:
+        spend[pool] = spend.get(pool, 0.0) + float(dollar_seconds or 0)
+        i, j, price, at_start, at_end = int(i), int(j), float(price or 0), float(at_start or 0), float(at_end or 0)
+        if not price:
+            continue
         if i == j:
             partial[i] += at_end - at_start
             continue
@@ -80,17 +85,56 @@ def dollar_seconds_by_minute(first: datetime, now: datetime) -> list[float]:
         partial[j] += at_end - price * 60 * j
         steps[i + 1] += price
         steps[j] -= price
-    running, result = 0.0, []
+    running, per_minute = 0.0, []
     for i in range(CHART_MINUTES):
         running += steps[i]
-        result.append(partial[i] + running * 60)
-    return result
+        per_minute.append(partial[i] + running * 60)
+    return {pool: Decimal(str(round(ds, 6))) / 3600 for pool, ds in spend.items()}, per_minute
 
 
 def dollars_per_hour_at(moment: datetime) -> float:
     """What the pods billed at ``moment`` cost per hour."""
     billed = Pod.objects.filter(billed_from__lte=moment).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=moment))
     return float(billed.aggregate(total=Sum("cost_per_hr"))["total"] or 0)
+
+
+# Pages are counted per minute of the last hour once a minute is this far behind (a page's
+# finished_at is the moment its result is stored, committed at once); until then at every push.
+SETTLED_AFTER = timedelta(minutes=2)
+_settled: dict[tuple[str, datetime], int] = {}  # (database, minute) -> pages done in it
+_settled_lock = threading.Lock()
+
+
+def forget_settled() -> None:
+    """Drop the kept counts of settled minutes (tests; a process's first push in the bench)."""
+    with _settled_lock:
+        _settled.clear()
+
+
+def pages_by_minute(first: datetime, now: datetime, *, keep: bool) -> dict[datetime, int]:
+    """{minute (UTC): pages done in it} from ``first`` to ``now``. With ``keep`` (the
+    broadcaster, every second), minutes settled earlier are not counted again: a push reads the
+    last couple of minutes' pages, not the hour's."""
+    if not keep:
+        return pages_done_by_minute(since=first)
+    database = connection.settings_dict["NAME"]
+    settled_until = now.replace(second=0, microsecond=0) - SETTLED_AFTER
+    settled = []
+    minute = first
+    while minute < settled_until:
+        settled.append(minute)
+        minute += timedelta(minutes=1)
+    with _settled_lock:
+        known = {m: _settled[(database, m)] for m in settled if (database, m) in _settled}
+    since = next((m for m in settled if m not in known), settled_until)
+    counted = pages_done_by_minute(since=since)
+    with _settled_lock:
+        for m in settled:
+            if m >= since:
+                _settled[(database, m)] = counted.get(m, 0)
+        for key in [key for key in _settled if key[1] < first]:
+            del _settled[key]
+    return {**known, **counted}
 
 
 def _nice_ceiling(value: float) -> float:
@@ -128,18 +172,23 @@ def _chart(values: list[float], labels: list[str], unit: str, decimals: int) -> 
     }
 
 
-def charts(now: datetime) -> dict:
-    """pages/s and $/h for each minute of the last hour, the current minute prorated."""
+def chart_start(now: datetime) -> datetime:
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
+
+
+def charts(now: datetime, dollar_seconds: list[float], *, keep: bool = False) -> dict:
+    """pages/s and $/h for each minute of the last hour, the current minute prorated, from
+    ``billed``'s dollar-seconds of each minute since ``chart_start(now)``. ``keep``: the counts
+    of settled minutes are kept from one call to the next (``pages_by_minute``)."""
     current = now.replace(second=0, microsecond=0)
     minutes = [current - timedelta(minutes=CHART_MINUTES - 1 - i) for i in range(CHART_MINUTES)]
-    dollar_seconds = dollar_seconds_by_minute(minutes[0], now)
-    pages_by_minute = pages_done_by_minute(since=minutes[0])
+    done = pages_by_minute(minutes[0].astimezone(UTC), now, keep=keep)
     pages, dollars, labels = [], [], []
     for start in minutes:
         end = min(start + timedelta(minutes=1), now)
         seconds = (end - start).total_seconds()
         # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
-        pages.append(pages_by_minute.get(start.astimezone(UTC), 0) / max(1.0, seconds))
+        pages.append(done.get(start.astimezone(UTC), 0) / max(1.0, seconds))
         if seconds > 0:
             dollars.append(dollar_seconds[len(labels)] / seconds)
         else:  # the minute begins now: what the pods billed now cost per hour

@@ -23,7 +23,7 @@ from django.utils.safestring import mark_safe
 from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
 from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
-from pods.charts import charts, spend_since_by_pool
+from pods.charts import billed, chart_start, charts
 from pods.models import Alert, BootAttempt, Pod
 from pods.selectors import fleet_status_cached
 from pods.spend import jobs_spend
@@ -110,11 +110,13 @@ def pod_page(*, page: int, now: datetime | None = None) -> dict:
     }
 
 
-def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
-    """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
+def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
+    """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status().
+    ``keep``: the charts keep the page counts of settled minutes from one call to the next (the
+    broadcaster's, every second; pods.charts.pages_by_minute)."""
     status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    spend_today = spend_since_by_pool(midnight, now)
+    spend_today, dollar_seconds = billed(since=midnight, first=chart_start(now), now=now)
     pod_summary = _pod_summary()
 
     pools = []
@@ -148,7 +150,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         "pools": pools,
         "totals": totals,
         "pod_summary": pod_summary,
-        "charts": charts(now),
+        "charts": charts(now, dollar_seconds, keep=keep),
     }, status
 
 
@@ -263,7 +265,7 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     ``front`` names the process that rendered it (on the live stamp).
     """
     now = timezone.now()
-    fleet, status = fleet_snapshot(now=now)
+    fleet, status = fleet_snapshot(now=now, keep=True)
     fleet["front"] = front
     payloads: dict[str, dict[str, str]] = {}
     if staff:

@@ -18,7 +18,7 @@ from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
-from pods import dashboard, sections
+from pods import charts, dashboard, sections
 from pods.models import Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
@@ -327,6 +327,27 @@ def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
     since_midnight = (now - timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)).total_seconds()
     ready_today = Decimal("0.44") * Decimal(min(1800.0, since_midnight)) / 3600
     assert fleet_context["totals"]["spend_today"] >= ready_today.quantize(Decimal("0.01"), ROUND_DOWN)
+
+
+def test_the_broadcaster_counts_a_settled_minute_once_and_the_last_minutes_every_time(fleet):
+    def done_at(moment) -> None:
+        page = fleet.mallorys_job.pages.filter(status=Page.Status.PENDING).first()
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, finished_at=moment, pod=fleet.ready)
+
+    now = timezone.now()
+    current = now.replace(second=0, microsecond=0)
+    old = current - timedelta(minutes=10)
+    done_at(old + timedelta(seconds=5))
+    charts.forget_settled()
+
+    first = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=True)
+    done_at(old + timedelta(seconds=6))  # (stored late: a settled minute is not counted again)
+    done_at(now)
+    kept = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=True)
+    counted = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=False)
+
+    assert first[old] == 1 and kept[old] == 1 and counted[old] == 2
+    assert kept[current] == counted[current] == first.get(current, 0) + 1
 
 
 @pytest.mark.parametrize("into_the_minute", [timedelta(0), timedelta(milliseconds=70), timedelta(seconds=30),
