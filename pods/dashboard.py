@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
@@ -54,21 +54,20 @@ def audience_for(*, user_id: int, staff: bool) -> str:
 POD_PAGE_SIZE = 50
 
 
-def _pod_summary() -> list[dict]:
-    """The live pods by pool, state and GPU type, grouped in SQL: a handful of rows whatever the
-    fleet's size."""
-    rows = (
-        Pod.objects.alive()
-        .order_by()
-        .values("pool__key", "state", "gpu_type")
-        .annotate(pods=Count("id"), lanes=Sum("lanes"), cost=Sum("cost_per_hr", filter=Q(billed_from__isnull=False)))
-    )
-    groups = [
-        {"pool": row["pool__key"], "state": row["state"], "gpu_type": row["gpu_type"], "pods": row["pods"],
-         "lanes": row["lanes"] or 0, "cost_per_hr": row["cost"] or Decimal(0)}
-        for row in rows
-    ]  # fmt: skip
-    return sorted(groups, key=lambda g: (g["pool"], g["state"], g["gpu_type"] or ""))
+def _pod_summary(status: dict) -> list[dict]:
+    """The live pods by pool, state and GPU type, from the status snapshot the pools section
+    shows too (no read of the pods of its own): a handful of rows whatever the fleet's size."""
+    groups: dict[tuple, dict] = {}
+    for pool in status["pools"]:
+        for pod in pool["pod_list"]:
+            key = (pool["key"], pod["state"], pod["gpu_type"])
+            group = groups.setdefault(key, {"pool": key[0], "state": key[1], "gpu_type": key[2], "pods": 0, "lanes": 0,
+                                            "cost_per_hr": 0.0})  # fmt: skip
+            group["pods"] += 1
+            group["lanes"] += pod["lanes"] or 0
+            if pod["billed_from"]:
+                group["cost_per_hr"] += pod["cost_per_hr"] or 0.0
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
 
 
 def pod_page(*, page: int, now: datetime | None = None) -> dict:
@@ -117,7 +116,7 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
     status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     spend_today, dollar_seconds = billed(since=midnight, first=chart_start(now), now=now)
-    pod_summary = _pod_summary()
+    pod_summary = _pod_summary(status)
 
     pools = []
     for pool in status["pools"]:
@@ -200,13 +199,21 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    attempts = BootAttempt.objects.select_related("pod__pool").only(*SHOWN_OF_ATTEMPTS)
-    boots = list(attempts.order_by("-created_at", "-id")[:RECENT_BOOTS])
-    boot_failures = list(
-        attempts.exclude(outcome=BootAttempt.Outcome.CREATED)
-        .filter(created_at__gte=now - FAILURE_WINDOW)
-        .order_by("-created_at", "-id")[:RECENT_FAILURES]
+    # The recent attempts and the recent failures in one read: the first of each, newest first.
+    newest = BootAttempt.objects.order_by("-created_at", "-id").values("pk")
+    failing = newest.exclude(outcome=BootAttempt.Outcome.CREATED).filter(created_at__gte=now - FAILURE_WINDOW)
+    found = sorted(
+        BootAttempt.objects.select_related("pod__pool")
+        .only(*SHOWN_OF_ATTEMPTS)
+        .filter(Q(pk__in=newest[:RECENT_BOOTS]) | Q(pk__in=failing[:RECENT_FAILURES])),
+        key=lambda attempt: (attempt.created_at, attempt.pk),
+        reverse=True,
     )
+    boots = found[:RECENT_BOOTS]
+    boot_failures = [
+        attempt for attempt in found
+        if attempt.outcome != BootAttempt.Outcome.CREATED and attempt.created_at >= now - FAILURE_WINDOW
+    ][:RECENT_FAILURES]  # fmt: skip
     failed_pods = list(
         Pod.objects.only("name", "ended_at", "error")
         .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
