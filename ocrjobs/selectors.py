@@ -154,7 +154,8 @@ class JobProgress:
 
 
 def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
-    """Progress, rate and ETA of each job, in two queries whatever the number of jobs; with the
+    """Progress, rate and ETA of each job, in two queries whatever the number of jobs (one for
+    jobs_for_dashboard's, which carry the pages their documents hold); with the
     seconds its done pages held each pod and that pod's state and price (``busy_on_pods``), so
     that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend)."""
     now = now or timezone.now()

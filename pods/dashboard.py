@@ -1,11 +1,12 @@
 """The dashboard's reads and fragments.
 
 One snapshot of the fleet is read in a fixed handful of queries (nothing per
-pod or per job) and rendered into partial templates, one per section. Each
-partial carries its own id and ``hx-swap-oob``, so the same HTML serves the
-first page and every websocket update. Staff get every section, with release
-buttons and everybody's jobs; other users get the fleet summary and their own
-jobs, and never a staff-only section.
+pod or per job: eight for staff, the pods summed from the status snapshot and in
+SQL) and rendered into partial templates, one per section, each only when what it
+shows changed (pods/sections.py). Each partial carries its own id and
+``hx-swap-oob``, so the same HTML serves the first page and every websocket
+update. Staff get every section, with release buttons and everybody's jobs; other
+users get the fleet summary and their own jobs, and never a staff-only section.
 """
 
 from __future__ import annotations
