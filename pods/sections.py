@@ -23,10 +23,12 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 
-# Enough for every row and section of a few hundred connected users' dashboards.
-KEPT = 4096
+# Enough for every row and section of a few hundred connected users' dashboards; the oldest
+# used go first (a jobs table is ~20 KB, a row ~1 KB, and a changed one is a new entry).
+KEPT_BYTES = 8 * 1024 * 1024
 
 _kept: OrderedDict[tuple, str] = OrderedDict()
+_kept_bytes = 0
 _lock = threading.Lock()  # the broadcaster's thread and request threads render side by side
 
 
@@ -52,11 +54,14 @@ def out_of_band(row: str) -> str:
 
 def forget() -> None:
     """Drop every kept rendering (tests; a template changed)."""
+    global _kept_bytes
     with _lock:
         _kept.clear()
+        _kept_bytes = 0
 
 
 def _rendered(template: str, fingerprint: tuple, context: Callable[[], dict] | dict) -> str:
+    global _kept_bytes
     key = (template, fingerprint)
     with _lock:
         html = _kept.get(key)
@@ -65,9 +70,11 @@ def _rendered(template: str, fingerprint: tuple, context: Callable[[], dict] | d
             return html
     html = render_to_string(template, context() if callable(context) else context)
     with _lock:
-        _kept[key] = html
-        while len(_kept) > KEPT:
-            _kept.popitem(last=False)
+        if key not in _kept:
+            _kept[key] = html
+            _kept_bytes += len(html)
+        while _kept_bytes > KEPT_BYTES:
+            _kept_bytes -= len(_kept.popitem(last=False)[1])
     return html
 
 

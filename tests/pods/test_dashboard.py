@@ -252,6 +252,16 @@ def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
     assert moved.count("partials/dash_job_row.html") == 1 and "partials/dash_pods.html" not in moved
 
 
+def test_the_kept_renderings_stay_within_their_bytes(db, monkeypatch):
+    sections.forget()
+    monkeypatch.setattr(sections, "KEPT_BYTES", 1000)
+    for second in range(40):  # forty different stamps, ~100 bytes each
+        sections._rendered("partials/dash_live.html", (second,), {"now": timezone.now(), "front": f"{second:012d}"})
+
+    assert 0 < sum(len(html) for html in sections._kept.values()) <= 1000 and len(sections._kept) < 40
+    sections.forget()
+
+
 # --- numbers ------------------------------------------------------------------------------------
 
 
