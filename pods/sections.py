@@ -111,7 +111,16 @@ def _pods_fingerprint(context: dict) -> tuple:
     return context["totals"]["pods"], repr(context["pod_summary"])
 
 
+def _boots_fingerprint(context: dict) -> tuple:
+    rows = tuple(
+        (a.pk, a.created_at, a.pod.name, a.pod.pool.key, a.candidate, a.outcome, a.seconds, a.error)
+        for a in context["boots"]
+    )
+    return timezone.localdate(), rows  # a time of day today, a date before
+
+
 FINGERPRINTS: dict[str, Callable[[dict], tuple]] = {
+    "boots": _boots_fingerprint,
     "pools": _pools_fingerprint,
     "pods": _pods_fingerprint,
 }
