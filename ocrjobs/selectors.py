@@ -355,9 +355,8 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
 
 
 class _Minute(Func):
-    """A timestamp's minute, in SQL. On PostgreSQL the minutes since 1970 (a number: date_trunc
-    converts each row to the session's time zone first, twice as slow); on SQLite the first 16
-    characters of the stored text ("YYYY-MM-DD HH:MM", UTC; TruncMinute calls Python per row)."""
+    """A timestamp's minute in SQL: on PostgreSQL the minutes since 1970 (date_trunc converts each row to
+    the session's time zone), on SQLite the stored text's "YYYY-MM-DD HH:MM" (TruncMinute calls Python)."""
 
     template = "CAST(floor(date_part('epoch', %(expressions)s) / 60) AS bigint)"
     output_field = DateTimeField()  # on SQLite, parsed as one; on PostgreSQL a number (no converter)
