@@ -37,47 +37,45 @@ _SQL = {
 
 def billed(*, since: datetime, first: datetime, now: datetime) -> tuple[dict[str, Decimal], list[float]]:
     """What the pods billed, in one grouped read: ({pool key: dollars since ``since``}, [$/h x
-    seconds billed in each minute from ``first`` to ``now``]).
+    seconds billed in each minute from ``first`` to ``now``]); ``since`` and ``first`` fall on
+    minutes.
 
-    For each pod, ``s``/``e`` are the seconds from ``since`` at which its billing starts and
-    ends, clamped to [since, now]; ``cs``/``ce`` the same from ``first``, and ``i``/``j`` the
-    minutes of the chart they fall in. A pod adds its price to the chart's minutes it covers
-    whole through a running sum, and its share to the two minutes at its ends; pods of a pool
-    that start and end in the same two minutes are summed together in SQL."""
+    SQL sums each pool's pods by the minutes their billing starts and ends in (price, and price
+    x start and x end in seconds since 1970): a few rows whatever the fleet. Pods of one such
+    group all start, and all end, on the same side of any minute, so each group is clamped to
+    the window here. A pod adds its price to the chart's minutes it covers whole through a
+    running sum, and its share to the two minutes at its ends."""
     sql = _SQL[connection.vendor]
-    epoch, greatest, least = sql["epoch"].format, sql["greatest"], sql["least"]
-    lo = min(since, first)
-    billed_pods = (
+    epoch, least, minute = sql["epoch"].format, sql["least"], sql["minute"].format
+    pods = (
         f"SELECT CAST(p.cost_per_hr AS double precision) AS cost, k.key AS pool, {epoch('p.billed_from')} AS b, "
-        f"COALESCE({epoch('p.ended_at')}, %(now)s) AS x "
+        f"{least}(COALESCE({epoch('p.ended_at')}, %(now)s), %(now)s) AS x "
         f"FROM pods_pod p JOIN pods_pool k ON k.id = p.pool_id "
         f"WHERE p.billed_from IS NOT NULL AND p.billed_from < %(now_at)s AND (p.ended_at IS NULL OR p.ended_at > %(lo_at)s)"
     )
-    clamped = (
-        f"SELECT cost, pool, {greatest}(b - %(since)s, 0.0) AS s, {least}(x, %(now)s) - %(since)s AS e, "
-        f"{greatest}(b - %(first)s, 0.0) AS cs, {least}(x, %(now)s) - %(first)s AS ce FROM ({billed_pods}) w"
-    )
-    minute = sql["minute"].format
-    chart = "CASE WHEN ce > cs THEN cost ELSE 0 END"
     query = (
-        f"SELECT pool, i, j, SUM(CASE WHEN e > s THEN cost * (e - s) ELSE 0 END), SUM({chart}), "
-        f"SUM({chart} * cs), SUM({chart} * ce) FROM (SELECT c.*, {least}({minute('cs')}, {CHART_MINUTES - 1}) AS i, "
-        f"{least}({minute(greatest + '(ce, 0.0)')}, {CHART_MINUTES - 1}) AS j FROM ({clamped}) c) m GROUP BY pool, i, j"
+        f"SELECT pool, bm, xm, SUM(cost), SUM(cost * b), SUM(cost * x) "
+        f"FROM (SELECT cost, pool, b, x, {minute('b')} AS bm, {minute('x')} AS xm FROM ({pods}) w) m GROUP BY pool, bm, xm"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    params = {"now": now.timestamp(), "since": since.timestamp(), "first": first.timestamp(),
-              "now_at": adapt(now), "lo_at": adapt(lo)}  # fmt: skip
     with connection.cursor() as cursor:
-        cursor.execute(query, params)
+        cursor.execute(query, {"now": now.timestamp(), "now_at": adapt(now), "lo_at": adapt(min(since, first))})
         rows = cursor.fetchall()
+    since_e, first_e = since.timestamp(), first.timestamp()
+    first_minute = round(first_e / 60)
     spend: dict[str, float] = {}
     partial = [0.0] * CHART_MINUTES
     steps = [0.0] * (CHART_MINUTES + 1)
-    for pool, i, j, dollar_seconds, price, at_start, at_end in rows:
-        spend[pool] = spend.get(pool, 0.0) + float(dollar_seconds or 0)
-        i, j, price, at_start, at_end = int(i), int(j), float(price or 0), float(at_start or 0), float(at_end or 0)
-        if not price:
+    for pool, bm, xm, price, at_b, at_x in rows:
+        bm, xm, price, at_b, at_x = int(bm), int(xm), float(price or 0), float(at_b or 0), float(at_x or 0)
+        if xm * 60 >= since_e:  # billed since ``since``, from its start or from ``since``
+            spend[pool] = spend.get(pool, 0.0) + at_x - (at_b if bm * 60 >= since_e else price * since_e)
+        if not price or xm * 60 < first_e:
             continue
+        at_start = at_b - price * first_e if bm * 60 >= first_e else 0.0  # price x seconds from first
+        at_end = at_x - price * first_e
+        i = min(max(bm - first_minute, 0), CHART_MINUTES - 1)
+        j = min(xm - first_minute, CHART_MINUTES - 1)
         if i == j:
             partial[i] += at_end - at_start
             continue
