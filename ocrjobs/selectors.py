@@ -5,12 +5,28 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Case, Count, F, Max, OuterRef, Q, Subquery, Sum, Value, When, Window
-from django.db.models.functions import Coalesce, RowNumber, TruncMinute
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
@@ -79,14 +95,27 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     ``owner_ids=None``: everybody's (staff). Otherwise the same limits apply to
     each owner separately, in one query whatever the number of owners.
     """
-    active = Case(When(status__in=[Job.Status.QUEUED, Job.Status.RUNNING], then=Value(1)), default=Value(0))
-    partition = [active] if owner_ids is None else [F("owner_id"), active]
-    jobs = Job.objects.select_related("pool", "owner")
-    if owner_ids is not None:
-        jobs = jobs.filter(owner_id__in=owner_ids)
+    live = [Job.Status.QUEUED, Job.Status.RUNNING]
+    # What the dashboard's rows show, no more: its reads run every second, and each column is a
+    # conversion per row (datetimes are parsed in Python on SQLite).
+    shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
+    jobs = Job.objects.select_related("pool", "owner").only(*shown)
     newest_first = [F("created_at").desc(), F("id").desc()]
+    # the pages its documents hold, for job_progress (one read fewer each second)
+    pages = Document.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Sum("page_count"))
+    jobs = jobs.annotate(expected_pages=Coalesce(Subquery(pages.values("n")), 0))
+    if owner_ids is None:
+        # Two short walks down the newest jobs in one read, not a window over every job ever made.
+        active = Job.objects.filter(status__in=live).order_by(*newest_first).values("pk")[:DASHBOARD_ACTIVE_JOBS]
+        finished = Job.objects.exclude(status__in=live).order_by(*newest_first).values("pk")
+        found = jobs.filter(Q(pk__in=active) | Q(pk__in=finished[:DASHBOARD_FINISHED_JOBS]))
+        return sorted(found, key=lambda job: (job.status not in live, -job.created_at.timestamp(), -job.pk))
+    active = Case(When(status__in=live, then=Value(1)), default=Value(0))
     jobs = (
-        jobs.annotate(is_active=active, rank=Window(RowNumber(), partition_by=partition, order_by=newest_first))
+        jobs.filter(owner_id__in=owner_ids)
+        .annotate(
+            is_active=active, rank=Window(RowNumber(), partition_by=[F("owner_id"), active], order_by=newest_first)
+        )
         .filter(Q(is_active=1, rank__lte=DASHBOARD_ACTIVE_JOBS) | Q(is_active=0, rank__lte=DASHBOARD_FINISHED_JOBS))
         .order_by("-is_active", "-created_at", "-id")
     )
@@ -105,6 +134,8 @@ class JobProgress:
     pages_per_s: float
     # What the job has cost so far, as pods.spend.jobs_spend counts it: the caller fills it in.
     cost: Decimal = Decimal(0)
+    # {pod id: (seconds its done pages held that pod, the pod's state, $/h, lanes)}
+    busy_on_pods: dict[int, tuple] = field(default_factory=dict)
 
     @property
     def ended(self) -> int:
@@ -123,43 +154,55 @@ class JobProgress:
 
 
 def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
-    """Progress, rate and ETA of each job, in two queries whatever the number of jobs."""
+    """Progress, rate and ETA of each job, in two queries whatever the number of jobs (one for
+    jobs_for_dashboard's, which carry the pages their documents hold); with the
+    seconds its done pages held each pod and that pod's state and price (``busy_on_pods``), so
+    that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend)."""
     now = now or timezone.now()
     ids = [job.pk for job in jobs]
     if not ids:
         return []
     since = now - timedelta(seconds=JOB_RATE_WINDOW_SECONDS)
-    expected = dict(
-        Document.objects.filter(job_id__in=ids)
-        .values("job_id")
-        .annotate(n=Sum("page_count"))
-        .values_list("job_id", "n")
-    )
-    counts = {
-        row["job_id"]: row
-        for row in Page.objects.filter(job_id__in=ids).values("job_id").annotate(
-            done=Count("id", filter=Q(status=Page.Status.DONE)),
-            failed=Count("id", filter=Q(status=Page.Status.FAILED)),
-            cancelled=Count("id", filter=Q(status=Page.Status.CANCELLED)),
-            running=Count("id", filter=Q(status=Page.Status.RUNNING)),
-            pending=Count("id", filter=Q(status=Page.Status.PENDING)),
-            recent=Count("id", filter=Q(status=Page.Status.DONE, finished_at__gte=since)),
+    if all(hasattr(job, "expected_pages") for job in jobs):  # as jobs_for_dashboard reads them
+        expected = {job.pk: job.expected_pages for job in jobs}
+    else:
+        expected = dict(
+            Document.objects.filter(job_id__in=ids)
+            .values("job_id")
+            .annotate(n=Sum("page_count"))
+            .values_list("job_id", "n")
         )
-    }  # fmt: skip
+    rows = (
+        Page.objects.filter(job_id__in=ids)
+        .order_by()
+        .values("job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes")
+        .annotate(n=Count("id"), recent=Count("id", filter=Q(finished_at__gte=since)), busy=Sum("seconds"))
+        .values_list(
+            "job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes", "n", "recent", "busy"
+        )
+    )
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    busy_on_pods: dict[int, dict[int, tuple]] = defaultdict(dict)
+    for job_id, status, pod_id, state, cost_per_hr, lanes, n, recent, busy in rows:
+        counts[job_id][status] += n
+        if status == Page.Status.DONE:
+            counts[job_id]["recent"] += recent
+            if pod_id is not None and busy is not None:
+                busy_on_pods[job_id][pod_id] = (busy, state, cost_per_hr, lanes)
     result = []
-    empty = {"done": 0, "failed": 0, "cancelled": 0, "running": 0, "pending": 0, "recent": 0}
     for job in jobs:
-        c = counts.get(job.pk, empty)
+        c = counts[job.pk]
         result.append(
             JobProgress(
                 job=job,
                 expected=expected.get(job.pk) or 0,
-                done=c["done"],
-                failed=c["failed"],
-                cancelled=c["cancelled"],
-                running=c["running"],
-                pending=c["pending"],
+                done=c[Page.Status.DONE],
+                failed=c[Page.Status.FAILED],
+                cancelled=c[Page.Status.CANCELLED],
+                running=c[Page.Status.RUNNING],
+                pending=c[Page.Status.PENDING],
                 pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
+                busy_on_pods=busy_on_pods[job.pk],
             )
         )
     return result
@@ -240,7 +283,8 @@ def busy_seconds(
 ) -> dict[tuple[int, int], float]:
     """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
     since ``since``): what a job's share of a pod is priced on."""
-    pages = Page.objects.filter(pod_id__in=list(pod_ids), status=Page.Status.DONE, seconds__isnull=False)
+    pod_ids = pod_ids if isinstance(pod_ids, QuerySet) else list(pod_ids)  # a queryset stays a subquery
+    pages = Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.DONE, seconds__isnull=False)
     if job_ids is not None:
         pages = pages.filter(job_id__in=list(job_ids))
     if since is not None:
@@ -310,14 +354,30 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
     return dict(totals)
 
 
+class _Minute(Func):
+    """A timestamp's minute in SQL: on PostgreSQL the minutes since 1970 (date_trunc converts each row to
+    the session's time zone), on SQLite the stored text's "YYYY-MM-DD HH:MM" (TruncMinute calls Python)."""
+
+    template = "CAST(floor(date_part('epoch', %(expressions)s) / 60) AS bigint)"
+    output_field = DateTimeField()  # on SQLite, parsed as one; on PostgreSQL a number (no converter)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 16)", **extra)
+
+
 def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
-    return dict(
+    """{minute (UTC): pages done in it} since ``since``, counted in SQL."""
+    rows = (
         Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
-        .annotate(minute=TruncMinute("finished_at"))
+        .annotate(minute=_Minute("finished_at"))
         .values("minute")
         .annotate(n=Count("id"))
         .values_list("minute", "n")
     )
+    return {
+        minute.astimezone(UTC) if isinstance(minute, datetime) else datetime.fromtimestamp(minute * 60, UTC): n
+        for minute, n in rows
+    }
 
 
 def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:

@@ -5,7 +5,7 @@ The first consumer on a loop starts it (an asyncio task on the front's loop);
 it stops when the last one leaves. Reads and rendering run on a thread of
 their own, never on the loop. Each tick renders one variant for staff and one
 per connected non-staff user, and sends each audience only the sections that
-changed since its last message.
+changed since its last message; of the jobs table, only the rows that changed.
 
 Every SESSION_CHECK_SECONDS it checks each client's session again and closes the
 websockets of those logged out (4401).
@@ -31,6 +31,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 
 from pods import dashboard
+from pods.sections import RowsSection, out_of_band
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +139,32 @@ class Broadcaster:
             if audience not in audiences:
                 continue  # left while we rendered
             last = self.sent.setdefault(audience, {})
-            changed = [html for name, html in sections.items() if last.get(name) != html]
-            if not changed:
-                continue
+            for message in messages_for(last, sections):
+                await layer.group_send(group_for(audience), {"type": "dashboard.html", "html": message})
             last.update(sections)
-            await layer.group_send(group_for(audience), {"type": "dashboard.html", "html": "".join(changed)})
+
+
+def changed_parts(last: str | None, html: str) -> tuple[list[str], list[str]]:
+    """What a client that last got ``last`` of a section needs to show ``html``, as (sections,
+    rows): nothing; the rows that changed, each swapped on its own, when the section holds the
+    same rows as before (a job's progress moved); or the whole section."""
+    if last == html:
+        return [], []
+    if isinstance(html, RowsSection) and isinstance(last, RowsSection) and last.frame == html.frame:
+        return [], [out_of_band(row) for key, row in html.rows.items() if last.rows[key] != row]
+    return [html], []
+
+
+def messages_for(last: dict[str, str], sections: dict[str, str]) -> list[str]:
+    """The messages that take a client from the sections it ``last`` got to ``sections``. Rows go
+    in a message of their own: the browser parses a message as the content of a <template>,
+    whose first tag decides the rest, and a <tr> after a <section> would be dropped."""
+    whole, rows = [], []
+    for name, html in sections.items():
+        changed_sections, changed_rows = changed_parts(last.get(name), html)
+        whole += changed_sections
+        rows += changed_rows
+    return ["".join(part) for part in (whole, rows) if part]
 
 
 _broadcasters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broadcaster] = weakref.WeakKeyDictionary()

@@ -1,11 +1,12 @@
 """The dashboard's reads and fragments.
 
 One snapshot of the fleet is read in a fixed handful of queries (nothing per
-pod or per job) and rendered into partial templates, one per section. Each
-partial carries its own id and ``hx-swap-oob``, so the same HTML serves the
-first page and every websocket update. Staff get every section, with release
-buttons and everybody's jobs; other users get the fleet summary and their own
-jobs, and never a staff-only section.
+pod or per job: eight for staff, the pods summed from the status snapshot and in
+SQL) and rendered into partial templates, one per section, each only when what it
+shows changed (pods/sections.py). Each partial carries its own id and
+``hx-swap-oob``, so the same HTML serves the first page and every websocket
+update. Staff get every section, with release buttons and everybody's jobs; other
+users get the fleet summary and their own jobs, and never a staff-only section.
 """
 
 from __future__ import annotations
@@ -15,19 +16,16 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import BooleanField, ExpressionWrapper, Q
-from django.template.loader import render_to_string
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.safestring import mark_safe
 
-from ocrjobs.selectors import (
-    JobProgress,
-    job_progress,
-    jobs_for_dashboard,
-    pages_done_by_minute,
-    pages_in_flight_by_pod,
-)
-from pods.models import Alert, BootAttempt, Pod, Pool
+from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
+from pods import sections
+from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
+from pods.charts import billed, chart_start, charts
+from pods.models import Alert, BootAttempt, Pod
 from pods.selectors import fleet_status_cached
 from pods.spend import jobs_spend
 
@@ -35,13 +33,12 @@ STAFF = "staff"
 FLEET_SECTIONS = ("live", "pools", "charts", "pods", "jobs")
 STAFF_SECTIONS = ("alerts", "boots", "loops")
 
-CHART_MINUTES = 60
-CHART_WIDTH = 600
-CHART_HEIGHT = 100
 RECENT_BOOTS = 15
 RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
 LOOP_ROWS = 50
+# What the boot tables show: these reads run every second (a column is a conversion per row).
+SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key")
 
 
 def sections_for(*, staff: bool) -> tuple[str, ...]:
@@ -55,110 +52,22 @@ def audience_for(*, user_id: int, staff: bool) -> str:
 # --- the fleet (every user) ----------------------------------------------------------------------
 
 
-def _overlap_seconds(start: datetime, end: datetime, lo: datetime, hi: datetime) -> float:
-    return max(0.0, (min(end, hi) - max(start, lo)).total_seconds())
-
-
-def _nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 5 x 10^k at or above value: a round top for a chart's axis."""
-    if value <= 0:
-        return 1.0
-    exponent = math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        top = step * 10**exponent
-        if top >= value - 1e-12:
-            return float(top)
-    return float(10 ** (exponent + 1))
-
-
-def _chart(values: list[float], labels: list[str], unit: str, decimals: int) -> dict:
-    """Bars and a step line in a 600x100 box, computed here; the template draws them."""
-    top = _nice_ceiling(max(values, default=0.0))
-    step = CHART_WIDTH / max(1, len(values))
-    bars, line = [], []
-    for i, (value, label) in enumerate(zip(values, labels, strict=True)):
-        height = round(value / top * (CHART_HEIGHT - 4), 2)
-        y = round(CHART_HEIGHT - height, 2)
-        bars.append({"x": round(i * step, 2), "y": y, "h": height, "w": round(step - 1, 2), "title": label,
-                     "value": round(value, decimals)})  # fmt: skip
-        line += [(round(i * step, 2), y), (round((i + 1) * step, 2), y)]
-    return {
-        "bars": bars,
-        "line": line,
-        "top": round(top, decimals),
-        "current": round(values[-1], decimals) if values else 0,
-        "peak": round(max(values, default=0.0), decimals),
-        "unit": unit,
-        "width": CHART_WIDTH,
-        "height": CHART_HEIGHT,
-    }
-
-
-def _dollar_seconds_by_minute(billed: list[tuple], first: datetime, now: datetime) -> list[float]:
-    """$/h x seconds billed in each minute from ``first`` to ``now``, in one pass over the pods
-    (not pods x minutes): a pod adds its price to the minutes it covers whole through a running
-    sum, and its share to the two minutes at its ends."""
-    span = (now - first).total_seconds()
-    partial = [0.0] * CHART_MINUTES
-    steps = [0.0] * (CHART_MINUTES + 1)
-    for _, billed_from, ended_at, cost_per_hr in billed:
-        a = max(0.0, (billed_from - first).total_seconds())
-        b = min(span, ((ended_at or now) - first).total_seconds())
-        if b <= a:
-            continue
-        price = float(cost_per_hr)
-        i, j = min(CHART_MINUTES - 1, int(a // 60)), min(CHART_MINUTES - 1, int(b // 60))
-        if i == j:
-            partial[i] += price * (b - a)
-            continue
-        partial[i] += price * (60 * (i + 1) - a)
-        partial[j] += price * (b - 60 * j)
-        steps[i + 1] += price
-        steps[j] -= price
-    running, result = 0.0, []
-    for i in range(CHART_MINUTES):
-        running += steps[i]
-        result.append(partial[i] + running * 60)
-    return result
-
-
-def _charts(now: datetime, billed: list[tuple], pages_by_minute: dict[datetime, int]) -> dict:
-    """pages/s and $/h for each minute of the last hour, the current minute prorated."""
-    current = now.replace(second=0, microsecond=0)
-    minutes = [current - timedelta(minutes=CHART_MINUTES - 1 - i) for i in range(CHART_MINUTES)]
-    dollar_seconds = _dollar_seconds_by_minute(billed, minutes[0], now)
-    pages, dollars, labels = [], [], []
-    for start in minutes:
-        end = min(start + timedelta(minutes=1), now)
-        seconds = (end - start).total_seconds()
-        # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
-        pages.append(pages_by_minute.get(start, 0) / max(1.0, seconds))
-        if seconds > 0:
-            dollars.append(dollar_seconds[len(labels)] / seconds)
-        else:  # the minute begins now: what the pods billed now cost per hour
-            dollars.append(sum(float(c) for _, b, e, c in billed if b <= now and (e is None or e > now)))
-        labels.append(timezone.localtime(start).strftime("%H:%M"))
-    return {
-        "pages": _chart(pages, labels, "pages/s", 2),
-        "dollars": _chart(dollars, labels, "$/h", 2),
-        "start_label": labels[0],
-        "end_label": "now",
-    }
-
-
 POD_PAGE_SIZE = 50
 
 
-def _pod_summary(pods: list[tuple]) -> list[dict]:
-    """The live pods by pool, state and GPU type: a handful of rows whatever the fleet's size."""
+def _pod_summary(status: dict) -> list[dict]:
+    """The live pods by pool, state and GPU type, from the status snapshot the pools section
+    shows too (no read of the pods of its own): a handful of rows whatever the fleet's size."""
     groups: dict[tuple, dict] = {}
-    for pool, state, gpu_type, lanes, cost_per_hr, unbilled in pods:
-        row = groups.setdefault((pool, state, gpu_type), {"pool": pool, "state": state, "gpu_type": gpu_type,
-                                                          "pods": 0, "lanes": 0, "cost_per_hr": Decimal(0)})  # fmt: skip
-        row["pods"] += 1
-        row["lanes"] += lanes or 0
-        if not unbilled:
-            row["cost_per_hr"] += cost_per_hr or 0
+    for pool in status["pools"]:
+        for pod in pool["pod_list"]:
+            key = (pool["key"], pod["state"], pod["gpu_type"])
+            group = groups.setdefault(key, {"pool": key[0], "state": key[1], "gpu_type": key[2], "pods": 0, "lanes": 0,
+                                            "cost_per_hr": 0.0})  # fmt: skip
+            group["pods"] += 1
+            group["lanes"] += pod["lanes"] or 0
+            if pod["billed_from"]:
+                group["cost_per_hr"] += pod["cost_per_hr"] or 0.0
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
 
 
@@ -201,51 +110,31 @@ def pod_page(*, page: int, now: datetime | None = None) -> dict:
     }
 
 
-def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
-    """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status()."""
+def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
+    """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status().
+    ``keep``: the charts keep the page counts of settled minutes from one call to the next (the
+    broadcaster's, every second; pods.charts.pages_by_minute)."""
     status = fleet_status_cached()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    chart_start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
-    since = min(midnight, chart_start)
+    spend_today, dollar_seconds = billed(since=midnight, first=chart_start(now), now=now)
+    pod_summary = _pod_summary(status)
 
-    billed = list(
-        Pod.objects.filter(billed_from__isnull=False, billed_from__lt=now)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
-        .values_list("pool_id", "billed_from", "ended_at", "cost_per_hr")
-    )
-    spend_today: dict[int, Decimal] = defaultdict(Decimal)
-    for pool_id, billed_from, ended_at, cost_per_hr in billed:
-        seconds = _overlap_seconds(billed_from, ended_at or now, midnight, now)
-        spend_today[pool_id] += cost_per_hr * Decimal(seconds) / Decimal(3600)
-
-    pages_by_minute = pages_done_by_minute(since=chart_start)
-
-    pods = list(
-        Pod.objects.alive()
-        .order_by()
-        .annotate(unbilled=ExpressionWrapper(Q(billed_from__isnull=True), output_field=BooleanField()))
-        .values_list("pool__key", "state", "gpu_type", "lanes", "cost_per_hr", "unbilled")
-    )
-    pod_summary = _pod_summary(pods)
-
-    key_of = dict(Pool.objects.values_list("pk", "key"))
-    spend_by_key: dict[str, Decimal] = defaultdict(Decimal)
-    for pool_id, amount in spend_today.items():
-        spend_by_key[key_of.get(pool_id, "")] += amount
     pools = []
     for pool in status["pools"]:
         lanes = pool["lanes"]
         pools.append(
             {
                 **pool,
-                "spend_today": spend_by_key[pool["key"]].quantize(Decimal("0.01")),
+                "spend_today": spend_today.get(pool["key"], Decimal(0)).quantize(Decimal("0.01")),
                 "lanes_percent": min(100, int(100 * lanes["used"] / lanes["total"])) if lanes["total"] else 0,
             }
         )
 
-    states = Counter(state for _, state, *_ in pods)
+    states: Counter[str] = Counter()
+    for group in pod_summary:
+        states[group["state"]] += group["pods"]
     totals = {
-        "pods": len(pods),
+        "pods": sum(states.values()),
         "ready": states.get(Pod.State.READY, 0),
         "booting": states.get(Pod.State.BOOTING, 0),
         "draining": states.get(Pod.State.DRAINING, 0),
@@ -261,7 +150,7 @@ def fleet_snapshot(*, now: datetime) -> tuple[dict, dict]:
         "pools": pools,
         "totals": totals,
         "pod_summary": pod_summary,
-        "charts": _charts(now, billed, pages_by_minute),
+        "charts": charts(now, dollar_seconds, keep=keep),
     }, status
 
 
@@ -311,15 +200,23 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    boots = list(BootAttempt.objects.select_related("pod__pool").order_by("-created_at", "-id")[:RECENT_BOOTS])
-    boot_failures = list(
+    # The recent attempts and the recent failures in one read: the first of each, newest first.
+    newest = BootAttempt.objects.order_by("-created_at", "-id").values("pk")
+    failing = newest.exclude(outcome=BootAttempt.Outcome.CREATED).filter(created_at__gte=now - FAILURE_WINDOW)
+    found = sorted(
         BootAttempt.objects.select_related("pod__pool")
-        .exclude(outcome=BootAttempt.Outcome.CREATED)
-        .filter(created_at__gte=now - FAILURE_WINDOW)
-        .order_by("-created_at", "-id")[:RECENT_FAILURES]
+        .only(*SHOWN_OF_ATTEMPTS)
+        .filter(Q(pk__in=newest[:RECENT_BOOTS]) | Q(pk__in=failing[:RECENT_FAILURES])),
+        key=lambda attempt: (attempt.created_at, attempt.pk),
+        reverse=True,
     )
+    boots = found[:RECENT_BOOTS]
+    boot_failures = [
+        attempt for attempt in found
+        if attempt.outcome != BootAttempt.Outcome.CREATED and attempt.created_at >= now - FAILURE_WINDOW
+    ][:RECENT_FAILURES]  # fmt: skip
     failed_pods = list(
-        Pod.objects.select_related("pool")
+        Pod.objects.only("name", "ended_at", "error")
         .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
         .order_by("-ended_at", "-id")[:RECENT_FAILURES]
     )
@@ -337,13 +234,14 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
 
 
 def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
-    return {name: render_to_string(f"partials/dash_{name}.html", context) for name in names}
+    """Each section's HTML, rendered only when its data changed (pods/sections.py)."""
+    return sections.render_sections(names, context)
 
 
 def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     """The jobs' progress with what each has cost so far (the spend report's figure)."""
     progress = job_progress(jobs, now=now)
-    spend = jobs_spend(p.job.pk for p in progress)
+    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress})
     for p in progress:
         p.cost = spend[p.job.pk]
     return progress
@@ -360,6 +258,9 @@ def page_context(user, *, pod_page_number: int = 1) -> dict:
     else:
         jobs = jobs_for_dashboard(owner_ids=[user.pk])
     context["jobs"] = jobs_with_cost(jobs, now=now)
+    rows = sections.job_rows(context["jobs"], staff=bool(user.is_staff))
+    context["job_rows"] = [mark_safe(row) for row in rows.values()]  # for the page's own includes
+    context["chart_figures"] = sections.chart_figures(context)
     context["sections"] = sections_for(staff=bool(user.is_staff))
     return context
 
@@ -372,7 +273,7 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     ``front`` names the process that rendered it (on the live stamp).
     """
     now = timezone.now()
-    fleet, status = fleet_snapshot(now=now)
+    fleet, status = fleet_snapshot(now=now, keep=True)
     fleet["front"] = front
     payloads: dict[str, dict[str, str]] = {}
     if staff:

@@ -201,6 +201,7 @@ class Pod(TaskLeased):
             "cost_per_hr": float(self.cost_per_hr),
             "spend": float(self.spend()),
             "created_at": self.created_at.isoformat(),
+            "billed_from": self.billed_from.isoformat() if self.billed_from else None,
             "ready_at": self.ready_at.isoformat() if self.ready_at else None,
             "ended_at": self.ended_at.isoformat() if self.ended_at else None,
             "error": self.error,

@@ -81,24 +81,47 @@ def spend_report(*, since: datetime | None = None) -> dict:
     }
 
 
-def jobs_spend(job_ids: Iterable[int]) -> dict[int, Decimal]:
+def jobs_spend(
+    job_ids: Iterable[int], *, busy_on_pods: dict[int, dict[int, tuple]] | None = None
+) -> dict[int, Decimal]:
     """What each job has cost so far, in three queries whatever the number of jobs: its
-    entries from ended pods, and its shares of live ones as ``job_shares`` counts them."""
+    entries from ended pods, and its shares of live ones as ``job_shares`` counts them.
+    Only the live pods that served these jobs are read (the live pods are a subquery), so the
+    cost follows the jobs' pages, not the size of the fleet. Given ``busy_on_pods`` ({job id:
+    {pod id: (seconds, state, $/h, lanes)}}, as ocrjobs.selectors.job_progress reads them),
+    the entries are the one query."""
     spend = dict.fromkeys(job_ids, Decimal(0))
     if not spend:
         return spend
     entries = SpendEntry.objects.filter(job_id__in=spend).values("job_id").annotate(dollars=Sum("dollars"))
     for job_id, dollars in entries.values_list("job_id", "dollars"):
         spend[job_id] += dollars
-    live = {pod.pk: pod for pod in Pod.objects.alive().only("cost_per_hr", "lanes")}
-    for (pod_id, job_id), seconds in selectors.busy_seconds(pod_ids=live, job_ids=spend).items():
-        pod = live[pod_id]
-        if pod.cost_per_hr and pod.lanes:
-            spend[job_id] += _share(pod, seconds)
+    if busy_on_pods is None:
+        busy_on_pods = _busy_on_live_pods(list(spend))
+    for job_id, pods in busy_on_pods.items():
+        for seconds, state, cost_per_hr, lanes in pods.values():
+            if state in Pod.ALIVE_STATES and cost_per_hr and lanes:
+                spend[job_id] += _lane_share(cost_per_hr, lanes, seconds)
     return spend
+
+
+def _busy_on_live_pods(job_ids: list[int]) -> dict[int, dict[int, tuple]]:
+    busy = selectors.busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=job_ids)
+    served = {pod_id for pod_id, _ in busy}
+    pods = Pod.objects.filter(pk__in=served).values_list("pk", "state", "cost_per_hr", "lanes") if served else []
+    about = {pk: (state, cost_per_hr, lanes) for pk, state, cost_per_hr, lanes in pods}
+    result: dict[int, dict[int, tuple]] = {}
+    for (pod_id, job_id), seconds in busy.items():
+        if pod_id in about:  # (a pod that ended between the two reads: its entries count next time)
+            result.setdefault(job_id, {})[pod_id] = (seconds, *about[pod_id])
+    return result
 
 
 def _share(pod: Pod, busy: float) -> Decimal:
     """The pod's price per lane-second times ``busy`` lane-seconds."""
-    per_lane_second = pod.cost_per_hr / Decimal(3600) / Decimal(pod.lanes)
+    return _lane_share(pod.cost_per_hr, pod.lanes, busy)
+
+
+def _lane_share(cost_per_hr: Decimal, lanes: int, busy: float) -> Decimal:
+    per_lane_second = cost_per_hr / Decimal(3600) / Decimal(lanes)
     return (per_lane_second * Decimal(str(busy))).quantize(MICRO)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 
 import aiohttp
 import pytest
@@ -12,9 +13,12 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
+from django.utils import timezone
 
 from fleetadmin.asgi import application
+from ocrjobs.models import Page
 from pods import broadcast, dashboard
+from pods.sections import RowsSection
 from tests.pods.dashboard_fixtures import make_fleet, make_job
 from tools.processes import child_env, start_front
 
@@ -181,6 +185,57 @@ def test_a_change_is_pushed_as_the_sections_that_changed(fleet, admin_user):
             assert html != last[name], f"{name} was sent again unchanged"
             last[name] = html
     assert set(sections_of(updates[-1])) < set(sections_of(first))
+
+
+def finish_a_page(job, pod) -> None:
+    now = timezone.now()
+    page = job.pages.filter(status=Page.Status.PENDING).order_by("number").first()
+    Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, pod=pod, seconds=5.0,
+                                           started_at=now - timedelta(seconds=5), finished_at=now)  # fmt: skip
+
+
+def test_a_job_that_moved_is_pushed_as_its_own_row(fleet, admin_user):
+    cookie = session_cookie(admin_user)
+    row = f'id="job-{fleet.mallorys_job.pk}"'
+
+    async def scenario():
+        comm = communicator(cookie)
+        assert (await comm.connect(timeout=GUARD))[0]
+        messages = [await comm.receive_from(timeout=GUARD)]
+        await asyncio.to_thread(finish_a_page, fleet.mallorys_job, fleet.ready)
+        while len(messages) == 1 or row not in messages[-1]:  # until the job's progress is pushed
+            messages.append(await comm.receive_from(timeout=GUARD))
+        await comm.disconnect()
+        return messages
+
+    first, *updates = run(scenario)
+
+    assert row in first and "dash-jobs" in ids_in(first)
+    moved = updates[-1]
+    # the row alone, swapped by its id; the table and the other jobs' rows are not sent again
+    assert moved.startswith(f'<tr hx-swap-oob="true" {row}')
+    assert re.search(rf'<tr hx-swap-oob="true" {row}.*?<span class="pages-done">1</span> / 3 pages', moved, re.S)
+    assert "dash-jobs" not in ids_in(moved) and 'id="dash-jobs"' not in moved
+    assert f'id="job-{fleet.bobs_job.pk}"' not in moved and f'id="job-{fleet.admins_job.pk}"' not in moved
+
+
+def test_rows_alone_are_sent_only_while_the_table_holds_the_same_jobs_in_the_same_order():
+    old = RowsSection("<section>a</section>", rows={"job-1": '<tr id="job-1">1</tr>'}, frame=(True, ("job-1",)))
+    same_jobs = RowsSection("<section>b</section>", rows={"job-1": "<tr id=\"job-1\">2</tr>"},
+                                     frame=(True, ("job-1",)))  # fmt: skip
+    more_jobs = RowsSection("<section>c</section>", rows={"job-2": "<tr id=\"job-2\">0</tr>",
+                                     "job-1": "<tr id=\"job-1\">2</tr>"}, frame=(True, ("job-2", "job-1")))  # fmt: skip
+
+    assert broadcast.changed_parts(old, old) == ([], [])
+    assert broadcast.changed_parts(old, same_jobs) == ([], ['<tr hx-swap-oob="true" id="job-1">2</tr>'])
+    assert broadcast.changed_parts(same_jobs, more_jobs) == ([more_jobs], [])
+    assert broadcast.changed_parts(None, old) == ([old], [])
+    # rows travel in a message of their own, which begins with them (htmx drops a <tr> after a <section>)
+    live = '<span id="dash-live">2</span>'
+    assert broadcast.messages_for({"live": "<span>1</span>", "jobs": old}, {"live": live, "jobs": same_jobs}) == [
+        live,
+        '<tr hx-swap-oob="true" id="job-1">2</tr>',
+    ]
 
 
 def test_one_broadcaster_renders_for_every_client_at_most_once_a_second(fleet, admin_user, ordinary_user, monkeypatch):

@@ -11,13 +11,14 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 from django.test import Client
+from django.test.signals import template_rendered
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.signing import SignedPackage
 
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
-from pods import dashboard
+from pods import charts, dashboard, sections
 from pods.models import Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
@@ -221,6 +222,52 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
     assert queries() == before
 
 
+def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
+    def renders() -> list[str]:
+        rendered: list[str] = []
+
+        def record(sender, template, context, **kwargs):
+            rendered.append(template.name)
+
+        template_rendered.connect(record)
+        try:
+            payload = dashboard.render_payloads(staff=True, user_ids=[])[dashboard.STAFF]
+        finally:
+            template_rendered.disconnect(record)
+        assert f'id="job-{fleet.mallorys_job.pk}"' in payload["jobs"]
+        return rendered
+
+    sections.forget()
+    first = renders()
+    again = renders()
+    now = timezone.now()
+    page = fleet.mallorys_job.pages.order_by("number").first()
+    Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, pod=fleet.ready, seconds=5.0, finished_at=now)
+    moved = renders()
+
+    unchanged = {
+        "partials/dash_job_row.html",
+        "partials/dash_jobs.html",
+        "partials/dash_pods.html",
+        "partials/dash_boots.html",
+    }
+    assert first.count("partials/dash_job_row.html") == 3 and unchanged < set(first)
+    # the same data: the pods, boots and jobs cost their reads, not a render
+    assert not unchanged & set(again)
+    # one job moved: its row alone is rendered again
+    assert moved.count("partials/dash_job_row.html") == 1 and "partials/dash_pods.html" not in moved
+
+
+def test_the_kept_renderings_stay_within_their_bytes(db, monkeypatch):
+    sections.forget()
+    monkeypatch.setattr(sections, "KEPT_BYTES", 1000)
+    for second in range(40):  # forty different stamps, ~100 bytes each
+        sections._rendered("partials/dash_live.html", (second,), {"now": timezone.now(), "front": f"{second:012d}"})
+
+    assert 0 < sum(len(html) for html in sections._kept.values()) <= 1000 and len(sections._kept) < 40
+    sections.forget()
+
+
 # --- numbers ------------------------------------------------------------------------------------
 
 
@@ -296,6 +343,27 @@ def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
     since_midnight = (now - timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)).total_seconds()
     ready_today = Decimal("0.44") * Decimal(min(1800.0, since_midnight)) / 3600
     assert fleet_context["totals"]["spend_today"] >= ready_today.quantize(Decimal("0.01"), ROUND_DOWN)
+
+
+def test_the_broadcaster_counts_a_settled_minute_once_and_the_last_minutes_every_time(fleet):
+    def done_at(moment) -> None:
+        page = fleet.mallorys_job.pages.filter(status=Page.Status.PENDING).first()
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, finished_at=moment, pod=fleet.ready)
+
+    now = timezone.now()
+    current = now.replace(second=0, microsecond=0)
+    old = current - timedelta(minutes=10)
+    done_at(old + timedelta(seconds=5))
+    charts.forget_settled()
+
+    first = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=True)
+    done_at(old + timedelta(seconds=6))  # (stored late: a settled minute is not counted again)
+    done_at(now)
+    kept = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=True)
+    counted = charts.pages_by_minute(current - timedelta(minutes=59), now, keep=False)
+
+    assert first[old] == 1 and kept[old] == 1 and counted[old] == 2
+    assert kept[current] == counted[current] == first.get(current, 0) + 1
 
 
 @pytest.mark.parametrize("into_the_minute", [timedelta(0), timedelta(milliseconds=70), timedelta(seconds=30),
