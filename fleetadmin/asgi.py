@@ -13,6 +13,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.apps import apps
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.urls import get_resolver
 
 from fleetadmin.bodies import FrontASGIHandler, patch_daphne
 from fleetadmin.db import use_connection_pool
@@ -35,6 +36,12 @@ django_asgi = FrontASGIHandler()
 # (py-spy on bench/ingest.py: ~40% of the front's samples in the first seconds of a run).
 import pods.providers.runpod  # noqa: E402, F401
 from pods.routing import websocket_urlpatterns  # noqa: E402  (needs the apps loaded)
+
+# Django imports the URLconf (every view, the API's pydantic models, /metrics) when the first
+# request is resolved, on the event loop: 0.5-1.9 s in which no request, /healthz included, was
+# answered after each start (py-spy; the dashboard's loop panel showed the stall). Done here.
+get_resolver().url_patterns  # noqa: B018
+get_resolver().reverse_dict  # noqa: B018  (the reverse index templates' {% url %} build on first use)
 
 application = ProtocolTypeRouter(
     {

@@ -133,3 +133,18 @@ print(json.dumps({"ended": len(set(pids)), "results": results}))
     shown = _python(code, child_env(tmp_path))
     assert shown["ended"] == 4
     assert shown["results"] == ["ok"] * 8
+
+
+def test_the_front_imports_its_urlconf_at_start_not_on_its_first_request(tmp_path):
+    # Resolved lazily, the URLconf (every view and the API's models) was imported on the event
+    # loop by the first request: for up to ~2 s after a start nothing was answered, /healthz neither.
+    env = child_env(tmp_path)
+    env.pop("DATABASE_URL", None)
+    env["SQLITE_PATH"] = str(tmp_path / "db.sqlite3")
+    shown = _python(
+        "import json, sys, fleetadmin.asgi; from django.urls import get_resolver; "
+        "print(json.dumps({'urls': 'fleetadmin.urls' in sys.modules, 'api': 'ocrjobs.api' in sys.modules, "
+        "'populated': get_resolver()._populated}))",
+        env,
+    )
+    assert shown == {"urls": True, "api": True, "populated": True}
