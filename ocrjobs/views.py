@@ -96,6 +96,8 @@ def _job_context(job: Job) -> dict:
         "counts": counts,
         "expected_pages": expected,
         "percent": int(100 * ended / expected) if expected else 0,
+        # Live with the progress (polled): the forecast beside what the job has taken so far.
+        "forecast_vs_actual": _forecast_vs_actual(job, counts),
     }
 
 
@@ -111,7 +113,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
     screen = paginator.get_page(request.GET.get("page"))
     context["documents"] = list(job.documents.all())
-    context["forecast_vs_actual"] = _forecast_vs_actual(job, context["counts"])
     context["deliveries"] = list(job.webhook_deliveries.all())
     context["screen"] = screen
     context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]

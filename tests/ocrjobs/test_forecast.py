@@ -5,6 +5,7 @@ job page shows it next to the actual figures; the form shows it (htmx) before Su
 from __future__ import annotations
 
 import json
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -12,9 +13,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from ocrjobs.models import Job, Page, SubmissionKey
+from ocrjobs.services.pages import page_complete, pages_claim
 from pods.models import Pool, PriceCatalogue
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
+from tests.ocrjobs.helpers import assert_nothing_made, complete_all, result_for, split, submit
 from tests.ocrjobs.test_submit_api import assert_refused
 from tests.pods.conftest import GOOD
 
@@ -218,3 +220,20 @@ def test_a_pool_with_a_refused_configuration_has_no_price_and_does_not_stop_a_su
     broken = response.json()["forecast"]["pools"][0]
     assert broken["pool"] == "broken" and broken["based_on"]["price_per_pod_hour"] is None
     assert "refused" in broken["based_on"]["prices"]["source"]
+
+
+def test_the_actual_figures_beside_the_forecast_update_as_the_job_runs(client, ordinary_user):
+    # They are in the progress partial the job page polls, not only in the page as first served.
+    job = submit(ordinary_user, {"a.pdf": pdf_bytes(PAGES_TRUTH[:2])})
+    split(job)
+    client.force_login(ordinary_user)
+    token = uuid.uuid4().hex
+    [first] = pages_claim(pool_id=job.pool_id, token=token, limit=1)
+    assert page_complete(page_id=first.id, token=token, pod_id=None, result=result_for("one"))
+
+    running = client.get(f"/jobs/{job.pk}/progress").content.decode()
+    complete_all(job)
+    finished = client.get(f"/jobs/{job.pk}/progress").content.decode()
+
+    assert "Forecast (balanced)" in running and "Actual so far" in running and "1 done" in running
+    assert "Forecast (balanced)" in finished and "2 done" in finished and "so far" not in finished
