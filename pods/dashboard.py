@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
 
+from fleetadmin.compiled import compiled_read
 from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
 from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
@@ -157,12 +158,17 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
 # --- staff only ---------------------------------------------------------------------------------
 
 
-def loop_gauges(*, now: datetime | None = None) -> list[dict]:
-    """Every event loop's last report (front, dispatchers, workers); a silent one marked stale."""
+@compiled_read
+def _loops(now):
     from fleetadmin.models import LoopHeartbeat
 
+    return LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+
+
+def loop_gauges(*, now: datetime | None = None) -> list[dict]:
+    """Every event loop's last report (front, dispatchers, workers); a silent one marked stale."""
     now = now or timezone.now()
-    rows = LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+    rows = _loops(now=now)
     gauges = []
     for row in rows:
         lag = float(row.lag_s or 0.0)
@@ -187,6 +193,27 @@ def loop_gauges(*, now: datetime | None = None) -> list[dict]:
     return gauges
 
 
+@compiled_read
+def _boot_attempts(now):
+    """The recent attempts and the recent failures in one read: the first of each, newest first."""
+    newest = BootAttempt.objects.order_by("-created_at", "-id").values("pk")
+    failing = newest.exclude(outcome=BootAttempt.Outcome.CREATED).filter(created_at__gte=now - FAILURE_WINDOW)
+    return (
+        BootAttempt.objects.select_related("pod__pool")
+        .only(*SHOWN_OF_ATTEMPTS)
+        .filter(Q(pk__in=newest[:RECENT_BOOTS]) | Q(pk__in=failing[:RECENT_FAILURES]))
+    )
+
+
+@compiled_read
+def _failed_pods(now):
+    return (
+        Pod.objects.only("name", "ended_at", "error")
+        .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
+        .order_by("-ended_at", "-id")[:RECENT_FAILURES]
+    )
+
+
 def staff_snapshot(*, now: datetime, status: dict) -> dict:
     """Alerts, capacity verdicts, boot failures, boot attempts, loop gauges."""
     alerts = []
@@ -200,26 +227,13 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    # The recent attempts and the recent failures in one read: the first of each, newest first.
-    newest = BootAttempt.objects.order_by("-created_at", "-id").values("pk")
-    failing = newest.exclude(outcome=BootAttempt.Outcome.CREATED).filter(created_at__gte=now - FAILURE_WINDOW)
-    found = sorted(
-        BootAttempt.objects.select_related("pod__pool")
-        .only(*SHOWN_OF_ATTEMPTS)
-        .filter(Q(pk__in=newest[:RECENT_BOOTS]) | Q(pk__in=failing[:RECENT_FAILURES])),
-        key=lambda attempt: (attempt.created_at, attempt.pk),
-        reverse=True,
-    )
+    found = sorted(_boot_attempts(now=now), key=lambda attempt: (attempt.created_at, attempt.pk), reverse=True)
     boots = found[:RECENT_BOOTS]
     boot_failures = [
         attempt for attempt in found
         if attempt.outcome != BootAttempt.Outcome.CREATED and attempt.created_at >= now - FAILURE_WINDOW
     ][:RECENT_FAILURES]  # fmt: skip
-    failed_pods = list(
-        Pod.objects.only("name", "ended_at", "error")
-        .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
-        .order_by("-ended_at", "-id")[:RECENT_FAILURES]
-    )
+    failed_pods = _failed_pods(now=now)
     return {
         "alerts": alerts,
         "verdicts": verdicts,
@@ -241,7 +255,11 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
 def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     """The jobs' progress with what each has cost so far (the spend report's figure)."""
     progress = job_progress(jobs, now=now)
-    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress})
+    entries = None
+    if all(hasattr(job, "ended_pods_dollars") for job in jobs):  # as jobs_for_dashboard reads them
+        entries = {job.pk: job.ended_pods_dollars for job in jobs}
+    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress},
+                       entries=entries)  # fmt: skip
     for p in progress:
         p.cost = spend[p.job.pk]
     return progress
