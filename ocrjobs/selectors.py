@@ -99,10 +99,7 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     each owner separately, in one query whatever the number of owners.
     """
     if owner_ids is None:
-        live = Job.Status.QUEUED, Job.Status.RUNNING
-        return sorted(
-            _everybodys_jobs(), key=lambda job: (job.status not in live, -job.created_at.timestamp(), -job.pk)
-        )
+        return _newest_active_jobs() + _newest_finished_jobs()
     return _owners_jobs(owner_ids=list(owner_ids)) if owner_ids else []
 
 
@@ -125,18 +122,26 @@ def _jobs_shown():
 _NEWEST_FIRST = [F("created_at").desc(), F("id").desc()]
 
 
+# The newest active jobs and the newest finished ones: a short walk down the (created_at, id)
+# index each, however many jobs were ever made. (Two reads: as one, with the two walks as
+# ``pk IN (…) OR pk IN (…)``, PostgreSQL filtered every job ever made through them, and
+# JIT-compiled that plan: 63 ms at 20,000 jobs.)
+_LIVE = Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+
+
 @compiled_read
-def _everybodys_jobs():
-    # Two short walks down the newest jobs in one read, not a window over every job ever made.
-    live = [Job.Status.QUEUED, Job.Status.RUNNING]
-    active = Job.objects.filter(status__in=live).order_by(*_NEWEST_FIRST).values("pk")[:DASHBOARD_ACTIVE_JOBS]
-    finished = Job.objects.exclude(status__in=live).order_by(*_NEWEST_FIRST).values("pk")[:DASHBOARD_FINISHED_JOBS]
-    return _jobs_shown().filter(Q(pk__in=active) | Q(pk__in=finished))
+def _newest_active_jobs():
+    return _jobs_shown().filter(_LIVE).order_by(*_NEWEST_FIRST)[:DASHBOARD_ACTIVE_JOBS]
+
+
+@compiled_read
+def _newest_finished_jobs():
+    return _jobs_shown().exclude(_LIVE).order_by(*_NEWEST_FIRST)[:DASHBOARD_FINISHED_JOBS]
 
 
 @compiled_read
 def _owners_jobs(owner_ids):
-    active = Case(When(status__in=[Job.Status.QUEUED, Job.Status.RUNNING], then=Value(1)), default=Value(0))
+    active = Case(When(_LIVE, then=Value(1)), default=Value(0))
     return (
         _jobs_shown()
         .filter(owner_id__in=owner_ids)

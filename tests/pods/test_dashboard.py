@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import html
 import re
+from contextlib import nullcontext
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -16,10 +18,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.signing import SignedPackage
 
+from fleetadmin.models import LoopHeartbeat
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
 from pods import charts, dashboard, sections
-from pods.models import Pod, SpendEntry, pod_name
+from pods.models import BootAttempt, Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
 from pods.services import lifecycle, passes
@@ -256,6 +259,36 @@ def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
     assert not unchanged & set(again)
     # one job moved: its row alone is rendered again
     assert moved.count("partials/dash_job_row.html") == 1 and "partials/dash_pods.html" not in moved
+
+
+def test_each_push_reads_what_changed_since_the_one_before_at_its_own_time(fleet, ordinary_user):
+    """The push's reads run the SQL compiled at the first push (fleetadmin.compiled) with each
+    push's values: new rows show at once, and what the clock took out of a window goes."""
+
+    def push(at=None) -> tuple[dict[str, str], dict[str, str]]:
+        with mock.patch("django.utils.timezone.now", return_value=at) if at else nullcontext():
+            payloads = dashboard.render_payloads(staff=True, user_ids=[ordinary_user.pk])
+        return payloads[dashboard.STAFF], payloads[f"user:{ordinary_user.pk}"]
+
+    before, _ = push()
+    job = make_job(ordinary_user, fleet.gpu, pages=2)
+    BootAttempt.objects.create(pod=fleet.booting, candidate="runpod|NVIDIA L4|COMMUNITY|*", outcome="error",
+                               error="image pull failed")  # fmt: skip
+    LoopHeartbeat.objects.create(name="dispatcher-gpu", kind="dispatcher", host="worker-2", pid=77)
+    SpendEntry.objects.create(pod=fleet.terminated, pool=fleet.gpu, job=fleet.bobs_job, dollars=Decimal(1), seconds=60)
+    staff, bobs = push()
+    later, _ = push(at=timezone.now() + timedelta(hours=2))
+
+    assert f'id="job-{job.pk}"' not in before["jobs"]
+    assert f'id="job-{job.pk}"' in staff["jobs"] and f'id="job-{job.pk}"' in bobs["jobs"]
+    # two pages of 90 s on a 4-lane pod at $0.44/h, and the dollar of an ended pod's entry
+    assert "$0.0055" in before["jobs"] and "$1.01" in staff["jobs"] and "$1.01" in bobs["jobs"]
+    assert "image pull failed" in staff["boots"] and "image pull failed" in staff["alerts"]
+    assert "dispatcher-gpu" in staff["loops"] and "dispatcher-gpu" not in before["loops"]
+    # two hours on, the failures are out of the last hour and the loops stopped reporting
+    assert "image pull failed" in later["boots"] and "image pull failed" not in later["alerts"]
+    assert "model never loaded" in staff["alerts"] and "model never loaded" not in later["alerts"]
+    assert "stopped reporting" not in staff["loops"] and later["loops"].count("stopped reporting") == 2
 
 
 def test_the_kept_renderings_stay_within_their_bytes(db, monkeypatch):
