@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from ocrjobs.selectors import pages_done_by_minute
+from ocrjobs.selectors import pages_done_by_minute, pages_done_in_minutes
 from pods.models import Pod
 
 CHART_MINUTES = 60
@@ -101,6 +101,8 @@ def dollars_per_hour_at(moment: datetime) -> float:
 # Pages are counted per minute of the last hour once a minute is this far behind (a page's
 # finished_at is the moment its result is stored, committed at once); until then at every push.
 SETTLED_AFTER = timedelta(minutes=2)
+# The last minutes are counted one by one (pages_done_in_minutes) up to so many; more, grouped.
+COUNTED_ONE_BY_ONE = 5
 _settled: dict[tuple[str, datetime], int] = {}  # (database, minute) -> pages done in it
 _settled_lock = threading.Lock()
 
@@ -127,7 +129,13 @@ def pages_by_minute(first: datetime, now: datetime, *, keep: bool) -> dict[datet
     with _settled_lock:
         known = {m: _settled[(database, m)] for m in settled if (database, m) in _settled}
     since = next((m for m in settled if m not in known), settled_until)
-    counted = pages_done_by_minute(since=since)
+    unsettled = []
+    while since + timedelta(minutes=len(unsettled)) <= now:
+        unsettled.append(since + timedelta(minutes=len(unsettled)))
+    if len(unsettled) <= COUNTED_ONE_BY_ONE:
+        counted = pages_done_in_minutes(unsettled)
+    else:  # (the first push, or one after a pause)
+        counted = pages_done_by_minute(since=since)
     with _settled_lock:
         for m in settled:
             if m >= since:

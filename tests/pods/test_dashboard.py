@@ -399,6 +399,23 @@ def test_the_broadcaster_counts_a_settled_minute_once_and_the_last_minutes_every
     assert kept[current] == counted[current] == first.get(current, 0) + 1
 
 
+def test_the_last_minutes_counted_one_by_one_are_counted_as_grouped_by_minute(fleet, ordinary_user):
+    current = timezone.now().replace(second=0, microsecond=0)
+    minutes = [current - timedelta(minutes=n) for n in (3, 2, 1, 0)]
+    edges = [minutes[0], minutes[1] - timedelta(microseconds=1), minutes[1], minutes[2] + timedelta(seconds=30),
+             minutes[3], minutes[3] + timedelta(microseconds=1)]  # fmt: skip
+    job = make_job(ordinary_user, fleet.gpu, pages=len(edges))
+    before = selectors.pages_done_in_minutes(minutes)  # (the fleet's pages done 10 s ago)
+    for page, moment in zip(job.pages.order_by("number"), edges, strict=True):
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, finished_at=moment, pod=fleet.ready)
+
+    grouped = selectors.pages_done_by_minute(since=minutes[0])
+    one_by_one = selectors.pages_done_in_minutes(minutes)
+
+    assert one_by_one == {minute: n for minute, n in grouped.items() if minute in minutes}
+    assert [one_by_one.get(minute, 0) - before.get(minute, 0) for minute in minutes] == [2, 1, 1, 2]
+
+
 @pytest.mark.parametrize("into_the_minute", [timedelta(0), timedelta(milliseconds=70), timedelta(seconds=30),
                                              timedelta(seconds=59, milliseconds=990)])  # fmt: skip
 def test_the_dollars_per_hour_now_do_not_depend_on_how_far_into_the_minute_it_is(fleet, into_the_minute):
