@@ -30,8 +30,9 @@ from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models.query import ModelIterable, ValuesListIterable, get_related_populators
 
-# Datetime stand-ins lie in the 18th-19th centuries (nine at most), SPACING apart: a parameter within half of
-# it from one is that stand-in shifted. The second compilation's are shifted by an odd amount.
+# Datetime stand-ins lie in the 18th-19th centuries (nine at most), SPACING apart: a parameter
+# within half of it from one is that stand-in shifted. The second compilation's are shifted by an
+# odd amount, so that a value made of an argument other than by a shift (a date, a minute) shows.
 _BASE = datetime(1700, 1, 1, tzinfo=UTC)
 _SPACING = timedelta(days=10_000)
 _SECOND_SHIFT = timedelta(days=3, hours=7, minutes=11, seconds=13, microseconds=17)
@@ -63,6 +64,8 @@ def _as_datetime(param) -> datetime | None:
 
 
 class CompiledRead:
+    """A read compiled once per database and shape of its arguments (``compiled_read``)."""
+
     def __init__(self, build: Callable) -> None:
         self.build = build
         self._compiled: OrderedDict[tuple, _Compiled] = OrderedDict()
