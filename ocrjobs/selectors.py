@@ -1,4 +1,9 @@
-"""Reads shaped for screens and downloads."""
+"""Reads shaped for screens and downloads.
+
+Length: pods reads pages and jobs only through this module (tests/test_layout.py), so the
+scaler's, the status's and the dashboard's reads all live here, the dashboard's written out
+as reads compiled once (fleetadmin/compiled.py). Split by screen if it grows further.
+"""
 
 from __future__ import annotations
 
