@@ -50,6 +50,9 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # The dashboard's newest jobs, active and finished, walk it down: a few rows each second
+        # however many jobs were ever made (ocrjobs.selectors.jobs_for_dashboard).
+        indexes = [models.Index(fields=["created_at", "id"], name="job_created_idx")]
 
     def __str__(self) -> str:
         return f"job {self.pk}"

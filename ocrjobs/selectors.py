@@ -1,4 +1,9 @@
-"""Reads shaped for screens and downloads."""
+"""Reads shaped for screens and downloads.
+
+Length: pods reads pages and jobs only through this module (tests/test_layout.py), so the
+scaler's, the status's and the dashboard's reads all live here, the dashboard's written out
+as reads compiled once (fleetadmin/compiled.py). Split by screen if it grows further.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import (
     Avg,
     Case,
@@ -29,7 +35,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
+from fleetadmin.compiled import compiled_read
 from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
+from pods.models import SpendEntry
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
@@ -90,36 +98,65 @@ def job_result_jsonl(job: Job) -> Iterator[str]:
 
 
 def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
-    """The most recent active jobs and the most recently finished ones, newest first.
+    """The most recent active jobs and the most recently finished ones, newest first, each with
+    ``expected_pages`` (what its documents hold) and ``ended_pods_dollars`` (its spend entries).
 
     ``owner_ids=None``: everybody's (staff). Otherwise the same limits apply to
     each owner separately, in one query whatever the number of owners.
     """
-    live = [Job.Status.QUEUED, Job.Status.RUNNING]
+    if owner_ids is None:
+        return _newest_active_jobs() + _newest_finished_jobs()
+    return _owners_jobs(owner_ids=list(owner_ids)) if owner_ids else []
+
+
+def _jobs_shown():
     # What the dashboard's rows show, no more: its reads run every second, and each column is a
     # conversion per row (datetimes are parsed in Python on SQLite).
     shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
     jobs = Job.objects.select_related("pool", "owner").only(*shown)
-    newest_first = [F("created_at").desc(), F("id").desc()]
-    # the pages its documents hold, for job_progress (one read fewer each second)
+    # the pages its documents hold, for job_progress, and the dollars of its spend entries, for
+    # pods.spend.jobs_spend: two reads fewer each second
     pages = Document.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Sum("page_count"))
-    jobs = jobs.annotate(expected_pages=Coalesce(Subquery(pages.values("n")), 0))
-    if owner_ids is None:
-        # Two short walks down the newest jobs in one read, not a window over every job ever made.
-        active = Job.objects.filter(status__in=live).order_by(*newest_first).values("pk")[:DASHBOARD_ACTIVE_JOBS]
-        finished = Job.objects.exclude(status__in=live).order_by(*newest_first).values("pk")
-        found = jobs.filter(Q(pk__in=active) | Q(pk__in=finished[:DASHBOARD_FINISHED_JOBS]))
-        return sorted(found, key=lambda job: (job.status not in live, -job.created_at.timestamp(), -job.pk))
-    active = Case(When(status__in=live, then=Value(1)), default=Value(0))
-    jobs = (
-        jobs.filter(owner_id__in=owner_ids)
+    entries = SpendEntry.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(d=Sum("dollars"))
+    dollars = SpendEntry._meta.get_field("dollars")
+    return jobs.annotate(
+        expected_pages=Coalesce(Subquery(pages.values("n")), 0),
+        ended_pods_dollars=Coalesce(Subquery(entries.values("d"), output_field=dollars), Decimal(0), output_field=dollars),
+    )  # fmt: skip
+
+
+_NEWEST_FIRST = [F("created_at").desc(), F("id").desc()]
+
+
+# The newest active jobs and the newest finished ones: a short walk down the (created_at, id)
+# index each, however many jobs were ever made. (Two reads: as one, with the two walks as
+# ``pk IN (…) OR pk IN (…)``, PostgreSQL filtered every job ever made through them, and
+# JIT-compiled that plan: 63 ms at 20,000 jobs.)
+_LIVE = Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+
+
+@compiled_read
+def _newest_active_jobs():
+    return _jobs_shown().filter(_LIVE).order_by(*_NEWEST_FIRST)[:DASHBOARD_ACTIVE_JOBS]
+
+
+@compiled_read
+def _newest_finished_jobs():
+    return _jobs_shown().exclude(_LIVE).order_by(*_NEWEST_FIRST)[:DASHBOARD_FINISHED_JOBS]
+
+
+@compiled_read
+def _owners_jobs(owner_ids):
+    active = Case(When(_LIVE, then=Value(1)), default=Value(0))
+    return (
+        _jobs_shown()
+        .filter(owner_id__in=owner_ids)
         .annotate(
-            is_active=active, rank=Window(RowNumber(), partition_by=[F("owner_id"), active], order_by=newest_first)
+            is_active=active, rank=Window(RowNumber(), partition_by=[F("owner_id"), active], order_by=_NEWEST_FIRST)
         )
         .filter(Q(is_active=1, rank__lte=DASHBOARD_ACTIVE_JOBS) | Q(is_active=0, rank__lte=DASHBOARD_FINISHED_JOBS))
         .order_by("-is_active", "-created_at", "-id")
     )
-    return list(jobs)
 
 
 @dataclass
@@ -172,15 +209,7 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
             .annotate(n=Sum("page_count"))
             .values_list("job_id", "n")
         )
-    rows = (
-        Page.objects.filter(job_id__in=ids)
-        .order_by()
-        .values("job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes")
-        .annotate(n=Count("id"), recent=Count("id", filter=Q(finished_at__gte=since)), busy=Sum("seconds"))
-        .values_list(
-            "job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes", "n", "recent", "busy"
-        )
-    )
+    rows = _pages_of_jobs(job_ids=ids, since=since)
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     busy_on_pods: dict[int, dict[int, tuple]] = defaultdict(dict)
     for job_id, status, pod_id, state, cost_per_hr, lanes, n, recent, busy in rows:
@@ -206,6 +235,21 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
             )
         )
     return result
+
+
+@compiled_read
+def _pages_of_jobs(job_ids, since):
+    """The jobs' pages by status and pod, with the pod's state, price and lanes: how many, how many
+    finished since ``since``, and the seconds they held it."""
+    return (
+        Page.objects.filter(job_id__in=job_ids)
+        .order_by()
+        .values("job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes")
+        .annotate(n=Count("id"), recent=Count("id", filter=Q(finished_at__gte=since)), busy=Sum("seconds"))
+        .values_list(
+            "job_id", "status", "pod_id", "pod__state", "pod__cost_per_hr", "pod__lanes", "n", "recent", "busy"
+        )
+    )
 
 
 # --- what pods needs of pages --------------------------------------------------------------------
@@ -365,19 +409,42 @@ class _Minute(Func):
         return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 16)", **extra)
 
 
-def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
-    """{minute (UTC): pages done in it} since ``since``, counted in SQL."""
-    rows = (
+@compiled_read
+def _pages_done_by_minute(since):
+    return (
         Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)
         .annotate(minute=_Minute("finished_at"))
         .values("minute")
         .annotate(n=Count("id"))
         .values_list("minute", "n")
     )
+
+
+def pages_done_by_minute(*, since: datetime) -> dict[datetime, int]:
+    """{minute (UTC): pages done in it} since ``since``, counted in SQL."""
+    rows = _pages_done_by_minute(since=since)
     return {
         minute.astimezone(UTC) if isinstance(minute, datetime) else datetime.fromtimestamp(minute * 60, UTC): n
         for minute, n in rows
     }
+
+
+def pages_done_in_minutes(minutes: list[datetime]) -> dict[datetime, int]:
+    """{minute: pages done in it} of a few minutes (each on the minute), each counted over its own
+    range of the (status, finished_at) index: the broadcaster's last minutes, every second. A row
+    a minute, grouped in SQL, cost 1.5 ms on SQLite for 2,900 pages (the text cut to the minute
+    for each page, then sorted); this way 0.3 ms, and 0.9 ms instead of 1.9 on PostgreSQL."""
+    if not minutes:
+        return {}
+    adapt = connection.ops.adapt_datetimefield_value
+    count = f"(SELECT COUNT(*) FROM {Page._meta.db_table} WHERE status = %s AND finished_at >= %s AND finished_at < %s)"
+    params = []
+    for minute in minutes:
+        params += [Page.Status.DONE, adapt(minute), adapt(minute + timedelta(minutes=1))]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join([count] * len(minutes)), params)
+        counts = cursor.fetchone()
+    return {minute: n for minute, n in zip(minutes, counts, strict=True) if n}
 
 
 def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:

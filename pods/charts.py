@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from ocrjobs.selectors import pages_done_by_minute
+from ocrjobs.selectors import pages_done_by_minute, pages_done_in_minutes
 from pods.models import Pod
 
 CHART_MINUTES = 60
@@ -47,16 +47,18 @@ def billed(*, since: datetime, first: datetime, now: datetime) -> tuple[dict[str
     running sum, and its share to the two minutes at its ends."""
     sql = _SQL[connection.vendor]
     epoch, least, minute = sql["epoch"].format, sql["least"], sql["minute"].format
+    # The pods alive or ended within the window, found through the ended_at index (live ones
+    # have none), not every pod ever made: 20,000 ended pods cost 37 ms on SQLite, 18 on PostgreSQL.
     pods = (
-        f"SELECT CAST(p.cost_per_hr AS double precision) AS cost, k.key AS pool, {epoch('p.billed_from')} AS b, "
-        f"{least}(COALESCE({epoch('p.ended_at')}, %(now)s), %(now)s) AS x "
-        f"FROM pods_pod p JOIN pods_pool k ON k.id = p.pool_id "
-        f"WHERE p.billed_from IS NOT NULL AND p.billed_from < %(now_at)s AND (p.ended_at IS NULL OR p.ended_at > %(lo_at)s)"
+        f"SELECT CAST(p.cost_per_hr AS double precision) AS cost, p.pool_id AS pool, {epoch('p.billed_from')} AS b, "
+        f"{least}(COALESCE({epoch('p.ended_at')}, %(now)s), %(now)s) AS x FROM pods_pod p "
+        f"WHERE (p.ended_at IS NULL OR p.ended_at > %(lo_at)s) AND p.billed_from IS NOT NULL AND p.billed_from < %(now_at)s"
     )
-    query = (
-        f"SELECT pool, bm, xm, SUM(cost), SUM(cost * b), SUM(cost * x) "
+    grouped = (
+        f"SELECT pool, bm, xm, SUM(cost) AS price, SUM(cost * b) AS at_b, SUM(cost * x) AS at_x "
         f"FROM (SELECT cost, pool, b, x, {minute('b')} AS bm, {minute('x')} AS xm FROM ({pods}) w) m GROUP BY pool, bm, xm"
     )
+    query = f"SELECT k.key, g.bm, g.xm, g.price, g.at_b, g.at_x FROM ({grouped}) g JOIN pods_pool k ON k.id = g.pool"
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(query, {"now": now.timestamp(), "now_at": adapt(now), "lo_at": adapt(min(since, first))})
@@ -99,6 +101,8 @@ def dollars_per_hour_at(moment: datetime) -> float:
 # Pages are counted per minute of the last hour once a minute is this far behind (a page's
 # finished_at is the moment its result is stored, committed at once); until then at every push.
 SETTLED_AFTER = timedelta(minutes=2)
+# The last minutes are counted one by one (pages_done_in_minutes) up to so many; more, grouped.
+COUNTED_ONE_BY_ONE = 5
 _settled: dict[tuple[str, datetime], int] = {}  # (database, minute) -> pages done in it
 _settled_lock = threading.Lock()
 
@@ -125,7 +129,13 @@ def pages_by_minute(first: datetime, now: datetime, *, keep: bool) -> dict[datet
     with _settled_lock:
         known = {m: _settled[(database, m)] for m in settled if (database, m) in _settled}
     since = next((m for m in settled if m not in known), settled_until)
-    counted = pages_done_by_minute(since=since)
+    unsettled = []
+    while since + timedelta(minutes=len(unsettled)) <= now:
+        unsettled.append(since + timedelta(minutes=len(unsettled)))
+    if len(unsettled) <= COUNTED_ONE_BY_ONE:
+        counted = pages_done_in_minutes(unsettled)
+    else:  # (the first push, or one after a pause)
+        counted = pages_done_by_minute(since=since)
     with _settled_lock:
         for m in settled:
             if m >= since:

@@ -1,8 +1,9 @@
 """The dashboard's reads and fragments.
 
 One snapshot of the fleet is read in a fixed handful of queries (nothing per
-pod or per job: eight for staff, the pods summed from the status snapshot and in
-SQL) and rendered into partial templates, one per section, each only when what it
+pod or per job: nine for staff, the pods summed from the status snapshot and in
+SQL; each bounded by what it shows, not by history, and its SQL compiled once per
+process, fleetadmin/compiled.py) and rendered into partial templates, one per section, each only when what it
 shows changed (pods/sections.py). Each partial carries its own id and
 ``hx-swap-oob``, so the same HTML serves the first page and every websocket
 update. Staff get every section, with release buttons and everybody's jobs; other
@@ -16,11 +17,11 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
 
+from fleetadmin.compiled import compiled_read
 from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
 from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
@@ -157,12 +158,17 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
 # --- staff only ---------------------------------------------------------------------------------
 
 
-def loop_gauges(*, now: datetime | None = None) -> list[dict]:
-    """Every event loop's last report (front, dispatchers, workers); a silent one marked stale."""
+@compiled_read
+def _loops(now):
     from fleetadmin.models import LoopHeartbeat
 
+    return LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+
+
+def loop_gauges(*, now: datetime | None = None) -> list[dict]:
+    """Every event loop's last report (front, dispatchers, workers); a silent one marked stale."""
     now = now or timezone.now()
-    rows = LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+    rows = _loops(now=now)
     gauges = []
     for row in rows:
         lag = float(row.lag_s or 0.0)
@@ -187,6 +193,33 @@ def loop_gauges(*, now: datetime | None = None) -> list[dict]:
     return gauges
 
 
+# The recent boot attempts, and the recent failures: a short walk down the (created_at, id)
+# index each. (As one read, ``pk IN (…) OR pk IN (…)``, PostgreSQL filtered every attempt ever
+# made through the two walks.)
+def _attempts_shown():
+    return BootAttempt.objects.select_related("pod__pool").only(*SHOWN_OF_ATTEMPTS).order_by("-created_at", "-id")
+
+
+@compiled_read
+def _recent_boot_attempts():
+    return _attempts_shown()[:RECENT_BOOTS]
+
+
+@compiled_read
+def _recent_boot_failures(now):
+    failing = _attempts_shown().exclude(outcome=BootAttempt.Outcome.CREATED)
+    return failing.filter(created_at__gte=now - FAILURE_WINDOW)[:RECENT_FAILURES]
+
+
+@compiled_read
+def _failed_pods(now):
+    return (
+        Pod.objects.only("name", "ended_at", "error")
+        .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
+        .order_by("-ended_at", "-id")[:RECENT_FAILURES]
+    )
+
+
 def staff_snapshot(*, now: datetime, status: dict) -> dict:
     """Alerts, capacity verdicts, boot failures, boot attempts, loop gauges."""
     alerts = []
@@ -200,26 +233,9 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    # The recent attempts and the recent failures in one read: the first of each, newest first.
-    newest = BootAttempt.objects.order_by("-created_at", "-id").values("pk")
-    failing = newest.exclude(outcome=BootAttempt.Outcome.CREATED).filter(created_at__gte=now - FAILURE_WINDOW)
-    found = sorted(
-        BootAttempt.objects.select_related("pod__pool")
-        .only(*SHOWN_OF_ATTEMPTS)
-        .filter(Q(pk__in=newest[:RECENT_BOOTS]) | Q(pk__in=failing[:RECENT_FAILURES])),
-        key=lambda attempt: (attempt.created_at, attempt.pk),
-        reverse=True,
-    )
-    boots = found[:RECENT_BOOTS]
-    boot_failures = [
-        attempt for attempt in found
-        if attempt.outcome != BootAttempt.Outcome.CREATED and attempt.created_at >= now - FAILURE_WINDOW
-    ][:RECENT_FAILURES]  # fmt: skip
-    failed_pods = list(
-        Pod.objects.only("name", "ended_at", "error")
-        .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
-        .order_by("-ended_at", "-id")[:RECENT_FAILURES]
-    )
+    boots = _recent_boot_attempts()
+    boot_failures = _recent_boot_failures(now=now)
+    failed_pods = _failed_pods(now=now)
     return {
         "alerts": alerts,
         "verdicts": verdicts,
@@ -241,7 +257,11 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
 def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
     """The jobs' progress with what each has cost so far (the spend report's figure)."""
     progress = job_progress(jobs, now=now)
-    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress})
+    entries = None
+    if all(hasattr(job, "ended_pods_dollars") for job in jobs):  # as jobs_for_dashboard reads them
+        entries = {job.pk: job.ended_pods_dollars for job in jobs}
+    spend = jobs_spend([p.job.pk for p in progress], busy_on_pods={p.job.pk: p.busy_on_pods for p in progress},
+                       entries=entries)  # fmt: skip
     for p in progress:
         p.cost = spend[p.job.pk]
     return progress

@@ -157,6 +157,9 @@ class Pod(TaskLeased):
 
     class Meta:
         ordering = ["-created_at"]
+        # What the dashboard reads each second of the pods that ended (pods.charts.billed, the
+        # failed pods): the last hour's or the day's, not every pod ever rented.
+        indexes = [models.Index(fields=["ended_at"], name="pod_ended_idx")]
 
     def __str__(self) -> str:
         return self.name
@@ -269,6 +272,8 @@ class BootAttempt(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # The dashboard's recent attempts and failures walk it down each second (pods.dashboard).
+        indexes = [models.Index(fields=["created_at", "id"], name="bootattempt_created_idx")]
 
     def __str__(self) -> str:
         return f"{self.candidate}: {self.outcome}"

@@ -82,20 +82,27 @@ def spend_report(*, since: datetime | None = None) -> dict:
 
 
 def jobs_spend(
-    job_ids: Iterable[int], *, busy_on_pods: dict[int, dict[int, tuple]] | None = None
+    job_ids: Iterable[int],
+    *,
+    busy_on_pods: dict[int, dict[int, tuple]] | None = None,
+    entries: dict[int, Decimal] | None = None,
 ) -> dict[int, Decimal]:
     """What each job has cost so far, in three queries whatever the number of jobs: its
     entries from ended pods, and its shares of live ones as ``job_shares`` counts them.
     Only the live pods that served these jobs are read (the live pods are a subquery), so the
     cost follows the jobs' pages, not the size of the fleet. Given ``busy_on_pods`` ({job id:
     {pod id: (seconds, state, $/h, lanes)}}, as ocrjobs.selectors.job_progress reads them),
-    the entries are the one query."""
+    the entries are the one query; given ``entries`` too ({job id: the dollars of its
+    entries}, as ocrjobs.selectors.jobs_for_dashboard reads them), none."""
     spend = dict.fromkeys(job_ids, Decimal(0))
     if not spend:
         return spend
-    entries = SpendEntry.objects.filter(job_id__in=spend).values("job_id").annotate(dollars=Sum("dollars"))
-    for job_id, dollars in entries.values_list("job_id", "dollars"):
-        spend[job_id] += dollars
+    if entries is None:
+        summed = SpendEntry.objects.filter(job_id__in=spend).values("job_id").annotate(dollars=Sum("dollars"))
+        entries = dict(summed.values_list("job_id", "dollars"))
+    for job_id, dollars in entries.items():
+        if job_id in spend:
+            spend[job_id] += dollars
     if busy_on_pods is None:
         busy_on_pods = _busy_on_live_pods(list(spend))
     for job_id, pods in busy_on_pods.items():

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import html
 import re
+from contextlib import nullcontext
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -16,10 +18,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.signing import SignedPackage
 
+from fleetadmin.models import LoopHeartbeat
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
 from pods import charts, dashboard, sections
-from pods.models import Pod, SpendEntry, pod_name
+from pods.models import BootAttempt, Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
 from pods.services import lifecycle, passes
@@ -258,6 +261,36 @@ def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
     assert moved.count("partials/dash_job_row.html") == 1 and "partials/dash_pods.html" not in moved
 
 
+def test_each_push_reads_what_changed_since_the_one_before_at_its_own_time(fleet, ordinary_user):
+    """The push's reads run the SQL compiled at the first push (fleetadmin.compiled) with each
+    push's values: new rows show at once, and what the clock took out of a window goes."""
+
+    def push(at=None) -> tuple[dict[str, str], dict[str, str]]:
+        with mock.patch("django.utils.timezone.now", return_value=at) if at else nullcontext():
+            payloads = dashboard.render_payloads(staff=True, user_ids=[ordinary_user.pk])
+        return payloads[dashboard.STAFF], payloads[f"user:{ordinary_user.pk}"]
+
+    before, _ = push()
+    job = make_job(ordinary_user, fleet.gpu, pages=2)
+    BootAttempt.objects.create(pod=fleet.booting, candidate="runpod|NVIDIA L4|COMMUNITY|*", outcome="error",
+                               error="image pull failed")  # fmt: skip
+    LoopHeartbeat.objects.create(name="dispatcher-gpu", kind="dispatcher", host="worker-2", pid=77)
+    SpendEntry.objects.create(pod=fleet.terminated, pool=fleet.gpu, job=fleet.bobs_job, dollars=Decimal(1), seconds=60)
+    staff, bobs = push()
+    later, _ = push(at=timezone.now() + timedelta(hours=2))
+
+    assert f'id="job-{job.pk}"' not in before["jobs"]
+    assert f'id="job-{job.pk}"' in staff["jobs"] and f'id="job-{job.pk}"' in bobs["jobs"]
+    # two pages of 90 s on a 4-lane pod at $0.44/h, and the dollar of an ended pod's entry
+    assert "$0.0055" in before["jobs"] and "$1.01" in staff["jobs"] and "$1.01" in bobs["jobs"]
+    assert "image pull failed" in staff["boots"] and "image pull failed" in staff["alerts"]
+    assert "dispatcher-gpu" in staff["loops"] and "dispatcher-gpu" not in before["loops"]
+    # two hours on, the failures are out of the last hour and the loops stopped reporting
+    assert "image pull failed" in later["boots"] and "image pull failed" not in later["alerts"]
+    assert "model never loaded" in staff["alerts"] and "model never loaded" not in later["alerts"]
+    assert "stopped reporting" not in staff["loops"] and later["loops"].count("stopped reporting") == 2
+
+
 def test_the_kept_renderings_stay_within_their_bytes(db, monkeypatch):
     sections.forget()
     monkeypatch.setattr(sections, "KEPT_BYTES", 1000)
@@ -364,6 +397,23 @@ def test_the_broadcaster_counts_a_settled_minute_once_and_the_last_minutes_every
 
     assert first[old] == 1 and kept[old] == 1 and counted[old] == 2
     assert kept[current] == counted[current] == first.get(current, 0) + 1
+
+
+def test_the_last_minutes_counted_one_by_one_are_counted_as_grouped_by_minute(fleet, ordinary_user):
+    current = timezone.now().replace(second=0, microsecond=0)
+    minutes = [current - timedelta(minutes=n) for n in (3, 2, 1, 0)]
+    edges = [minutes[0], minutes[1] - timedelta(microseconds=1), minutes[1], minutes[2] + timedelta(seconds=30),
+             minutes[3], minutes[3] + timedelta(microseconds=1)]  # fmt: skip
+    job = make_job(ordinary_user, fleet.gpu, pages=len(edges))
+    before = selectors.pages_done_in_minutes(minutes)  # (the fleet's pages done 10 s ago)
+    for page, moment in zip(job.pages.order_by("number"), edges, strict=True):
+        Page.objects.filter(pk=page.pk).update(status=Page.Status.DONE, finished_at=moment, pod=fleet.ready)
+
+    grouped = selectors.pages_done_by_minute(since=minutes[0])
+    one_by_one = selectors.pages_done_in_minutes(minutes)
+
+    assert one_by_one == {minute: n for minute, n in grouped.items() if minute in minutes}
+    assert [one_by_one.get(minute, 0) - before.get(minute, 0) for minute in minutes] == [2, 1, 1, 2]
 
 
 @pytest.mark.parametrize("into_the_minute", [timedelta(0), timedelta(milliseconds=70), timedelta(seconds=30),
