@@ -24,7 +24,8 @@ patch_daphne()
 
 if not apps.ready and settings.DATABASE_FRONT_POOL:
     # This module starts the process (daphne): a front, whose requests each run on a new
-    # thread, pools its connections. A process that imports it later (tests) keeps its own.
+    # thread, pools its connections (PostgreSQL: psycopg_pool; SQLite: fleetadmin/pooled_sqlite).
+    # A process that imports it later (tests) keeps its own.
     use_connection_pool(settings.DATABASES, settings.DATABASE_FRONT_POOL)
 
 django.setup(set_prefix=False)  # what get_asgi_application does, for our handler
