@@ -178,3 +178,10 @@ print(json.dumps({"ended": len(set(pids)), "results": results}))
     shown = _python(code, child_env(tmp_path))
     assert shown["ended"] == 4
     assert shown["results"] == ["ok"] * 8
+
+
+def test_the_front_imports_what_requests_use_and_freezes_it_at_start_up(tmp_path):
+    # The first submissions each waited on these imports, and bench/ingest.py counted them per page;
+    # what start-up made is out of the collector's sight (gc.freeze).
+    code = "import gc, json, sys, fleetadmin.asgi; print(json.dumps([m in sys.modules for m in ('fleetadmin.urls', 'ocrjobs.api', 'ocrjobs.tasks')] + [gc.get_freeze_count() > 10000]))"
+    assert _python(code, _sqlite_env(tmp_path)) == [True, True, True, True]
