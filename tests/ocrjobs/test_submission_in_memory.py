@@ -26,7 +26,9 @@ pytestmark = pytest.mark.usefixtures("local_pool")
 
 def _uploads(files: dict[str, bytes]) -> list[Upload]:
     """The files as POST /v1/jobs has them from a body daphne kept in memory."""
-    sent = httpx.Request("POST", "http://front/v1/jobs", files=[("files", (n, d, "application/pdf")) for n, d in files.items()])
+    sent = httpx.Request(
+        "POST", "http://front/v1/jobs", files=[("files", (n, d, "application/pdf")) for n, d in files.items()]
+    )
     body = sent.read()
     headers = [(b"content-type", sent.headers["content-type"].encode()), (b"content-length", str(len(body)).encode())]
     request = ASGIRequest({"type": "http", "method": "POST", "path": "/v1/jobs", "headers": headers}, io.BytesIO(body))
