@@ -348,33 +348,13 @@ def job_submit(
                                      callback_url=callback_url)  # fmt: skip
             documents = []
             for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
-                documents.append(
-                    Document(
-                        job=job,
-                        position=position,
-                        name=item.name,
-                        kind=item.kind,
-                        source=source,
-                        size_bytes=item.size,
-                        page_count=item.page_count,
-                        sha256=item.sha256,
-                        **leases.queued(),
-                    )  # fmt: skip
-                )
+                documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
+                                          size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
+                                          **leases.queued()))  # fmt: skip
             for offset, url in enumerate(urls):
-                documents.append(
-                    Document(
-                        job=job,
-                        position=len(staged) + offset,
-                        name=name_from_url(url),
-                        kind=Document.Kind.URL,
-                        url=url,
-                        source="",
-                        size_bytes=0,
-                        page_count=0,
-                        **leases.queued(),
-                    )  # fmt: skip
-                )
+                documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
+                                          kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
+                                          **leases.queued()))  # fmt: skip
             Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
             if submission_key is not None:
                 key, fingerprint = submission_key
