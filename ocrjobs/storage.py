@@ -26,6 +26,8 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, Storage, storages
 
+from fleetadmin.bodies import MemoryReader
+
 CHUNK = 1024 * 1024
 
 
@@ -66,8 +68,6 @@ def document_store_memory(name: str, data: memoryview) -> str:
     straight to the file ``name`` (FileSystemStorage would copy them 64 KiB at a time); elsewhere
     they go through the storage API, read from memory as they are sent. A write that fails leaves
     no file behind."""
-    from ocrjobs.uploads import MemoryReader  # the uploads module imports no storage
-
     storage = documents()
     if type(storage) is not FileSystemStorage or storage.directory_permissions_mode is not None:
         return storage.save(name, File(MemoryReader(data), name=name))

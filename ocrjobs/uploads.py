@@ -27,6 +27,8 @@ from django.http.multipartparser import MultiPartParser
 from django.utils.datastructures import MultiValueDict
 from django.utils.http import parse_header_parameters
 
+from fleetadmin.bodies import BodyStream, MemoryReader
+
 MAX_HEADER_BYTES = 1024  # of a part's headers: Django's parser reads them 1024 bytes at a time
 
 
@@ -53,7 +55,7 @@ def parse_in_memory(request: HttpRequest) -> bool:
     """Set ``request.POST`` and ``request.FILES`` from a plain multipart body held in memory, and
     answer True; False (nothing done) for any other body, which Django's parser then reads."""
     stream = getattr(request, "_stream", None)
-    if not isinstance(stream, io.BytesIO) or request._read_started or hasattr(request, "_files"):
+    if not isinstance(stream, BodyStream | io.BytesIO) or request._read_started or hasattr(request, "_files"):
         return False
     handlers = request.upload_handlers
     if [type(h) for h in handlers] != [MemoryFileUploadHandler, HashingTemporaryFileUploadHandler]:
@@ -62,7 +64,8 @@ def parse_in_memory(request: HttpRequest) -> bool:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return False
-    body = stream.getvalue()  # the bytes themselves (a BytesIO made from them shares them)
+    # The body itself: the front's buffer (fleetadmin/bodies.py), or the bytes a BytesIO shares.
+    body = stream.body if isinstance(stream, BodyStream) else stream.getvalue()
     if length != len(body) or request.encoding or settings.DEFAULT_CHARSET.lower() != "utf-8":
         return False
     files = MultiValueDict()
@@ -85,7 +88,7 @@ def _boundary(content_type: str) -> bytes:
     return boundary.encode("ascii")
 
 
-def _parse(body: bytes, boundary: bytes, files: MultiValueDict) -> QueryDict:
+def _parse(body: bytes | bytearray, boundary: bytes, files: MultiValueDict) -> QueryDict:
     separator = b"--" + boundary
     if not body.startswith(separator + b"\r\n"):
         raise _NotPlain
@@ -149,51 +152,6 @@ def _part_headers(raw: bytes) -> tuple[str, str | None, tuple[str, dict]]:
         raise _NotPlain  # Django's parser skips such a part, and what follows it depends on its bytes
     content_type, extra = headers.get("content-type", ("", {}))
     return name, file_name, (content_type, {key: value.encode() for key, value in extra.items()})
-
-
-class MemoryReader(io.RawIOBase):
-    """A read-only binary file over bytes in memory (a memoryview), copying only what is read: a
-    BytesIO would copy the whole file first. What readers of an upload use: read, readinto (pypdfium2),
-    seek and tell (Pillow)."""
-
-    def __init__(self, view: memoryview):
-        super().__init__()
-        self._view = view
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        start = min(self._position, len(self._view))
-        data = self._view[start : start + len(buffer)]
-        buffer[: len(data)] = data
-        self._position = start + len(data)
-        return len(data)
-
-    def read(self, size: int | None = -1) -> bytes:
-        start = min(self._position, len(self._view))
-        end = len(self._view) if size is None or size < 0 else min(start + size, len(self._view))
-        self._position = end
-        return self._view[start:end].tobytes()
-
-    readall = read
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self._position
-        elif whence == io.SEEK_END:
-            offset += len(self._view)
-        if offset < 0:
-            raise ValueError(f"negative seek position {offset}")
-        self._position = offset
-        return offset
-
-    def tell(self) -> int:
-        return self._position
 
 
 class BodyFile(InMemoryUploadedFile):

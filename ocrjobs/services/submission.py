@@ -10,6 +10,7 @@ checked where its bytes lie and written once, to its name in the documents' stor
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import logging
@@ -30,11 +31,12 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from fleetadmin.bodies import MemoryReader
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store, document_store_memory
-from ocrjobs.uploads import BodyFile, MemoryReader
+from ocrjobs.uploads import BodyFile
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -184,10 +186,13 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     return pages
 
 
-def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
-    """What PDFium opens: a local file by its path (read natively, not through Python calls)."""
-    if isinstance(file, io.BufferedReader) and isinstance(file.name, str):
+def _pdf_input(file: IO[bytes]) -> str | ctypes.Array | IO[bytes]:
+    """What PDFium opens: a local file by its path, bytes in the front's body buffer where they lie
+    (both read natively, not through Python calls)."""
+    if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
+    if isinstance(file, MemoryReader) and not file.view.readonly:
+        return (ctypes.c_char * len(file.view)).from_buffer(file.view)
     file.seek(0)
     return file
 
