@@ -9,7 +9,10 @@ those copies were about half of the front's CPU (py-spy).
 
 Here, in the daphne that serves fleetadmin/asgi.py:
 - twisted keeps a body of up to REQUEST_BODY_MEMORY_BYTES (Content-Length) in memory, a larger
-  one (or one of unknown length) in its temporary file, as before;
+  one (or one of unknown length) in its temporary file, as before. In memory, the body is one
+  buffer of its length that the socket reads into (``BodyInMemory``, ``_read_into``): no bytes
+  object per read, no join of them afterwards, and a buffer the readers can point into
+  (pypdfium2 opens a PDF where it lies: ocrjobs.services.submission);
 - daphne hands that body over as it is, in the request's scope (``BODY_EXTENSION``): it queues
   one empty message instead of the body's chunks;
 - ``FrontASGIHandler`` takes it from the scope as its body file. Django closes it when the
@@ -23,6 +26,8 @@ on disk, and no longer passes through daphne's queue).
 from __future__ import annotations
 
 import contextvars
+import errno
+import functools
 import io
 import sys
 
@@ -34,6 +39,10 @@ BODY_EXTENSION = "fleetadmin.body"
 # What twisted reads from the socket at a time on a connection sending a large body (its default,
 # 64 KiB, cost a pass through four Python calls for every 64 KiB of an upload).
 RECEIVE_BYTES = 1024 * 1024
+
+# What twisted's own reading leaves of a body read into its buffer: the end of the body, which
+# twisted's parser sees arrive (and with it anything the client sent after it).
+TAIL_BYTES = 64 * 1024
 
 # The body handed over with the request being handled (each ASGI request runs as a task of its own).
 _handed_body: contextvars.ContextVar = contextvars.ContextVar("handed_body", default=None)
@@ -48,6 +57,8 @@ def patch_daphne() -> None:
     server = sys.modules.get("daphne.server")
     if protocol is None or server is None or getattr(protocol.WebRequest, "_fleetadmin_bodies", False):
         return
+    from twisted.internet import tcp
+
     original_init = protocol.WebRequest.__init__
     original_got_length = protocol.WebRequest.gotLength
     original_create = server.Server.create_application
@@ -61,7 +72,9 @@ def patch_daphne() -> None:
         if (length is None or length > RECEIVE_BYTES) and transport is not None:
             transport.bufferSize = RECEIVE_BYTES
         if length is not None and length <= settings.REQUEST_BODY_MEMORY_BYTES:
-            self.content = BodyInMemory()
+            self.content = BodyInMemory(length)
+            if length > TAIL_BYTES and type(transport).doRead is tcp.Connection.doRead and hasattr(transport, "socket"):
+                transport.doRead = functools.partial(_read_into, transport, self)
         else:
             original_got_length(self, length)  # a temporary file (a BytesIO under 100 kB)
 
@@ -79,21 +92,120 @@ def patch_daphne() -> None:
     protocol.WebRequest._fleetadmin_bodies = True
 
 
-class BodyInMemory:
-    """Twisted's content file for a body kept in memory: the chunks as they arrive (no copy, where
-    a BytesIO grew and copied its buffer: ~15% of the front's GIL on bench/ingest.py), joined once
-    into a BytesIO (which shares the joined bytes) when the body is read or handed over."""
+def _read_into(transport, request) -> object:
+    """The connection's doRead while a body kept in memory arrives: the socket reads straight into
+    the body's buffer, and twisted's parser is told how much came (what it counts down). The end
+    of the body (TAIL_BYTES) is left to twisted's own doRead, which this hands back to first, as
+    it does for anything that is not a body arriving (a pipelined request, a paused parser)."""
+    from twisted.internet import main
+    from twisted.web.http import _IdentityTransferDecoder
 
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
+    content, channel = request.content, request.channel
+    decoder = getattr(channel, "_transferDecoder", None)
+    left = content.left() if isinstance(content, BodyInMemory) else 0
+    if (
+        left <= TAIL_BYTES
+        or not isinstance(decoder, _IdentityTransferDecoder)
+        or decoder.contentLength != left
+        or getattr(channel, "_handlingRequest", True)
+        or getattr(channel, "_buffer", b"")
+    ):
+        del transport.doRead  # the class's own, from now on
+        return transport.doRead()
+    try:
+        received = content.receive(transport.socket, min(left - TAIL_BYTES, RECEIVE_BYTES))
+    except OSError as error:
+        return None if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK) else main.CONNECTION_LOST
+    if not received:
+        return main.CONNECTION_DONE
+    decoder.contentLength -= received
+    channel.resetTimeout()
+    return None
+
+
+class MemoryReader(io.RawIOBase):
+    """A read-only binary file over bytes in memory (a memoryview), copying only what is read: a
+    BytesIO would copy the whole file first. What readers of a body or an upload use: read,
+    readinto (pypdfium2), seek and tell (Pillow)."""
+
+    def __init__(self, view: memoryview):
+        super().__init__()
+        self.view = view
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        start = min(self._position, len(self.view))
+        data = self.view[start : start + len(buffer)]
+        buffer[: len(data)] = data
+        self._position = start + len(data)
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        start = min(self._position, len(self.view))
+        end = len(self.view) if size is None or size < 0 else min(start + size, len(self.view))
+        self._position = end
+        return self.view[start:end].tobytes()
+
+    readall = read
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._position
+        elif whence == io.SEEK_END:
+            offset += len(self.view)
+        if offset < 0:
+            raise ValueError(f"negative seek position {offset}")
+        self._position = offset
+        return offset
+
+    def tell(self) -> int:
+        return self._position
+
+
+class BodyStream(io.BufferedReader):
+    """A body held in memory as the file Django reads (read, readline, seek), and ``body``: its
+    buffer itself, for a parser that reads it in place (ocrjobs.uploads.parse_in_memory)."""
+
+    def __init__(self, body: bytearray):
+        super().__init__(MemoryReader(memoryview(body)))
+        self.body = body
+
+
+class BodyInMemory:
+    """Twisted's content file for a body of known length kept in memory: one buffer of that length,
+    filled as the body arrives (by the socket itself, ``receive``, or by twisted's writes), and
+    read as a file (``BodyStream``, sharing the buffer) once it is in."""
+
+    def __init__(self, length: int) -> None:
+        self._buffer = bytearray(length)
         self._size = 0
-        self._file: io.BytesIO | None = None
+        self._file: BodyStream | None = None
+
+    def left(self) -> int:
+        """Bytes of the body still to come."""
+        return len(self._buffer) - self._size if self._file is None else 0
+
+    def receive(self, sock, size: int) -> int:
+        """Read up to ``size`` bytes of the body from the socket into the buffer; how many came."""
+        with memoryview(self._buffer) as view:
+            received = sock.recv_into(view[self._size : self._size + size])
+        self._size += received
+        return received
 
     def write(self, data: bytes) -> int:
         if self._file is not None:
-            return self._file.write(data)
-        self._chunks.append(data)
-        self._size += len(data)
+            raise ValueError("the body was read already")
+        end = self._size + len(data)
+        if end > len(self._buffer):  # more than its Content-Length said (twisted never passes that on)
+            self._buffer.extend(bytes(end - len(self._buffer)))
+        self._buffer[self._size : end] = data
+        self._size = end
         return len(data)
 
     def tell(self) -> int:
@@ -103,12 +215,13 @@ class BodyInMemory:
     def closed(self) -> bool:
         return self._file is not None and self._file.closed
 
-    def file(self) -> io.BytesIO:
+    def file(self) -> BodyStream:
         """The body as one file, at the position written to."""
         if self._file is None:
-            self._file = io.BytesIO(b"".join(self._chunks))
+            if self._size < len(self._buffer):
+                del self._buffer[self._size :]  # cut short (a connection lost): what came
+            self._file = BodyStream(self._buffer)
             self._file.seek(self._size)
-            self._chunks = []
         return self._file
 
     def __getattr__(self, name: str):

@@ -43,9 +43,14 @@ def retry_on_db_error(func=None, *, attempts: int = 4, delay: float = 1.0):
 
 
 def use_connection_pool(databases: dict, pool: dict) -> None:
-    """Give the default PostgreSQL database Django's psycopg pool (``OPTIONS["pool"]``), before any
-    connection is made. A connection closed at the end of a request goes back to the pool."""
+    """Give the default PostgreSQL database Django's psycopg pool (``OPTIONS["pool"]``), the
+    embedded SQLite one idle connections kept for the next request (fleetadmin/pooled_sqlite),
+    before any connection is made. A connection closed at the end of a request goes back to the pool."""
     default = databases["default"]
+    if default["ENGINE"] == "django.db.backends.sqlite3":
+        default["OPTIONS"] = {**default.get("OPTIONS", {}), "pool": {"max_size": pool["max_size"]}}
+        default["ENGINE"] = "fleetadmin.pooled_sqlite"
+        return
     if default["ENGINE"] != "django.db.backends.postgresql":
         return
     default["OPTIONS"] = {**default.get("OPTIONS", {}), "pool": dict(pool)}

@@ -5,11 +5,13 @@ and the plain multipart body of ``POST /v1/jobs`` parsed from memory.
 Django's MultiPartParser reads a body 64 KiB at a time and copies each chunk three or four times
 on its way to a handler; its own work was ~40% of the front's CPU on bench/ingest.py beside the
 hashing and writing it feeds. A body the front keeps in memory (fleetadmin/bodies.py) is parsed
-here instead, straight from its buffer: each file's bytes are hashed and written once, as they lie.
-Only the plain shape is (what clients and browsers send: form-data parts with a name, files with a
-file name and perhaps a content type, nothing else); anything else, and any limit a body comes near,
-is left to Django's parser, which answers as it always has. tests/ocrjobs/test_uploads.py shows
-both parsers give the same fields and files for every body this one takes.
+here instead, straight from its buffer: each file is a view of its bytes where they lie in the
+body (``BodyFile``: nothing copied, no temporary file), hashed once. The submission writes it once,
+to its name in the documents' storage (ocrjobs.storage.document_store_memory). Only the plain
+shape is (what clients and browsers send: form-data parts with a name, files with a file name and
+perhaps a content type, nothing else); anything else, and any limit a body comes near, is left to
+Django's parser, which answers as it always has. tests/ocrjobs/test_uploads.py shows both parsers
+give the same fields and files (names, types, bytes) for every body this one takes.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import hashlib
 import io
 
 from django.conf import settings
-from django.core.files.uploadhandler import MemoryFileUploadHandler, StopFutureHandlers, TemporaryFileUploadHandler
+from django.core.files.uploadedfile import InMemoryUploadedFile
+from django.core.files.uploadhandler import MemoryFileUploadHandler, TemporaryFileUploadHandler
 from django.http import HttpRequest, QueryDict
 from django.http.multipartparser import MultiPartParser
 from django.utils.datastructures import MultiValueDict
 from django.utils.http import parse_header_parameters
+
+from fleetadmin.bodies import BodyStream, MemoryReader
 
 MAX_HEADER_BYTES = 1024  # of a part's headers: Django's parser reads them 1024 bytes at a time
 
@@ -50,7 +55,7 @@ def parse_in_memory(request: HttpRequest) -> bool:
     """Set ``request.POST`` and ``request.FILES`` from a plain multipart body held in memory, and
     answer True; False (nothing done) for any other body, which Django's parser then reads."""
     stream = getattr(request, "_stream", None)
-    if not isinstance(stream, io.BytesIO) or request._read_started or hasattr(request, "_files"):
+    if not isinstance(stream, BodyStream | io.BytesIO) or request._read_started or hasattr(request, "_files"):
         return False
     handlers = request.upload_handlers
     if [type(h) for h in handlers] != [MemoryFileUploadHandler, HashingTemporaryFileUploadHandler]:
@@ -59,19 +64,14 @@ def parse_in_memory(request: HttpRequest) -> bool:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return False
-    body = stream.getvalue()  # the bytes themselves (a BytesIO made from them shares them)
+    # The body itself: the front's buffer (fleetadmin/bodies.py), or the bytes a BytesIO shares.
+    body = stream.body if isinstance(stream, BodyStream) else stream.getvalue()
     if length != len(body) or request.encoding or settings.DEFAULT_CHARSET.lower() != "utf-8":
         return False
     files = MultiValueDict()
     try:
-        boundary = _boundary(request.META.get("CONTENT_TYPE", ""))
-        for handler in handlers:  # the memory handler takes the files of a small body, as in Django's parser
-            handler.handle_raw_input(stream, request.META, length, boundary, "utf-8")
-        post = _parse(body, boundary, files, handlers)
+        post = _parse(body, _boundary(request.META.get("CONTENT_TYPE", "")), files)
     except _NotPlain:
-        for _, uploaded in files.lists():
-            for file in uploaded:
-                file.close()  # a temporary upload file is removed as it is closed
         return False
     stream.seek(len(body))
     request._read_started = True  # as Django's parser leaves it: the body was read
@@ -88,7 +88,7 @@ def _boundary(content_type: str) -> bytes:
     return boundary.encode("ascii")
 
 
-def _parse(body: bytes, boundary: bytes, files: MultiValueDict, handlers: list) -> QueryDict:
+def _parse(body: bytes | bytearray, boundary: bytes, files: MultiValueDict) -> QueryDict:
     separator = b"--" + boundary
     if not body.startswith(separator + b"\r\n"):
         raise _NotPlain
@@ -115,14 +115,13 @@ def _parse(body: bytes, boundary: bytes, files: MultiValueDict, handlers: list) 
             file_count += 1
             if end <= start or file_count > (settings.DATA_UPLOAD_MAX_NUMBER_FILES or 2**31):
                 raise _NotPlain
-            files.appendlist(name, _uploaded(handlers, name, file_name, content_type, view[start:end]))
+            files.appendlist(name, BodyFile(view[start:end], name, file_name, *content_type))
         position = following + len(separator)
         if body[position : position + 2] == b"--" and body[position + 2 :] in (b"", b"\r\n"):
             break
         if body[position : position + 2] != b"\r\n":
             raise _NotPlain
         position += 2
-    view.release()
     post._mutable = False
     return post
 
@@ -155,22 +154,12 @@ def _part_headers(raw: bytes) -> tuple[str, str | None, tuple[str, dict]]:
     return name, file_name, (content_type, {key: value.encode() for key, value in extra.items()})
 
 
-def _uploaded(handlers: list, name: str, file_name: str, content_type: tuple[str, dict], data: memoryview):
-    """The file as Django's parser has the handlers make it (in memory for a small body, else spooled
-    to a temporary file and hashed), from one chunk: the file's bytes as they lie in the body."""
-    kind, extra = content_type
-    for handler in handlers:
-        try:
-            handler.new_file(name, file_name, kind, None, extra.get("charset"), extra)
-        except StopFutureHandlers:
-            break
-    chunk = data
-    for handler in handlers:
-        chunk = handler.receive_data_chunk(chunk, 0)
-        if chunk is None:
-            break
-    for handler in handlers:
-        uploaded = handler.file_complete(len(data))
-        if uploaded:
-            return uploaded
-    raise _NotPlain  # no handler made a file
+class BodyFile(InMemoryUploadedFile):
+    """A file of a body held in memory: ``view``, its bytes where they lie in the body (no copy),
+    and ``sha256``, their hash (the name pods cache the document under), taken as it was parsed."""
+
+    def __init__(self, view: memoryview, field_name: str, name: str, content_type: str, extra: dict):
+        charset = extra.get("charset")
+        super().__init__(MemoryReader(view), field_name, name, content_type, len(view), charset, extra)
+        self.view = view
+        self.sha256 = hashlib.sha256(view).hexdigest()  # hashlib lets go of the GIL for large buffers

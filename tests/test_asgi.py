@@ -1,5 +1,6 @@
-"""The front's entry point (fleetadmin/asgi.py): on PostgreSQL its connections come from a pool;
-processes that do not start from it (workers, commands, this test suite) keep their settings."""
+"""The front's entry point (fleetadmin/asgi.py): on PostgreSQL its connections come from a pool, on
+SQLite its idle connections wait for the next request; processes that do not start from it
+(workers, commands, this test suite) keep their settings."""
 
 from __future__ import annotations
 
@@ -51,18 +52,62 @@ def test_other_processes_keep_persistent_connections(postgres_env):
     assert _python(later, postgres_env) == kept
 
 
-def test_the_embedded_sqlite_front_has_no_pool(tmp_path, settings):
+def _sqlite_env(tmp_path) -> dict[str, str]:
     env = child_env(tmp_path)
     env.pop("DATABASE_URL", None)
     env["SQLITE_PATH"] = str(tmp_path / "db.sqlite3")
-    shown = _python(f"import json, fleetadmin.asgi; {SHOW_DATABASE}", env)
-    assert shown["pool"] is None
+    return env
 
 
-def test_use_connection_pool_leaves_sqlite_alone():
+def test_the_embedded_sqlite_front_keeps_idle_connections(tmp_path, settings):
+    shown = _python(f"import json, fleetadmin.asgi; {SHOW_DATABASE}", _sqlite_env(tmp_path))
+    assert shown["pool"]["max_size"] >= 1
+    # Other processes open their own, as Django does.
+    code = f"import json, django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'fleetadmin.settings'; django.setup(); {SHOW_DATABASE}"
+    assert _python(code, _sqlite_env(tmp_path))["pool"] is None
+
+
+def test_use_connection_pool_gives_sqlite_its_idle_connections():
     databases = {"default": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"timeout": 20}, "CONN_MAX_AGE": 0}}
     use_connection_pool(databases, {"min_size": 1, "max_size": 2})
-    assert databases["default"]["OPTIONS"] == {"timeout": 20}
+    assert databases["default"]["ENGINE"] == "fleetadmin.pooled_sqlite"
+    assert databases["default"]["OPTIONS"] == {"timeout": 20, "pool": {"max_size": 2}}
+
+
+def test_on_sqlite_the_front_reuses_connections_across_request_threads(tmp_path):
+    # What Django's ASGI handler does: each request on a new thread, its connection closed at the end;
+    # and what django-q2's ORM broker does after a submission commits: close, then open again.
+    code = """
+import json, threading, fleetadmin.asgi
+from django.db import connection, transaction
+from django.db.backends.signals import connection_created
+
+opened = []
+connection_created.connect(lambda sender, connection, **kwargs: opened.append(id(connection.connection)), weak=False)
+
+def request():
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE IF NOT EXISTS t (x)")
+            cursor.execute("INSERT INTO t VALUES (1)")
+    connection.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM t")
+        rows = cursor.fetchone()[0]
+    connection.close()
+    return rows
+
+rows = []
+for _ in range(20):
+    thread = threading.Thread(target=lambda: rows.append(request()))
+    thread.start()
+    thread.join()
+print(json.dumps({"rows": rows, "connections": len(set(opened)), "opened": len(opened)}))
+"""
+    shown = _python(code, _sqlite_env(tmp_path))
+    assert shown["rows"] == list(range(1, 21))  # every request's write committed and seen by the next
+    assert shown["opened"] == 40
+    assert shown["connections"] == 1  # one sqlite3 connection, passed from thread to thread
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is for PostgreSQL")
@@ -138,13 +183,17 @@ print(json.dumps({"ended": len(set(pids)), "results": results}))
 def test_the_front_imports_its_urlconf_at_start_not_on_its_first_request(tmp_path):
     # Resolved lazily, the URLconf (every view and the API's models) was imported on the event
     # loop by the first request: for up to ~2 s after a start nothing was answered, /healthz neither.
-    env = child_env(tmp_path)
-    env.pop("DATABASE_URL", None)
-    env["SQLITE_PATH"] = str(tmp_path / "db.sqlite3")
     shown = _python(
         "import json, sys, fleetadmin.asgi; from django.urls import get_resolver; "
         "print(json.dumps({'urls': 'fleetadmin.urls' in sys.modules, 'api': 'ocrjobs.api' in sys.modules, "
         "'populated': get_resolver()._populated}))",
-        env,
+        _sqlite_env(tmp_path),
     )
     assert shown == {"urls": True, "api": True, "populated": True}
+
+
+def test_the_front_imports_what_requests_use_and_freezes_it_at_start_up(tmp_path):
+    # The first submissions each waited on these imports, and bench/ingest.py counted them per page;
+    # what start-up made is out of the collector's sight (gc.freeze).
+    code = "import gc, json, sys, fleetadmin.asgi; print(json.dumps([m in sys.modules for m in ('fleetadmin.urls', 'ocrjobs.api', 'ocrjobs.tasks')] + [gc.get_freeze_count() > 10000]))"
+    assert _python(code, _sqlite_env(tmp_path)) == [True, True, True, True]

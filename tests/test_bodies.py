@@ -8,6 +8,8 @@ import asyncio
 import hashlib
 import io
 import os
+import socket
+import threading
 
 import httpx
 import pytest
@@ -122,7 +124,7 @@ def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
 
 
 def test_a_body_in_memory_reads_as_a_file_once_its_chunks_are_in():
-    body = BodyInMemory()
+    body = BodyInMemory(len(b"first second third"))
     for chunk in (b"first ", b"second ", b"third"):
         body.write(chunk)
 
@@ -130,6 +132,24 @@ def test_a_body_in_memory_reads_as_a_file_once_its_chunks_are_in():
     body.seek(0, 0)
     assert body.read(6) == b"first "
     assert body.file().read() == b"second third"
+    assert body.file().body == bytearray(b"first second third")  # the buffer itself, for the parser
     assert not body.closed
     body.close()
     assert body.closed
+
+
+def test_a_body_in_memory_is_read_from_the_socket_into_its_buffer():
+    data = os.urandom(300_000)
+    body = BodyInMemory(len(data))
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        sending = threading.Thread(target=sender.sendall, args=(data,))
+        sending.start()
+        while body.left():
+            body.receive(receiver, 100_000)
+        sending.join()
+
+    assert body.tell() == len(data)
+    assert body.file().body == data
+    body.seek(0)
+    assert body.readline() + body.read() == data  # as Django reads a body it does not parse in place

@@ -18,15 +18,18 @@ IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 def submission_fingerprint(*, fields: dict, uploads: list[Upload]) -> str:
     """What makes two submissions the same: their fields and each file's name and bytes (the
-    multipart boundary and the order of form fields do not count). Reads each file once and
-    rewinds it."""
+    multipart boundary and the order of form fields do not count). A file hashed as it was parsed
+    (``sha256``: ocrjobs.uploads) is not read again; any other is read once and rewound."""
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
     for upload in uploads:
-        content = hashlib.sha256()
-        while chunk := upload.file.read(CHUNK):
-            content.update(chunk)
-        upload.file.seek(0)
-        digest.update(f"\0{upload.name}\0{content.hexdigest()}".encode())
+        sha256 = getattr(upload.file, "sha256", None)
+        if sha256 is None:
+            content = hashlib.sha256()
+            while chunk := upload.file.read(CHUNK):
+                content.update(chunk)
+            upload.file.seek(0)
+            sha256 = content.hexdigest()
+        digest.update(f"\0{upload.name}\0{sha256}".encode())
     return digest.hexdigest()
 
 

@@ -1,10 +1,16 @@
-"""Submission, in the front: every upload is sniffed, staged and checked against the limits
-(size, pages, pixels), URLs only for their form; then the job and its documents are stored in
-one transaction. The front only reads the uploaded files: it never resolves or fetches a URL.
+"""Submission, in the front: every upload is sniffed and checked against the limits (size,
+pages, pixels), URLs only for their form; then each document is stored and the job and its
+documents are stored in one transaction. The front only reads the uploaded files: it never
+resolves or fetches a URL.
+
+An upload parsed from a body held in memory (ocrjobs.uploads.BodyFile, the API's usual case) is
+checked where its bytes lie and written once, to its name in the documents' storage. Any other
+(a form's upload, the CLI's file) is staged to a local file first, and moved or sent from there.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import logging
@@ -25,10 +31,12 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from fleetadmin.bodies import MemoryReader
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
-from ocrjobs.storage import document_delete, document_store
+from ocrjobs.storage import document_delete, document_store, document_store_memory
+from ocrjobs.uploads import BodyFile
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -46,12 +54,13 @@ class Upload:
 @dataclass
 class _Staged:
     name: str
-    path: Path
+    path: Path | None  # the staged local file, or None for an upload checked in memory (``data``)
     size: int
     kind: str
     suffix: str
     page_count: int
     sha256: str
+    data: memoryview | None = None
 
 
 def clean_filename(name: str) -> str:
@@ -134,16 +143,33 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
                     raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
                 digest.update(chunk)
                 out.write(chunk)
-    if size == 0:
-        raise ApiError(f"{name}: the file is empty")
     with open(path, "rb") as f:
-        sniffed = _sniff(f.read(8))
-        if sniffed is None:
-            raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
-        kind, suffix = sniffed
-        pages = document_pages(name, kind, f)
+        kind, suffix, pages = _checked(name, size, f)
     return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
                    sha256=sha256 or digest.hexdigest())  # fmt: skip
+
+
+def _checked_in_memory(upload: Upload) -> _Staged:
+    """An upload parsed from a body held in memory, checked where its bytes lie (nothing written:
+    ``document_store_memory`` writes it once, to its name, when every upload passed)."""
+    name = clean_filename(upload.name)
+    data, limit = upload.file.view, settings.OCR_MAX_FILE_BYTES
+    if len(data) > limit:
+        raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+    kind, suffix, pages = _checked(name, len(data), MemoryReader(data))
+    return _Staged(name=name, path=None, size=len(data), kind=kind, suffix=suffix, page_count=pages,
+                   sha256=upload.file.sha256, data=data)  # fmt: skip
+
+
+def _checked(name: str, size: int, file: IO[bytes]) -> tuple[str, str, int]:
+    """(kind, file name suffix, page count) of a document that passes the checks; ApiError if not."""
+    if size == 0:
+        raise ApiError(f"{name}: the file is empty")
+    sniffed = _sniff(file.read(8))
+    if sniffed is None:
+        raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+    kind, suffix = sniffed
+    return kind, suffix, document_pages(name, kind, file)
 
 
 def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
@@ -160,10 +186,13 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     return pages
 
 
-def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
-    """What PDFium opens: a local file by its path (read natively, not through Python calls)."""
-    if isinstance(file, io.BufferedReader) and isinstance(file.name, str):
+def _pdf_input(file: IO[bytes]) -> str | ctypes.Array | IO[bytes]:
+    """What PDFium opens: a local file by its path, bytes in the front's body buffer where they lie
+    (both read natively, not through Python calls)."""
+    if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
+    if isinstance(file, MemoryReader) and not file.view.readonly:
+        return (ctypes.c_char * len(file.view)).from_buffer(file.view)
     file.seek(0)
     return file
 
@@ -293,18 +322,29 @@ def job_submit(
     if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
         count = len(uploads) + len(urls)
         raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
-    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
-    staging.mkdir(parents=True)
+    staging = None  # a local directory, made only for uploads not held in memory
     stored: list[str] = []
     try:
-        staged = [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+        staged = []
+        for i, upload in enumerate(uploads):
+            if isinstance(upload.file, BodyFile):
+                staged.append(_checked_in_memory(upload))
+                continue
+            if staging is None:
+                staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
+                staging.mkdir(parents=True)
+            staged.append(_stage(upload, staging, i))
         forecast = _forecast(staged, urls, pool)
         if dry_run:
             return forecast
         # Stored before the transaction: an upload to object storage takes a while, and no
         # transaction (on SQLite: the database's one writer) waits for it.
         for item in staged:
-            stored.append(document_store(f"documents/{uuid.uuid4().hex}/source{item.suffix}", item.path))
+            name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
+            if item.data is not None:
+                stored.append(document_store_memory(name, item.data))
+            else:
+                stored.append(document_store(name, item.path))
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
@@ -313,33 +353,13 @@ def job_submit(
                                      callback_url=callback_url)  # fmt: skip
             documents = []
             for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
-                documents.append(
-                    Document(
-                        job=job,
-                        position=position,
-                        name=item.name,
-                        kind=item.kind,
-                        source=source,
-                        size_bytes=item.size,
-                        page_count=item.page_count,
-                        sha256=item.sha256,
-                        **leases.queued(),
-                    )  # fmt: skip
-                )
+                documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
+                                          size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
+                                          **leases.queued()))  # fmt: skip
             for offset, url in enumerate(urls):
-                documents.append(
-                    Document(
-                        job=job,
-                        position=len(staged) + offset,
-                        name=name_from_url(url),
-                        kind=Document.Kind.URL,
-                        url=url,
-                        source="",
-                        size_bytes=0,
-                        page_count=0,
-                        **leases.queued(),
-                    )  # fmt: skip
-                )
+                documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
+                                          kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
+                                          **leases.queued()))  # fmt: skip
             Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
             if submission_key is not None:
                 key, fingerprint = submission_key
@@ -353,7 +373,8 @@ def job_submit(
             document_delete(name)
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
 

@@ -10,9 +10,10 @@ import os
 
 import httpx
 import pytest
+from django.core.files.uploadedfile import UploadedFile
 from django.core.handlers.asgi import ASGIRequest
 
-from ocrjobs.uploads import parse_in_memory
+from ocrjobs.uploads import BodyFile, parse_in_memory
 
 BOUNDARY = "b0undary-4e1f"
 
@@ -43,12 +44,15 @@ def _field(name: str, value: bytes) -> bytes:
 
 
 def _shown(request) -> tuple[dict, list]:
+    """The fields, and what a reader of each file sees (an UploadedFile of Django's kind: in memory or
+    spooled to a temporary file, and for this parser a view of the body: ocrjobs.uploads.BodyFile)."""
     files = []
     for field, uploaded in request.FILES.lists():
         for f in uploaded:
+            assert isinstance(f, UploadedFile)
             f.seek(0)
             data = f.read()
-            files.append((field, type(f).__name__, f.name, f.content_type, f.charset, f.content_type_extra,
+            files.append((field, f.name, f.content_type, f.charset, f.content_type_extra,
                           f.size, data, getattr(f, "sha256", None) or hashlib.sha256(data).hexdigest()))  # fmt: skip
     return dict(request.POST.lists()), files
 
@@ -82,6 +86,23 @@ def test_a_plain_body_gives_the_fields_and_files_djangos_parser_gives(body, sett
     assert parse_in_memory(fast)
 
     assert _shown(fast) == _shown(django)
+
+
+def test_the_files_of_a_body_in_memory_are_views_of_it_and_no_temporary_file(tmp_path, settings):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    settings.FILE_UPLOAD_TEMP_DIR = str(spool)
+    body = _body(_file("a.pdf", BIG), _file("b.pdf", BIG[::-1]))  # Django's parser would spool both
+    request = _request(body)
+
+    assert parse_in_memory(request)
+
+    files = request.FILES.getlist("files")
+    assert [type(f) for f in files] == [BodyFile, BodyFile]
+    assert [f.view.obj for f in files] == [body, body]  # the body's own bytes, not a copy
+    assert [f.view.tobytes() for f in files] == [BIG, BIG[::-1]]
+    assert [f.sha256 for f in files] == [hashlib.sha256(BIG).hexdigest(), hashlib.sha256(BIG[::-1]).hexdigest()]
+    assert list(spool.iterdir()) == []
 
 
 def test_httpx_uploads_are_plain(settings):

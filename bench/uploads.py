@@ -1,0 +1,121 @@
+"""Uploads: the front alone taking in bench/ingest.py's documents, its CPU per MB and per page.
+
+    .venv/bin/python bench/uploads.py [--database-url postgres://...] [--pdfs 200 --images 500]
+        [--docs-per-job 10 --clients 4]
+
+The same documents and requests as bench/ingest.py (multipart ``POST /v1/jobs`` to a real daphne
+front), with no workers running: the jobs stay pending, so the front's CPU seconds are its own,
+not shared with splits and dispatch in the database or on the cores. That makes the figure steady
+enough to compare changes to the front with (bench/ingest.py varies ~40% from run to run).
+
+Prints the front's CPU seconds (daphne's process, user + system, and each) for the whole run, per
+page and per MB, and the upload rate; the closing JSON line has ``front_cpu_s``, ``front_cpu_ms_per_page``
+and ``upload_mb_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._setup import django_for_bench
+from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm
+from bench.ingest import make_documents, ready_pods, sim_config, submit_all
+from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pdfs", type=int, default=200, help="multi-page scanned PDFs")
+    parser.add_argument("--pages-per-pdf", type=int, default=10)
+    parser.add_argument("--images", type=int, default=500, help="single-page images (PNG and JPEG, half each)")
+    parser.add_argument("--page-kb", type=int, default=120, help="about this many KB per scanned page (JPEG)")
+    parser.add_argument("--docs-per-job", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=4, help="submissions in flight at once")
+    parser.add_argument("--pods", type=int, default=1, help="pods of the pool (its forecast reads them)")
+    parser.add_argument("--lanes", type=int, default=16)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    args = parser.parse_args()
+    raise_on_sigterm()
+    children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-uploads-logs-")))
+    try:
+        sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
+        children.add(sim)
+        point_at_simulator(url, API_KEY)
+        django_for_bench("uploads", database_url=args.database_url)
+        run(args, children, url)
+    finally:
+        children.stop_all()
+        print(f"logs: {children.log_dir}", file=sys.stderr)
+
+
+def run(args, children: Children, sim_url: str) -> None:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from accounts.models import ApiToken
+    from ocrjobs.models import Document
+
+    ready_pods(args, sim_url)
+    user, _ = get_user_model().objects.get_or_create(username="uploads")
+    token = ApiToken.issue(user=user, name="uploads benchmark", scopes=["read", "submit"])[1]
+    documents = make_documents(args)
+    pages_total = sum(pages for _, _, pages in documents)
+    document_bytes = sum(len(data) for _, data, _ in documents)
+    jobs = [documents[i : i + args.docs_per_job] for i in range(0, len(documents), args.docs_per_job)]
+    connection.close()
+    front, front_url = start_front(child_env(Q_CLUSTER_NAME=f"uploads-{uuid.uuid4().hex[:6]}"), children.log_dir,
+                                   own_session=False)  # fmt: skip
+    children.add(front)
+    meter = CpuMeter(children)
+    time.sleep(1.0)
+    before, times_before = meter.read()[0].get("daphne", 0.0), cpu_times(front.pid)
+    submitted = submit_all(front_url, token, jobs, args.clients)
+    front_cpu_s = meter.read()[0].get("daphne", 0.0) - before
+    user_s, system_s = (after - earlier for after, earlier in zip(cpu_times(front.pid), times_before, strict=True))
+    refused = [answer for answer in submitted["answers"] if answer[0] != 201]
+    if refused:
+        raise SystemExit(f"{len(refused)} submissions refused, e.g. {refused[0]}")
+    stored = Document.objects.count()
+    upload_s = submitted["seconds"]
+    result = {
+        "benchmark": "uploads",
+        "database": connection.vendor,
+        "documents": len(documents),
+        "documents_stored": stored,
+        "pages": pages_total,
+        "document_bytes": document_bytes,
+        "requests": len(jobs),
+        "clients": args.clients,
+        "front_cpu_s": round(front_cpu_s, 2),
+        "front_cpu_ms_per_page": round(front_cpu_s * 1000 / pages_total, 3),
+        "front_cpu_ms_per_mb": round(front_cpu_s * 1000 / (document_bytes / 1e6), 3),
+        "front_user_s": round(user_s, 2),
+        "front_system_s": round(system_s, 2),
+        "upload_seconds": round(upload_s, 2),
+        "upload_mb_s": round(document_bytes / upload_s / 1e6, 1),
+    }
+    print(f"database {connection.vendor}; {len(documents)} documents, {pages_total} pages, "
+          f"{document_bytes / 1e6:.1f} MB in {len(jobs)} requests, {args.clients} at a time; no workers")  # fmt: skip
+    print(f"front CPU: {front_cpu_s:.2f} s = {result['front_cpu_ms_per_page']} ms/page, "
+          f"{result['front_cpu_ms_per_mb']} ms/MB (user {user_s:.2f} s, system {system_s:.2f} s)")  # fmt: skip
+    print(f"uploads: {document_bytes / 1e6:.1f} MB accepted in {upload_s:.2f} s = {result['upload_mb_s']} MB/s")
+    print(json.dumps(result))
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CpuMeter.TICK, int(fields[12]) / CpuMeter.TICK
+
+
+if __name__ == "__main__":
+    main()
