@@ -11,6 +11,7 @@ import logging
 from typing import IO
 
 import pypdfium2 as pdfium
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -189,11 +190,14 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
     split here on its own when it is long."""
     with contextlib.ExitStack() as stack:
         try:
-            source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
-            page_count = document_pages(document.name, document.kind, source)
-            text_layers = (
-                stack.enter_context(contextlib.closing(_TextLayers(source))) if document.job.skip_text_pages else None
-            )
+            page_count = _counted(document)
+            text_layers = None
+            if page_count is None or (document.job.skip_text_pages and document.kind == Document.Kind.PDF):
+                source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
+                if page_count is None:
+                    page_count = document_pages(document.name, document.kind, source)
+                if document.job.skip_text_pages:
+                    text_layers = stack.enter_context(contextlib.closing(_TextLayers(source)))
         except ApiError as exc:
             return _split_failed(document, exc.message)
         except Exception as exc:
@@ -208,6 +212,23 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
         return [
             _new_page(document, number, text_layers) for number in range(1, page_count + 1) if number not in existing
         ], page_count
+
+
+def _counted(document: Document) -> int | None:
+    """The page count the front (or the fetch) found as the document arrived, when the split may
+    trust it; None: the split opens the document and counts. That count was taken by
+    ``document_pages`` on these same bytes (their sha256 names them), with every limit it checks:
+    pages per document, pixels per page, encryption. Opened again, a scanned PDF's pages were
+    measured a second time (a third of the split's CPU, with the storage's download when remote).
+    The page limit, which a deployment may have lowered since, is checked again: it costs nothing.
+    A document split again after a failure (``document_split``: a retry, a lost task) is
+    opened and counted, as it was before."""
+    if document.page_count <= 0 or not document.sha256:
+        return None  # not counted as it arrived (a URL not fetched yet), or stored by other means
+    if document.page_count > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+        raise ApiError(f"{document.name}: {document.page_count} pages; the limit is "
+                       f"{settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413)  # fmt: skip
+    return document.page_count
 
 
 def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set[int]:
