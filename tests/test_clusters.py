@@ -247,3 +247,39 @@ def test_the_minutes_tick_prunes_task_results_not_django_q2s_monitor_on_every_ta
     assert Success.objects.count() == 5
     tasks.scaler_tick()  # the schedule's
     assert Success.objects.count() == 2
+
+
+def _packages(work_class: str) -> list[dict]:
+    """The tasks waiting in a class's queue (ORM or Redis broker), as django-q2's pusher reads them."""
+    from django_q.signing import SignedPackage
+
+    broker = get_broker(cluster_name(work_class))
+    if hasattr(broker.connection, "lrange"):  # Redis
+        raw = broker.connection.lrange(broker.list_key, 0, -1)
+    else:
+        raw = broker.connection.filter(key=broker.list_key).order_by("id").values_list("payload", flat=True)
+    return [SignedPackage.loads(item) for item in raw]
+
+
+def test_the_high_volume_tasks_keep_no_success_and_keep_their_failures(db, queued, local_pool):
+    from django_q.models import Failure, Success, Task
+    from django_q.monitor import save_task
+
+    from ocrjobs.tasks import enqueue_splits
+
+    enqueue_splits([1, 2])  # one a submission
+    tasks.nudge_scaler(local_pool.pk)  # one with every burst of work
+    tasks.enqueue_pass()  # rare: kept
+    packages = _packages(SHORT) + _packages(PASSES)
+    assert [p["func"] for p in packages] == ["ocrjobs.tasks.split_documents", "pods.tasks.scaler_tick",
+                                             "pods.tasks.advance_pods"]  # fmt: skip
+    now = timezone.now()
+    ended = {"started": now, "stopped": now, "sync": True}  # sync: the monitor keeps this test's connection
+    broker = get_broker(cluster_name(SHORT))
+    for package in packages:  # each ends as django-q2's worker hands it to the monitor
+        save_task({**package, **ended, "success": True, "result": "ok"}, broker)
+
+    assert list(Success.objects.values_list("func", flat=True)) == ["pods.tasks.advance_pods"]
+    save_task({**packages[0], **ended, "id": "failed-split", "success": False, "result": "boom"}, broker)
+    assert list(Failure.objects.values_list("func", flat=True)) == ["ocrjobs.tasks.split_documents"]
+    assert Task.objects.count() == 2
