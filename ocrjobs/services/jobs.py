@@ -73,7 +73,8 @@ def jobs_refresh(*, job_ids: Iterable[int]) -> list[int]:
 
 def _jobs_end(job_ids: list[int]) -> None:
     with transaction.atomic():
-        jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk"))
+        # Locked in the order the split locks jobs in (_save_split: the default ordering).
+        jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids))
         jobs = [job for job in jobs if not job.is_finished]
         ids = [job.pk for job in jobs]
         documents = set(
