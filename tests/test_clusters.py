@@ -283,3 +283,25 @@ def test_the_high_volume_tasks_keep_no_success_and_keep_their_failures(db, queue
     save_task({**packages[0], **ended, "id": "failed-split", "success": False, "result": "boom"}, broker)
     assert list(Failure.objects.values_list("func", flat=True)) == ["ocrjobs.tasks.split_documents"]
     assert Task.objects.count() == 2
+
+
+# --- the ORM broker's poll ---------------------------------------------------------------------------
+
+
+def test_the_orm_broker_polls_an_empty_queue_in_one_plain_statement_and_dequeues_as_django_q2_does(db):
+    from django_q.brokers.orm import ORM
+    from django_q.models import OrmQ
+
+    from fleetadmin.brokers import OrmBroker
+
+    broker, theirs = OrmBroker(list_key="poll-test"), ORM(list_key="poll-test")
+    with CaptureQueriesContext(connection) as statements:
+        assert broker.dequeue() is None
+    assert len(statements) == 1 and statements[0]["sql"].startswith("SELECT 1 FROM")
+    OrmQ.objects.create(key="poll-test", payload="claimed elsewhere", lock=timezone.now() + timedelta(minutes=5))
+    assert broker.dequeue() is None and theirs.dequeue() is None
+    OrmQ.objects.create(key="other-queue", payload="not ours", lock=timezone.now() - timedelta(seconds=1))
+    assert broker.dequeue() is None
+    ready = OrmQ.objects.create(key="poll-test", payload="ready", lock=timezone.now() - timedelta(seconds=1))
+    assert broker.dequeue() == [(ready.pk, "ready")]
+    assert broker.dequeue() is None  # claimed: locked until django-q2's retry
