@@ -25,6 +25,7 @@ from fleetadmin.clusters import (
     PASSES,
     SHORT,
     PassClock,
+    brokers,
     cluster_env,
     cluster_name,
     task_results_prune,
@@ -305,3 +306,11 @@ def test_the_orm_broker_polls_an_empty_queue_in_one_plain_statement_and_dequeues
     ready = OrmQ.objects.create(key="poll-test", payload="ready", lock=timezone.now() - timedelta(seconds=1))
     assert broker.dequeue() == [(ready.pk, "ready")]
     assert broker.dequeue() is None  # claimed: locked until django-q2's retry
+
+
+def test_the_embedded_default_queues_through_the_cheaper_orm_broker(db, settings):
+    from fleetadmin.brokers import OrmBroker
+
+    if settings.REDIS_URL:
+        pytest.skip("Redis is the broker (REDIS_URL)")
+    assert {type(broker) for broker in brokers().values()} == {OrmBroker}  # every class's queue
