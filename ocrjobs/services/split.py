@@ -190,12 +190,10 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
     split here on its own when it is long."""
     with contextlib.ExitStack() as stack:
         try:
-            page_count = _counted(document)
-            text_layers = None
+            page_count, text_layers = _counted(document), None
             if page_count is None or (document.job.skip_text_pages and document.kind == Document.Kind.PDF):
                 source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
-                if page_count is None:
-                    page_count = document_pages(document.name, document.kind, source)
+                page_count = page_count or document_pages(document.name, document.kind, source)
                 if document.job.skip_text_pages:
                     text_layers = stack.enter_context(contextlib.closing(_TextLayers(source)))
         except ApiError as exc:
@@ -215,20 +213,11 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
 
 
 def _counted(document: Document) -> int | None:
-    """The page count the front (or the fetch) found as the document arrived, when the split may
-    trust it; None: the split opens the document and counts. That count was taken by
-    ``document_pages`` on these same bytes (their sha256 names them), with every limit it checks:
-    pages per document, pixels per page, encryption. Opened again, a scanned PDF's pages were
-    measured a second time (a third of the split's CPU, with the storage's download when remote).
-    The page limit, which a deployment may have lowered since, is checked again: it costs nothing.
-    A document split again after a failure (``document_split``: a retry, a lost task) is
-    opened and counted, as it was before."""
-    if document.page_count <= 0 or not document.sha256:
-        return None  # not counted as it arrived (a URL not fetched yet), or stored by other means
-    if document.page_count > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-        raise ApiError(f"{document.name}: {document.page_count} pages; the limit is "
-                       f"{settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413)  # fmt: skip
-    return document.page_count
+    """The page count taken as the document arrived (front or fetch: ``document_pages`` on these
+    bytes, every limit checked), which the split trusts rather than measure every page again (a third
+    of its CPU); None: open and count (as for a count over a page limit lowered since)."""
+    arrived = document.page_count > 0 and document.sha256  # not a URL still to fetch, nor made otherwise
+    return document.page_count if arrived and document.page_count <= settings.OCR_MAX_PAGES_PER_DOCUMENT else None
 
 
 def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set[int]:
