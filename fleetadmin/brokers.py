@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from time import sleep
 
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -28,7 +28,7 @@ class OrmBroker(ORM):
     def ready(self) -> bool:
         """Whether a task of this queue waits unclaimed (its lock has lapsed), in one plain statement."""
         self.get_connection()  # closes a connection gone stale first, as django-q2's dequeue does
-        connection = connections[Conf.ORM]
+        connection = connections[Conf.ORM or DEFAULT_DB_ALIAS]  # unset where Redis is the broker
         quote = connection.ops.quote_name
         table, key, lock = quote(OrmQ._meta.db_table), quote("key"), quote("lock")
         now = connection.ops.adapt_datetimefield_value(timezone.now())
