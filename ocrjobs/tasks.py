@@ -36,10 +36,13 @@ def split_documents(document_ids: list[int]) -> str:
 
 
 def enqueue_splits(document_ids: list[int]) -> None:
+    """A task a submission (or SPLITS_PER_TASK of its documents). Its success is not kept (``save``
+    False; a failure is): one a submission, django-q2's monitor saving each took two statements
+    more than the split's own dozen, and the documents say what became of them."""
     for start in range(0, len(document_ids), SPLITS_PER_TASK):
         batch = document_ids[start : start + SPLITS_PER_TASK]
         async_task("ocrjobs.tasks.split_documents", batch, task_name=f"split documents {batch[0]}..{batch[-1]}",
-                   group="splits")  # fmt: skip
+                   group="splits", save=False)  # fmt: skip
 
 
 @retry_on_db_error

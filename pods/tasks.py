@@ -20,10 +20,11 @@ from pods.services import passes, reconcile, scale_requests, scaler
 log = logging.getLogger(__name__)
 
 
-def _send(task: Callable, *args, name: str, group: str, work_class: str = SHORT) -> None:
-    """Queue a task for its work class's cluster (fleetadmin/clusters.py)."""
+def _send(task: Callable, *args, name: str, group: str, work_class: str = SHORT, save: bool = True) -> None:
+    """Queue a task for its work class's cluster (fleetadmin/clusters.py); ``save`` False: its
+    success is not kept (a failure is)."""
     async_task(f"{task.__module__}.{task.__name__}", *args, task_name=name, group=group,
-               cluster=cluster_name(work_class))  # fmt: skip
+               cluster=cluster_name(work_class), save=save)  # fmt: skip
 
 
 @retry_on_db_error
@@ -64,8 +65,9 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
 
 
 def nudge_scaler(pool_id: int) -> None:
-    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late)."""
-    _send(scaler_tick, pool_id, name=f"tick pool {pool_id}", group="scaler")
+    """Run a tick soon rather than waiting for the schedule (which may fire ~30 s late). Nudges
+    come with every burst of work; their successes are not kept (the minute's tick's are)."""
+    _send(scaler_tick, pool_id, name=f"tick pool {pool_id}", group="scaler", save=False)
 
 
 @retry_on_db_error

@@ -25,6 +25,7 @@ from fleetadmin.clusters import (
     PASSES,
     SHORT,
     PassClock,
+    brokers,
     cluster_env,
     cluster_name,
     task_results_prune,
@@ -247,3 +248,69 @@ def test_the_minutes_tick_prunes_task_results_not_django_q2s_monitor_on_every_ta
     assert Success.objects.count() == 5
     tasks.scaler_tick()  # the schedule's
     assert Success.objects.count() == 2
+
+
+def _packages(work_class: str) -> list[dict]:
+    """The tasks waiting in a class's queue (ORM or Redis broker), as django-q2's pusher reads them."""
+    from django_q.signing import SignedPackage
+
+    broker = get_broker(cluster_name(work_class))
+    if hasattr(broker.connection, "lrange"):  # Redis
+        raw = broker.connection.lrange(broker.list_key, 0, -1)
+    else:
+        raw = broker.connection.filter(key=broker.list_key).order_by("id").values_list("payload", flat=True)
+    return [SignedPackage.loads(item) for item in raw]
+
+
+def test_the_high_volume_tasks_keep_no_success_and_keep_their_failures(db, queued, local_pool):
+    from django_q.models import Failure, Success, Task
+    from django_q.monitor import save_task
+
+    from ocrjobs.tasks import enqueue_splits
+
+    enqueue_splits([1, 2])  # one a submission
+    tasks.nudge_scaler(local_pool.pk)  # one with every burst of work
+    tasks.enqueue_pass()  # rare: kept
+    packages = _packages(SHORT) + _packages(PASSES)
+    assert [p["func"] for p in packages] == ["ocrjobs.tasks.split_documents", "pods.tasks.scaler_tick",
+                                             "pods.tasks.advance_pods"]  # fmt: skip
+    now = timezone.now()
+    ended = {"started": now, "stopped": now, "sync": True}  # sync: the monitor keeps this test's connection
+    broker = get_broker(cluster_name(SHORT))
+    for package in packages:  # each ends as django-q2's worker hands it to the monitor
+        save_task({**package, **ended, "success": True, "result": "ok"}, broker)
+
+    assert list(Success.objects.values_list("func", flat=True)) == ["pods.tasks.advance_pods"]
+    save_task({**packages[0], **ended, "id": "failed-split", "success": False, "result": "boom"}, broker)
+    assert list(Failure.objects.values_list("func", flat=True)) == ["ocrjobs.tasks.split_documents"]
+    assert Task.objects.count() == 2
+
+
+# --- the ORM broker's poll ---------------------------------------------------------------------------
+
+
+def test_the_orm_broker_polls_an_empty_queue_in_one_plain_statement_and_dequeues_as_django_q2_does(db):
+    from django_q.brokers.orm import ORM
+    from django_q.models import OrmQ
+
+    from fleetadmin.brokers import OrmBroker
+
+    broker, theirs = OrmBroker(list_key="poll-test"), ORM(list_key="poll-test")
+    with CaptureQueriesContext(connection) as statements:
+        assert broker.dequeue() is None
+    assert len(statements) == 1 and statements[0]["sql"].startswith("SELECT 1 FROM")
+    OrmQ.objects.create(key="poll-test", payload="claimed elsewhere", lock=timezone.now() + timedelta(minutes=5))
+    assert broker.dequeue() is None and theirs.dequeue() is None
+    OrmQ.objects.create(key="other-queue", payload="not ours", lock=timezone.now() - timedelta(seconds=1))
+    assert broker.dequeue() is None
+    ready = OrmQ.objects.create(key="poll-test", payload="ready", lock=timezone.now() - timedelta(seconds=1))
+    assert broker.dequeue() == [(ready.pk, "ready")]
+    assert broker.dequeue() is None  # claimed: locked until django-q2's retry
+
+
+def test_the_embedded_default_queues_through_the_cheaper_orm_broker(db, settings):
+    from fleetadmin.brokers import OrmBroker
+
+    if settings.REDIS_URL:
+        pytest.skip("Redis is the broker (REDIS_URL)")
+    assert {type(broker) for broker in brokers().values()} == {OrmBroker}  # every class's queue

@@ -1,4 +1,11 @@
-"""A document's body on its way to a pod (``PUT /v1/documents/{sha256}``).
+"""Documents on their way to pods: which pod gets a page (affinity), a document sent once per pod.
+
+A dispatch loop (``loop.DispatchLoop``) routes each page by its document: to a pod that holds the
+document when one has a lane free, else, within bounds, a page further on first, else any free
+lane, the document crossing once more. It knows which documents each pod holds as far as it sent
+them (a 409 corrects it), and sends a document with one ``PUT /v1/documents/{sha256}`` per pod
+that pages share. ``DocumentRoutes`` is that part of the loop, a mixin over the loop's lanes,
+queue, HTTP client and I/O threads.
 
 A document on this host's filesystem goes from the page cache to the socket in the kernel
 (``sendfile``): the dispatcher neither reads it into memory nor copies it through Python. Read
@@ -9,12 +16,22 @@ loop's CPU. A document in object storage is read whole, as before (``document_by
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import os
-from typing import Any, BinaryIO
+import time
+from collections import deque
+from itertools import islice
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from aiohttp.payload import Payload
 
+from ocrjobs.dispatch.lanes import LaneTable, PodLanes
+from ocrjobs.services.pages import ClaimedPage
 from ocrjobs.storage import document_bytes, document_file
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class FileBody(Payload):
@@ -49,3 +66,147 @@ def document_body(source: str, *, sendfile: bool = True) -> tuple[FileBody | byt
     except BaseException:
         file.close()
         raise
+
+
+# A page whose document's pods are all busy may let one further on go first (a page of a document
+# that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
+# second pod: looking this far down the queue at most.
+AFFINITY_LOOK_AHEAD = 32
+# A page whose document's pods are all busy, with nothing else to send, waits this long for one of
+# them before it goes to any free lane (and its document crosses to a second pod): a few page times
+# of a fast pod, against a second copy of a document that may be tens of MB.
+AFFINITY_WAIT_SECONDS = 0.5
+# ...unless its document has this many pages per pod that holds it: a long document spreads over
+# the fleet at once (each copy paid for by that many pages), a short one stays on its pod.
+AFFINITY_SPREAD_PAGES = 16
+AFFINITY_HOLDERS_LOOKED_AT = 16
+
+
+class DocumentRefused(Exception):
+    """The pod would not take the document (PUT answered other than 200/201)."""
+
+    def __init__(self, status: int, error: str):
+        super().__init__(f"HTTP {status}: {error}")
+        self.status = status
+
+
+class DocumentRoutes:
+    """The documents' side of a dispatch loop (mixed into ``DispatchLoop``, which sets ``lanes``,
+    ``queue`` and ``client`` and offers ``io``): where each page goes, and each document sent once
+    per pod."""
+
+    lanes: LaneTable
+    queue: deque[ClaimedPage]
+    client: aiohttp.ClientSession
+
+    def _documents_init(self) -> None:
+        # Which documents each pod holds, as far as this loop knows (it sent them; a 409 corrects
+        # it), both ways; and the PUTs out now, one per (pod, document), that pages share.
+        self.held: dict[int, set[str]] = {}
+        self.holders: dict[str, set[int]] = {}
+        self.puts: dict[tuple[int, str], asyncio.Future] = {}
+        self.documents_sent = 0
+        self.bytes_sent = 0
+        self.affinity_waits: dict[int, float] = {}  # page id -> when it began to wait for its document's pods
+
+    def next_forward(self) -> tuple[ClaimedPage | None, PodLanes | None]:
+        """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
+        goes to a pod that holds its document when one has a lane free. When every pod holding it
+        is busy, a page further on whose document needs no second crossing goes first (bounded
+        look-ahead); failing that, the first page goes to any free lane, at once if its document is
+        long (AFFINITY_SPREAD_PAGES pages per pod holding it), else after waiting a little for its
+        document's pods (AFFINITY_WAIT_SECONDS)."""
+        if not self.lanes.free:
+            return None, None
+        for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
+            # Pods that left this loop's lanes (drained, shunned) hold nothing it can use. A few are
+            # looked at, however many hold a long document: the cost stays flat with the fleet.
+            holding = islice(self.holders.get(page.sha256, ()), AFFINITY_HOLDERS_LOOKED_AT)
+            holders = [pod_id for pod_id in holding if pod_id in self.lanes.pods]
+            lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
+            if lane is not None:
+                del self.queue[index]
+                self.affinity_waits.pop(page.id, None)
+                return page, lane
+            if not holders:
+                return None, None
+        head = self.queue[0]
+        now = time.monotonic()
+        waiting_since = self.affinity_waits.setdefault(head.id, now)
+        if now - waiting_since < AFFINITY_WAIT_SECONDS:
+            holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
+            if head.pages < AFFINITY_SPREAD_PAGES * holders:
+                return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
+        lane = self.lanes.lease()
+        if lane is None:
+            return None, None
+        self.affinity_waits.pop(head.id, None)
+        return self.queue.popleft(), lane
+
+    async def send_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        """Make sure the pod holds the page's document: at most one PUT per (pod, document) is out
+        at a time, and the pages that need it meanwhile wait for that one."""
+        put = self.puts.get((lane.pod_id, page.sha256))
+        if put is None and page.sha256 not in self.held.get(lane.pod_id, ()):
+            put = self.start_put(page, lane)
+        if put is not None:
+            await asyncio.shield(put)
+
+    def start_put(self, page: ClaimedPage, lane: PodLanes) -> asyncio.Future:
+        """Send the page's document to the pod; from now on the pod counts as holding it (pages that
+        come meanwhile go there and wait for this PUT), unless the PUT fails."""
+        key = (lane.pod_id, page.sha256)
+        self.remember(*key)
+        put = asyncio.ensure_future(self.put_document(page, lane))
+        self.puts[key] = put
+        put.add_done_callback(lambda done: self.puts.pop(key, None) if self.puts.get(key) is done else None)
+        return put
+
+    async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
+        file = None
+        try:
+            # In the kernel (sendfile) over plain HTTP; read whole for TLS (RunPod's proxy).
+            sendfile = lane.base_url.startswith("http://")
+            body, file = await self.io(functools.partial(document_body, page.source, sendfile=sendfile))
+            url = f"{lane.base_url}/v1/documents/{page.sha256}"
+            async with self.client.put(url, data=body, headers=lane.headers) as response:
+                status = response.status
+                answer = await response.read()
+            if status not in (200, 201):
+                raise DocumentRefused(status, error_of(answer))
+        except BaseException:
+            self.forget(lane.pod_id, page.sha256)
+            raise
+        finally:
+            if file is not None:
+                file.close()
+        self.documents_sent += 1
+        self.bytes_sent += body.size if isinstance(body, FileBody) else len(body)
+
+    def remember(self, pod_id: int, sha256: str) -> None:
+        self.held.setdefault(pod_id, set()).add(sha256)
+        self.holders.setdefault(sha256, set()).add(pod_id)
+
+    def forget(self, pod_id: int, sha256: str) -> None:
+        self.held.get(pod_id, set()).discard(sha256)
+        pods = self.holders.get(sha256)
+        if pods is not None:
+            pods.discard(pod_id)
+            if not pods:
+                del self.holders[sha256]
+
+    def forget_pod(self, pod_id: int) -> None:
+        for sha256 in self.held.pop(pod_id, set()):
+            pods = self.holders.get(sha256)
+            if pods is not None:
+                pods.discard(pod_id)
+                if not pods:
+                    del self.holders[sha256]
+
+
+def error_of(body: bytes) -> str:
+    text = body.decode(errors="replace")
+    try:
+        return str(json.loads(text).get("error") or text[:200])
+    except (ValueError, AttributeError):
+        return text[:200]

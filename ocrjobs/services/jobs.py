@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
 from fleetadmin import leases
@@ -25,40 +25,72 @@ def job_refresh(*, job_id: int) -> Job:
         if job.documents.filter(status=Document.Status.PENDING).exists():
             return job
         counts = job.page_counts()
-        if counts["pending"] or counts["running"]:
-            if job.status == Job.Status.QUEUED:
-                job.status = Job.Status.RUNNING
-                job.save(update_fields=["status"])
-            return job
         failed_documents = job.documents.filter(status=Document.Status.FAILED).exists()
-        if counts["done"] == 0:
-            job.status = Job.Status.FAILED
-        elif counts["failed"] or failed_documents:
-            job.status = Job.Status.PARTIAL
-        else:
-            job.status = Job.Status.DONE
-        job.finished_at = timezone.now()
-        job.save(update_fields=["status", "finished_at"])
-        _tally(job, counts)
-        webhook_enqueue(job=job)
-    log.info("job %s finished: %s %s", job.pk, job.status, counts)
+        _job_end(job, counts, failed_documents=failed_documents)
     return job
+
+
+def _job_end(job: Job, counts: dict[str, int], *, failed_documents: bool) -> bool:
+    """End a job under its row lock, its documents split, from its pages' counts: or, while pages
+    wait or are out, mark it running. Whether it ended."""
+    if counts["pending"] or counts["running"]:
+        if job.status == Job.Status.QUEUED:
+            job.status = Job.Status.RUNNING
+            job.save(update_fields=["status"])
+        return False
+    if counts["done"] == 0:
+        job.status = Job.Status.FAILED
+    elif counts["failed"] or failed_documents:
+        job.status = Job.Status.PARTIAL
+    else:
+        job.status = Job.Status.DONE
+    job.finished_at = timezone.now()
+    _tally(job, counts, save=False)
+    job.save(update_fields=["status", "finished_at", "tallied_done", "tallied_failed"])
+    webhook_enqueue(job=job)
+    log.info("job %s finished: %s %s", job.pk, job.status, counts)
+    return True
 
 
 def jobs_refresh(*, job_ids: Iterable[int]) -> list[int]:
     """Refresh those of these jobs that may have ended: unfinished, with no page waiting or out (one
     statement finds them). A dispatcher calls it for the jobs whose pages it stored: most of them
     still have pages to go, and a refresh of each (~6 statements) was most of its database work.
-    The ids refreshed."""
+    Those found are refreshed together, as ``job_refresh`` would each, in one transaction that
+    reads their documents and their pages' counts in a statement each: a job_refresh apiece
+    (~8 ms of CPU each, the pages' six filtered counts the most of it) was a tenth of a
+    dispatcher's CPU in the ingest benchmark. The ids refreshed."""
     job_ids = sorted(set(job_ids))
     if not job_ids:
         return []
     busy = Page.objects.filter(job=OuterRef("pk"), status__in=[Page.Status.PENDING, Page.Status.RUNNING])
     ended = Job.objects.filter(pk__in=job_ids).exclude(status__in=Job.FINISHED).exclude(Exists(busy))
     candidates = list(ended.values_list("pk", flat=True))
-    for job_id in candidates:
-        job_refresh(job_id=job_id)
+    if candidates:
+        _jobs_end(candidates)
     return candidates
+
+
+def _jobs_end(job_ids: list[int]) -> None:
+    with transaction.atomic():
+        # Locked in the order the split locks jobs in (_save_split: the default ordering).
+        jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids))
+        jobs = [job for job in jobs if not job.is_finished]
+        ids = [job.pk for job in jobs]
+        documents = set(
+            Document.objects.filter(job_id__in=ids, status__in=[Document.Status.PENDING, Document.Status.FAILED])
+            .values_list("job_id", "status")
+            .distinct()
+        )
+        counts = {job_id: dict.fromkeys(Job.PAGE_COUNTS, 0) for job_id in ids}
+        by_status = Page.objects.filter(job_id__in=ids).values_list("job_id", "status").annotate(n=Count("id"))
+        for job_id, status, n in by_status.order_by():
+            counts[job_id][status] += n
+            counts[job_id]["total"] += n
+        for job in jobs:
+            if (job.pk, Document.Status.PENDING) in documents:
+                continue
+            _job_end(job, counts[job.pk], failed_documents=(job.pk, Document.Status.FAILED) in documents)
 
 
 def job_cancel(*, job: Job) -> Job:
@@ -126,19 +158,22 @@ def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
         enqueue_fetch(document_id)
 
 
-def _tally(job: Job, counts: dict[str, int]) -> None:
+def _tally(job: Job, counts: dict[str, int], *, save: bool = True) -> None:
     """Add what the finishing job's pages did since last tallied to its pool's tally. Called
-    under the job's row lock, in the transaction that finishes it."""
+    under the job's row lock, in the transaction that finishes it; ``save`` False: the caller
+    saves the job's tallied counts with the rest of it."""
     done = counts["done"] - job.tallied_done
     failed = counts["failed"] - job.tallied_failed
     if done <= 0 and failed <= 0:
         return
-    PoolPageTally.objects.get_or_create(pool_id=job.pool_id)
-    PoolPageTally.objects.filter(pool_id=job.pool_id).update(
-        done=F("done") + max(done, 0), failed=F("failed") + max(failed, 0)
-    )
-    Job.objects.filter(pk=job.pk).update(tallied_done=counts["done"], tallied_failed=counts["failed"])
+    tally = PoolPageTally.objects.filter(pool_id=job.pool_id)
+    added = {"done": F("done") + max(done, 0), "failed": F("failed") + max(failed, 0)}
+    if not tally.update(**added):  # the pool's first job to end
+        PoolPageTally.objects.get_or_create(pool_id=job.pool_id)
+        tally.update(**added)
     job.tallied_done, job.tallied_failed = counts["done"], counts["failed"]
+    if save:
+        Job.objects.filter(pk=job.pk).update(tallied_done=counts["done"], tallied_failed=counts["failed"])
 
 
 def _nudge(pool_id: int) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ocrjobs.dispatch import documents
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.documents import FileBody, document_body
 from ocrjobs.dispatch.lanes import FleetCounts
@@ -158,7 +159,7 @@ def test_with_nothing_else_to_send_a_page_waits_for_its_documents_pod_then_takes
     monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
 
     assert loop.next_forward() == (None, None)  # pod 1 may free a lane any moment
-    clock[0] += dispatch.AFFINITY_WAIT_SECONDS
+    clock[0] += documents.AFFINITY_WAIT_SECONDS
     page, lane = loop.next_forward()
 
     assert (page.id, lane.pod_id) == (1, 2)  # no lane left idle for longer: the document crosses again
@@ -204,7 +205,7 @@ def test_a_long_document_whose_pod_is_busy_spreads_to_a_free_pod_at_once(two_pod
     loop = two_pods
     loop.remember(1, "a" * 64)
     loop.lanes.lease([1], anywhere=False)
-    loop.queue.extend([claimed(1, "a", pages=dispatch.AFFINITY_SPREAD_PAGES * 2)])
+    loop.queue.extend([claimed(1, "a", pages=documents.AFFINITY_SPREAD_PAGES * 2)])
 
     page, lane = loop.next_forward()
 
