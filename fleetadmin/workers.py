@@ -169,7 +169,13 @@ def process_tree(pid: int) -> list[ProcInfo]:
         if info is None:
             continue
         found.append(info)
-        for children in Path(f"/proc/{info.pid}/task").glob("*/children"):
+        try:
+            # (A process that exits between its stat and here has no task directory left: the
+            # FileNotFoundError once ended the supervisor itself, in CI.)
+            listed = list(Path(f"/proc/{info.pid}/task").glob("*/children"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for children in listed:
             try:
                 todo += [int(child) for child in children.read_text().split()]
             except (FileNotFoundError, ProcessLookupError):

@@ -30,6 +30,7 @@ from fleetadmin.workers import (
     guarded_sentinel_class,
     killed_by_signal,
     proc_info,
+    process_tree,
     restart_delay,
 )
 from tools.processes import wait_for
@@ -278,3 +279,21 @@ def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run["pid"], signal.SIGKILL)  # the stand-in's helper ignores SIGTERM
+
+
+def test_a_process_gone_between_its_stat_and_its_children_is_not_an_error(monkeypatch):
+    # It exits after proc_info read it, and after glob saw its task directory but before glob
+    # listed it: scandir raises FileNotFoundError. That once ended the supervisor (CI,
+    # test_worker_supervisor). The race made certain: its task directory vanishes mid-glob.
+    info = ProcInfo(os.getpid(), "S", os.getppid(), os.getpgrp(), os.getsid(0), 1)
+    monkeypatch.setattr("fleetadmin.workers.proc_info", lambda pid: info if pid == info.pid else None)
+
+    class VanishingTasks(type(Path())):
+        def glob(self, pattern):
+            if self.name == "task":
+                raise FileNotFoundError(2, "No such file or directory", str(self))
+            return super().glob(pattern)
+
+    monkeypatch.setattr("fleetadmin.workers.Path", VanishingTasks)
+
+    assert process_tree(info.pid) == [info]
