@@ -13,7 +13,7 @@ from pods.services import boot, passes
 from pods.services.passes import PassResult
 
 
-def boot_until_settled(pod_id: int, *, timeout: float = 60.0, sleep: Callable[[float], None] = time.sleep) -> Pod:
+def boot_until_settled(pod_id: int, *, timeout: float = 180.0, sleep: Callable[[float], None] = time.sleep) -> Pod:
     """Drive one boot's steps here, as passes would, until the pod leaves BOOTING; the pod.
 
     Test code only: it sleeps until each step is due (a pass never sleeps). ``timeout``
@@ -30,7 +30,7 @@ def boot_until_settled(pod_id: int, *, timeout: float = 60.0, sleep: Callable[[f
         boot.boot_step(pod_id)
 
 
-def passes_until_settled(pods: QuerySet, *, timeout: float = 60.0) -> list[PassResult]:
+def passes_until_settled(pods: QuerySet, *, timeout: float = 180.0) -> list[PassResult]:
     """Run passes here, as the workers run them when the clock asks, until none of ``pods`` boots;
     what each pass did. Test code only: between passes it sleeps until the next step is due."""
     deadline = time.monotonic() + timeout
