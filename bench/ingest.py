@@ -137,14 +137,19 @@ def make_documents(args) -> list[tuple[str, bytes, int]]:
 # --- the run ----------------------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_document_options(parser: argparse.ArgumentParser) -> None:
+    """The documents made and how they are submitted (shared with bench/uploads.py)."""
     parser.add_argument("--pdfs", type=int, default=200, help="multi-page scanned PDFs")
     parser.add_argument("--pages-per-pdf", type=int, default=10)
     parser.add_argument("--images", type=int, default=500, help="single-page images (PNG and JPEG, half each)")
     parser.add_argument("--page-kb", type=int, default=120, help="about this many KB per scanned page (JPEG)")
     parser.add_argument("--docs-per-job", type=int, default=10)
     parser.add_argument("--clients", type=int, default=4, help="submissions in flight at once")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_document_options(parser)
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--q-workers", type=int, default=2, help="short-task workers (they split)")

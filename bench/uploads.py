@@ -27,18 +27,13 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm
-from bench.ingest import make_documents, ready_pods, sim_config, submit_all
+from bench.ingest import add_document_options, make_documents, ready_pods, sim_config, submit_all
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pdfs", type=int, default=200, help="multi-page scanned PDFs")
-    parser.add_argument("--pages-per-pdf", type=int, default=10)
-    parser.add_argument("--images", type=int, default=500, help="single-page images (PNG and JPEG, half each)")
-    parser.add_argument("--page-kb", type=int, default=120, help="about this many KB per scanned page (JPEG)")
-    parser.add_argument("--docs-per-job", type=int, default=10)
-    parser.add_argument("--clients", type=int, default=4, help="submissions in flight at once")
+    add_document_options(parser)
     parser.add_argument("--pods", type=int, default=1, help="pods of the pool (its forecast reads them)")
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
