@@ -39,6 +39,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+LOG_EVERY_SECONDS = 60.0  # an unexpected error that lasts is logged this often, not every cycle
+
 # The cluster's exit code when its Sentinel ended it because a process was killed (EX_TEMPFAIL).
 EXIT_PROCESS_KILLED = 75
 # A cluster that ran this long was healthy: the next restart waits the shortest delay again.
@@ -277,6 +279,7 @@ class Supervisor:
         # A flag, not a threading.Event: stop() runs in signal handlers, and Event.set() there can
         # deadlock on the lock that the interrupted Event.wait() holds.
         self._stopping = False
+        self._logged_at: dict[str, float] = {}  # when each kind of unexpected error was last logged
 
     @property
     def restarts(self) -> int:
@@ -290,11 +293,11 @@ class Supervisor:
         while not self._stopping:
             now = time.monotonic()
             for cluster in self.clusters:
-                self._supervise(cluster, now)
+                self._guarded(f"supervising the {cluster.name} workers", self._supervise, cluster, now)
             wake = now + self.poll_seconds
             if self.clock is not None:
                 if time.monotonic() >= next_clock:
-                    self.clock()
+                    self._guarded("the clock", self.clock)
                     next_clock = time.monotonic() + self.clock_seconds
                 wake = min(wake, next_clock)
             for cluster in self.clusters:
@@ -321,6 +324,17 @@ class Supervisor:
         healthy = cluster.started is not None and now - cluster.started >= HEALTHY_SECONDS
         cluster.quick_failures = 0 if healthy else cluster.quick_failures + 1
         cluster.start_at = time.monotonic() + restart_delay(cluster.quick_failures)
+
+    def _guarded(self, what: str, call: Callable, *args) -> None:
+        """Call, logging an unexpected error (once a minute per kind while it lasts) instead of ending
+        the supervisor: its end would take every cluster with it (PDEATHSIG)."""
+        try:
+            call(*args)
+        except Exception:
+            now = time.monotonic()
+            if now - self._logged_at.get(what, -LOG_EVERY_SECONDS) >= LOG_EVERY_SECONDS:
+                self._logged_at[what] = now
+                log.exception("%s failed; the supervisor goes on and tries again", what)
 
     def _start(self, cluster: Supervised) -> None:
         if cluster.started is not None:

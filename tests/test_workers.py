@@ -297,3 +297,29 @@ def test_a_process_gone_between_its_stat_and_its_children_is_not_an_error(monkey
     monkeypatch.setattr("fleetadmin.workers.Path", VanishingTasks)
 
     assert process_tree(info.pid) == [info]
+
+
+def test_an_unexpected_error_while_supervising_is_logged_and_the_supervisor_goes_on(supervise, monkeypatch, caplog):
+    # Any error out of a cycle used to end the supervisor, and with it (PDEATHSIG) every cluster.
+    from fleetadmin import workers
+
+    failures = []
+    real_tree = workers.process_tree
+
+    def failing_twice(pid: int) -> list[ProcInfo]:
+        if len(failures) < 2:
+            failures.append(pid)
+            raise RuntimeError("something nobody foresaw")
+        return real_tree(pid)
+
+    monkeypatch.setattr(workers, "process_tree", failing_twice)
+    supervisor = supervise("stay", "stay")
+    wait_for(lambda: len(failures) == 2 and supervise.runs(), GUARD, "the cluster was never watched")
+    [first] = supervise.runs()
+
+    # After the errors the supervisor is still there: the cluster, killed, is started afresh.
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_for(lambda: len(supervise.runs()) >= 2, GUARD, lambda: f"not started again: {supervise.runs()}")
+    assert supervisor.restarts == 1
+    logged = [r for r in caplog.records if "supervising the cluster workers failed" in r.getMessage()]
+    assert len(logged) == 1 and "something nobody foresaw" in logged[0].exc_text

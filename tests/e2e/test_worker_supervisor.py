@@ -189,9 +189,16 @@ def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_
         assert (f"dispatch loops: 4 workers (DISPATCHERS_PER_POOL 2 × 2 pools; time limit {limits[DISPATCH]} s) "
                 f"(cluster {cluster_name(DISPATCH)})") in log  # fmt: skip
         supervisor = workers.popen.pid
-        members = [p for p in processes() if p.session == supervisor and p.pid != supervisor]
-        # Each cluster: its main process, Sentinel, monitor, pusher and workers.
-        assert len(members) == sum(4 + size for size in sizes.values())
+
+        def cluster_members() -> list[ProcInfo]:
+            return [p for p in processes() if p.session == supervisor and p.pid != supervisor]
+
+        # Each cluster: its main process, Sentinel, monitor, pusher and workers. (django-q2's Sentinel
+        # forks the monitor and the pusher after its workers, which may be ready before them.)
+        expected = sum(4 + size for size in sizes.values())
+        members = wait_for(lambda: found if len(found := cluster_members()) >= expected else None, GUARD,
+                           lambda: f"{len(cluster_members())} processes, not {expected}\n{workers.tail()}")  # fmt: skip
+        assert len(members) == expected
         assert {p.pgrp for p in members} == {cluster.pid for cluster in running.values()}
 
         workers.popen.kill()
