@@ -14,11 +14,13 @@ import threading
 import httpx
 import pytest
 from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIRequest
 
 from accounts.models import ApiToken
-from fleetadmin.bodies import BodyInMemory, FrontASGIHandler, _handed_body
+from fleetadmin.bodies import BodyBuffers, BodyInMemory, FrontASGIHandler, _handed_body
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
+from ocrjobs.uploads import parse_in_memory
 from tests.factories import pdf_bytes
 from tools.processes import child_env, start_front
 
@@ -153,3 +155,90 @@ def test_a_body_in_memory_is_read_from_the_socket_into_its_buffer():
     assert body.file().body == data
     body.seek(0)
     assert body.readline() + body.read() == data  # as Django reads a body it does not parse in place
+
+
+MiB = 1024 * 1024
+
+
+def _body(buffers: BodyBuffers, data: bytes, length: int | None = None) -> BodyInMemory:
+    body = BodyInMemory(len(data) if length is None else length, buffers=buffers)
+    body.write(data)
+    return body
+
+
+def _read(body: BodyInMemory) -> bytes:
+    body.seek(0)
+    return body.read()
+
+
+def test_a_kept_buffer_serves_the_next_body_and_shows_only_what_that_body_received(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    first, second = os.urandom(3 * MiB), os.urandom(2 * MiB)
+    body = _body(buffers, first)
+    assert _read(body) == first
+    body.close()
+    del body
+
+    body = _body(buffers, second, length=3 * MiB)  # cut short: 2 MiB of the 3 it announced came
+
+    [kept] = buffers.kept()
+    assert body.file().body is kept  # the first body's buffer, not zeroed, not a new one
+    assert _read(body) == second  # and nothing of the first body's bytes after it
+    assert bytes(body.file().body) == second
+
+
+def test_a_buffer_some_view_still_reads_is_never_handed_to_another_body(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    first = os.urandom(2 * MiB)
+    body = _body(buffers, first)
+    view = memoryview(body.file().body)[100:200]  # as a file parsed from the body points into it
+    first_buffer = id(body.file().body)
+    body.close()
+    del body
+
+    other = _body(buffers, os.urandom(2 * MiB))
+
+    assert id(other.file().body) != first_buffer
+    assert view.tobytes() == first[100:200]
+    view.release()
+    assert id(_body(buffers, os.urandom(2 * MiB)).file().body) == first_buffer  # free once the view is gone
+
+
+def test_the_kept_buffers_stay_within_the_kept_bytes(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 6 * MiB
+    buffers = BodyBuffers()
+
+    bodies = [_body(buffers, os.urandom(2 * MiB)) for _ in range(4)]  # 2.5 MiB allocated each
+
+    assert len(buffers.kept()) == 2
+    assert all(_read(body) == body.file().body for body in bodies)
+    del bodies
+    big = _body(buffers, os.urandom(4 * MiB))  # 5 MiB: room made from the free ones
+    assert buffers.kept() == [big.file().body]
+
+
+def test_a_request_closed_lets_go_of_its_buffer_while_the_request_object_lives(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    documents = [_unique_pdf(n, padding=400_000) for n in range(2)]
+    sent = httpx.Request(
+        "POST", "http://front/v1/jobs", files=[("files", (f"d{n}.pdf", d)) for n, d in enumerate(documents)]
+    )
+    data = sent.read()
+    headers = [(b"content-type", sent.headers["content-type"].encode()), (b"content-length", str(len(data)).encode())]
+    body = _body(buffers, data)
+    request = ASGIRequest({"type": "http", "method": "POST", "path": "/v1/jobs", "headers": headers}, body.file())
+    assert parse_in_memory(request)
+    files = request.FILES.getlist("files")
+    assert [f.read() for f in files] == documents
+    [buffer] = buffers.kept()
+    buffer_id = id(buffer)
+    del buffer, body
+
+    request.close()  # what Django does once the response is sent: its files closed,
+    request._stream.close()  # and the body file (ASGIHandler.handle)
+
+    assert id(_body(buffers, data).file().body) == buffer_id  # though request and files still exist
+    assert files[0].closed
