@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import io
 import os
+import queue
 import socket
 import threading
 
@@ -17,7 +18,7 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIRequest
 
 from accounts.models import ApiToken
-from fleetadmin.bodies import BodyBuffers, BodyInMemory, FrontASGIHandler, _handed_body
+from fleetadmin.bodies import RECEIVE_BYTES, BodyBuffers, BodyInMemory, FrontASGIHandler, _handed_body, patch_daphne
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
 from ocrjobs.uploads import parse_in_memory
@@ -242,3 +243,36 @@ def test_a_request_closed_lets_go_of_its_buffer_while_the_request_object_lives(s
 
     assert id(_body(buffers, data).file().body) == buffer_id  # though request and files still exist
     assert files[0].closed
+
+
+class _Server:
+    """What daphne's WebRequest asks of its server, up to handing the request over."""
+
+    proxy_forwarded_address_header = None
+    root_path = ""
+    request_buffer_size = 65536
+
+    def protocol_connected(self, protocol):
+        pass
+
+    def create_application(self, protocol, scope):
+        return queue.SimpleQueue()
+
+
+def test_once_a_large_body_is_in_the_connection_reads_the_next_head_in_small_reads():
+    from daphne import http_protocol, server  # noqa: F401  (what patch_daphne patches)
+    from twisted.internet.testing import StringTransport
+
+    patch_daphne()
+    factory = http_protocol.HTTPFactory(_Server())
+    factory.timeOut = None
+    channel = factory.buildProtocol(None)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    body = os.urandom(RECEIVE_BYTES + 1)
+
+    channel.dataReceived(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert transport.bufferSize == RECEIVE_BYTES  # the body, read 1 MiB at a time
+    channel.dataReceived(body)
+
+    assert "bufferSize" not in vars(transport)  # the next request's head: twisted's own 64 KiB again
