@@ -20,16 +20,22 @@ Here, in the daphne that serves fleetadmin/asgi.py:
 So the multipart parser reads the bytes twisted received, from memory or from one file.
 
 Memory: each request in flight holds at most REQUEST_BODY_MEMORY_BYTES of body (a larger one is
-on disk, and no longer passes through daphne's queue).
+on disk, and no longer passes through daphne's queue). The buffers bodies are read into are kept
+for the next bodies, up to REQUEST_BODY_KEEP_BYTES in all (``BodyBuffers``): a fresh buffer's
+every page was a page fault and a page the kernel zeroed (and Python zeroed it again), ~20% of the
+front's CPU on bench/uploads.py (perf: clear_page_erms).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import ctypes
 import errno
 import functools
 import io
 import sys
+import threading
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -61,6 +67,7 @@ def patch_daphne() -> None:
 
     original_init = protocol.WebRequest.__init__
     original_got_length = protocol.WebRequest.gotLength
+    original_received = protocol.WebRequest.requestReceived
     original_create = server.Server.create_application
 
     def __init__(self, *args, **kwargs):
@@ -73,10 +80,21 @@ def patch_daphne() -> None:
             transport.bufferSize = RECEIVE_BYTES
         if length is not None and length <= settings.REQUEST_BODY_MEMORY_BYTES:
             self.content = BodyInMemory(length)
-            if length > TAIL_BYTES and type(transport).doRead is tcp.Connection.doRead and hasattr(transport, "socket"):
+            reads = getattr(type(transport), "doRead", None)  # none on a test's transport
+            if length > TAIL_BYTES and reads is tcp.Connection.doRead and hasattr(transport, "socket"):
                 transport.doRead = functools.partial(_read_into, transport, self)
         else:
             original_got_length(self, length)  # a temporary file (a BytesIO under 100 kB)
+
+    def requestReceived(self, command, path, version):
+        # The body is in: the connection's next request is read 64 KiB at a time again (twisted's
+        # own size) until its length is known. Twisted splits a request's head off what was read
+        # one line at a time, copying the rest each time: a 1 MiB read of a head and a body's
+        # start cost ~10 copies of 1 MiB per request (perf: bytes_split, 10% of the front's faults).
+        transport = getattr(self.channel, "transport", None)
+        if transport is not None:
+            vars(transport).pop("bufferSize", None)
+        return original_received(self, command, path, version)
 
     def create_application(self, protocol_instance, scope):
         content = getattr(protocol_instance, "content", None)
@@ -88,6 +106,7 @@ def patch_daphne() -> None:
 
     protocol.WebRequest.__init__ = __init__
     protocol.WebRequest.gotLength = gotLength
+    protocol.WebRequest.requestReceived = requestReceived
     server.Server.create_application = create_application
     protocol.WebRequest._fleetadmin_bodies = True
 
@@ -130,8 +149,13 @@ class MemoryReader(io.RawIOBase):
 
     def __init__(self, view: memoryview):
         super().__init__()
-        self.view = view
+        self.view = memoryview(view)  # its own, let go of when it is closed
         self._position = 0
+
+    def close(self) -> None:
+        super().close()
+        with contextlib.suppress(BufferError):  # a reader (PDFium, hashlib) still points into it
+            self.view.release()
 
     def readable(self) -> bool:
         return True
@@ -174,16 +198,113 @@ class BodyStream(io.BufferedReader):
 
     def __init__(self, body: bytearray):
         super().__init__(MemoryReader(memoryview(body)))
-        self.body = body
+        self.body: bytearray | None = body
+
+    def close(self) -> None:
+        super().close()
+        self.body = None  # the buffer, free for another body once nothing else points into it (BodyBuffers)
+
+
+# CPython's own functions: a bytearray of a size, not zeroed (``PyByteArray_FromStringAndSize`` with
+# no bytes to copy), and a bytearray resized within what it has allocated: no copy, nothing written.
+_bytearray_of_size = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_ssize_t)(
+    ("PyByteArray_FromStringAndSize", ctypes.pythonapi)
+)
+_bytearray_resize = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_ssize_t)(
+    ("PyByteArray_Resize", ctypes.pythonapi)
+)
+_EMPTY_SIZE = bytearray().__sizeof__()
+
+
+def _allocated(buffer: bytearray) -> int:
+    """The bytes ``buffer`` has allocated (its length and what it can grow to without a copy)."""
+    return buffer.__sizeof__() - _EMPTY_SIZE
+
+
+def _references(buffers: list[bytearray], index: int) -> int:
+    return sys.getrefcount(buffers[index])
+
+
+# The references to a buffer that nothing but BodyBuffers' list holds, as _references counts them.
+_KEPT_ONLY = _references([bytearray()], 0)
+
+
+class BodyBuffers:
+    """The buffers bodies are read into, kept for the bodies that follow, up to
+    REQUEST_BODY_KEEP_BYTES of them in all (in use or not). A fresh buffer of a body's size was a
+    fresh mapping from the kernel, each of its pages a fault and a page zeroed, then zeroed again by
+    ``bytearray(length)``, and unmapped when the request ended: ~20% of the front's CPU on
+    bench/uploads.py (perf: clear_page_erms, __memset), glibc's tunables did not keep it mapped.
+
+    A kept buffer is free again once nothing but this list refers to it: the request, its files,
+    every view of them (a memoryview holds the buffer) gone. References are counted, not handed
+    back, so no view of a buffer, wherever it is and however long it lives, ever sees the buffer
+    hold another body. A buffer handed out again still holds an earlier body's bytes beyond what
+    its new body received: ``BodyInMemory`` shows only what it received."""
+
+    SMALLEST = 1024 * 1024  # a smaller body gets a buffer of its own, from malloc's heap as before
+    HEADROOM = 4  # a new kept buffer can grow by 1/4 in place, and serves bodies half its size or more
+
+    def __init__(self) -> None:
+        self._kept: list[bytearray] = []
+        self._lock = threading.Lock()  # twisted's thread takes them; tests may take them anywhere
+
+    def take(self, length: int) -> bytearray:
+        """A buffer of ``length`` bytes, not zeroed: whatever it holds is not this body's until written."""
+        if length < self.SMALLEST:
+            return bytearray(length)
+        with self._lock:
+            buffer = self._free(length)
+            if buffer is None:
+                buffer = self._new(length)
+        _bytearray_resize(buffer, length)
+        return buffer
+
+    def kept(self) -> list[bytearray]:
+        return list(self._kept)
+
+    def _free(self, length: int) -> bytearray | None:
+        """The smallest kept buffer free for a body of ``length`` bytes, if one is: CPython's resize
+        keeps its allocation for any size from half of it to all of it."""
+        best = None
+        for index in range(len(self._kept)):
+            allocated = _allocated(self._kept[index])
+            if allocated // 2 <= length < allocated and _references(self._kept, index) == _KEPT_ONLY:
+                if best is None or allocated < _allocated(self._kept[best]):
+                    best = index
+        return None if best is None else self._kept[best]
+
+    def _new(self, length: int) -> bytearray:
+        """A new buffer for ``length`` bytes, kept if there is room (made from the oldest free ones)."""
+        allocated = min(length + length // self.HEADROOM, max(length, settings.REQUEST_BODY_MEMORY_BYTES)) + 1
+        budget = settings.REQUEST_BODY_KEEP_BYTES - sum(_allocated(buffer) for buffer in self._kept)
+        free = [index for index in range(len(self._kept)) if _references(self._kept, index) == _KEPT_ONLY]
+        if budget < allocated <= budget + sum(_allocated(self._kept[index]) for index in free):
+            dropped = []
+            for index in free:
+                if budget >= allocated:
+                    break
+                budget += _allocated(self._kept[index])
+                dropped.append(index)
+            for index in reversed(dropped):
+                del self._kept[index]
+        buffer = _bytearray_of_size(None, allocated - 1)
+        if budget >= allocated:
+            self._kept.append(buffer)
+        return buffer
+
+
+BUFFERS = BodyBuffers()
 
 
 class BodyInMemory:
-    """Twisted's content file for a body of known length kept in memory: one buffer of that length,
-    filled as the body arrives (by the socket itself, ``receive``, or by twisted's writes), and
-    read as a file (``BodyStream``, sharing the buffer) once it is in."""
+    """Twisted's content file for a body of known length kept in memory: one buffer of that length
+    (``BodyBuffers``), filled as the body arrives (by the socket itself, ``receive``, or by
+    twisted's writes), and read as a file (``BodyStream``, sharing the buffer) once it is in: only
+    what arrived, never what the buffer held before."""
 
-    def __init__(self, length: int) -> None:
-        self._buffer = bytearray(length)
+    def __init__(self, length: int, buffers: BodyBuffers = BUFFERS) -> None:
+        self._buffer = buffers.take(length)
         self._size = 0
         self._file: BodyStream | None = None
 
@@ -219,8 +340,9 @@ class BodyInMemory:
         """The body as one file, at the position written to."""
         if self._file is None:
             if self._size < len(self._buffer):
-                del self._buffer[self._size :]  # cut short (a connection lost): what came
+                del self._buffer[self._size :]  # cut short (a connection lost): what came, nothing more
             self._file = BodyStream(self._buffer)
+            self._buffer = None  # the file's now: let go of with it
             self._file.seek(self._size)
         return self._file
 

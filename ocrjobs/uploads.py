@@ -16,6 +16,7 @@ give the same fields and files (names, types, bytes) for every body this one tak
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 
@@ -55,7 +56,12 @@ def parse_in_memory(request: HttpRequest) -> bool:
     """Set ``request.POST`` and ``request.FILES`` from a plain multipart body held in memory, and
     answer True; False (nothing done) for any other body, which Django's parser then reads."""
     stream = getattr(request, "_stream", None)
-    if not isinstance(stream, BodyStream | io.BytesIO) or request._read_started or hasattr(request, "_files"):
+    if (
+        not isinstance(stream, BodyStream | io.BytesIO)
+        or stream.closed
+        or request._read_started
+        or hasattr(request, "_files")
+    ):
         return False
     handlers = request.upload_handlers
     if [type(h) for h in handlers] != [MemoryFileUploadHandler, HashingTemporaryFileUploadHandler]:
@@ -163,3 +169,11 @@ class BodyFile(InMemoryUploadedFile):
         super().__init__(MemoryReader(view), field_name, name, content_type, len(view), charset, extra)
         self.view = view
         self.sha256 = hashlib.sha256(view).hexdigest()  # hashlib lets go of the GIL for large buffers
+
+    def close(self) -> None:
+        """Django closes a request's files when it ends: the view let go of with it, the body's
+        buffer is free for another body (fleetadmin.bodies.BodyBuffers) even while the request
+        itself waits for the garbage collector (it is in reference cycles: ``request.user``)."""
+        super().close()
+        with contextlib.suppress(BufferError):  # something still reads it: it holds the buffer
+            self.view.release()

@@ -8,17 +8,20 @@ import asyncio
 import hashlib
 import io
 import os
+import queue
 import socket
 import threading
 
 import httpx
 import pytest
 from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIRequest
 
 from accounts.models import ApiToken
-from fleetadmin.bodies import BodyInMemory, FrontASGIHandler, _handed_body
+from fleetadmin.bodies import RECEIVE_BYTES, BodyBuffers, BodyInMemory, FrontASGIHandler, _handed_body, patch_daphne
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
+from ocrjobs.uploads import parse_in_memory
 from tests.factories import pdf_bytes
 from tools.processes import child_env, start_front
 
@@ -153,3 +156,123 @@ def test_a_body_in_memory_is_read_from_the_socket_into_its_buffer():
     assert body.file().body == data
     body.seek(0)
     assert body.readline() + body.read() == data  # as Django reads a body it does not parse in place
+
+
+MiB = 1024 * 1024
+
+
+def _body(buffers: BodyBuffers, data: bytes, length: int | None = None) -> BodyInMemory:
+    body = BodyInMemory(len(data) if length is None else length, buffers=buffers)
+    body.write(data)
+    return body
+
+
+def _read(body: BodyInMemory) -> bytes:
+    body.seek(0)
+    return body.read()
+
+
+def test_a_kept_buffer_serves_the_next_body_and_shows_only_what_that_body_received(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    first, second = os.urandom(3 * MiB), os.urandom(2 * MiB)
+    body = _body(buffers, first)
+    assert _read(body) == first
+    body.close()
+    del body
+
+    body = _body(buffers, second, length=3 * MiB)  # cut short: 2 MiB of the 3 it announced came
+
+    [kept] = buffers.kept()
+    assert body.file().body is kept  # the first body's buffer, not zeroed, not a new one
+    assert _read(body) == second  # and nothing of the first body's bytes after it
+    assert bytes(body.file().body) == second
+
+
+def test_a_buffer_some_view_still_reads_is_never_handed_to_another_body(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    first = os.urandom(2 * MiB)
+    body = _body(buffers, first)
+    view = memoryview(body.file().body)[100:200]  # as a file parsed from the body points into it
+    first_buffer = id(body.file().body)
+    body.close()
+    del body
+
+    other = _body(buffers, os.urandom(2 * MiB))
+
+    assert id(other.file().body) != first_buffer
+    assert view.tobytes() == first[100:200]
+    view.release()
+    assert id(_body(buffers, os.urandom(2 * MiB)).file().body) == first_buffer  # free once the view is gone
+
+
+def test_the_kept_buffers_stay_within_the_kept_bytes(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 6 * MiB
+    buffers = BodyBuffers()
+
+    bodies = [_body(buffers, os.urandom(2 * MiB)) for _ in range(4)]  # 2.5 MiB allocated each
+
+    assert len(buffers.kept()) == 2
+    assert all(_read(body) == body.file().body for body in bodies)
+    del bodies
+    big = _body(buffers, os.urandom(4 * MiB))  # 5 MiB: room made from the free ones
+    assert buffers.kept() == [big.file().body]
+
+
+def test_a_request_closed_lets_go_of_its_buffer_while_the_request_object_lives(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    documents = [_unique_pdf(n, padding=400_000) for n in range(2)]
+    sent = httpx.Request(
+        "POST", "http://front/v1/jobs", files=[("files", (f"d{n}.pdf", d)) for n, d in enumerate(documents)]
+    )
+    data = sent.read()
+    headers = [(b"content-type", sent.headers["content-type"].encode()), (b"content-length", str(len(data)).encode())]
+    body = _body(buffers, data)
+    request = ASGIRequest({"type": "http", "method": "POST", "path": "/v1/jobs", "headers": headers}, body.file())
+    assert parse_in_memory(request)
+    files = request.FILES.getlist("files")
+    assert [f.read() for f in files] == documents
+    [buffer] = buffers.kept()
+    buffer_id = id(buffer)
+    del buffer, body
+
+    request.close()  # what Django does once the response is sent: its files closed,
+    request._stream.close()  # and the body file (ASGIHandler.handle)
+
+    assert id(_body(buffers, data).file().body) == buffer_id  # though request and files still exist
+    assert files[0].closed
+
+
+class _Server:
+    """What daphne's WebRequest asks of its server, up to handing the request over."""
+
+    proxy_forwarded_address_header = None
+    root_path = ""
+    request_buffer_size = 65536
+
+    def protocol_connected(self, protocol):
+        pass
+
+    def create_application(self, protocol, scope):
+        return queue.SimpleQueue()
+
+
+def test_once_a_large_body_is_in_the_connection_reads_the_next_head_in_small_reads():
+    from daphne import http_protocol, server  # noqa: F401  (what patch_daphne patches)
+    from twisted.internet.testing import StringTransport
+
+    patch_daphne()
+    factory = http_protocol.HTTPFactory(_Server())
+    factory.timeOut = None
+    channel = factory.buildProtocol(None)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    body = os.urandom(RECEIVE_BYTES + 1)
+
+    channel.dataReceived(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert transport.bufferSize == RECEIVE_BYTES  # the body, read 1 MiB at a time
+    channel.dataReceived(body)
+
+    assert "bufferSize" not in vars(transport)  # the next request's head: twisted's own 64 KiB again
