@@ -193,3 +193,75 @@ def test_only_plain_http_goes_this_way():
             await client().post("https://pod.example", "/v1/ocr", b"{}")
 
     run(scenario)
+
+
+# --- the dispatch loop on this client ----------------------------------------------------------------
+
+
+class PodsFailingWith:
+    """A PodClient stand-in whose every POST raises ``error``; remembers the pods asked."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+        self.asked: list[str] = []
+
+    async def post(self, base_url, path, body, *, token=""):
+        self.asked.append(base_url)
+        raise self.error
+
+
+def loop_with(pods) -> tuple:
+    from types import SimpleNamespace
+
+    from ocrjobs.dispatch import loop as dispatch
+    from ocrjobs.dispatch.lanes import FleetCounts
+    from ocrjobs.services.pages import ClaimedPage, page_attempt_failed
+
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.pods = pods
+    failed = []
+
+    async def db(fn, /, **kwargs):
+        if fn is page_attempt_failed:
+            failed.append(kwargs["error"])
+            return "retry"
+        return None
+
+    loop.db = db
+    loop.wakeup = asyncio.Event()
+    loop.lanes.sync([(7, "http://pod-7", 1, "")], FleetCounts(ready=1))
+    loop.held[7] = {"a" * 64}  # the pod holds the document: no PUT
+    page = ClaimedPage(id=41, job_id=1, position=0, document_id=1, source="p.png", sha256="a" * 64, number=1,
+                       languages="eng", attempts=1)  # fmt: skip
+    return loop, page, failed
+
+
+def test_a_pod_that_takes_no_connection_gets_the_page_handed_back_with_no_attempt_spent():
+    async def scenario():
+        loop, page, failed = loop_with(PodsFailingWith(PodRefused("refused")))
+        loop.queue.append(page)
+        loop.start_forwards()
+        await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+        return loop, page, failed
+
+    loop, page, failed = run_plain(scenario)
+    assert loop.pods.asked == ["http://pod-7"]
+    assert (list(loop.queue), failed) == ([page], []), "back at the head of the queue, no attempt spent"
+    assert 7 in loop.shunned and 7 not in loop.lanes.pods
+
+
+def test_a_connection_broken_after_the_request_went_out_is_a_failed_attempt_of_the_pod():
+    async def scenario():
+        loop, page, failed = loop_with(PodsFailingWith(PodDisconnected("the pod closed the connection")))
+        loop.queue.append(page)
+        loop.start_forwards()
+        await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+        return loop, failed
+
+    loop, failed = run_plain(scenario)
+    assert len(failed) == 1 and "the pod is unreachable" in failed[0]
+    assert loop.lanes.pods[7].failures == 1 and not loop.queue
+
+
+def run_plain(scenario):
+    return asyncio.run(scenario())
