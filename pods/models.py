@@ -40,6 +40,9 @@ class Pool(models.Model):
     max_dollars_per_hour = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: no boot past this $/h"
     )
+    nudged_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="a nudged tick was queued then and has not started yet"
+    )
     config = models.JSONField(default=dict, blank=True, help_text="provider settings (candidates, image, env)")
     created_at = models.DateTimeField(auto_now_add=True)
 

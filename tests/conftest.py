@@ -101,6 +101,7 @@ def queued(db):
     queues = brokers()
     for broker in queues.values():
         broker.purge_queue()
+    Pool.objects.update(nudged_at=None)  # the nudged ticks just purged no longer hold nudges back
 
     def tasks(*work_classes: str) -> list[str]:
         found = []

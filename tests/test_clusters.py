@@ -187,6 +187,42 @@ def test_the_scaler_tick_asks_for_a_pass_too(queued, local_pool, due_pools, djan
     assert "pods.tasks.advance_pods" in queued(PASSES)
 
 
+def test_nudges_coalesce_while_a_nudged_tick_waits_in_the_queue(queued, local_pool):
+    other = Pool.objects.create(key="other", provider="local")
+    tasks.nudge_scaler(local_pool.pk)
+    tasks.nudge_scaler(local_pool.pk)  # the first one's tick has not started: it covers this one
+    tasks.nudge_scaler(other.pk)  # another pool's nudge is its own
+    assert queued() == ["pods.tasks.scaler_tick"] * 2
+
+
+def test_a_nudge_after_the_tick_started_queues_another(queued, local_pool, monkeypatch):
+    tasks.nudge_scaler(local_pool.pk)
+    seen = []
+    monkeypatch.setattr(tasks.scaler, "pool_tick", lambda *, pool: seen.append(queued()) or pool)
+    monkeypatch.setattr(tasks.passes, "pass_tick", lambda: None)
+
+    tasks.scaler_tick(local_pool.pk)
+    assert seen == [["pods.tasks.scaler_tick"]]  # the nudged one, running now
+    tasks.nudge_scaler(local_pool.pk)  # may come after the tick read what it is about
+    assert queued() == ["pods.tasks.scaler_tick"] * 2
+
+
+def test_the_minutes_tick_lets_the_next_nudge_through_too(queued, local_pool, monkeypatch):
+    monkeypatch.setattr(tasks.passes, "pass_tick", lambda: None)
+    tasks.nudge_scaler(local_pool.pk)
+    tasks.scaler_tick()
+    tasks.nudge_scaler(local_pool.pk)
+    assert queued() == ["pods.tasks.scaler_tick"] * 2
+
+
+def test_a_nudged_tick_lost_in_the_queue_holds_back_no_nudge_after_a_few_seconds(queued, local_pool):
+    tasks.nudge_scaler(local_pool.pk)
+    queued_at = timezone.now() - timedelta(seconds=tasks.NUDGE_COALESCE_SECONDS + 1)
+    Pool.objects.filter(pk=local_pool.pk).update(nudged_at=queued_at)  # its worker was killed with -9
+    tasks.nudge_scaler(local_pool.pk)
+    assert queued() == ["pods.tasks.scaler_tick"] * 2
+
+
 def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_works_again(monkeypatch, caplog):
     outcomes = [OperationalError("database is locked"), RuntimeError("boom"), None]
     closed = []

@@ -36,6 +36,7 @@ from django.utils import timezone
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, error_of
+from ocrjobs.dispatch.http import PodClient, PodDisconnected, PodRefused
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
@@ -111,6 +112,8 @@ class DispatchLoop(DocumentRoutes):
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
         self._last_nudge = -1e9
+        # Pages' POSTs to plain-HTTP pods (set by run(); None: every request goes through ``client``).
+        self.pods: PodClient | None = None
         self._documents_init()
 
     async def db(self, fn, /, **kwargs):
@@ -139,6 +142,7 @@ class DispatchLoop(DocumentRoutes):
         # client did ~160 requests/s against a zero-latency pod, aiohttp ~2,500.
         timeout = aiohttp.ClientTimeout(total=settings.PAGE_TIMEOUT_SECONDS + 10, sock_connect=5.0)
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        self.pods = PodClient(timeout=timeout.total, connect_timeout=timeout.sock_connect)
         self.wakeup = asyncio.Event()
         last_refresh = last_beat = last_jobs = last_sweep = -1e9
         claim_again_at = 0.0
@@ -196,6 +200,8 @@ class DispatchLoop(DocumentRoutes):
         finally:
             if flusher is not None:
                 flusher.cancel()
+            if self.pods is not None:
+                self.pods.close()
             await self.flush()
             if self.queue:
                 await self.db(pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
@@ -305,12 +311,12 @@ class DispatchLoop(DocumentRoutes):
                 excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
                 await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=not excused)
                 return
-            except aiohttp.ClientConnectorError as exc:
+            except (aiohttp.ClientConnectorError, PodRefused) as exc:
                 # Nothing reached the pod: the page goes to another lane on this claim.
                 self.hand_back(page)
                 await self.connection_refused(lane, exc)
                 return
-            except aiohttp.ClientError as exc:
+            except (aiohttp.ClientError, PodDisconnected) as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
                 return
             except DocumentRefused as exc:
@@ -363,12 +369,15 @@ class DispatchLoop(DocumentRoutes):
             page = dataclasses.replace(page, sha256=await self.io(_document_sha256, page.source))
         payload = json.dumps({"document": page.sha256, "page": page.number, "dpi": settings.OCR_RENDER_DPI,
                               "languages": page.languages}).encode()  # fmt: skip
-        headers = {**lane.headers, "Content-Type": "application/json"}
         for _ in range(DOCUMENT_SENDS):
             await self.send_document(page, lane)
-            async with self.client.post(f"{lane.base_url}/v1/ocr", data=payload, headers=headers) as response:
-                status = response.status
-                body = await response.read()
+            if self.pods is not None and lane.base_url.startswith("http://"):
+                status, body = await self.pods.post(lane.base_url, "/v1/ocr", payload, token=lane.token)
+            else:  # TLS (RunPod's proxy)
+                headers = {**lane.headers, "Content-Type": "application/json"}
+                async with self.client.post(f"{lane.base_url}/v1/ocr", data=payload, headers=headers) as response:
+                    status = response.status
+                    body = await response.read()
             if status != 409:
                 break
             self.forget(lane.pod_id, page.sha256)
