@@ -361,6 +361,64 @@ def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(l
     assert mallorys in both and len(both) == len(bobs) + 1
 
 
+def test_each_owners_newest_jobs_are_the_newest_of_each_status_in_turn(local_pool, ordinary_user, outsider):
+    # more active jobs than shown, queued and running interleaved, and more finished ones, for two
+    # owners: each owner's newest 20 active and newest 10 finished, whichever walk found them
+    made = {}
+    for i in range(2 * selectors.DASHBOARD_ACTIVE_JOBS + 4):
+        status = (Job.Status.QUEUED, Job.Status.RUNNING, Job.Status.DONE, Job.Status.FAILED)[i % 4]
+        for owner in (ordinary_user, outsider):
+            job = make_job(owner, local_pool, pages=1, status=status)
+            Job.objects.filter(pk=job.pk).update(created_at=timezone.now() - timedelta(minutes=i))  # newest first
+            made.setdefault(owner.pk, []).append((job.pk, status in (Job.Status.QUEUED, Job.Status.RUNNING)))
+
+    def expected(owner_id):  # newest first, as made
+        return [pk for pk, active in made[owner_id] if active][: selectors.DASHBOARD_ACTIVE_JOBS] + [
+            pk for pk, active in made[owner_id] if not active
+        ][: selectors.DASHBOARD_FINISHED_JOBS]
+
+    both = selectors.jobs_for_dashboard(owner_ids=[ordinary_user.pk, outsider.pk])
+    everybody = selectors.jobs_for_dashboard()
+
+    assert [job.pk for job in selectors.jobs_for_dashboard(owner_ids=[outsider.pk])] == expected(outsider.pk)
+    assert [job.pk for job in both if job.owner_id == ordinary_user.pk] == expected(ordinary_user.pk)
+    assert [job.pk for job in both if job.owner_id == outsider.pk] == expected(outsider.pk)
+    assert len([job for job in everybody if not job.is_finished]) == selectors.DASHBOARD_ACTIVE_JOBS
+    assert [job.created_at for job in everybody[: selectors.DASHBOARD_ACTIVE_JOBS]] == sorted(
+        (job.created_at for job in Job.objects.exclude(status__in=Job.FINISHED)), reverse=True
+    )[: selectors.DASHBOARD_ACTIVE_JOBS]
+
+
+def test_the_dashboards_newest_jobs_are_one_statement_for_staff_and_for_any_number_of_owners(
+    local_pool, ordinary_user, outsider
+):
+    make_job(ordinary_user, local_pool, pages=1)
+    make_job(outsider, local_pool, pages=1, status=Job.Status.DONE)
+    for owner_ids in (None, [ordinary_user.pk], [ordinary_user.pk, outsider.pk]):
+        selectors.jobs_for_dashboard(owner_ids=owner_ids)  # (compiled at its first call)
+        with CaptureQueriesContext(connection) as captured:
+            assert selectors.jobs_for_dashboard(owner_ids=owner_ids)
+        assert len(captured) == 1, owner_ids
+        assert "ROW_NUMBER" not in captured[0]["sql"].upper()  # (no ranking of whole histories)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan, which does not depend on the table's size")
+def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_history(db, ordinary_user, outsider):
+    query = selectors._owners_jobs.build(owner_ids=[ordinary_user.pk, outsider.pk]).query
+    sql, params = query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        plan = [row[-1] for row in cursor.fetchall()]
+
+    walks = [step for step in plan if "ocrjobs_job USING" in step and "PRIMARY KEY" not in step]
+    assert len(walks) == 6, plan  # two owners, three walks each
+    assert all(re.search(r"USING (COVERING )?INDEX job_owner_(status_)?created_idx \(owner_id=\?", w) for w in walks), (
+        plan
+    )
+    assert sum("status=?" in w for w in walks) == 4, plan
+    assert not [step for step in plan if re.match(r"SCAN ocrjobs_job\b", step)], plan
+
+
 def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
     now = timezone.now()
     fleet_context, _ = dashboard.fleet_snapshot(now=now)
