@@ -419,6 +419,30 @@ def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_h
     assert not [step for step in plan if re.match(r"SCAN ocrjobs_job\b", step)], plan
 
 
+def test_the_recent_boots_and_the_last_hours_failures_are_one_statement_each_its_own_newest(fleet):
+    now = timezone.now()
+    for i in range(30):  # failures older than the newest boots, one of them out of the hour
+        outcome = "created" if i < 18 else "error"
+        BootAttempt.objects.create(pod=fleet.ready, candidate=f"c{i}", outcome=outcome, seconds=1.0,
+                                   created_at=now - timedelta(minutes=2 * i))  # fmt: skip
+    attempts = BootAttempt.objects.order_by("-created_at", "-id")
+    expected_boots = list(attempts[: dashboard.RECENT_BOOTS])
+    failing = attempts.exclude(outcome="created").filter(created_at__gte=now - dashboard.FAILURE_WINDOW)
+    expected_failures = list(failing[: dashboard.RECENT_FAILURES])
+
+    dashboard.boot_attempts(now=now)  # (compiled at its first call)
+    with CaptureQueriesContext(connection) as captured:
+        boots, failures = dashboard.boot_attempts(now=now)
+
+    assert len(captured) == 1
+    assert boots == expected_boots and failures == expected_failures
+    # most failures are older than the newest boots: the second walk's, not the first's
+    assert len(failures) == dashboard.RECENT_FAILURES and len(set(failures) - set(boots)) >= 8
+    with CaptureQueriesContext(connection) as captured:
+        shown = [(b.pod.name, b.pod.pool.key) for b in boots + failures]
+    assert len(captured) == 0 and shown == [(b.pod.name, b.pod.pool.key) for b in expected_boots + expected_failures]
+
+
 def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):
     now = timezone.now()
     fleet_context, _ = dashboard.fleet_snapshot(now=now)
