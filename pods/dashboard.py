@@ -1,10 +1,11 @@
 """The dashboard's reads and fragments.
 
 One snapshot of the fleet is read in a fixed handful of queries (nothing per
-pod or per job: nine for staff, the pods summed from the status snapshot and in
+pod or per job: seven for staff, the pods summed from the status snapshot and in
 SQL; each bounded by what it shows, not by history, and its SQL compiled once per
-process, fleetadmin/compiled.py) and rendered into partial templates, one per section, each only when what it
-shows changed (pods/sections.py). Each partial carries its own id and
+process, fleetadmin/compiled.py; bench/dashboard_reads.py times each) and rendered
+into partial templates, one per section, each only when what it shows changed
+(pods/sections.py). Each partial carries its own id and
 ``hx-swap-oob``, so the same HTML serves the first page and every websocket
 update. Staff get every section, with release buttons and everybody's jobs; other
 users get the fleet summary and their own jobs, and never a staff-only section.

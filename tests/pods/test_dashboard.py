@@ -225,6 +225,17 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
     assert queries() == before
 
 
+def test_a_staff_push_is_seven_statements(fleet, ordinary_user):
+    # the pods' spend, the last minutes' pages, the boot attempts, the failed pods, the loops, the
+    # jobs, their pages: the reads of one statement each (fleetadmin.compiled.IdsOf)
+    dashboard.render_payloads(staff=True, user_ids=[])  # (compiled, and the settled minutes kept)
+    fleet_status_snapshot.get()
+    with CaptureQueriesContext(connection) as captured:
+        dashboard.render_payloads(staff=True, user_ids=[])
+
+    assert len(captured) == 7, [query["sql"][:80] for query in captured]
+
+
 def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
     def renders() -> list[str]:
         rendered: list[str] = []
