@@ -17,9 +17,11 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import (
     Avg,
+    BigIntegerField,
     Case,
     Count,
     DateTimeField,
+    Expression,
     F,
     Func,
     Max,
@@ -31,6 +33,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -167,14 +170,38 @@ def _newest_jobs():
     return _newest_rows(IdsOf(*_newest(Job.objects.all())))
 
 
+class _OwnersNewestIds(Expression):
+    """The ids of each owner's newest jobs (_newest's walks, each owner's own): on SQLite the
+    walks of every owner joined with UNION ALL (IdsOf); on PostgreSQL each walk once, LATERAL
+    over the owners, since planning a UNION ALL of three walks an owner grew faster than the
+    owners did (10 owners 2.7 ms, 50 owners 33 ms) where the LATERAL plan stays one size."""
+
+    output_field = BigIntegerField()
+
+    def __init__(self, owner_ids: list[int]) -> None:
+        super().__init__()
+        self.owner_ids = list(owner_ids)
+
+    def as_sql(self, compiler, connection):
+        walks = (walk for owner_id in self.owner_ids for walk in _newest(Job.objects.filter(owner_id=owner_id)))
+        return IdsOf(*walks).as_sql(compiler, connection)
+
+    def as_postgresql(self, compiler, connection):
+        owners = ", ".join(["(%s)"] * len(self.owner_ids))
+        sqls, params = [], []
+        for walk in _newest(Job.objects.filter(owner_id=RawSQL("owners.id", ()))):
+            sql, walk_params = walk.values("pk").query.get_compiler(connection=connection).as_sql()
+            sqls.append(f"SELECT walk.pk FROM (VALUES {owners}) AS owners (id) CROSS JOIN LATERAL ({sql}) walk")
+            params += [*self.owner_ids, *walk_params]
+        return "(" + " UNION ALL ".join(sqls) + ")", params
+
+
 @compiled_read
 def _owners_jobs(owner_ids):
     # Each owner's walks down the (owner, status, created_at, id) and (owner, created_at, id)
     # indexes. (Ranking each owner's jobs with ROW_NUMBER read every job the owners ever made,
     # every second: 250 ms on PostgreSQL for two owners of 10,000 jobs each, 37 on SQLite.)
-    return _newest_rows(
-        IdsOf(*(part for owner_id in owner_ids for part in _newest(Job.objects.filter(owner_id=owner_id))))
-    )
+    return _newest_rows(_OwnersNewestIds(owner_ids))
 
 
 @dataclass

@@ -413,6 +413,18 @@ def test_the_dashboards_newest_jobs_are_one_statement_for_staff_and_for_any_numb
         assert "ROW_NUMBER" not in captured[0]["sql"].upper()  # (no ranking of whole histories)
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statement (SQLite's: a walk each)")
+def test_on_postgresql_the_owners_jobs_are_three_walks_whatever_the_number_of_owners(local_pool, ordinary_user):
+    make_job(ordinary_user, local_pool, pages=1)
+    for owners in (1, 20):
+        owner_ids = [ordinary_user.pk] + list(range(10**6, 10**6 + owners - 1))
+        with CaptureQueriesContext(connection) as captured:
+            assert [job.owner_id for job in selectors.jobs_for_dashboard(owner_ids=owner_ids)] == [ordinary_user.pk]
+        sql = captured[-1]["sql"]
+        # (a UNION ALL of three walks an owner took PostgreSQL 33 ms to plan for 50 owners)
+        assert sql.count("LIMIT") == 3 and sql.count("LATERAL") == 3, sql
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan, which does not depend on the table's size")
 def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_history(db, ordinary_user, outsider):
     query = selectors._owners_jobs.build(owner_ids=[ordinary_user.pk, outsider.pk]).query
