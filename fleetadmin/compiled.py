@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import BigIntegerField, Expression
 from django.db.models.query import ModelIterable, ValuesListIterable, get_related_populators
 
 # Datetime stand-ins lie in the 18th-19th centuries (nine at most), SPACING apart: a parameter
@@ -194,3 +195,29 @@ def compiled_read(build: Callable) -> CompiledRead:
     """``build(**arguments)`` -> queryset, compiled once per database and shape of arguments;
     calling the result runs it with the values given and returns the list of its rows."""
     return CompiledRead(build)
+
+
+class IdsOf(Expression):
+    """The ids a few sliced querysets select, as one subquery: ``filter(pk__in=IdsOf(a, b))``.
+
+    Each part is a short walk down an index (``ORDER BY … LIMIT n``); the parts are joined with
+    UNION ALL, each wrapped in a derived table (SQLite refuses LIMIT in a compound's parts).
+    Several bounded reads become one statement, a round trip and a plan fewer, without the
+    ``pk IN (…) OR pk IN (…)`` that PostgreSQL ran by filtering every row of the table.
+    """
+
+    output_field = BigIntegerField()
+
+    def __init__(self, *parts) -> None:
+        super().__init__()
+        if not parts:
+            raise ValueError("IdsOf needs at least one queryset")
+        self.parts = [part.values("pk") for part in parts]
+
+    def as_sql(self, compiler, connection):
+        sqls, params = [], []
+        for i, part in enumerate(self.parts):
+            sql, part_params = part.query.get_compiler(connection=connection).as_sql()
+            sqls.append(f"SELECT * FROM ({sql}) ids_{i}")
+            params.extend(part_params)
+        return "(" + " UNION ALL ".join(sqls) + ")", params

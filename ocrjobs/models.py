@@ -50,9 +50,15 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        # The dashboard's newest jobs, active and finished, walk it down: a few rows each second
-        # however many jobs were ever made (ocrjobs.selectors.jobs_for_dashboard).
-        indexes = [models.Index(fields=["created_at", "id"], name="job_created_idx")]
+        # The dashboard's newest jobs, active and finished, everybody's and each owner's, walk
+        # these down: a few rows each second however many jobs were ever made
+        # (ocrjobs.selectors.jobs_for_dashboard).
+        indexes = [
+            models.Index(fields=["created_at", "id"], name="job_created_idx"),
+            models.Index(fields=["status", "created_at", "id"], name="job_status_created_idx"),
+            models.Index(fields=["owner", "created_at", "id"], name="job_owner_created_idx"),
+            models.Index(fields=["owner", "status", "created_at", "id"], name="job_owner_status_created_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.pk}"

@@ -12,7 +12,7 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleetadmin.compiled import compiled_read
+from fleetadmin.compiled import IdsOf, compiled_read
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Job
 from pods.models import BootAttempt, Pod
@@ -108,6 +108,30 @@ def test_lists_of_ids_of_each_length_are_compiled_on_their_own(pods, local_pool,
     with CaptureQueriesContext(connection) as captured:
         assert pages(job_ids=[]) == []
     assert len(captured) == 0
+
+
+def test_ids_of_sliced_querysets_are_one_subquery_with_each_calls_values(pods, local_pool):
+    BootAttempt.objects.bulk_create(
+        [BootAttempt(pod=pods[i % 3], candidate=f"c{i}", outcome="created" if i % 2 else "error", seconds=1.0)
+         for i in range(8)]
+    )  # fmt: skip
+    newest = compiled_read(
+        lambda pod_id: (
+            BootAttempt.objects.filter(
+                pk__in=IdsOf(
+                    BootAttempt.objects.filter(pod_id=pod_id).order_by("-id")[:1],
+                    BootAttempt.objects.exclude(outcome="created").order_by("-id")[:2],
+                )
+            )
+            .order_by("id")
+            .values_list("candidate")
+        )
+    )
+
+    with CaptureQueriesContext(connection) as captured:
+        assert newest(pod_id=pods[0].pk) == [("c4",), ("c6",)]  # c6 is both walks' (pods[0]: c0, c3, c6)
+        assert newest(pod_id=pods[1].pk) == [("c4",), ("c6",), ("c7",)]
+    assert len(captured) == 2
 
 
 @pytest.mark.parametrize(

@@ -225,6 +225,17 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
     assert queries() == before
 
 
+def test_a_staff_push_is_seven_statements(fleet, ordinary_user):
+    # the pods' spend, the last minutes' pages, the boot attempts, the failed pods, the loops, the
+    # jobs, their pages: the reads of one statement each (fleetadmin.compiled.IdsOf)
+    dashboard.render_payloads(staff=True, user_ids=[])  # (compiled, and the settled minutes kept)
+    fleet_status_snapshot.get()
+    with CaptureQueriesContext(connection) as captured:
+        dashboard.render_payloads(staff=True, user_ids=[])
+
+    assert len(captured) == 7, [query["sql"][:80] for query in captured]
+
+
 def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
     def renders() -> list[str]:
         rendered: list[str] = []
@@ -359,6 +370,100 @@ def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(l
     assert len(bobs) == selectors.DASHBOARD_ACTIVE_JOBS + selectors.DASHBOARD_FINISHED_JOBS
     assert {j.owner_id for j in bobs} == {ordinary_user.pk}
     assert mallorys in both and len(both) == len(bobs) + 1
+
+
+def test_each_owners_newest_jobs_are_the_newest_of_each_status_in_turn(local_pool, ordinary_user, outsider):
+    # more active jobs than shown, queued and running interleaved, and more finished ones, for two
+    # owners: each owner's newest 20 active and newest 10 finished, whichever walk found them
+    made = {}
+    for i in range(2 * selectors.DASHBOARD_ACTIVE_JOBS + 4):
+        status = (Job.Status.QUEUED, Job.Status.RUNNING, Job.Status.DONE, Job.Status.FAILED)[i % 4]
+        for owner in (ordinary_user, outsider):
+            job = make_job(owner, local_pool, pages=1, status=status)
+            Job.objects.filter(pk=job.pk).update(created_at=timezone.now() - timedelta(minutes=i))  # newest first
+            made.setdefault(owner.pk, []).append((job.pk, status in (Job.Status.QUEUED, Job.Status.RUNNING)))
+
+    def expected(owner_id):  # newest first, as made
+        return [pk for pk, active in made[owner_id] if active][: selectors.DASHBOARD_ACTIVE_JOBS] + [
+            pk for pk, active in made[owner_id] if not active
+        ][: selectors.DASHBOARD_FINISHED_JOBS]
+
+    both = selectors.jobs_for_dashboard(owner_ids=[ordinary_user.pk, outsider.pk])
+    everybody = selectors.jobs_for_dashboard()
+
+    assert [job.pk for job in selectors.jobs_for_dashboard(owner_ids=[outsider.pk])] == expected(outsider.pk)
+    assert [job.pk for job in both if job.owner_id == ordinary_user.pk] == expected(ordinary_user.pk)
+    assert [job.pk for job in both if job.owner_id == outsider.pk] == expected(outsider.pk)
+    assert len([job for job in everybody if not job.is_finished]) == selectors.DASHBOARD_ACTIVE_JOBS
+    assert [job.created_at for job in everybody[: selectors.DASHBOARD_ACTIVE_JOBS]] == sorted(
+        (job.created_at for job in Job.objects.exclude(status__in=Job.FINISHED)), reverse=True
+    )[: selectors.DASHBOARD_ACTIVE_JOBS]
+
+
+def test_the_dashboards_newest_jobs_are_one_statement_for_staff_and_for_any_number_of_owners(
+    local_pool, ordinary_user, outsider
+):
+    make_job(ordinary_user, local_pool, pages=1)
+    make_job(outsider, local_pool, pages=1, status=Job.Status.DONE)
+    for owner_ids in (None, [ordinary_user.pk], [ordinary_user.pk, outsider.pk]):
+        selectors.jobs_for_dashboard(owner_ids=owner_ids)  # (compiled at its first call)
+        with CaptureQueriesContext(connection) as captured:
+            assert selectors.jobs_for_dashboard(owner_ids=owner_ids)
+        assert len(captured) == 1, owner_ids
+        assert "ROW_NUMBER" not in captured[0]["sql"].upper()  # (no ranking of whole histories)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statement (SQLite's: a walk each)")
+def test_on_postgresql_the_owners_jobs_are_three_walks_whatever_the_number_of_owners(local_pool, ordinary_user):
+    make_job(ordinary_user, local_pool, pages=1)
+    for owners in (1, 20):
+        owner_ids = [ordinary_user.pk] + list(range(10**6, 10**6 + owners - 1))
+        with CaptureQueriesContext(connection) as captured:
+            assert [job.owner_id for job in selectors.jobs_for_dashboard(owner_ids=owner_ids)] == [ordinary_user.pk]
+        sql = captured[-1]["sql"]
+        # (a UNION ALL of three walks an owner took PostgreSQL 33 ms to plan for 50 owners)
+        assert sql.count("LIMIT") == 3 and sql.count("LATERAL") == 3, sql
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan, which does not depend on the table's size")
+def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_history(db, ordinary_user, outsider):
+    query = selectors._owners_jobs.build(owner_ids=[ordinary_user.pk, outsider.pk]).query
+    sql, params = query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        plan = [row[-1] for row in cursor.fetchall()]
+
+    walks = [step for step in plan if "ocrjobs_job USING" in step and "PRIMARY KEY" not in step]
+    assert len(walks) == 6, plan  # two owners, three walks each
+    assert all(re.search(r"USING (COVERING )?INDEX job_owner_(status_)?created_idx \(owner_id=\?", w) for w in walks), (
+        plan
+    )
+    assert sum("status=?" in w for w in walks) == 4, plan
+    assert not [step for step in plan if re.match(r"SCAN ocrjobs_job\b", step)], plan
+
+
+def test_the_recent_boots_and_the_last_hours_failures_are_one_statement_each_its_own_newest(fleet):
+    now = timezone.now()
+    for i in range(30):  # failures older than the newest boots, one of them out of the hour
+        outcome = "created" if i < 18 else "error"
+        BootAttempt.objects.create(pod=fleet.ready, candidate=f"c{i}", outcome=outcome, seconds=1.0,
+                                   created_at=now - timedelta(minutes=2 * i))  # fmt: skip
+    attempts = BootAttempt.objects.order_by("-created_at", "-id")
+    expected_boots = list(attempts[: dashboard.RECENT_BOOTS])
+    failing = attempts.exclude(outcome="created").filter(created_at__gte=now - dashboard.FAILURE_WINDOW)
+    expected_failures = list(failing[: dashboard.RECENT_FAILURES])
+
+    dashboard.boot_attempts(now=now)  # (compiled at its first call)
+    with CaptureQueriesContext(connection) as captured:
+        boots, failures = dashboard.boot_attempts(now=now)
+
+    assert len(captured) == 1
+    assert boots == expected_boots and failures == expected_failures
+    # most failures are older than the newest boots: the second walk's, not the first's
+    assert len(failures) == dashboard.RECENT_FAILURES and len(set(failures) - set(boots)) >= 8
+    with CaptureQueriesContext(connection) as captured:
+        shown = [(b.pod.name, b.pod.pool.key) for b in boots + failures]
+    assert len(captured) == 0 and shown == [(b.pod.name, b.pod.pool.key) for b in expected_boots + expected_failures]
 
 
 def test_the_charts_count_pages_per_minute_and_dollars_per_hour(fleet):

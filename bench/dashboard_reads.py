@@ -1,0 +1,102 @@
+"""The dashboard push's reads one by one: each statement's time, and its plan.
+
+    .venv/bin/python bench/dashboard_reads.py [--database-url postgres://...] [--explain]
+
+Seeds what bench/status_history.py seeds (a week of pages, then the fleet: 500 ready pods and
+300 jobs), makes the staff push as the broadcaster does (pods.dashboard.render_payloads, its
+sections kept from the push before) many times, and prints for each statement of a push its
+median milliseconds as the client waits for it (a connection.execute_wrapper), then the
+push's own median; with ``--explain``, each statement's plan (PostgreSQL: EXPLAIN (ANALYZE,
+BUFFERS); SQLite: EXPLAIN QUERY PLAN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._setup import django_for_bench
+from bench.status_history import populate, populate_fleet
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=20_000)
+    parser.add_argument("--recent", type=int, default=600)
+    parser.add_argument("--fleet-pods", type=int, default=500)
+    parser.add_argument("--fleet-jobs", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    args = parser.parse_args()
+    django_for_bench("dashboard-reads", database_url=args.database_url)
+    from django.db import connection
+
+    from pods import dashboard
+    from pods.selectors import fleet_status_snapshot
+
+    populate(args.pages, args.recent)
+    populate_fleet(args.fleet_pods, args.fleet_jobs)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    fleet_status_snapshot.clear()
+
+    timings: dict[str, list[float]] = defaultdict(list)
+    statements: dict[str, tuple] = {}
+    pushes: list[float] = []
+
+    def timer(execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            timings[sql].append((time.perf_counter() - started) * 1000)
+            statements.setdefault(sql, params)
+
+    def push() -> float:
+        fleet_status_snapshot.get()  # (refreshed ahead on a thread of its own in the front)
+        started = time.perf_counter()
+        dashboard.render_payloads(staff=True, user_ids=[])
+        return (time.perf_counter() - started) * 1000
+
+    push()
+    for _ in range(3):
+        push()
+    with connection.execute_wrapper(timer):
+        for _ in range(args.repeats):
+            pushes.append(push())
+    snapshot_sql = set()
+    with connection.execute_wrapper(timer):
+        timings_before = {sql: len(v) for sql, v in timings.items()}
+        fleet_status_snapshot.get()
+        snapshot_sql = {sql for sql, v in timings.items() if len(v) != timings_before.get(sql, 0)}
+    total = 0.0
+    print(f"{connection.vendor}: {len(timings)} statements")
+    for sql, samples in timings.items():
+        if sql in snapshot_sql:
+            continue
+        median = statistics.median(samples)
+        total += median * len(samples) / args.repeats
+        print(f"{median:7.3f} ms x{len(samples) / args.repeats:.1f}  {' '.join(sql.split())[:150]}")
+    print(f"reads {total:.2f} ms of a push's median {statistics.median(pushes):.2f} ms")
+    if args.explain:
+        for sql, params in statements.items():
+            if sql in snapshot_sql:
+                continue
+            print("\n" + "=" * 100 + "\n" + " ".join(sql.split())[:400])
+            with connection.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+                else:
+                    cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+                for row in cursor.fetchall():
+                    print("   ", " | ".join(str(c) for c in row))
+
+
+if __name__ == "__main__":
+    main()
