@@ -514,3 +514,29 @@ def test_a_tls_pod_whose_certificate_is_not_trusted_gets_no_page_the_page_handed
     assert peers == [] and loop.results == []
     assert (list(loop.queue), failed) == ([page], []), "back at the head of the queue, no attempt spent"
     assert 7 in loop.shunned and 7 not in loop.lanes.pods
+
+
+def test_the_loop_sends_a_tls_pods_document_and_page_trusting_the_context_it_was_given(
+    tls, monkeypatch, settings, transactional_db, ordinary_user
+):
+    from ocrjobs.dispatch import loop as dispatch
+    from ocrjobs.models import Page
+    from ocrjobs.services.dispatchers import dispatcher_register
+    from pods.models import Pod
+    from tests.factories import image_bytes
+    from tests.ocrjobs.conftest import running_sim_pool
+    from tests.ocrjobs.helpers import split, submit
+
+    with running_sim_pool(monkeypatch, settings, tls=tls.server("127.0.0.1")) as sim_pool:
+        assert sim_pool.pod.base_url.startswith("https://127.0.0.1:")
+        job = submit(ordinary_user, {"note.png": image_bytes(["a note"])}, pool_key=sim_pool.pool.key)
+        split(job)
+        loop = dispatch.DispatchLoop(dispatcher_register(pool_id=sim_pool.pool.pk))
+        loop.ssl_context = tls.trusting  # the documents' PUT and the page's POST both trust the test CA
+        asyncio.run(asyncio.wait_for(dispatch._watched(loop, name="dispatcher over TLS"), 60))
+        stats = sim_pool.sim.stats()
+
+    page = Page.objects.get(job=job)
+    assert (page.status, page.attempts) == (Page.Status.DONE, 1)
+    assert stats["ocr_pages"] == 1
+    assert Pod.objects.get(pk=sim_pool.pod.pk).state == Pod.State.READY
