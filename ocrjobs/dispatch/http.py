@@ -1,24 +1,29 @@
-"""Pages' requests to pods over plain HTTP: keep-alive HTTP/1.1 on asyncio's own transports.
+"""Pages' requests to pods: keep-alive HTTP/1.1 (plain or over TLS) on asyncio's own transports.
 
 Every page is one small ``POST /v1/ocr`` and one small JSON answer. Through aiohttp each took about
 130 µs of the dispatch loop's CPU on this machine (request and response objects, a task to write
 the body, a timer, header multidicts: ~45% of the loop's CPU at zero-latency pods); written as one
 ``transport.write`` of prebuilt bytes and read by a small parser, about 35 µs (the same POSTs to the
-same aiohttp server, 30,000 at 128 in flight). Only plain ``http://`` pods go this way: over TLS
-(RunPod's proxy) and for documents' PUTs the dispatcher keeps aiohttp.
+same aiohttp server, 30,000 at 128 in flight). Pods behind TLS (RunPod's proxy, the default way to
+reach a RunPod pod) go this way too, on asyncio's TLS transport with a verifying context; documents'
+PUTs stay on aiohttp.
 
 Errors are those the dispatcher tells apart: ``PodRefused`` (no connection: nothing reached the
-pod), ``PodDisconnected`` (the connection broke once the request may have gone out), TimeoutError.
+pod; a TLS handshake or certificate that fails is one too, as aiohttp's ClientConnectorSSLError and
+ClientConnectorCertificateError are ClientConnectorErrors), ``PodDisconnected`` (the connection broke
+once the request may have gone out), TimeoutError.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from urllib.parse import urlsplit
 
 # An idle connection kept per pod for each lane that used it; more are closed when given back.
 MAX_IDLE_PER_POD = 256
 MAX_HEAD_BYTES = 64 * 1024
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class PodRefused(ConnectionError):
@@ -147,22 +152,27 @@ def _dechunk(buffer: bytearray) -> bytes | None:
 
 
 class PodClient:
-    """Keep-alive connections to pods over plain HTTP, for many requests in flight at once. A
-    request that ends other than with a whole answer (a timeout, an error) closes its connection."""
+    """Keep-alive connections to pods over HTTP or HTTPS, for many requests in flight at once. A
+    request that ends other than with a whole answer (a timeout, an error) closes its connection.
 
-    def __init__(self, *, timeout: float, connect_timeout: float) -> None:
+    ``ssl_context`` checks the pods' certificates; by default ``ssl.create_default_context()`` (the
+    system's CAs, certificate and hostname checked), made once here, not per connection."""
+
+    def __init__(self, *, timeout: float, connect_timeout: float, ssl_context: ssl.SSLContext | None = None) -> None:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self.ssl_context = ssl_context if ssl_context is not None else ssl.create_default_context()
+        # Idle connections by (scheme, host, port): a pod's TLS connection never serves a plain request.
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._prefixes: dict[tuple[str, str, str], bytes] = {}
 
     async def post(self, base_url: str, path: str, body: bytes, *, token: str = "",
                    content_type: str = "application/json") -> tuple[int, bytes]:  # fmt: skip
-        """POST ``body`` to ``base_url + path`` (an ``http://`` URL); (status, body)."""
+        """POST ``body`` to ``base_url + path`` (an ``http://`` or ``https://`` URL); (status, body)."""
         url = urlsplit(base_url)
-        if url.scheme != "http" or not url.hostname:
-            raise ValueError(f"not a plain HTTP URL: {base_url}")
-        address = (url.hostname, url.port or 80)
+        if url.scheme not in DEFAULT_PORTS or not url.hostname:
+            raise ValueError(f"not an HTTP or HTTPS URL: {base_url}")
+        address = (url.scheme, url.hostname, url.port or DEFAULT_PORTS[url.scheme])
         key = (base_url, path, token)
         prefix = self._prefixes.get(key)
         if prefix is None:
@@ -188,22 +198,26 @@ class PodClient:
             self._give_back(address, connection)
             return answer
 
-    async def _connection(self, address: tuple[str, int]) -> _Connection:
+    async def _connection(self, address: tuple[str, str, int]) -> _Connection:
         idle = self._idle.get(address)
         while idle:
             connection = idle.pop()
             if not connection.closed and connection.reusable and not connection.transport.is_closing():
                 return connection
             connection.transport.close()
+        scheme, host, port = address
+        tls = {"ssl": self.ssl_context, "server_hostname": host} if scheme == "https" else {}
         loop = asyncio.get_running_loop()
         try:
+            # The TLS handshake is part of connecting: within connect_timeout, and a failed one
+            # (ssl.SSLError, SSLCertVerificationError: OSErrors) means nothing reached the pod.
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(_Connection, *address)
+                _, connection = await loop.create_connection(_Connection, host, port, **tls)
         except OSError as exc:
-            raise PodRefused(f"cannot connect to {address[0]}:{address[1]}: {exc!r}") from exc
+            raise PodRefused(f"cannot connect to {scheme}://{host}:{port}: {exc!r}") from exc
         return connection
 
-    def _give_back(self, address: tuple[str, int], connection: _Connection) -> None:
+    def _give_back(self, address: tuple[str, str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(address, [])
         if connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
             connection.transport.close()

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import logging
+import ssl
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -112,8 +113,10 @@ class DispatchLoop(DocumentRoutes):
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
         self._last_nudge = -1e9
-        # Pages' POSTs to plain-HTTP pods (set by run(); None: every request goes through ``client``).
+        # Pages' POSTs to pods, plain or TLS (set by run()); documents' PUTs go through ``client``.
         self.pods: PodClient | None = None
+        # Pods' certificates are checked against this (None: the system's CAs, hostname checked too).
+        self.ssl_context: ssl.SSLContext | None = None
         self._documents_init()
 
     async def db(self, fn, /, **kwargs):
@@ -138,11 +141,13 @@ class DispatchLoop(DocumentRoutes):
     async def run(self) -> None:
         started = time.monotonic()
         deadline = started + settings.DISPATCH_MAX_SECONDS
-        # aiohttp rather than httpx for the forwards: on this machine httpx's async
-        # client did ~160 requests/s against a zero-latency pod, aiohttp ~2,500.
+        # aiohttp rather than httpx for documents' PUTs (pages' POSTs: PodClient): on this machine
+        # httpx's async client did ~160 requests/s against a zero-latency pod, aiohttp ~2,500.
         timeout = aiohttp.ClientTimeout(total=settings.PAGE_TIMEOUT_SECONDS + 10, sock_connect=5.0)
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
-        self.pods = PodClient(timeout=timeout.total, connect_timeout=timeout.sock_connect)
+        # One verifying context for both clients: a pod's PUTs and POSTs trust the same CAs.
+        context = self.ssl_context or ssl.create_default_context()
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, ssl=context)
+        self.pods = PodClient(timeout=timeout.total, connect_timeout=timeout.sock_connect, ssl_context=context)
         self.wakeup = asyncio.Event()
         last_refresh = last_beat = last_jobs = last_sweep = -1e9
         claim_again_at = 0.0
@@ -371,13 +376,7 @@ class DispatchLoop(DocumentRoutes):
                               "languages": page.languages}).encode()  # fmt: skip
         for _ in range(DOCUMENT_SENDS):
             await self.send_document(page, lane)
-            if self.pods is not None and lane.base_url.startswith("http://"):
-                status, body = await self.pods.post(lane.base_url, "/v1/ocr", payload, token=lane.token)
-            else:  # TLS (RunPod's proxy)
-                headers = {**lane.headers, "Content-Type": "application/json"}
-                async with self.client.post(f"{lane.base_url}/v1/ocr", data=payload, headers=headers) as response:
-                    status = response.status
-                    body = await response.read()
+            status, body = await self.pods.post(lane.base_url, "/v1/ocr", payload, token=lane.token)
             if status != 409:
                 break
             self.forget(lane.pod_id, page.sha256)

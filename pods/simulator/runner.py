@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ class Endpoint:
     host: str
     port: int
     api_key: str
+    tls_port: int | None = None  # a second listener over TLS (the same pods), when asked for
 
     @property
     def url(self) -> str:
@@ -44,15 +46,26 @@ class Endpoint:
 
 
 async def start(
-    config: SimConfig, host: str = "127.0.0.1", port: int = 0, shutdown_timeout: float = 5.0
+    config: SimConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    shutdown_timeout: float = 5.0,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, Endpoint]:
+    """Serve ``config`` at ``host:port``; with ``tls`` (a server context), over TLS too on a port of
+    its own, as RunPod's proxy serves pods (``Endpoint.tls_port``)."""
     app = make_app(config)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     bound_port = runner.addresses[0][1]
     app[FARM_KEY].public_port = bound_port
-    return runner, Endpoint(config.public_host, bound_port, config.api_key)
+    tls_port = None
+    if tls is not None:
+        site = web.TCPSite(runner, host, 0, ssl_context=tls)
+        await site.start()
+        tls_port = site._server.sockets[0].getsockname()[1]
+    return runner, Endpoint(config.public_host, bound_port, config.api_key, tls_port)
 
 
 async def serve(
@@ -78,8 +91,11 @@ class SimulatorThread:
     so nothing here shares state across threads.
     """
 
-    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.config = config or SimConfig()
+        self.tls = tls
         self.host = host
         self.port = port
         self.endpoint: Endpoint | None = None
@@ -95,7 +111,7 @@ class SimulatorThread:
             self._loop = loop
             try:
                 runner, self.endpoint = loop.run_until_complete(
-                    start(self.config, self.host, self.port, shutdown_timeout=1.0)
+                    start(self.config, self.host, self.port, shutdown_timeout=1.0, tls=self.tls)
                 )
             except BaseException as exc:
                 failure.append(exc)

@@ -4,7 +4,10 @@ documents it received."""
 
 from __future__ import annotations
 
+import ssl
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -29,20 +32,31 @@ class SimPool:
         return self.sim.stats()["ocr_pages"]
 
 
-@pytest.fixture
-def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
+@contextmanager
+def running_sim_pool(monkeypatch, settings, tls: ssl.SSLContext | None = None) -> Iterator[SimPool]:
+    """The pool of ``sim_pool``; with ``tls`` (a server context), its pod is reached over TLS at
+    https://127.0.0.1:…, as RunPod's proxy serves pods."""
     config = SimConfig(api_key="k", boot_delay_s=0, model_load_s=0, page_latency_s=0.05, default_lanes=2,
                        gpu_types=[GpuTypeConfig(id="G", display_name="g", secure_price=1.0,
                                                 capacity={"SECURE": {"DC": 1}})])  # fmt: skip
-    with SimulatorThread(config) as sim:
+    with SimulatorThread(config, tls=tls) as sim:
         use_simulator(sim, monkeypatch, settings, api_key="k")
         pool = Pool.objects.create(key="sim", provider="runpod", max_pods=1, lanes_per_pod=2)
         token = new_pod_token()
         spec = PodSpec(name=f"t{uuid.uuid4().hex[:6]}-sim-0", lanes=2, offer=Offer("G", "SECURE", "DC"), image="i:1",
                        env={"POD_TOKEN": token})  # fmt: skip
         created = RunPodProvider(api_key="k", url_template=sim.pod_url_template).create(spec)
+        base_url = sim.pod_url_template.format(pod_id=created.provider_id)
+        if tls is not None:
+            base_url = f"https://127.0.0.1:{sim.endpoint.tls_port}/pods/{created.provider_id}"
         pod = Pod.objects.create(
             pool=pool, name=created.name, provider_id=created.provider_id, lanes=2, state=Pod.State.READY,
-            base_url=sim.pod_url_template.format(pod_id=created.provider_id), ready_at=timezone.now(), token=token,
+            base_url=base_url, ready_at=timezone.now(), token=token,
         )  # fmt: skip
         yield SimPool(pool, pod, sim)
+
+
+@pytest.fixture
+def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
+    with running_sim_pool(monkeypatch, settings) as pool:
+        yield pool

@@ -1,13 +1,22 @@
-"""The dispatcher's keep-alive client for pages' POSTs to plain-HTTP pods (ocrjobs/dispatch/http.py),
-against a real aiohttp server on a local port."""
+"""The dispatcher's keep-alive client for pages' POSTs to pods (ocrjobs/dispatch/http.py), plain and
+over TLS, against a real aiohttp server on a local port (TLS: certificates made here, by a CA of the
+test's own)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
+from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ocrjobs.dispatch.http import PodClient, PodDisconnected, PodRefused
 
@@ -18,8 +27,9 @@ def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario(), GUARD))
 
 
-async def serve(handler) -> tuple[web.AppRunner, str, list]:
-    """A server whose /v1/ocr is ``handler``; its base URL; the peers (client ports) it saw, in order."""
+async def serve(handler, tls: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str, list]:
+    """A server whose /v1/ocr is ``handler`` (over TLS with ``tls``); its base URL; the peers (client
+    ports) it saw, in order."""
     peers: list = []
 
     async def ocr(request):
@@ -30,14 +40,76 @@ async def serve(handler) -> tuple[web.AppRunner, str, list]:
     app.router.add_post("/v1/ocr", ocr)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}", peers
+    return runner, f"{'https' if tls else 'http'}://127.0.0.1:{port}", peers
 
 
-def client(timeout: float = 5.0) -> PodClient:
-    return PodClient(timeout=timeout, connect_timeout=2.0)
+def client(timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None) -> PodClient:
+    return PodClient(timeout=timeout, connect_timeout=2.0, ssl_context=ssl_context)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _issue(subject: str, key, issuer: str, issuer_key, extensions) -> bytes:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(issuer_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory) -> SimpleNamespace:
+    """A CA of the test's own; ``trusting``: a client context that trusts it (and nothing else);
+    ``server(names)``: a server context whose certificate that CA issued for ``names`` (DNS names or
+    IP addresses)."""
+    folder = tmp_path_factory.mktemp("tls")
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_usage = x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                             data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                             encipher_only=False, decipher_only=False)  # fmt: skip
+    ca = _issue("fleetadmin test CA", ca_key, "fleetadmin test CA", ca_key,
+                [(x509.BasicConstraints(ca=True, path_length=None), True), (ca_usage, True)])  # fmt: skip
+
+    def server(*names: str) -> ssl.SSLContext:
+        key = ec.generate_private_key(ec.SECP256R1())
+        alt = []
+        for name in names:
+            try:
+                alt.append(x509.IPAddress(ipaddress.ip_address(name)))
+            except ValueError:
+                alt.append(x509.DNSName(name))
+        cert = _issue(names[0], key, "fleetadmin test CA", ca_key, [
+            (x509.SubjectAlternativeName(alt), False),
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ])  # fmt: skip
+        stem = folder / "-".join(names)
+        stem.with_suffix(".crt").write_bytes(cert)
+        stem.with_suffix(".key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(stem.with_suffix(".crt"), stem.with_suffix(".key"))
+        return context
+
+    return SimpleNamespace(trusting=ssl.create_default_context(cadata=ca.decode()), server=server)
 
 
 def test_a_post_carries_the_token_and_body_and_gets_status_and_body_on_one_kept_connection():
@@ -187,12 +259,146 @@ def test_a_pod_too_slow_times_out_and_its_connection_is_not_reused_for_the_next_
     assert len(set(peers)) == 2
 
 
-def test_only_plain_http_goes_this_way():
+def test_only_http_and_https_urls_go_this_way():
     async def scenario():
-        with pytest.raises(ValueError):
-            await client().post("https://pod.example", "/v1/ocr", b"{}")
+        for url in ("ftp://pod.example", "pod.example:8000", "https://"):
+            with pytest.raises(ValueError):
+                await client().post(url, "/v1/ocr", b"{}")
 
     run(scenario)
+
+
+# --- over TLS (RunPod's proxy) ----------------------------------------------------------------------
+
+
+def test_over_tls_posts_carry_token_and_body_on_one_kept_connection(tls):
+    seen = []
+
+    async def handler(request):
+        seen.append((request.secure, request.headers.get("Authorization"), await request.read()))
+        return web.json_response({"text": "hi"})
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
+        pods = client(ssl_context=tls.trusting)
+        try:
+            answers = [await pods.post(url, "/v1/ocr", b'{"page": %d}' % n, token="tok") for n in (1, 2, 3)]
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return url, answers, peers
+
+    url, answers, peers = run(scenario)
+    assert url.startswith("https://")
+    assert answers == [(200, b'{"text": "hi"}')] * 3
+    assert seen == [(True, "Bearer tok", b'{"page": %d}' % n) for n in (1, 2, 3)]
+    assert len(set(peers)) == 1, "one TLS connection, kept alive"
+
+
+def test_over_tls_a_chunked_answer_is_read_whole_and_the_connection_is_kept(tls):
+    async def handler(request):
+        response = web.StreamResponse(status=524)  # as Cloudflare may answer: chunked
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in (b"<html>", b"a timeout occurred", b"</html>"):
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
+        pods = client(ssl_context=tls.trusting)
+        try:
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
+        finally:
+            pods.close()
+            await runner.cleanup()
+
+    answers, peers = run(scenario)
+    assert answers == [(524, b"<html>a timeout occurred</html>")] * 2
+    assert len(set(peers)) == 1
+
+
+def test_over_tls_a_certificate_no_trusted_ca_issued_is_pod_refused_and_nothing_is_posted(tls):
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
+        pods = client()  # the default context: the system's CAs, which never issued the test CA's
+        try:
+            with pytest.raises(PodRefused) as refused:
+                await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return refused.value, peers
+
+    refused, peers = run(scenario)
+    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
+    assert peers == []
+
+
+def test_over_tls_a_certificate_for_another_host_is_pod_refused(tls):
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("pod.example"))  # trusted, but not 127.0.0.1's
+        pods = client(ssl_context=tls.trusting)
+        try:
+            with pytest.raises(PodRefused) as refused:
+                await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return refused.value, peers
+
+    refused, peers = run(scenario)
+    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
+    assert "mismatch" in str(refused.__cause__)
+    assert peers == []
+
+
+def test_a_tls_handshake_with_a_pod_that_speaks_no_tls_is_pod_refused(tls):
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler)  # plain HTTP only
+        pods = client(ssl_context=tls.trusting)
+        try:
+            with pytest.raises(PodRefused) as refused:
+                await pods.post(url.replace("http://", "https://"), "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return refused.value, peers
+
+    refused, peers = run(scenario)
+    assert isinstance(refused.__cause__, ssl.SSLError)
+    assert peers == []
+
+
+def test_an_https_url_never_reuses_a_plain_connection_to_the_same_host_and_port(tls):
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler)  # plain HTTP only
+        pods = client(ssl_context=tls.trusting)
+        try:
+            first = await pods.post(url, "/v1/ocr", b"{}")  # leaves an idle plain connection
+            with pytest.raises(PodRefused):  # a TLS handshake of its own, which this pod cannot do
+                await pods.post(url.replace("http://", "https://"), "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return first, peers
+
+    first, peers = run(scenario)
+    assert first == (200, b"ok")
+    assert len(peers) == 1, "the page meant for TLS was never sent in the clear"
 
 
 # --- the dispatch loop on this client ----------------------------------------------------------------
@@ -210,7 +416,7 @@ class PodsFailingWith:
         raise self.error
 
 
-def loop_with(pods) -> tuple:
+def loop_with(pods, base_url: str = "http://pod-7") -> tuple:
     from types import SimpleNamespace
 
     from ocrjobs.dispatch import loop as dispatch
@@ -229,7 +435,7 @@ def loop_with(pods) -> tuple:
 
     loop.db = db
     loop.wakeup = asyncio.Event()
-    loop.lanes.sync([(7, "http://pod-7", 1, "")], FleetCounts(ready=1))
+    loop.lanes.sync([(7, base_url, 1, "")], FleetCounts(ready=1))
     loop.held[7] = {"a" * 64}  # the pod holds the document: no PUT
     page = ClaimedPage(id=41, job_id=1, position=0, document_id=1, source="p.png", sha256="a" * 64, number=1,
                        languages="eng", attempts=1)  # fmt: skip
@@ -265,3 +471,72 @@ def test_a_connection_broken_after_the_request_went_out_is_a_failed_attempt_of_t
 
 def run_plain(scenario):
     return asyncio.run(scenario())
+
+
+def test_a_tls_pods_page_is_posted_on_the_pods_client_and_its_answer_kept(tls):
+    async def handler(request):
+        return web.json_response({"text": "over tls"})
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
+        loop, page, failed = loop_with(client(ssl_context=tls.trusting), base_url=url)
+        try:
+            loop.queue.append(page)
+            loop.start_forwards()
+            await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+        finally:
+            loop.pods.close()
+            await runner.cleanup()
+        return loop, failed, peers
+
+    loop, failed, peers = run_plain(scenario)
+    assert failed == [] and len(peers) == 1
+    assert [(result.page_id, result.result) for result in loop.results] == [(41, {"text": "over tls"})]
+
+
+def test_a_tls_pod_whose_certificate_is_not_trusted_gets_no_page_the_page_handed_back_no_attempt_spent(tls):
+    async def handler(request):
+        return web.json_response({"text": "never asked"})
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
+        loop, page, failed = loop_with(client(), base_url=url)  # the system's CAs: the test CA is not one
+        try:
+            loop.queue.append(page)
+            loop.start_forwards()
+            await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+        finally:
+            loop.pods.close()
+            await runner.cleanup()
+        return loop, page, failed, peers
+
+    loop, page, failed, peers = run_plain(scenario)
+    assert peers == [] and loop.results == []
+    assert (list(loop.queue), failed) == ([page], []), "back at the head of the queue, no attempt spent"
+    assert 7 in loop.shunned and 7 not in loop.lanes.pods
+
+
+def test_the_loop_sends_a_tls_pods_document_and_page_trusting_the_context_it_was_given(
+    tls, monkeypatch, settings, transactional_db, ordinary_user
+):
+    from ocrjobs.dispatch import loop as dispatch
+    from ocrjobs.models import Page
+    from ocrjobs.services.dispatchers import dispatcher_register
+    from pods.models import Pod
+    from tests.factories import image_bytes
+    from tests.ocrjobs.conftest import running_sim_pool
+    from tests.ocrjobs.helpers import split, submit
+
+    with running_sim_pool(monkeypatch, settings, tls=tls.server("127.0.0.1")) as sim_pool:
+        assert sim_pool.pod.base_url.startswith("https://127.0.0.1:")
+        job = submit(ordinary_user, {"note.png": image_bytes(["a note"])}, pool_key=sim_pool.pool.key)
+        split(job)
+        loop = dispatch.DispatchLoop(dispatcher_register(pool_id=sim_pool.pool.pk))
+        loop.ssl_context = tls.trusting  # the documents' PUT and the page's POST both trust the test CA
+        asyncio.run(asyncio.wait_for(dispatch._watched(loop, name="dispatcher over TLS"), 60))
+        stats = sim_pool.sim.stats()
+
+    page = Page.objects.get(job=job)
+    assert (page.status, page.attempts) == (Page.Status.DONE, 1)
+    assert stats["ocr_pages"] == 1
+    assert Pod.objects.get(pk=sim_pool.pod.pk).state == Pod.State.READY

@@ -28,8 +28,8 @@ class Stored:
 
 
 class FailingPod:
-    """Every document is taken, every page posted gets HTTP 500: a fault of the pod. Remembers
-    where pages were sent."""
+    """Every document is taken (aiohttp's ``put``), every page posted (PodClient's ``post``) gets
+    HTTP 500: a fault of the pod. Remembers where pages were sent."""
 
     def __init__(self):
         self.posted: list[str] = []
@@ -37,23 +37,14 @@ class FailingPod:
     def put(self, url, data, headers=None):
         return Stored()
 
-    def post(self, url, data, headers=None):
-        self.posted.append(url.split("/v1/")[0])
-        return self
-
-    async def __aenter__(self):
-        return SimpleNamespace(status=500, read=self._body)
-
-    async def __aexit__(self, *exc):
-        return False
-
-    async def _body(self):
-        return b'{"error": "engine crashed"}'
+    async def post(self, base_url, path, body, *, token=""):
+        self.posted.append(base_url)
+        return 500, b'{"error": "engine crashed"}'
 
 
 def dispatch_loop(drain_started: asyncio.Event, drain_may_end: asyncio.Event) -> dispatch.DispatchLoop:
     loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
-    loop.client = FailingPod()
+    loop.client = loop.pods = FailingPod()
 
     async def io(fn, *args):
         return b"png", None  # a document's body read whole, no file to close (document_body)
