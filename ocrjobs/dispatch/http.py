@@ -56,8 +56,9 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         if self.answer is None or self.answer.done():
-            if self.answer is None:  # bytes nobody asked for: this connection is not reusable
-                self.reusable = False
+            # Bytes nobody asked for (also once the answer is whole, before its POST resumes and
+            # gives the connection back): the next request would take them for its answer.
+            self.reusable = False
             return
         try:
             answer = self._parse()
@@ -78,7 +79,7 @@ class _Connection(asyncio.Protocol):
             self._head = _parse_head(bytes(self.buffer[:end]))
             del self.buffer[: end + 4]
         status, length, reusable = self._head
-        if status in (100, 101, 102, 103):  # an interim answer: the real one follows
+        if 100 <= status < 200 and status != 101:  # an interim answer (no body): the real one follows
             self._head = None
             return self._parse()
         if length == -1:
@@ -108,20 +109,23 @@ def _parse_head(head: bytes) -> tuple[int, int, bool]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
         if name == b"content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise PodDisconnected("a bad Content-Length") from None
+            # Digits only (int() takes "-1", "+2", "1_0"; -1 meant chunked below), and one length:
+            # two that differ leave the answer's end unknown (RFC 9112 6.3).
+            value = value.strip()
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise PodDisconnected(f"a bad Content-Length: {value[:40]!r}")
+            length = int(value)
         elif name == b"transfer-encoding":
             chunked = b"chunked" in value.lower()
         elif name == b"connection":
-            token = value.strip().lower()
-            reusable = token != b"close" and (reusable or token == b"keep-alive")
+            tokens = {token.strip() for token in value.lower().split(b",")}
+            reusable = b"close" not in tokens and (reusable or b"keep-alive" in tokens)
+    if status < 200 or status in (204, 304):
+        # Never a body, whatever Content-Length says (RFC 9112 6.3); after a 101 no more HTTP.
+        return status, 0, reusable and status != 101
     if chunked:
         return status, -1, reusable
     if length is None:
-        if status in (204, 304):
-            return status, 0, reusable
         raise PodDisconnected("an answer without Content-Length")  # read-to-close bodies: not from pods
     return status, length, reusable
 
