@@ -169,6 +169,7 @@ class PodClient:
         # Idle connections by (scheme, host, port): a pod's TLS connection never serves a plain request.
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._prefixes: dict[tuple[str, str, str], bytes] = {}
+        self._closed = False
 
     async def post(self, base_url: str, path: str, body: bytes, *, token: str = "",
                    content_type: str = "application/json") -> tuple[int, bytes]:  # fmt: skip
@@ -223,12 +224,14 @@ class PodClient:
 
     def _give_back(self, address: tuple[str, str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(address, [])
-        if connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
+        # Closed: a request in flight at close() ends with its connection, not idle and open for good.
+        if self._closed or connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
             connection.transport.close()
             return
         idle.append(connection)
 
     def close(self) -> None:
+        self._closed = True
         for idle in self._idle.values():
             for connection in idle:
                 connection.transport.close()

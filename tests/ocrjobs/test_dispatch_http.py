@@ -385,6 +385,28 @@ def test_bytes_that_come_after_the_answer_before_its_post_resumes_make_the_conne
     assert not reusable, "the next page's POST would take these bytes for its answer"
 
 
+def test_a_post_in_flight_when_the_client_is_closed_leaves_no_connection_open():
+    async def handler(request):
+        await asyncio.sleep(0.3)
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, _ = await serve(handler)
+        pods = client()
+        try:
+            post = asyncio.ensure_future(pods.post(url, "/v1/ocr", b"{}"))
+            await asyncio.sleep(0.1)
+            pods.close()
+            answer = await post
+            return answer, [c for idle in pods._idle.values() for c in idle if not c.transport.is_closing()]
+        finally:
+            await runner.cleanup()
+
+    answer, open_connections = run(scenario)
+    assert answer == (200, b"ok")
+    assert open_connections == []
+
+
 # --- over TLS (RunPod's proxy) ----------------------------------------------------------------------
 
 
