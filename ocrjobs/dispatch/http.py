@@ -22,6 +22,10 @@ from urllib.parse import urlsplit
 
 # An idle connection kept per pod for each lane that used it; more are closed when given back.
 MAX_IDLE_PER_POD = 256
+# An idle connection older than this is closed, not reused (aiohttp's keepalive_timeout, which the
+# pages' POSTs had before): a pod's server or a proxy drops idle connections after its own timeout,
+# and a page written as it does so fails as PodDisconnected, a fault of the pod.
+IDLE_SECONDS = 15.0
 MAX_HEAD_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -43,6 +47,7 @@ class _Connection(asyncio.Protocol):
         self.answer: asyncio.Future | None = None
         self.closed = False
         self.reusable = True
+        self.idle_since = 0.0  # the loop's time it was last given back
         self._head: tuple[int, int, bool] | None = None  # (status, body length or -1 chunked, reusable)
 
     def connection_made(self, transport) -> None:
@@ -205,9 +210,15 @@ class PodClient:
 
     async def _connection(self, address: tuple[str, str, int]) -> _Connection:
         idle = self._idle.get(address)
+        fresh = asyncio.get_running_loop().time() - IDLE_SECONDS
         while idle:
             connection = idle.pop()
-            if not connection.closed and connection.reusable and not connection.transport.is_closing():
+            if (
+                not connection.closed
+                and connection.reusable
+                and not connection.transport.is_closing()
+                and connection.idle_since >= fresh
+            ):
                 return connection
             connection.transport.close()
         scheme, host, port = address
@@ -228,6 +239,7 @@ class PodClient:
         if self._closed or connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
             connection.transport.close()
             return
+        connection.idle_since = asyncio.get_running_loop().time()
         idle.append(connection)
 
     def close(self) -> None:

@@ -407,6 +407,31 @@ def test_a_post_in_flight_when_the_client_is_closed_leaves_no_connection_open():
     assert open_connections == []
 
 
+def test_a_connection_idle_longer_than_idle_seconds_is_not_reused(monkeypatch):
+    from ocrjobs.dispatch import http
+
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.2)
+
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler)
+        pods = client()
+        try:
+            await pods.post(url, "/v1/ocr", b"{}")
+            await pods.post(url, "/v1/ocr", b"{}")  # at once: the same connection
+            await asyncio.sleep(0.3)  # as a pod's server may be closing it by now
+            await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return peers
+
+    peers = run(scenario)
+    assert peers[0] == peers[1] != peers[2]
+
+
 # --- over TLS (RunPod's proxy) ----------------------------------------------------------------------
 
 
