@@ -254,6 +254,7 @@ class BodyBuffers:
         if length < self.SMALLEST:
             return bytearray(length)
         with self._lock:
+            self._drop_spent()
             buffer = self._free(length)
             if buffer is None:
                 buffer = self._new(length)
@@ -262,6 +263,15 @@ class BodyBuffers:
 
     def kept(self) -> list[bytearray]:
         return list(self._kept)
+
+    def _drop_spent(self) -> None:
+        """Let go of the free kept buffers that can serve no body of SMALLEST bytes or more: a body
+        cut short shrinks its buffer to what came (``BodyInMemory.file``), and CPython reallocs a
+        bytearray shrunk below half its allocation down to its length. Kept, each aborted upload
+        left one more entry in the list, every ``take`` walking them all."""
+        for index in reversed(range(len(self._kept))):
+            if _allocated(self._kept[index]) <= self.SMALLEST and _references(self._kept, index) == _KEPT_ONLY:
+                del self._kept[index]
 
     def _free(self, length: int) -> bytearray | None:
         """The smallest kept buffer free for a body of ``length`` bytes, if one is: CPython's resize

@@ -276,3 +276,17 @@ def test_once_a_large_body_is_in_the_connection_reads_the_next_head_in_small_rea
     channel.dataReceived(body)
 
     assert "bufferSize" not in vars(transport)  # the next request's head: twisted's own 64 KiB again
+
+
+def test_bodies_cut_short_leave_no_buffer_that_serves_no_body_in_the_kept_list(settings):
+    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
+    buffers = BodyBuffers()
+    for _ in range(20):  # clients that announce 2 MiB and hang up after a few bytes
+        body = _body(buffers, b"x" * 10, length=2 * MiB)
+        assert _read(body) == b"x" * 10
+        body.close()
+        del body
+
+    # The cut-short buffer shrank to what came (CPython reallocs below half its allocation): it can
+    # serve no body of BodyBuffers.SMALLEST or more, and is not kept one body after another.
+    assert len(buffers.kept()) <= 1

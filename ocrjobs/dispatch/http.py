@@ -22,6 +22,10 @@ from urllib.parse import urlsplit
 
 # An idle connection kept per pod for each lane that used it; more are closed when given back.
 MAX_IDLE_PER_POD = 256
+# An idle connection older than this is closed, not reused (aiohttp's keepalive_timeout, which the
+# pages' POSTs had before): a pod's server or a proxy drops idle connections after its own timeout,
+# and a page written as it does so fails as PodDisconnected, a fault of the pod.
+IDLE_SECONDS = 15.0
 MAX_HEAD_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -43,6 +47,7 @@ class _Connection(asyncio.Protocol):
         self.answer: asyncio.Future | None = None
         self.closed = False
         self.reusable = True
+        self.idle_since = 0.0  # the loop's time it was last given back
         self._head: tuple[int, int, bool] | None = None  # (status, body length or -1 chunked, reusable)
 
     def connection_made(self, transport) -> None:
@@ -56,8 +61,9 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         if self.answer is None or self.answer.done():
-            if self.answer is None:  # bytes nobody asked for: this connection is not reusable
-                self.reusable = False
+            # Bytes nobody asked for (also once the answer is whole, before its POST resumes and
+            # gives the connection back): the next request would take them for its answer.
+            self.reusable = False
             return
         try:
             answer = self._parse()
@@ -78,7 +84,7 @@ class _Connection(asyncio.Protocol):
             self._head = _parse_head(bytes(self.buffer[:end]))
             del self.buffer[: end + 4]
         status, length, reusable = self._head
-        if status in (100, 101, 102, 103):  # an interim answer: the real one follows
+        if 100 <= status < 200 and status != 101:  # an interim answer (no body): the real one follows
             self._head = None
             return self._parse()
         if length == -1:
@@ -108,20 +114,23 @@ def _parse_head(head: bytes) -> tuple[int, int, bool]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
         if name == b"content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise PodDisconnected("a bad Content-Length") from None
+            # Digits only (int() takes "-1", "+2", "1_0"; -1 meant chunked below), and one length:
+            # two that differ leave the answer's end unknown (RFC 9112 6.3).
+            value = value.strip()
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise PodDisconnected(f"a bad Content-Length: {value[:40]!r}")
+            length = int(value)
         elif name == b"transfer-encoding":
             chunked = b"chunked" in value.lower()
         elif name == b"connection":
-            token = value.strip().lower()
-            reusable = token != b"close" and (reusable or token == b"keep-alive")
+            tokens = {token.strip() for token in value.lower().split(b",")}
+            reusable = b"close" not in tokens and (reusable or b"keep-alive" in tokens)
+    if status < 200 or status in (204, 304):
+        # Never a body, whatever Content-Length says (RFC 9112 6.3); after a 101 no more HTTP.
+        return status, 0, reusable and status != 101
     if chunked:
         return status, -1, reusable
     if length is None:
-        if status in (204, 304):
-            return status, 0, reusable
         raise PodDisconnected("an answer without Content-Length")  # read-to-close bodies: not from pods
     return status, length, reusable
 
@@ -165,6 +174,7 @@ class PodClient:
         # Idle connections by (scheme, host, port): a pod's TLS connection never serves a plain request.
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._prefixes: dict[tuple[str, str, str], bytes] = {}
+        self._closed = False
 
     async def post(self, base_url: str, path: str, body: bytes, *, token: str = "",
                    content_type: str = "application/json") -> tuple[int, bytes]:  # fmt: skip
@@ -200,9 +210,15 @@ class PodClient:
 
     async def _connection(self, address: tuple[str, str, int]) -> _Connection:
         idle = self._idle.get(address)
+        fresh = asyncio.get_running_loop().time() - IDLE_SECONDS
         while idle:
             connection = idle.pop()
-            if not connection.closed and connection.reusable and not connection.transport.is_closing():
+            if (
+                not connection.closed
+                and connection.reusable
+                and not connection.transport.is_closing()
+                and connection.idle_since >= fresh
+            ):
                 return connection
             connection.transport.close()
         scheme, host, port = address
@@ -219,12 +235,15 @@ class PodClient:
 
     def _give_back(self, address: tuple[str, str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(address, [])
-        if connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
+        # Closed: a request in flight at close() ends with its connection, not idle and open for good.
+        if self._closed or connection.closed or not connection.reusable or len(idle) >= MAX_IDLE_PER_POD:
             connection.transport.close()
             return
+        connection.idle_since = asyncio.get_running_loop().time()
         idle.append(connection)
 
     def close(self) -> None:
+        self._closed = True
         for idle in self._idle.values():
             for connection in idle:
                 connection.transport.close()

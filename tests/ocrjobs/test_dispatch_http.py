@@ -268,6 +268,170 @@ def test_only_http_and_https_urls_go_this_way():
     run(scenario)
 
 
+# --- answers aiohttp's server never writes, from a server that writes them as given ---------------
+
+
+async def serve_raw(answers: list[bytes]) -> tuple[asyncio.Server, str, list]:
+    """A server that answers its n-th request with ``answers[n]`` as bytes; its URL; the
+    connections' client ports, one entry a request."""
+    peers: list = []
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                peers.append(writer.get_extra_info("peername")[1])
+                writer.write(answers[len(peers) - 1])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", peers
+
+
+def test_an_interim_answer_with_no_length_then_the_answer_in_the_same_bytes_gives_the_answer():
+    async def scenario():
+        server, url, peers = await serve_raw(
+            [
+                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            ]
+            * 2  # fmt: skip
+        )
+        pods = client()
+        try:
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
+        finally:
+            pods.close()
+            server.close()
+
+    answers, peers = run(scenario)
+    assert answers == [(200, b"ok")] * 2
+    assert len(set(peers)) == 1
+
+
+@pytest.mark.parametrize(
+    "lengths", [b"Content-Length: -1\r\n", b"Content-Length: 2\r\nContent-Length: 3\r\n", b"Content-Length: +2\r\n"]
+)
+def test_an_answer_whose_length_is_negative_or_contradicts_itself_is_pod_disconnected(lengths):
+    async def scenario():
+        server, url, _ = await serve_raw([b"HTTP/1.1 200 OK\r\n" + lengths + b"\r\n2\r\nok\r\n0\r\n\r\n"])
+        pods = client(timeout=2.0)
+        try:
+            with pytest.raises(PodDisconnected):
+                await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            server.close()
+
+    run(scenario)
+
+
+def test_a_304_or_204_with_a_content_length_has_no_body_and_keeps_the_connection():
+    async def scenario():
+        server, url, peers = await serve_raw(
+            [
+                b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+                b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            ]  # fmt: skip
+        )
+        pods = client(timeout=2.0)
+        try:
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(3)], peers
+        finally:
+            pods.close()
+            server.close()
+
+    answers, peers = run(scenario)
+    assert answers == [(304, b""), (204, b""), (200, b"ok")]
+    assert len(set(peers)) == 1
+
+
+def test_an_answer_whose_connection_header_lists_close_among_others_is_not_reused():
+    async def scenario():
+        server, url, peers = await serve_raw(
+            [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: TE, close\r\n\r\nok"] * 2
+        )
+        pods = client()
+        try:
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
+        finally:
+            pods.close()
+            server.close()
+
+    answers, peers = run(scenario)
+    assert answers == [(200, b"ok")] * 2
+    assert len(set(peers)) == 2
+
+
+def test_bytes_that_come_after_the_answer_before_its_post_resumes_make_the_connection_unusable():
+    from ocrjobs.dispatch.http import _Connection
+
+    async def scenario():
+        connection = _Connection()
+        connection.answer = asyncio.get_running_loop().create_future()
+        connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")  # nobody asked for it
+        return connection.answer.result(), connection.reusable
+
+    answer, reusable = run(scenario)
+    assert answer == (200, b"ok")
+    assert not reusable, "the next page's POST would take these bytes for its answer"
+
+
+def test_a_post_in_flight_when_the_client_is_closed_leaves_no_connection_open():
+    async def handler(request):
+        await asyncio.sleep(0.3)
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, _ = await serve(handler)
+        pods = client()
+        try:
+            post = asyncio.ensure_future(pods.post(url, "/v1/ocr", b"{}"))
+            await asyncio.sleep(0.1)
+            pods.close()
+            answer = await post
+            return answer, [c for idle in pods._idle.values() for c in idle if not c.transport.is_closing()]
+        finally:
+            await runner.cleanup()
+
+    answer, open_connections = run(scenario)
+    assert answer == (200, b"ok")
+    assert open_connections == []
+
+
+def test_a_connection_idle_longer_than_idle_seconds_is_not_reused(monkeypatch):
+    from ocrjobs.dispatch import http
+
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.2)
+
+    async def handler(request):
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler)
+        pods = client()
+        try:
+            await pods.post(url, "/v1/ocr", b"{}")
+            await pods.post(url, "/v1/ocr", b"{}")  # at once: the same connection
+            await asyncio.sleep(0.3)  # as a pod's server may be closing it by now
+            await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            pods.close()
+            await runner.cleanup()
+        return peers
+
+    peers = run(scenario)
+    assert peers[0] == peers[1] != peers[2]
+
+
 # --- over TLS (RunPod's proxy) ----------------------------------------------------------------------
 
 
