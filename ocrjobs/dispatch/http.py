@@ -17,6 +17,7 @@ once the request may have gone out), TimeoutError.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from urllib.parse import urlsplit
 
@@ -28,6 +29,8 @@ MAX_IDLE_PER_POD = 256
 IDLE_SECONDS = 15.0
 MAX_HEAD_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
+_BREAKS_A_LINE = re.compile(r"[\r\n\0]")
+_BREAKS_A_HEAD = re.compile(r"[\r\n\0 ]")  # the request line's path, the token: one word each
 
 
 class PodRefused(ConnectionError):
@@ -187,9 +190,16 @@ class PodClient:
         prefix = self._prefixes.get(key)
         if prefix is None:
             target = (url.path.rstrip("/") + path) or "/"
+            # The head is written by hand: nothing may end a line early (aiohttp refused it too), and
+            # the Host is the pod's address, never credentials written into its URL.
+            if _BREAKS_A_HEAD.search(target + token) or _BREAKS_A_LINE.search(content_type):
+                raise ValueError(f"a line break, NUL or space in the request's path or token ({base_url}{path})")
+            host = url.hostname if url.port is None else f"{url.hostname}:{url.port}"
+            if ":" in url.hostname:  # an IPv6 address
+                host = f"[{url.hostname}]" if url.port is None else f"[{url.hostname}]:{url.port}"
             auth = f"Authorization: Bearer {token}\r\n" if token else ""
             prefix = self._prefixes[key] = (
-                f"POST {target} HTTP/1.1\r\nHost: {url.netloc}\r\n{auth}Content-Type: {content_type}\r\n"
+                f"POST {target} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: {content_type}\r\n"
                 f"Accept: */*\r\nContent-Length: "
             ).encode("latin-1")
         request = b"%s%d\r\n\r\n%s" % (prefix, len(body), body)

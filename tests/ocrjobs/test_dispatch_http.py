@@ -268,6 +268,47 @@ def test_only_http_and_https_urls_go_this_way():
     run(scenario)
 
 
+def test_a_token_or_path_that_would_break_the_request_head_is_refused_before_anything_is_sent():
+    async def scenario():
+        async def answer(request):
+            return web.json_response({})
+
+        runner, url, peers = await serve(answer)
+        try:
+            pods = client()
+            for base_url, token in ((url, "t\r\nX-Injected: 1"), (url, "t x"), (f"{url}/a b", "t"), (url, "t\0")):
+                with pytest.raises(ValueError):
+                    await pods.post(base_url, "/v1/ocr", b"{}", token=token)
+            assert peers == []
+            assert (await pods.post(url, "/v1/ocr", b"{}", token="t"))[0] == 200
+            pods.close()
+        finally:
+            await runner.cleanup()
+
+    run(scenario)
+
+
+def test_the_host_header_is_the_pods_address_never_credentials_in_its_url():
+    async def scenario():
+        hosts = []
+
+        async def answer(request):
+            hosts.append(request.headers["Host"])
+            return web.json_response({})
+
+        runner, url, peers = await serve(answer)
+        try:
+            pods = client()
+            port = url.rsplit(":", 1)[1]
+            await pods.post(f"http://user:secret@127.0.0.1:{port}", "/v1/ocr", b"{}")
+            assert hosts == [f"127.0.0.1:{port}"]
+            pods.close()
+        finally:
+            await runner.cleanup()
+
+    run(scenario)
+
+
 # --- answers aiohttp's server never writes, from a server that writes them as given ---------------
 
 
