@@ -50,6 +50,22 @@ def client(timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None) -> P
     return PodClient(timeout=timeout, connect_timeout=2.0, ssl_context=ssl_context)
 
 
+def posts(handler, times: int, tls: ssl.SSLContext | None = None, **options) -> tuple[list, list]:
+    """``times`` POSTs one after another on one client to a server whose /v1/ocr is ``handler``
+    (over TLS with ``tls``; ``options`` for the client): the answers, and the server's peers."""
+
+    async def scenario():
+        runner, url, peers = await serve(handler, tls)
+        pods = client(**options)
+        try:
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(times)], peers
+        finally:
+            pods.close()
+            await runner.cleanup()
+
+    return run(scenario)
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -163,16 +179,7 @@ def test_a_chunked_answer_is_read_whole_and_the_connection_is_kept():
         await response.write_eof()
         return response
 
-    async def scenario():
-        runner, url, peers = await serve(handler)
-        pods = client()
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
-        finally:
-            pods.close()
-            await runner.cleanup()
-
-    answers, peers = run(scenario)
+    answers, peers = posts(handler, 2)
     assert answers == [(504, b'{"error": "too slow"}')] * 2
     assert len(set(peers)) == 1
 
@@ -181,16 +188,7 @@ def test_an_answer_that_closes_its_connection_is_not_reused():
     async def handler(request):
         return web.Response(body=b"ok", headers={"Connection": "close"})
 
-    async def scenario():
-        runner, url, peers = await serve(handler)
-        pods = client()
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(3)], peers
-        finally:
-            pods.close()
-            await runner.cleanup()
-
-    answers, peers = run(scenario)
+    answers, peers = posts(handler, 3)
     assert answers == [(200, b"ok")] * 3
     assert len(set(peers)) == 3
 
@@ -335,23 +333,27 @@ async def serve_raw(answers: list[bytes]) -> tuple[asyncio.Server, str, list]:
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", peers
 
 
-def test_an_interim_answer_with_no_length_then_the_answer_in_the_same_bytes_gives_the_answer():
+def raw_posts(answers: list[bytes], times: int, **options) -> tuple[list, list]:
+    """``times`` POSTs one after another on one client to ``serve_raw(answers)``: the answers, and
+    the server's peers."""
+
     async def scenario():
-        server, url, peers = await serve_raw(
-            [
-                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-            ]
-            * 2  # fmt: skip
-        )
-        pods = client()
+        server, url, peers = await serve_raw(answers)
+        pods = client(**options)
         try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
+            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(times)], peers
         finally:
             pods.close()
             server.close()
 
-    answers, peers = run(scenario)
+    return run(scenario)
+
+
+def test_an_interim_answer_with_no_length_then_the_answer_in_the_same_bytes_gives_the_answer():
+    interim_then_answer = (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
+    answers, peers = raw_posts([interim_then_answer] * 2, 2)
     assert answers == [(200, b"ok")] * 2
     assert len(set(peers)) == 1
 
@@ -374,39 +376,18 @@ def test_an_answer_whose_length_is_negative_or_contradicts_itself_is_pod_disconn
 
 
 def test_a_304_or_204_with_a_content_length_has_no_body_and_keeps_the_connection():
-    async def scenario():
-        server, url, peers = await serve_raw(
-            [
-                b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
-                b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-            ]  # fmt: skip
-        )
-        pods = client(timeout=2.0)
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(3)], peers
-        finally:
-            pods.close()
-            server.close()
-
-    answers, peers = run(scenario)
+    bodiless = [
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ]
+    answers, peers = raw_posts(bodiless, 3, timeout=2.0)
     assert answers == [(304, b""), (204, b""), (200, b"ok")]
     assert len(set(peers)) == 1
 
 
 def test_an_answer_whose_connection_header_lists_close_among_others_is_not_reused():
-    async def scenario():
-        server, url, peers = await serve_raw(
-            [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: TE, close\r\n\r\nok"] * 2
-        )
-        pods = client()
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
-        finally:
-            pods.close()
-            server.close()
-
-    answers, peers = run(scenario)
+    answers, peers = raw_posts([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: TE, close\r\n\r\nok"] * 2, 2)
     assert answers == [(200, b"ok")] * 2
     assert len(set(peers)) == 2
 
@@ -510,68 +491,21 @@ def test_over_tls_a_chunked_answer_is_read_whole_and_the_connection_is_kept(tls)
         await response.write_eof()
         return response
 
-    async def scenario():
-        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
-        pods = client(ssl_context=tls.trusting)
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(2)], peers
-        finally:
-            pods.close()
-            await runner.cleanup()
-
-    answers, peers = run(scenario)
+    answers, peers = posts(handler, 2, tls.server("127.0.0.1"), ssl_context=tls.trusting)
     assert answers == [(524, b"<html>a timeout occurred</html>")] * 2
     assert len(set(peers)) == 1
 
 
-def test_over_tls_a_certificate_no_trusted_ca_issued_is_pod_refused_and_nothing_is_posted(tls):
+def refused_over_tls(server_tls: ssl.SSLContext | None, **options) -> tuple[PodRefused, list]:
+    """A POST over TLS to a server answering "ok" (over TLS with ``server_tls``, else plain HTTP
+    only), which must raise PodRefused: that error, and the peers the server saw."""
+
     async def handler(request):
         return web.Response(body=b"ok")
 
     async def scenario():
-        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
-        pods = client()  # the default context: the system's CAs, which never issued the test CA's
-        try:
-            with pytest.raises(PodRefused) as refused:
-                await pods.post(url, "/v1/ocr", b"{}")
-        finally:
-            pods.close()
-            await runner.cleanup()
-        return refused.value, peers
-
-    refused, peers = run(scenario)
-    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
-    assert peers == []
-
-
-def test_over_tls_a_certificate_for_another_host_is_pod_refused(tls):
-    async def handler(request):
-        return web.Response(body=b"ok")
-
-    async def scenario():
-        runner, url, peers = await serve(handler, tls.server("pod.example"))  # trusted, but not 127.0.0.1's
-        pods = client(ssl_context=tls.trusting)
-        try:
-            with pytest.raises(PodRefused) as refused:
-                await pods.post(url, "/v1/ocr", b"{}")
-        finally:
-            pods.close()
-            await runner.cleanup()
-        return refused.value, peers
-
-    refused, peers = run(scenario)
-    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
-    assert "mismatch" in str(refused.__cause__)
-    assert peers == []
-
-
-def test_a_tls_handshake_with_a_pod_that_speaks_no_tls_is_pod_refused(tls):
-    async def handler(request):
-        return web.Response(body=b"ok")
-
-    async def scenario():
-        runner, url, peers = await serve(handler)  # plain HTTP only
-        pods = client(ssl_context=tls.trusting)
+        runner, url, peers = await serve(handler, server_tls)
+        pods = client(**options)
         try:
             with pytest.raises(PodRefused) as refused:
                 await pods.post(url.replace("http://", "https://"), "/v1/ocr", b"{}")
@@ -580,7 +514,25 @@ def test_a_tls_handshake_with_a_pod_that_speaks_no_tls_is_pod_refused(tls):
             await runner.cleanup()
         return refused.value, peers
 
-    refused, peers = run(scenario)
+    return run(scenario)
+
+
+def test_over_tls_a_certificate_no_trusted_ca_issued_is_pod_refused_and_nothing_is_posted(tls):
+    # The default context: the system's CAs, which never issued the test CA's.
+    refused, peers = refused_over_tls(tls.server("127.0.0.1"))
+    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
+    assert peers == []
+
+
+def test_over_tls_a_certificate_for_another_host_is_pod_refused(tls):
+    refused, peers = refused_over_tls(tls.server("pod.example"), ssl_context=tls.trusting)  # not 127.0.0.1's
+    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
+    assert "mismatch" in str(refused.__cause__)
+    assert peers == []
+
+
+def test_a_tls_handshake_with_a_pod_that_speaks_no_tls_is_pod_refused(tls):
+    refused, peers = refused_over_tls(None, ssl_context=tls.trusting)
     assert isinstance(refused.__cause__, ssl.SSLError)
     assert peers == []
 
