@@ -86,7 +86,8 @@ def serve(port_file: str, cert: str, key: str) -> None:
             context.load_cert_chain(cert, key)
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context, backlog=1024)
         await site.start()
-        Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))
+        port = str(site._server.sockets[0].getsockname()[1])
+        await asyncio.to_thread(Path(port_file).write_text, port)  # no file I/O on the loop (invariant 2)
         await asyncio.Event().wait()
 
     asyncio.run(main())
