@@ -6,7 +6,9 @@ the tests' do.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -16,11 +18,15 @@ from tools.processes import REPO
 
 def django_for_bench(name: str, *, database_url: str = "") -> Path:
     """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``,
-    flushed); returns that directory."""
+    flushed); returns that directory. The directory (the database, the documents stored: 786 MB a
+    run of bench/ingest.py) is removed when the benchmark exits, unless BENCH_KEEP=1: runs once
+    filled this machine's disk."""
     sys.path.insert(0, str(REPO))
     if database_url:
         os.environ["DATABASE_URL"] = database_url
     var_dir = Path(tempfile.mkdtemp(prefix=f"fleetadmin-bench-{name}-"))
+    if os.environ.get("BENCH_KEEP") != "1":
+        atexit.register(shutil.rmtree, var_dir, ignore_errors=True)
     os.environ["FLEETADMIN_VAR_DIR"] = str(var_dir)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
     if os.environ.get("DATABASE_URL"):
