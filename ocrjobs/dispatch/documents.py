@@ -62,10 +62,26 @@ def document_body(source: str, *, sendfile: bool = True) -> tuple[FileBody | byt
     if file is None:
         return document_bytes(source), None
     try:
-        return FileBody(file, os.fstat(file.fileno()).st_size), file
+        size = os.fstat(file.fileno()).st_size
+        _into_page_cache(file, size)
+        return FileBody(file, size), file
     except BaseException:
         file.close()
         raise
+
+
+def _into_page_cache(file: BinaryIO, size: int) -> None:
+    """Read the file into the page cache here, off the loop, so that the loop's sendfile only
+    copies from memory: an upload is written past the cache (ocrjobs.storage), and a sendfile of a
+    file not in it waits for the disk inside the loop (2.4-2.6 ms per 3.6 MB document on this
+    machine, 0.3 ms cached). A sendfile to /dev/null reads the pages in and copies nothing."""
+    with open(os.devnull, "wb") as null:
+        sent = 0
+        while sent < size:
+            count = os.sendfile(null.fileno(), file.fileno(), sent, size - sent)
+            if count == 0:  # the file got shorter: the PUT sends what is there
+                return
+            sent += count
 
 
 # A page whose document's pods are all busy may let one further on go first (a page of a document

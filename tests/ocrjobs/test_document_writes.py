@@ -1,7 +1,8 @@
 """An upload the front holds in memory, written to the local documents' storage
 (ocrjobs.storage.document_store_memory): byte for byte whatever its length and wherever it lies in
 its request body, its whole pages past the page cache (O_DIRECT), and through the cache on a
-filesystem that refuses direct writes."""
+filesystem that refuses direct writes; and read back into the cache off the dispatcher's loop
+before the loop sends it (ocrjobs.dispatch.documents.document_body)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ocrjobs import storage
+from ocrjobs.dispatch.documents import document_body
 from ocrjobs.storage import DIRECT_ALIGN, DIRECT_MIN_BYTES, document_store_memory
 
 SIZES = [1, DIRECT_ALIGN - 1, DIRECT_MIN_BYTES - 1, DIRECT_MIN_BYTES, DIRECT_MIN_BYTES + 1,
@@ -125,3 +127,20 @@ def test_a_direct_write_that_fails_otherwise_leaves_no_file(media_root, monkeypa
         document_store_memory("documents/e/source.pdf", held_in_a_body(os.urandom(storage.CHUNK), offset=9))
 
     assert not (media_root / "documents/e/source.pdf").exists()
+
+
+def test_a_document_written_past_the_cache_is_read_into_it_before_the_loop_sends_it(media_root):
+    if filesystem_type(media_root) == "tmpfs":
+        pytest.skip("a tmpfs file lives in the page cache")
+    data = os.urandom(2 * storage.CHUNK + 5)
+    name = document_store_memory("documents/f/source.pdf", held_in_a_body(data, offset=11))
+    assert resident_pages(media_root / name) <= 1
+
+    body, file = document_body(name)  # in a thread of the dispatcher's, off its loop
+
+    try:
+        # Every page cached: the loop's sendfile waits on no disk.
+        assert resident_pages(media_root / name) == -(-len(data) // mmap.PAGESIZE)
+        assert body.size == len(data) and file.tell() == 0  # the file is sent whole, from its start
+    finally:
+        file.close()
