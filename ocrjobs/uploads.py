@@ -17,6 +17,7 @@ give the same fields and files (names, types, bytes) for every body this one tak
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import io
 
@@ -31,6 +32,12 @@ from django.utils.http import parse_header_parameters
 from fleetadmin.bodies import BodyStream, MemoryReader
 
 MAX_HEADER_BYTES = 1024  # of a part's headers: Django's parser reads them 1024 bytes at a time
+
+# The C library's memmem: a part's end found 4x faster than bytes.find finds it in a body out of
+# the CPU's caches (0.10 CPU-s against 0.44 over the 819 MB of 70 bench/ingest.py bodies).
+_memmem = ctypes.CDLL(None).memmem
+_memmem.restype = ctypes.c_void_p
+_memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
 
 
 class HashingTemporaryFileUploadHandler(TemporaryFileUploadHandler):
@@ -101,9 +108,14 @@ def _parse(body: bytes | bytearray, boundary: bytes, files: MultiValueDict) -> Q
     post = QueryDict(mutable=True)
     field_bytes = field_count = file_count = 0
     view = memoryview(body)
+    # Where the body lies, for memmem: held by ``anchor`` (a bytearray cannot move or shrink under it).
+    anchor = ctypes.c_char.from_buffer(body) if isinstance(body, bytearray) else ctypes.c_char_p(body)
+    base = ctypes.addressof(anchor) if isinstance(body, bytearray) else ctypes.cast(anchor, ctypes.c_void_p).value
     position = len(separator) + 2
     while True:
-        following = body.find(separator, position)  # where Django's parser ends the part too
+        # Where Django's parser ends the part too: body.find(separator, position), in C.
+        found = _memmem(base + position, len(body) - position, separator, len(separator))
+        following = -1 if found is None else found - base
         headers_end = body.find(b"\r\n\r\n", position, min(following, position + MAX_HEADER_BYTES))
         if following < 0 or headers_end < 0 or body[following - 2 : following] != b"\r\n":
             raise _NotPlain
@@ -128,6 +140,7 @@ def _parse(body: bytes | bytearray, boundary: bytes, files: MultiValueDict) -> Q
         if body[position : position + 2] != b"\r\n":
             raise _NotPlain
         position += 2
+    del anchor
     post._mutable = False
     return post
 

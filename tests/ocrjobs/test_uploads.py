@@ -13,15 +13,19 @@ import pytest
 from django.core.files.uploadedfile import UploadedFile
 from django.core.handlers.asgi import ASGIRequest
 
+from fleetadmin.bodies import BodyStream
 from ocrjobs.uploads import BodyFile, parse_in_memory
 
 BOUNDARY = "b0undary-4e1f"
 
 
-def _request(body: bytes, *, content_type: str = f"multipart/form-data; boundary={BOUNDARY}", length=None):
+def _request(body: bytes, *, content_type: str = f"multipart/form-data; boundary={BOUNDARY}", length=None,
+             held: str = "bytes"):  # fmt: skip
+    """A request over ``body`` held as bytes (BytesIO: the test client) or, ``held="buffer"``, in a
+    buffer of the front's (fleetadmin.bodies.BodyStream over a bytearray)."""
     headers = [(b"content-type", content_type.encode()), (b"content-length", str(length or len(body)).encode())]
     scope = {"type": "http", "method": "POST", "path": "/v1/jobs", "query_string": b"", "headers": headers}
-    return ASGIRequest(scope, io.BytesIO(body))
+    return ASGIRequest(scope, BodyStream(bytearray(body)) if held == "buffer" else io.BytesIO(body))
 
 
 def _part(headers: list[str], data: bytes) -> bytes:
@@ -79,9 +83,10 @@ TAKEN = {
 }
 
 
+@pytest.mark.parametrize("held", ["bytes", "buffer"])
 @pytest.mark.parametrize("body", TAKEN.values(), ids=TAKEN.keys())
-def test_a_plain_body_gives_the_fields_and_files_djangos_parser_gives(body, settings):
-    fast, django = _request(body), _request(body)
+def test_a_plain_body_gives_the_fields_and_files_djangos_parser_gives(body, held, settings):
+    fast, django = _request(body, held=held), _request(body)
 
     assert parse_in_memory(fast)
 
@@ -152,12 +157,13 @@ DECLINED = {
 }
 
 
+@pytest.mark.parametrize("held", ["bytes", "buffer"])
 @pytest.mark.parametrize("body", DECLINED.values(), ids=DECLINED.keys())
-def test_any_other_body_is_left_to_djangos_parser_untouched(body, tmp_path, settings):
+def test_any_other_body_is_left_to_djangos_parser_untouched(body, held, tmp_path, settings):
     spool = tmp_path / "spool"
     spool.mkdir()
     settings.FILE_UPLOAD_TEMP_DIR = str(spool)
-    request = _request(body)
+    request = _request(body, held=held)
 
     assert not parse_in_memory(request)
 
