@@ -103,32 +103,37 @@ def document_store_memory(name: str, data: memoryview) -> str:
 
 
 def _write_new_file(fd: int, data: memoryview) -> None:
-    """Write ``data`` into the new, empty file ``fd``: its whole pages past the page cache, copied
-    a CHUNK at a time into an aligned buffer (O_DIRECT wants aligned memory, offsets and lengths),
-    then the rest through the cache. A filesystem that refuses direct writes gets them all
-    through the cache."""
+    """Write ``data`` into the new, empty file ``fd``: its whole pages past the page cache where the
+    filesystem allows it (``_write_direct``), the rest through the cache."""
     written = 0
-    whole = len(data) - len(data) % DIRECT_ALIGN if len(data) >= DIRECT_MIN_BYTES else 0
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    if whole:
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-        except OSError:
-            whole = 0
-    if whole:
-        try:
-            with memoryview(_direct_buffer()) as buffer:
-                while written < whole and written % DIRECT_ALIGN == 0:
-                    length = min(CHUNK, whole - written)
-                    buffer[:length] = data[written : written + length]
-                    written += os.write(fd, buffer[:length])
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:  # EINVAL: this file refuses direct writes after all
-                raise
-        finally:
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    if len(data) >= DIRECT_MIN_BYTES:
+        written = _write_direct(fd, data[: len(data) - len(data) % DIRECT_ALIGN])
     while written < len(data):
         written += os.write(fd, data[written:])
+
+
+def _write_direct(fd: int, data: memoryview) -> int:
+    """Write ``data`` (whole pages) from the start of ``fd`` with O_DIRECT, copied a CHUNK at a time
+    into an aligned buffer (O_DIRECT wants aligned memory, offsets and lengths); how many bytes were
+    written, 0 if the filesystem refuses direct writes, fewer if it refuses them midway."""
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+    except OSError:
+        return 0
+    written = 0
+    try:
+        with memoryview(_direct_buffer()) as buffer:
+            while written < len(data) and written % DIRECT_ALIGN == 0:
+                length = min(CHUNK, len(data) - written)
+                buffer[:length] = data[written : written + length]
+                written += os.write(fd, buffer[:length])
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: this file refuses direct writes after all
+            raise
+    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    return written
 
 
 def _direct_buffer() -> mmap.mmap:

@@ -140,7 +140,6 @@ def _parse(body: bytes | bytearray, boundary: bytes, files: MultiValueDict) -> Q
         if body[position : position + 2] != b"\r\n":
             raise _NotPlain
         position += 2
-    del anchor
     post._mutable = False
     return post
 
