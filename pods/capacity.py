@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from pods.models import CapacityVerdict, PriceCatalogue
@@ -43,8 +43,8 @@ OPEN = "open"  # a create on it succeeded lately: boots create on it side by sid
 
 def probe_acquire(key: str) -> str | None:
     """How this boot may create on the candidate: ``PROBE`` (it is the one boot trying it now),
-    ``OPEN`` (a create on it succeeded within the verdict TTL, so capacity is known and no lock
-    is taken), or None (blocked, or another boot is probing it)."""
+    ``OPEN`` (a create on it succeeded within the verdict TTL, and this boot took one of its free
+    create slots), or None (blocked, probed by another boot, or every slot is out)."""
     try:
         CapacityVerdict.objects.get_or_create(key=key)
     except IntegrityError:
@@ -54,7 +54,8 @@ def probe_acquire(key: str) -> str | None:
         Q(blocked_until__isnull=True) | Q(blocked_until__lte=now)
     )
     if unblocked.filter(open_until__gt=now).exists():
-        return OPEN
+        took = unblocked.filter(open_until__gt=now, open_slots__gt=0).update(open_slots=F("open_slots") - 1)
+        return OPEN if took == 1 else None
     taken = unblocked.filter(Q(probing_until__isnull=True) | Q(probing_until__lt=now)).update(
         probing_until=now + timedelta(seconds=PROBE_LOCK_SECONDS)
     )
@@ -65,15 +66,29 @@ def probe_finish(
     key: str, *, how: str = PROBE, blocked_for: float = 0.0, created: bool = False, reason: str = ""
 ) -> None:
     """End a create on the candidate (``how`` it was allowed, from probe_acquire): block it for
-    everybody, or open it after a success (boots then create on it side by side for the verdict
-    TTL), or just end the probe (an error that says nothing of its capacity)."""
+    everybody, or open it after a success, or give its slot back after an error that says nothing
+    of its capacity.
+
+    An open candidate lets as many creates out at once as it has slots. The probe's success
+    opens it with one; each create on it that succeeds gives its slot back and adds one, so the
+    creates out on it double while it keeps giving pods (64 boots of one GPU type are created in
+    7 rounds, not 64), and when its capacity runs out only the creates then out are refused:
+    never every boot that happened to be walking (bench/boot_storm.py: 177 create calls for 32
+    boots over 70 candidates when every walking boot created on it at once; the goal is 102).
+    A slot whose step died is lost until the verdict lapses, as a probe lock is until it expires.
+    """
     now = timezone.now()
     fields: dict = {"probing_until": None} if how == PROBE else {}
     if blocked_for > 0:
-        fields.update(blocked_until=now + timedelta(seconds=blocked_for), open_until=None, reason=reason[:500])
+        fields.update(
+            blocked_until=now + timedelta(seconds=blocked_for), open_until=None, open_slots=0, reason=reason[:500]
+        )
     elif created:
         ttl = timedelta(seconds=settings.CAPACITY_VERDICT_TTL_SECONDS)
-        fields.update(blocked_until=None, open_until=now + ttl, reason="")
+        slots = 1 if how == PROBE else F("open_slots") + 2
+        fields.update(blocked_until=None, open_until=now + ttl, open_slots=slots, reason="")
+    elif how == OPEN:
+        fields.update(open_slots=F("open_slots") + 1)
     if fields:
         CapacityVerdict.objects.filter(key=key).update(**fields)
 

@@ -225,14 +225,15 @@ class CapacityVerdict(models.Model):
     "No capacity" blocks the candidate for everybody until ``blocked_until``;
     ``probing_until`` lets one boot at a time try it (the lock expires if its
     holder dies). A create that succeeded sets ``open_until``: while it lasts the
-    candidate is known to have capacity, and boots create on it side by side
-    instead of one probe at a time, until one is refused.
+    candidate is known to have capacity, and boots create on it side by side,
+    ``open_slots`` at a time (doubling while creates succeed), until one is refused.
     """
 
     key = models.CharField(max_length=300, unique=True)
     blocked_until = models.DateTimeField(null=True, blank=True)
     probing_until = models.DateTimeField(null=True, blank=True)
     open_until = models.DateTimeField(null=True, blank=True)
+    open_slots = models.PositiveIntegerField(default=0)
     reason = models.CharField(max_length=500, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

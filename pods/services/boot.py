@@ -161,7 +161,8 @@ def _past(started: datetime | None, seconds: float) -> bool:
 def _create_step(pod: Pod, provider: Provider, token: str) -> None:
     """One step of the walk over the pool's candidates, cheapest first. A candidate of unknown
     capacity is probed by one boot at a time; one that gave a pod lately is open, and boots create
-    on it side by side (64 boots of one GPU type are created in a pass or two, not one a pass);
+    on it side by side, as many at once as its slots (doubling while it gives pods: 64 boots of
+    one GPU type are created in 7 rounds, not one a pass; capacity.probe_finish);
     every boot skips it while its "no capacity" verdict lasts. The walk tries each candidate once
     (its create calls so far are its BootAttempt rows)."""
     offers, config = pool_offers(pod.pool)
