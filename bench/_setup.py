@@ -17,8 +17,8 @@ from tools.processes import REPO
 
 
 def django_for_bench(name: str, *, database_url: str = "") -> Path:
-    """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``,
-    flushed); returns that directory. The directory (the database, the documents stored: 786 MB a
+    """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``
+    emptied); returns that directory. The directory (the database, the documents stored: 786 MB a
     run of bench/ingest.py) is removed when the benchmark exits, unless BENCH_KEEP=1: runs once
     filled this machine's disk."""
     sys.path.insert(0, str(REPO))
@@ -37,6 +37,25 @@ def django_for_bench(name: str, *, database_url: str = "") -> Path:
     from django.core.management import call_command
 
     if os.environ.get("DATABASE_URL"):
-        call_command("flush", interactive=False, verbosity=0)
+        _empty_database()
     call_command("migrate", interactive=False, verbosity=0)
     return var_dir
+
+
+def _empty_database() -> None:
+    """Empty the PostgreSQL database for this run. When it holds exactly this tree's migrations,
+    flush it (0.8 s here); otherwise (an earlier run of another branch, with migrations this tree
+    does not have) drop its public schema and make it anew, so that migrate starts from nothing
+    (2.4 s with the migrations): flush would keep that branch's tables and columns."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connection)
+    if set(loader.applied_migrations) == set(loader.graph.nodes):
+        call_command("flush", interactive=False, verbosity=0)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("DROP SCHEMA public CASCADE")
+        cursor.execute("CREATE SCHEMA public")
+        cursor.execute("GRANT ALL ON SCHEMA public TO public")
