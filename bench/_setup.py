@@ -17,8 +17,8 @@ from tools.processes import REPO
 
 
 def django_for_bench(name: str, *, database_url: str = "") -> Path:
-    """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``,
-    flushed); returns that directory. The directory (the database, the documents stored: 786 MB a
+    """Configure Django on a fresh database (SQLite in a temporary directory, or ``database_url``
+    emptied); returns that directory. The directory (the database, the documents stored: 786 MB a
     run of bench/ingest.py) is removed when the benchmark exits, unless BENCH_KEEP=1: runs once
     filled this machine's disk."""
     sys.path.insert(0, str(REPO))
@@ -37,6 +37,18 @@ def django_for_bench(name: str, *, database_url: str = "") -> Path:
     from django.core.management import call_command
 
     if os.environ.get("DATABASE_URL"):
-        call_command("flush", interactive=False, verbosity=0)
+        _empty_database()
     call_command("migrate", interactive=False, verbosity=0)
     return var_dir
+
+
+def _empty_database() -> None:
+    """Drop the PostgreSQL database's public schema and make it anew, so that migrate starts from
+    nothing. Not flush: flush empties the rows migrations wrote (the local pool), which migrate
+    does not write again on a database it finds migrated, and keeps the tables and columns of
+    another branch's migrations. (2.4 s with the migrations here; flush and migrate took 0.8 s.)"""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP SCHEMA public CASCADE")
+        cursor.execute("CREATE SCHEMA public")

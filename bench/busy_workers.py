@@ -21,11 +21,15 @@ Prints:
   the benchmark itself, other processes);
 and ends with one JSON line.
 
-Goals (on this 2-core machine): busy p95 <= 1.5 × idle p95 and <= idle p95 + 5 s, every job
-done; the boots need no more worker processes than 8 boots would: the classes' sizes do not
-depend on the boots, and the boots hold no short-task worker (those are never all busy at once);
-the scale request reaches its target within one boot time plus a few seconds
-(``SCALE_GOAL_MARGIN_S``).
+Goals, each named in the JSON's "goal": counted ones, every_job_done; the boots need no more
+worker processes than 8 boots would: workers_within_class_sizes (the classes' sizes do not
+depend on the boots) and short_workers_never_all_busy (the boots hold no short-task worker);
+scale_target_reached (every pod asked for ready). Times, on this 2-core machine, which CI does
+not assert: busy_latency_p95 (busy p95 <= 1.5 × idle p95 and <= idle p95 + 5 s) and
+scale_seconds (the target reached within one boot time plus ``SCALE_GOAL_MARGIN_S``).
+CI's size (tests/bench/test_busy_workers.py):
+
+    .venv/bin/python bench/busy_workers.py --boots 8 --boot-seconds 10 --every 1 --idle-jobs 3
 """
 
 from __future__ import annotations
@@ -258,16 +262,22 @@ def run(args, children: Children) -> None:
         for phase, (start, end) in {"idle": (idle_started, idle_ended), "busy": (busy_started, busy_ended)}.items()
     }
     idle_p95, busy_p95 = percentile(idle, 0.95), percentile(busy, 0.95)
-    latency_met = (
-        idle_p95 is not None and busy_p95 is not None and undone == 0 == idle_undone
-        and busy_p95 <= LATENCY_RATIO_GOAL * idle_p95 and busy_p95 <= idle_p95 + LATENCY_EXTRA_GOAL_S
-    )  # fmt: skip
-    # The boots take no short-task worker: those are never all busy (on the old model, boots held
-    # them all, and 64 boots would have needed 64 of them to be in flight at once).
-    workers_met = in_use["busy"]["short"] < sizes["short"] and all(
-        in_use["busy"][name] <= size for name, size in sizes.items()
-    )
-    scale_met = scale_seconds is not None and scale_seconds <= args.boot_seconds + SCALE_GOAL_MARGIN_S
+    goal = {
+        # Counted, the same on any machine:
+        "every_job_done": undone == 0 == idle_undone,
+        "workers_within_class_sizes": all(in_use["busy"][name] <= size for name, size in sizes.items()),
+        # The boots take no short-task worker: those are never all busy (on the old model, boots
+        # held them all, and 64 boots would have needed 64 of them to be in flight at once).
+        "short_workers_never_all_busy": in_use["busy"]["short"] < sizes["short"],
+        "scale_target_reached": ready >= args.boots,
+        # Times (this machine's): in the JSON, not asserted by CI.
+        "busy_latency_p95": idle_p95 is not None and busy_p95 is not None
+        and busy_p95 <= LATENCY_RATIO_GOAL * idle_p95 and busy_p95 <= idle_p95 + LATENCY_EXTRA_GOAL_S,
+        "scale_seconds": scale_seconds is not None and scale_seconds <= args.boot_seconds + SCALE_GOAL_MARGIN_S,
+    }  # fmt: skip
+    latency_met = goal["every_job_done"] and goal["busy_latency_p95"]
+    workers_met = goal["workers_within_class_sizes"] and goal["short_workers_never_all_busy"]
+    scale_met = goal["scale_target_reached"] and goal["scale_seconds"]
     result = {
         "benchmark": "busy_workers",
         "database": connection.vendor,
@@ -284,7 +294,8 @@ def run(args, children: Children) -> None:
         "latency_met": latency_met,
         "workers_met": workers_met,
         "scale_met": scale_met,
-        "goal_met": bool(latency_met and workers_met and scale_met),
+        "goal": goal,
+        "goal_met": all(goal.values()),
     }
     print(f"database {connection.vendor}; {args.boots} RunPod boots of {args.boot_seconds:g} s (max_parallel_boots "
           f"{args.boots}; at most {booting_seen} booting at once); one-page jobs on the local pool every "

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/control_plane.py [--database-url postgres://...] [--pods 68 --lanes 8 --latency 2]
         [--booting 32] [--rate 20 --seconds 30] [--asgi module:app]
+    .venv/bin/python bench/control_plane.py --pods 4 --lanes 8 --booting 4 --in-flight 32 --seconds 5 --rate 10  # CI
 
 A RunPod simulator (a subprocess), a real daphne front and the real workers
 (``manage.py workers``: the supervisor and its qcluster, as production runs them) on
@@ -17,10 +18,11 @@ from outside at a fixed rate while a sampler reads pages in flight and pods
 booting from the database.
 
 Prints p50/p90/p99/max and unanswered for both URLs, pages in flight and pods
-booting during the probe, and ends with one JSON line. Goal: status p99 <= 100 ms,
-healthz p99 <= 20 ms, nothing unanswered (the system this replaces left the status
-endpoint unanswered for 30 s), under the load described (load_met: a mean of 1,000
-or more pages in flight and every boot still booting). 68 pods × 8 lanes: the
+booting during the probe, and ends with one JSON line. Its "goal" names each goal:
+status_p99 (<= 100 ms) and healthz_p99 (<= 20 ms), nothing_unanswered (the system
+this replaces left the status endpoint unanswered for 30 s) and no_error_answers,
+under the load described: pages_in_flight (a mean of --in-flight, 1,000, or more)
+and pods_booting (every boot still booting); load_met is those two. 68 pods × 8 lanes: the
 dispatcher holds its lanes' pages plus one prefetched page per lane, refilled in
 batches of a quarter, so 64 pods would average a little under 1,000.
 
@@ -262,6 +264,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per page on a virtual pod")
     parser.add_argument("--booting", type=int, default=32, help="pods the scaler boots during the measurement")
     parser.add_argument("--pages", type=int, default=0, help="default: enough for the whole run")
+    parser.add_argument(
+        "--in-flight", type=int, default=IN_FLIGHT_GOAL, help="the load: pages the dispatcher holds, on average"
+    )
     parser.add_argument("--rate", type=float, default=20.0, help="probe requests per second per URL")
     parser.add_argument("--seconds", type=float, default=30.0, help="probe duration")
     parser.add_argument("--timeout", type=float, default=5.0, help="a probe request unanswered this long counts")
@@ -376,7 +381,7 @@ def run(args, children: Children, sim_url: str) -> None:
     def loaded() -> bool:
         if not workers.alive():
             raise SystemExit(f"the workers exited:\n{workers.tail()}")
-        return in_flight() >= IN_FLIGHT_GOAL and booting() >= args.booting
+        return in_flight() >= args.in_flight and booting() >= args.booting
 
     wait_for(
         loaded,
@@ -431,14 +436,22 @@ def run(args, children: Children, sim_url: str) -> None:
     dispatchers = Dispatcher.objects.filter(pool=pool).count()
     rows = {path: figures["urls"][url] for path, url in urls.items()}
     in_flight_s, booting_s = summary(samples["in_flight"]), summary(samples["booting"])
-    load_met = bool(samples["in_flight"]) and in_flight_s["mean"] >= IN_FLIGHT_GOAL and booting_s["min"] >= args.booting
-    latency_met = all(
-        row["unanswered"] == 0
-        and row["non_2xx"] == 0
-        and row["p99_ms"] is not None
-        and row["p99_ms"] <= GOALS_P99_MS.get(path, float("inf"))
-        for path, row in rows.items()
-    ) and set(GOALS_P99_MS) <= set(rows)
+    goal = {
+        # The load, counted from the database: the measurement is under it or it is not one.
+        "pages_in_flight": bool(samples["in_flight"]) and in_flight_s["mean"] >= args.in_flight,
+        "pods_booting": bool(samples["booting"]) and booting_s["min"] >= args.booting,
+        # Counted: every probe request answered, none with an error.
+        "nothing_unanswered": all(row["unanswered"] == 0 for row in rows.values()),
+        "no_error_answers": all(row["non_2xx"] == 0 for row in rows.values()),
+        # Times (this machine's): the JSON says whether they held, CI does not assert them.
+        **{
+            f"{LABELS.get(path, path)}_p99": path in rows
+            and rows[path]["p99_ms"] is not None
+            and rows[path]["p99_ms"] <= limit
+            for path, limit in GOALS_P99_MS.items()
+        },
+    }
+    load_met = goal["pages_in_flight"] and goal["pods_booting"]
     keys = ("count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "unanswered", "non_2xx")
     result = {
         "benchmark": "control_plane",
@@ -447,6 +460,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "lanes_per_pod": args.lanes,
         "latency_s": args.latency,
         "pods_booting_target": args.booting,
+        "pages_in_flight_target": args.in_flight,
         "q_workers": args.q_workers,
         "rate_per_url": args.rate,
         "probe_seconds": args.seconds,
@@ -465,7 +479,8 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_drained": drained,
         "dispatchers_started": dispatchers,
         "load_met": load_met,
-        "goal_met": bool(load_met and latency_met),
+        "goal": goal,
+        "goal_met": all(goal.values()),
     }
     print(f"database {connection.vendor}; {args.pods} ready pods × {args.lanes} lanes at {args.latency} s/page, "
           f"{args.booting} pods booting, {args.q_workers} qcluster workers; load reached in {setup_seconds:.1f} s")  # fmt: skip

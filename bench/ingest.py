@@ -21,9 +21,12 @@ Prints:
   last submission answered;
 - pages lost or read twice (the simulator's page count against the pages stored).
 
-Goals on this 2-core machine: >= 500 pages/s, <= 2 ms CPU per page, bytes ratio <= 1.1,
-uploads >= 100 MB/s. The closing JSON line has ``pages_per_s``,
-``control_plane_cpu_ms_per_page`` and ``bytes_to_pods_ratio``, among others.
+The closing JSON line's "goal" names each goal: counted ones, every_submission_accepted,
+nothing_lost, nothing_read_twice and bytes_to_pods_ratio (<= 1.1); and on this 2-core
+machine pages_per_s (>= 500), control_plane_cpu_ms_per_page (<= 2) and upload_mb_s
+(>= 100), which CI does not assert. CI's size (tests/bench/test_ingest.py):
+
+    .venv/bin/python bench/ingest.py --pdfs 10 --pages-per-pdf 10 --images 20 --pods 2 --lanes 8
 """
 
 from __future__ import annotations
@@ -299,7 +302,8 @@ def run(args, children: Children, sim_url: str) -> None:
             break
         if submitted and any(status != 201 for status, _ in submitted["answers"]):
             bad = [answer for answer in submitted["answers"] if answer[0] != 201]
-            raise SystemExit(f"{len(bad)} submissions refused, e.g. {bad[0]}")
+            print(f"{len(bad)} submissions refused, e.g. {bad[0]}", file=sys.stderr)
+            break
         time.sleep(0.1)
     cpu_after = meter.read()
     elapsed = time.monotonic() - started
@@ -347,13 +351,22 @@ def run(args, children: Children, sim_url: str) -> None:
         "lost": pages_total - done,
         "read_twice": max(0, stats["ocr_pages"] - done),
     }
-    result["goal_met"] = bool(
-        result["pages_per_s"] and result["pages_per_s"] >= GOALS["pages_per_s"]
-        and result["control_plane_cpu_ms_per_page"] <= GOALS["control_plane_cpu_ms_per_page"]
-        and result["bytes_to_pods_ratio"] is not None and result["bytes_to_pods_ratio"] <= GOALS["bytes_to_pods_ratio"]
-        and result["upload_mb_s"] is not None and result["upload_mb_s"] >= GOALS["upload_mb_s"]
-        and result["lost"] == 0 and result["read_twice"] == 0
-    )  # fmt: skip
+    accepted = sum(1 for status, _ in submitted["answers"] if status == 201)
+    result.update(submissions=len(jobs), submissions_accepted=accepted)
+    goal = {
+        # Counted: the same on any machine.
+        "every_submission_accepted": accepted == len(jobs),
+        "nothing_lost": result["lost"] == 0,
+        "nothing_read_twice": result["read_twice"] == 0,
+        "bytes_to_pods_ratio": result["bytes_to_pods_ratio"] is not None
+        and result["bytes_to_pods_ratio"] <= GOALS["bytes_to_pods_ratio"],
+        # This machine's speed: in the JSON, not asserted by CI.
+        "pages_per_s": bool(result["pages_per_s"]) and result["pages_per_s"] >= GOALS["pages_per_s"],
+        "control_plane_cpu_ms_per_page": result["control_plane_cpu_ms_per_page"]
+        <= GOALS["control_plane_cpu_ms_per_page"],
+        "upload_mb_s": result["upload_mb_s"] is not None and result["upload_mb_s"] >= GOALS["upload_mb_s"],
+    }
+    result.update(goal=goal, goal_met=all(goal.values()))
     print(f"database {connection.vendor}; {len(documents)} documents ({args.pdfs} PDFs of {args.pages_per_pdf} pages, "
           f"{args.images} images), {pages_total} pages, {document_bytes / 1e6:.1f} MB; {args.pods} pods × "
           f"{args.lanes} lanes at zero latency; {args.clients} clients, {args.docs_per_job} documents a job")  # fmt: skip
