@@ -5,7 +5,6 @@ submission leaves no file and no row."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 
@@ -14,8 +13,6 @@ import pytest
 from django.core.handlers.asgi import ASGIRequest
 
 from fleetadmin.api import ApiError
-from ocrjobs import storage
-from ocrjobs.models import Document
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.uploads import BodyFile, HashingTemporaryFileUploadHandler, parse_in_memory
 from tests.factories import PAGES_TRUTH, corrupt_pdf_bytes, image_bytes, pdf_bytes
@@ -66,23 +63,3 @@ def test_a_bad_file_among_good_ones_in_memory_makes_nothing(ordinary_user, media
         job_submit(owner=ordinary_user, uploads=_uploads(files), pool_key="local")
 
     assert_nothing_made(media_root)
-
-
-def test_a_write_that_fails_midway_leaves_no_file_and_no_row(ordinary_user, media_root, monkeypatch):
-    files = {f"d{n}.pdf": pdf_bytes(PAGES_TRUTH[:1]) + f"\n% {n}\n".encode() for n in range(3)}
-    real_write, writes = storage.os.write, []
-
-    def write(fd, data):
-        writes.append(len(data))
-        if len(writes) == 2:  # the second document: part of it written, then the disk is full
-            real_write(fd, data[: len(data) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(storage.os, "write", write)
-
-    with pytest.raises(OSError, match="No space"):
-        job_submit(owner=ordinary_user, uploads=_uploads(files), pool_key="local")
-
-    assert_nothing_made(media_root)  # the first document removed, the half-written second too
-    assert Document.objects.count() == 0
