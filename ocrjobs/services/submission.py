@@ -10,12 +10,12 @@ checked where its bytes lie and written once, to its name in the documents' stor
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import io
 import logging
 import re
 import shutil
+import threading
 import unicodedata
 import urllib.parse
 import uuid
@@ -186,45 +186,55 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     return pages
 
 
-def _pdf_input(file: IO[bytes]) -> str | ctypes.Array | IO[bytes]:
-    """What PDFium opens: a local file by its path, bytes in the front's body buffer where they lie
-    (both read natively, not through Python calls)."""
+# PDFium is not thread-safe: no two of its calls may run at once in a process, not even on
+# different documents (pypdfium2's documentation, "Incompatibility with Threading"). The front
+# checks uploads on a thread per request, so every use of it here and in the split holds this.
+PDFIUM_LOCK = threading.RLock()
+
+
+def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
+    """What PDFium opens: a local file by its path (read natively), else the file itself."""
     if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
-    if isinstance(file, MemoryReader) and not file.view.readonly:
-        return (ctypes.c_char * len(file.view)).from_buffer(file.view)
     file.seek(0)
     return file
 
 
 def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
-    try:
-        pdf = pdfium.PdfDocument(_pdf_input(file))
-    except pdfium.PdfiumError as exc:
-        if "password" in str(exc).lower():
-            # PDFium also answers "incorrect password" for a PDF with no pages;
-            # only a file with an encryption dictionary is really encrypted.
-            if _has_encrypt_entry(file):
-                raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
-            raise ApiError(f"{name}: the document has no pages") from None
-        raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
-    try:
-        pages = len(pdf)
-        if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-            return pages  # refused for its page count; no need to measure every page
-        scale = settings.OCR_RENDER_DPI / 72
-        for index in range(pages):
-            width, height = pdf.get_page_size(index)
-            pixels = int(width * scale) * int(height * scale)
-            if pixels > settings.OCR_MAX_IMAGE_PIXELS:
-                raise ApiError(
-                    f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
-                    f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
-                    413,
-                )
-        return pages
-    finally:
-        pdf.close()
+    with PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(_pdf_input(file))
+        except pdfium.PdfiumError as exc:
+            error = exc
+        else:
+            try:
+                return _checked_pdf_pages(name, pdf)
+            finally:
+                pdf.close()
+    if "password" in str(error).lower():
+        # PDFium also answers "incorrect password" for a PDF with no pages;
+        # only a file with an encryption dictionary is really encrypted.
+        if _has_encrypt_entry(file):
+            raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+        raise ApiError(f"{name}: the document has no pages") from None
+    raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
+
+
+def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
+    pages = len(pdf)
+    if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+        return pages  # refused for its page count; no need to measure every page
+    scale = settings.OCR_RENDER_DPI / 72
+    for index in range(pages):
+        width, height = pdf.get_page_size(index)
+        pixels = int(width * scale) * int(height * scale)
+        if pixels > settings.OCR_MAX_IMAGE_PIXELS:
+            raise ApiError(
+                f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
+                f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
+                413,
+            )
+    return pages
 
 
 def _has_encrypt_entry(file: IO[bytes]) -> bool:
