@@ -23,8 +23,6 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
-from fleetadmin.bodies import MemoryReader
-
 CHUNK = 1024 * 1024
 
 
@@ -57,12 +55,6 @@ def document_store(name: str, staged: Path) -> str:
             return storage.save(name, _StagedFile(f, name=str(staged)))
     finally:
         staged.unlink(missing_ok=True)
-
-
-def document_store_memory(name: str, data: memoryview) -> str:
-    """Store bytes the front holds in memory as ``name`` through the storage API (read from memory
-    as they are written); the name they were stored under."""
-    return documents().save(name, File(MemoryReader(data), name=name))
 
 
 def document_save_bytes(name: str, data: bytes) -> str:

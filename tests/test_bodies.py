@@ -15,13 +15,11 @@ import threading
 import httpx
 import pytest
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIRequest
 
 from accounts.models import ApiToken
 from fleetadmin.bodies import RECEIVE_BYTES, BodyBuffers, BodyInMemory, FrontASGIHandler, _handed_body, patch_daphne
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
-from ocrjobs.uploads import parse_in_memory
 from tests.factories import pdf_bytes
 from tools.processes import child_env, start_front
 
@@ -218,31 +216,6 @@ def test_the_kept_buffers_stay_within_the_kept_bytes(settings):
     del bodies
     big = _body(buffers, os.urandom(4 * MiB))  # 5 MiB: room made from the free ones
     assert buffers.kept() == [big.file().body]
-
-
-def test_a_request_closed_lets_go_of_its_buffer_while_the_request_object_lives(settings):
-    settings.REQUEST_BODY_KEEP_BYTES = 64 * MiB
-    buffers = BodyBuffers()
-    documents = [_unique_pdf(n, padding=400_000) for n in range(2)]
-    sent = httpx.Request(
-        "POST", "http://front/v1/jobs", files=[("files", (f"d{n}.pdf", d)) for n, d in enumerate(documents)]
-    )
-    data = sent.read()
-    headers = [(b"content-type", sent.headers["content-type"].encode()), (b"content-length", str(len(data)).encode())]
-    body = _body(buffers, data)
-    request = ASGIRequest({"type": "http", "method": "POST", "path": "/v1/jobs", "headers": headers}, body.file())
-    assert parse_in_memory(request)
-    files = request.FILES.getlist("files")
-    assert [f.read() for f in files] == documents
-    [buffer] = buffers.kept()
-    buffer_id = id(buffer)
-    del buffer, body
-
-    request.close()  # what Django does once the response is sent: its files closed,
-    request._stream.close()  # and the body file (ASGIHandler.handle)
-
-    assert id(_body(buffers, data).file().body) == buffer_id  # though request and files still exist
-    assert files[0].closed
 
 
 class _Server:

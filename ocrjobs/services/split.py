@@ -385,16 +385,9 @@ class _TextLayers:
         """The page's embedded text, when it has enough to count as a text page."""
         if self.pdf is None:
             return ""
-        with PDFIUM_LOCK:
-            page = self.pdf[number - 1]
-            try:
-                textpage = page.get_textpage()
-                try:
-                    text = textpage.get_text_bounded().replace("\r\n", "\n").strip()
-                finally:
-                    textpage.close()
-            finally:
-                page.close()
+        with PDFIUM_LOCK, contextlib.closing(self.pdf[number - 1]) as page:
+            with contextlib.closing(page.get_textpage()) as textpage:
+                text = textpage.get_text_bounded().replace("\r\n", "\n").strip()
         return text if len(text.replace(" ", "").replace("\n", "")) >= TEXT_LAYER_MIN_CHARS else ""
 
     def close(self) -> None:

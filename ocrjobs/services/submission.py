@@ -1,11 +1,8 @@
 """Submission, in the front: every upload is sniffed and checked against the limits (size,
 pages, pixels), URLs only for their form; then each document is stored and the job and its
 documents are stored in one transaction. The front only reads the uploaded files: it never
-resolves or fetches a URL.
-
-An upload parsed from a body held in memory (ocrjobs.uploads.BodyFile, the API's usual case) is
-checked where its bytes lie and written once, to its name in the documents' storage. Any other
-(a form's upload, the CLI's file) is staged to a local file first, and moved or sent from there.
+resolves or fetches a URL. Each upload is staged to a local file (moved there when Django spooled
+it already), checked, then moved or sent to the documents' storage.
 """
 
 from __future__ import annotations
@@ -31,12 +28,10 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from fleetadmin.bodies import MemoryReader
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
-from ocrjobs.storage import document_delete, document_store, document_store_memory
-from ocrjobs.uploads import BodyFile
+from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -54,13 +49,12 @@ class Upload:
 @dataclass
 class _Staged:
     name: str
-    path: Path | None  # the staged local file, or None for an upload checked in memory (``data``)
+    path: Path  # the staged local file
     size: int
     kind: str
     suffix: str
     page_count: int
     sha256: str
-    data: memoryview | None = None
 
 
 def clean_filename(name: str) -> str:
@@ -147,18 +141,6 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
         kind, suffix, pages = _checked(name, size, f)
     return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
                    sha256=sha256 or digest.hexdigest())  # fmt: skip
-
-
-def _checked_in_memory(upload: Upload) -> _Staged:
-    """An upload parsed from a body held in memory, checked where its bytes lie (nothing written:
-    ``document_store_memory`` writes it once, to its name, when every upload passed)."""
-    name = clean_filename(upload.name)
-    data, limit = upload.file.view, settings.OCR_MAX_FILE_BYTES
-    if len(data) > limit:
-        raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
-    kind, suffix, pages = _checked(name, len(data), MemoryReader(data))
-    return _Staged(name=name, path=None, size=len(data), kind=kind, suffix=suffix, page_count=pages,
-                   sha256=upload.file.sha256, data=data)  # fmt: skip
 
 
 def _checked(name: str, size: int, file: IO[bytes]) -> tuple[str, str, int]:
@@ -332,14 +314,11 @@ def job_submit(
     if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
         count = len(uploads) + len(urls)
         raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
-    staging = None  # a local directory, made only for uploads not held in memory
+    staging = None  # a local directory, made for the first upload
     stored: list[str] = []
     try:
         staged = []
         for i, upload in enumerate(uploads):
-            if isinstance(upload.file, BodyFile):
-                staged.append(_checked_in_memory(upload))
-                continue
             if staging is None:
                 staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
@@ -351,10 +330,7 @@ def job_submit(
         # transaction (on SQLite: the database's one writer) waits for it.
         for item in staged:
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
-            if item.data is not None:
-                stored.append(document_store_memory(name, item.data))
-            else:
-                stored.append(document_store(name, item.path))
+            stored.append(document_store(name, item.path))
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
