@@ -61,14 +61,17 @@ class FrontRequest(WebRequest):
         super().handleContentChunk(data)
 
     def requestReceived(self, command, path, version) -> None:
-        if not self.refused:
-            super().requestReceived(command, path, version)
+        if self.refused:  # the whole body came and was dropped: nothing more to read
+            self.channel.transport.loseConnection()
+            return
+        super().requestReceived(command, path, version)
 
     def refuse(self) -> None:
         """A JSON 413, as the API answers its errors, and no more of this connection's bytes kept:
         the answer goes out at once and the sending side is closed; what the client still sends is
         read and dropped (closing at once would reset the connection before the client read it)."""
         self.refused = True
+        self.requestHeaders.removeHeader(b"Expect")  # (Twisted answers 100-continue after gotLength)
         limit = settings.OCR_MAX_REQUEST_BYTES
         body = json.dumps({"error": f"the request is larger than the limit of {limit} bytes"}).encode()
         head = (
