@@ -1,7 +1,9 @@
-"""The front: Django over daphne, static files served by the ASGI handler
+"""The front: Django over daphne (fleetadmin/front.py), static files served by the ASGI handler
 (plain daphne serves no /static/), ``GET /healthz`` answered before Django
-(fleetadmin/healthz.py), and PostgreSQL connections from a pool."""
+(fleetadmin/healthz.py), a body the server handed over read as it is, and PostgreSQL
+connections from a pool."""
 
+import contextvars
 import gc
 import os
 
@@ -14,15 +16,42 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.apps import apps
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
-from fleetadmin.bodies import FrontASGIHandler, patch_daphne
 from fleetadmin.db import use_connection_pool
 from fleetadmin.healthz import HealthzFirst
 from fleetadmin.loopwatch import watch_loop
 
-# Bodies kept in memory up to a cap and handed to Django whole (fleetadmin/bodies.py).
-patch_daphne()
+# The request body the server received, handed over in the scope (fleetadmin/front.py).
+BODY_EXTENSION = "fleetadmin.body"
+_handed_body: contextvars.ContextVar = contextvars.ContextVar("handed_body", default=None)
+
+
+class FrontASGIHandler(ASGIHandler):
+    """Django's ASGI handler, taking a body the server handed over in the scope as its body file
+    (no second spool of its messages). Without one (another server, a test) it reads the body's
+    messages as Django does."""
+
+    async def handle(self, scope, receive, send):
+        _handed_body.set(scope.get("extensions", {}).get(BODY_EXTENSION))
+        return await super().handle(scope, receive, send)
+
+    async def read_body(self, receive):
+        body = _handed_body.get()
+        if body is None:
+            return await super().read_body(receive)
+        while True:
+            message = await receive()  # daphne's one empty message
+            if message["type"] == "http.disconnect":
+                body.close()
+                raise RequestAborted()
+            if not message.get("more_body", False):
+                break
+        body.seek(0)
+        return body
+
 
 if not apps.ready and settings.DATABASE_FRONT_POOL:
     # This module starts the process (daphne): a front, whose requests each run on a new

@@ -209,13 +209,6 @@ STORAGES = {
     "documents": _documents_storage,
 }
 
-# The front keeps a request body of up to this many bytes in memory, a larger one on disk
-# (fleetadmin/bodies.py): memory for bodies is at most this × the requests in flight
-# (64 MiB × 8 uploads at once = 512 MiB).
-REQUEST_BODY_MEMORY_BYTES = envint("REQUEST_BODY_MEMORY_BYTES", 64 * 1024 * 1024, minimum=0)
-# The buffers those bodies are read into are kept for the next bodies, up to this many bytes in all
-# (fleetadmin/bodies.py BodyBuffers): a fresh one cost a page fault and a zeroed page per 4 KiB.
-REQUEST_BODY_KEEP_BYTES = envint("REQUEST_BODY_KEEP_BYTES", 128 * 1024 * 1024, minimum=0)
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Files larger than that are spooled to disk and hashed as they are (the sha256 pods cache them under).

@@ -19,7 +19,6 @@ from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import check_callback_url, webhook_secret_for
-from ocrjobs.uploads import parse_in_memory
 from pods.spend import jobs_spend
 
 
@@ -93,7 +92,6 @@ def jobs(request: HttpRequest) -> JsonResponse:
         uploads, fields = [], body
     elif request.content_type.startswith("multipart/form-data"):
         try:
-            parse_in_memory(request)  # a plain body held in memory: parsed from its buffer
             files = request.FILES.getlist("files") + request.FILES.getlist("file")
         except TooManyFilesSent:
             limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES

@@ -1,8 +1,8 @@
 """Reads shaped for screens and downloads.
 
 Length: pods reads pages and jobs only through this module (tests/test_layout.py), so the
-scaler's, the status's and the dashboard's reads all live here, the dashboard's written out
-as reads compiled once (fleetadmin/compiled.py). Split by screen if it grows further.
+scaler's, the status's and the dashboard's reads all live here. Split by screen if it grows
+further.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from fleetadmin.compiled import IdsOf, compiled_read
 from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
 from pods.models import SpendEntry
 
@@ -132,6 +131,32 @@ _LIVE_STATUSES = (Job.Status.QUEUED, Job.Status.RUNNING)
 _LIVE = Q(status__in=_LIVE_STATUSES)
 
 
+class IdsOf(Expression):
+    """The ids a few sliced querysets select, as one subquery: ``filter(pk__in=IdsOf(a, b))``.
+
+    Each part is a short walk down an index (``ORDER BY … LIMIT n``); the parts are joined with
+    UNION ALL, each wrapped in a derived table (SQLite refuses LIMIT in a compound's parts).
+    Several bounded reads become one statement, a round trip and a plan fewer, without the
+    ``pk IN (…) OR pk IN (…)`` that PostgreSQL ran by filtering every row of the table.
+    """
+
+    output_field = BigIntegerField()
+
+    def __init__(self, *parts) -> None:
+        super().__init__()
+        if not parts:
+            raise ValueError("IdsOf needs at least one queryset")
+        self.parts = [part.values("pk") for part in parts]
+
+    def as_sql(self, compiler, connection):
+        sqls, params = [], []
+        for i, part in enumerate(self.parts):
+            sql, part_params = part.query.get_compiler(connection=connection).as_sql()
+            sqls.append(f"SELECT * FROM ({sql}) ids_{i}")
+            params.extend(part_params)
+        return "(" + " UNION ALL ".join(sqls) + ")", params
+
+
 def _newest(jobs) -> list:
     """The newest active jobs and the newest finished ones of ``jobs``, as short walks down
     indexes on (…, created_at, id), however many jobs were ever made: the finished ones down the
@@ -145,7 +170,7 @@ def _newest(jobs) -> list:
 
 def _newest_rows(ids: IdsOf):
     """The rows of ``ids``, active first, newest first: the walks and the rows in one statement
-    (fleetadmin.compiled.IdsOf), a round trip and a plan fewer than a read for each walk."""
+    (IdsOf), a round trip and a plan fewer than a read for each walk."""
     active = Case(When(_LIVE, then=Value(1)), default=Value(0))
     return _jobs_shown().filter(pk__in=ids).annotate(is_active=active).order_by("-is_active", *_NEWEST_FIRST)
 
@@ -165,7 +190,6 @@ def _trimmed(jobs: list[Job], *, by_owner: bool) -> list[Job]:
     return kept
 
 
-@compiled_read
 def _newest_jobs():
     return _newest_rows(IdsOf(*_newest(Job.objects.all())))
 
@@ -196,7 +220,6 @@ class _OwnersNewestIds(Expression):
         return "(" + " UNION ALL ".join(sqls) + ")", params
 
 
-@compiled_read
 def _owners_jobs(owner_ids):
     # Each owner's walks down the (owner, status, created_at, id) and (owner, created_at, id)
     # indexes. (Ranking each owner's jobs with ROW_NUMBER read every job the owners ever made,
@@ -282,7 +305,6 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
     return result
 
 
-@compiled_read
 def _pages_of_jobs(job_ids, since):
     """The jobs' pages by status and pod, with the pod's state, price and lanes: how many, how many
     finished since ``since``, and the seconds they held it."""
@@ -454,7 +476,6 @@ class _Minute(Func):
         return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 16)", **extra)
 
 
-@compiled_read
 def _pages_done_by_minute(since):
     return (
         Page.objects.filter(status=Page.Status.DONE, finished_at__gte=since)

@@ -2,8 +2,7 @@
 
 One snapshot of the fleet is read in a fixed handful of queries (nothing per
 pod or per job: seven for staff, the pods summed from the status snapshot and in
-SQL; each bounded by what it shows, not by history, and its SQL compiled once per
-process, fleetadmin/compiled.py; bench/dashboard_reads.py times each) and rendered
+SQL; each bounded by what it shows, not by history; bench/dashboard_reads.py times each) and rendered
 into partial templates, one per section, each only when what it shows changed
 (pods/sections.py). Each partial carries its own id and
 ``hx-swap-oob``, so the same HTML serves the first page and every websocket
@@ -22,8 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
 
-from fleetadmin.compiled import IdsOf, compiled_read
-from ocrjobs.selectors import JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
+from ocrjobs.selectors import IdsOf, JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
 from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
 from pods.charts import billed, chart_start, charts
@@ -159,11 +157,12 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
 # --- staff only ---------------------------------------------------------------------------------
 
 
-@compiled_read
 def _loops(now):
     from fleetadmin.models import LoopHeartbeat
 
-    return LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+    return list(
+        LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
+    )
 
 
 def loop_gauges(*, now: datetime | None = None) -> list[dict]:
@@ -195,14 +194,13 @@ def loop_gauges(*, now: datetime | None = None) -> list[dict]:
 
 
 # The recent boot attempts and the recent failures, in one statement: the ids of a short walk
-# down the (created_at, id) index each (fleetadmin.compiled.IdsOf), then their rows. (As
+# down the (created_at, id) index each (ocrjobs.selectors.IdsOf), then their rows. (As
 # ``pk IN (…) OR pk IN (…)``, PostgreSQL filtered every attempt ever made through the two
 # walks; as two reads, each cost a round trip and a plan: 0.4-0.5 ms on PostgreSQL, for an
 # execution of 0.02 ms.)
 _NEWEST_ATTEMPTS = ("-created_at", "-id")
 
 
-@compiled_read
 def _boot_attempts_shown(now):
     failing = BootAttempt.objects.exclude(outcome=BootAttempt.Outcome.CREATED).filter(
         created_at__gte=now - FAILURE_WINDOW
@@ -212,7 +210,7 @@ def _boot_attempts_shown(now):
         failing.order_by(*_NEWEST_ATTEMPTS)[:RECENT_FAILURES],
     )
     shown = BootAttempt.objects.select_related("pod__pool").only(*SHOWN_OF_ATTEMPTS)
-    return shown.filter(pk__in=ids).order_by(*_NEWEST_ATTEMPTS)
+    return list(shown.filter(pk__in=ids).order_by(*_NEWEST_ATTEMPTS))
 
 
 def boot_attempts(*, now: datetime) -> tuple[list[BootAttempt], list[BootAttempt]]:
@@ -223,9 +221,8 @@ def boot_attempts(*, now: datetime) -> tuple[list[BootAttempt], list[BootAttempt
     return attempts[:RECENT_BOOTS], failures[:RECENT_FAILURES]
 
 
-@compiled_read
 def _failed_pods(now):
-    return (
+    return list(
         Pod.objects.only("name", "ended_at", "error")
         .filter(state=Pod.State.FAILED, ended_at__gte=now - FAILURE_WINDOW)
         .order_by("-ended_at", "-id")[:RECENT_FAILURES]

@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from tools.processes import REPO
 
-# Each reaches into these libraries' internals (fleetadmin/bodies.py: daphne and Twisted;
+# Each reaches into these libraries' internals (fleetadmin/front.py: daphne and Twisted;
 # fleetadmin/workers.py: django-q2; ocrjobs/dispatch/documents.py: aiohttp's Payload).
 TOUCHED_INTERNALS = {"daphne", "twisted", "django-q2", "aiohttp"}
 

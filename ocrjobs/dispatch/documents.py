@@ -72,7 +72,7 @@ def document_body(source: str, *, sendfile: bool = True) -> tuple[FileBody | byt
 
 def _into_page_cache(file: BinaryIO, size: int) -> None:
     """Read the file into the page cache here, off the loop, so that the loop's sendfile only
-    copies from memory: an upload is written past the cache (ocrjobs.storage), and a sendfile of a
+    copies from memory: an upload may have left the cache since it was stored, and a sendfile of a
     file not in it waits for the disk inside the loop (2.4-2.6 ms per 3.6 MB document on this
     machine, 0.3 ms cached). A sendfile to /dev/null reads the pages in and copies nothing."""
     with open(os.devnull, "wb") as null:

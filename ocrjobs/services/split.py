@@ -21,7 +21,7 @@ from fleetadmin.api import ApiError
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_json
-from ocrjobs.services.submission import _pdf_input, document_pages
+from ocrjobs.services.submission import PDFIUM_LOCK, _pdf_input, document_pages
 from ocrjobs.storage import document_local
 
 log = logging.getLogger(__name__)
@@ -378,23 +378,19 @@ class _TextLayers:
         head = source.read(5)
         source.seek(0)
         if head == b"%PDF-":
-            self.pdf = pdfium.PdfDocument(_pdf_input(source))
+            with PDFIUM_LOCK:
+                self.pdf = pdfium.PdfDocument(_pdf_input(source))
 
     def text(self, number: int) -> str:
         """The page's embedded text, when it has enough to count as a text page."""
         if self.pdf is None:
             return ""
-        page = self.pdf[number - 1]
-        try:
-            textpage = page.get_textpage()
-            try:
+        with PDFIUM_LOCK, contextlib.closing(self.pdf[number - 1]) as page:
+            with contextlib.closing(page.get_textpage()) as textpage:
                 text = textpage.get_text_bounded().replace("\r\n", "\n").strip()
-            finally:
-                textpage.close()
-        finally:
-            page.close()
         return text if len(text.replace(" ", "").replace("\n", "")) >= TEXT_LAYER_MIN_CHARS else ""
 
     def close(self) -> None:
         if self.pdf is not None:
-            self.pdf.close()
+            with PDFIUM_LOCK:
+                self.pdf.close()

@@ -1,21 +1,18 @@
 """Submission, in the front: every upload is sniffed and checked against the limits (size,
 pages, pixels), URLs only for their form; then each document is stored and the job and its
 documents are stored in one transaction. The front only reads the uploaded files: it never
-resolves or fetches a URL.
-
-An upload parsed from a body held in memory (ocrjobs.uploads.BodyFile, the API's usual case) is
-checked where its bytes lie and written once, to its name in the documents' storage. Any other
-(a form's upload, the CLI's file) is staged to a local file first, and moved or sent from there.
+resolves or fetches a URL. Each upload is staged to a local file (moved there when Django spooled
+it already), checked, then moved or sent to the documents' storage.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import io
 import logging
 import re
 import shutil
+import threading
 import unicodedata
 import urllib.parse
 import uuid
@@ -31,12 +28,10 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from fleetadmin.bodies import MemoryReader
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
-from ocrjobs.storage import document_delete, document_store, document_store_memory
-from ocrjobs.uploads import BodyFile
+from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
 
 log = logging.getLogger(__name__)
@@ -54,13 +49,12 @@ class Upload:
 @dataclass
 class _Staged:
     name: str
-    path: Path | None  # the staged local file, or None for an upload checked in memory (``data``)
+    path: Path  # the staged local file
     size: int
     kind: str
     suffix: str
     page_count: int
     sha256: str
-    data: memoryview | None = None
 
 
 def clean_filename(name: str) -> str:
@@ -149,18 +143,6 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
                    sha256=sha256 or digest.hexdigest())  # fmt: skip
 
 
-def _checked_in_memory(upload: Upload) -> _Staged:
-    """An upload parsed from a body held in memory, checked where its bytes lie (nothing written:
-    ``document_store_memory`` writes it once, to its name, when every upload passed)."""
-    name = clean_filename(upload.name)
-    data, limit = upload.file.view, settings.OCR_MAX_FILE_BYTES
-    if len(data) > limit:
-        raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
-    kind, suffix, pages = _checked(name, len(data), MemoryReader(data))
-    return _Staged(name=name, path=None, size=len(data), kind=kind, suffix=suffix, page_count=pages,
-                   sha256=upload.file.sha256, data=data)  # fmt: skip
-
-
 def _checked(name: str, size: int, file: IO[bytes]) -> tuple[str, str, int]:
     """(kind, file name suffix, page count) of a document that passes the checks; ApiError if not."""
     if size == 0:
@@ -186,45 +168,55 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     return pages
 
 
-def _pdf_input(file: IO[bytes]) -> str | ctypes.Array | IO[bytes]:
-    """What PDFium opens: a local file by its path, bytes in the front's body buffer where they lie
-    (both read natively, not through Python calls)."""
+# PDFium is not thread-safe: no two of its calls may run at once in a process, not even on
+# different documents (pypdfium2's documentation, "Incompatibility with Threading"). The front
+# checks uploads on a thread per request, so every use of it here and in the split holds this.
+PDFIUM_LOCK = threading.RLock()
+
+
+def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
+    """What PDFium opens: a local file by its path (read natively), else the file itself."""
     if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
-    if isinstance(file, MemoryReader) and not file.view.readonly:
-        return (ctypes.c_char * len(file.view)).from_buffer(file.view)
     file.seek(0)
     return file
 
 
 def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
-    try:
-        pdf = pdfium.PdfDocument(_pdf_input(file))
-    except pdfium.PdfiumError as exc:
-        if "password" in str(exc).lower():
-            # PDFium also answers "incorrect password" for a PDF with no pages;
-            # only a file with an encryption dictionary is really encrypted.
-            if _has_encrypt_entry(file):
-                raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
-            raise ApiError(f"{name}: the document has no pages") from None
-        raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({exc})") from None
-    try:
-        pages = len(pdf)
-        if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-            return pages  # refused for its page count; no need to measure every page
-        scale = settings.OCR_RENDER_DPI / 72
-        for index in range(pages):
-            width, height = pdf.get_page_size(index)
-            pixels = int(width * scale) * int(height * scale)
-            if pixels > settings.OCR_MAX_IMAGE_PIXELS:
-                raise ApiError(
-                    f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
-                    f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
-                    413,
-                )
-        return pages
-    finally:
-        pdf.close()
+    with PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(_pdf_input(file))
+        except pdfium.PdfiumError as exc:
+            error = exc
+        else:
+            try:
+                return _checked_pdf_pages(name, pdf)
+            finally:
+                pdf.close()
+    if "password" in str(error).lower():
+        # PDFium also answers "incorrect password" for a PDF with no pages;
+        # only a file with an encryption dictionary is really encrypted.
+        if _has_encrypt_entry(file):
+            raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+        raise ApiError(f"{name}: the document has no pages") from None
+    raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
+
+
+def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
+    pages = len(pdf)
+    if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
+        return pages  # refused for its page count; no need to measure every page
+    scale = settings.OCR_RENDER_DPI / 72
+    for index in range(pages):
+        width, height = pdf.get_page_size(index)
+        pixels = int(width * scale) * int(height * scale)
+        if pixels > settings.OCR_MAX_IMAGE_PIXELS:
+            raise ApiError(
+                f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
+                f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
+                413,
+            )
+    return pages
 
 
 def _has_encrypt_entry(file: IO[bytes]) -> bool:
@@ -322,14 +314,11 @@ def job_submit(
     if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
         count = len(uploads) + len(urls)
         raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
-    staging = None  # a local directory, made only for uploads not held in memory
+    staging = None  # a local directory, made for the first upload
     stored: list[str] = []
     try:
         staged = []
         for i, upload in enumerate(uploads):
-            if isinstance(upload.file, BodyFile):
-                staged.append(_checked_in_memory(upload))
-                continue
             if staging is None:
                 staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
@@ -341,10 +330,7 @@ def job_submit(
         # transaction (on SQLite: the database's one writer) waits for it.
         for item in staged:
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
-            if item.data is not None:
-                stored.append(document_store_memory(name, item.data))
-            else:
-                stored.append(document_store(name, item.path))
+            stored.append(document_store(name, item.path))
         with transaction.atomic():
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,

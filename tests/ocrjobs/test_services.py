@@ -793,3 +793,55 @@ def test_retry_failed_on_a_job_without_failures_does_nothing(one_page_job):
 
     assert job_retry_failed(job=one_page_job) == 0
     assert reload(one_page_job).status == Job.Status.DONE
+
+
+def test_pdfs_submitted_from_several_threads_at_once_use_pdfium_one_call_at_a_time(
+    transactional_db, local_pool, ordinary_user, media_root, monkeypatch
+):
+    """The front checks each request's uploads on a thread of its own, and PDFium is not
+    thread-safe (pypdfium2's documentation): concurrent submissions each get their PDFs' pages
+    right, and no two PDFium calls overlap (submission.PDFIUM_LOCK)."""
+    import threading
+    import time
+
+    import pypdfium2 as pdfium
+
+    inside, most = [0], [0]
+    count = threading.Lock()
+    real_size = pdfium.PdfDocument.get_page_size
+
+    def get_page_size(self, index):
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)  # (widens the window another thread's call would overlap in)
+        try:
+            return real_size(self, index)
+        finally:
+            with count:
+                inside[0] -= 1
+
+    monkeypatch.setattr(pdfium.PdfDocument, "get_page_size", get_page_size)
+    documents = [pdf_bytes(PAGES_TRUTH[: 1 + n % 3]) + f"\n% {n}\n".encode() for n in range(12)]
+    start, errors, jobs = threading.Barrier(6), [], []
+
+    def submitting(offset: int) -> None:
+        try:
+            start.wait(30)
+            files = {f"d{offset + n}.pdf": documents[offset + n] for n in (0, 6)}
+            jobs.append(submit(ordinary_user, files))
+        except BaseException as exc:  # (reported below, with the others)
+            errors.append(exc)
+        finally:
+            connection.close()  # this thread's own
+
+    threads = [threading.Thread(target=submitting, args=(offset,)) for offset in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert errors == []
+    assert most[0] == 1
+    counts = sorted(d.page_count for job in jobs for d in job.documents.all())
+    assert counts == sorted(1 + n % 3 for n in range(12))

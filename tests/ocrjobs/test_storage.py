@@ -19,7 +19,6 @@ from ocrjobs.storage import (
     document_delete,
     document_local,
     document_store,
-    document_store_memory,
     documents,
 )
 from tests.factories import PAGES_TRUTH, pdf_bytes
@@ -70,18 +69,6 @@ def test_a_large_document_goes_to_s3_in_parts_and_every_reader_gets_it_whole(s3,
     assert not local.exists()
     document_delete(name)
     assert not documents().exists(name)
-
-
-def test_bytes_held_in_memory_go_to_s3_through_the_storage_api(s3, media_root):
-    bucket, _ = s3
-    body = b"--boundary\r\n" + os.urandom(9 * 1024 * 1024) + b"\r\n--boundary--"
-    view = memoryview(body)[12:-14]  # an upload's bytes where they lie in its request body
-
-    name = document_store_memory("documents/def/source.pdf", view)
-
-    assert name == "documents/def/source.pdf"
-    assert (bucket / name).read_bytes() == body[12:-14]
-    assert files_under(media_root) == []
 
 
 def test_a_job_submitted_and_split_on_s3_keeps_nothing_on_the_local_disk(s3, ordinary_user, media_root):

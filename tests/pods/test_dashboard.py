@@ -227,8 +227,8 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_fleet(alice, flee
 
 def test_a_staff_push_is_seven_statements(fleet, ordinary_user):
     # the pods' spend, the last minutes' pages, the boot attempts, the failed pods, the loops, the
-    # jobs, their pages: the reads of one statement each (fleetadmin.compiled.IdsOf)
-    dashboard.render_payloads(staff=True, user_ids=[])  # (compiled, and the settled minutes kept)
+    # jobs, their pages: the reads of one statement each (ocrjobs.selectors.IdsOf)
+    dashboard.render_payloads(staff=True, user_ids=[])  # (the settled minutes kept)
     fleet_status_snapshot.get()
     with CaptureQueriesContext(connection) as captured:
         dashboard.render_payloads(staff=True, user_ids=[])
@@ -273,8 +273,8 @@ def test_a_section_whose_data_did_not_change_is_not_rendered_again(fleet):
 
 
 def test_each_push_reads_what_changed_since_the_one_before_at_its_own_time(fleet, ordinary_user):
-    """The push's reads run the SQL compiled at the first push (fleetadmin.compiled) with each
-    push's values: new rows show at once, and what the clock took out of a window goes."""
+    """The push's reads run with each push's values: new rows show at once, and what the clock
+    took out of a window goes."""
 
     def push(at=None) -> tuple[dict[str, str], dict[str, str]]:
         with mock.patch("django.utils.timezone.now", return_value=at) if at else nullcontext():
@@ -406,7 +406,7 @@ def test_the_dashboards_newest_jobs_are_one_statement_for_staff_and_for_any_numb
     make_job(ordinary_user, local_pool, pages=1)
     make_job(outsider, local_pool, pages=1, status=Job.Status.DONE)
     for owner_ids in (None, [ordinary_user.pk], [ordinary_user.pk, outsider.pk]):
-        selectors.jobs_for_dashboard(owner_ids=owner_ids)  # (compiled at its first call)
+        selectors.jobs_for_dashboard(owner_ids=owner_ids)
         with CaptureQueriesContext(connection) as captured:
             assert selectors.jobs_for_dashboard(owner_ids=owner_ids)
         assert len(captured) == 1, owner_ids
@@ -427,7 +427,7 @@ def test_on_postgresql_the_owners_jobs_are_three_walks_whatever_the_number_of_ow
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan, which does not depend on the table's size")
 def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_history(db, ordinary_user, outsider):
-    query = selectors._owners_jobs.build(owner_ids=[ordinary_user.pk, outsider.pk]).query
+    query = selectors._owners_jobs(owner_ids=[ordinary_user.pk, outsider.pk]).query
     sql, params = query.get_compiler(connection=connection).as_sql()
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
@@ -453,7 +453,7 @@ def test_the_recent_boots_and_the_last_hours_failures_are_one_statement_each_its
     failing = attempts.exclude(outcome="created").filter(created_at__gte=now - dashboard.FAILURE_WINDOW)
     expected_failures = list(failing[: dashboard.RECENT_FAILURES])
 
-    dashboard.boot_attempts(now=now)  # (compiled at its first call)
+    dashboard.boot_attempts(now=now)
     with CaptureQueriesContext(connection) as captured:
         boots, failures = dashboard.boot_attempts(now=now)
 

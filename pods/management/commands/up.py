@@ -34,7 +34,7 @@ class Command(BaseCommand):
         # Both end with this process, also when it is killed with -9 (they get SIGTERM).
         children = {
             "front": subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "fleetadmin.asgi:application"],
+                [sys.executable, "-m", "fleetadmin.front", "-b", host, "-p", str(port), "fleetadmin.asgi:application"],
                 preexec_fn=ended_with(os.getpid()),
             ),
             # The supervisor: it starts the django-q2 cluster afresh when a worker is killed, and ends

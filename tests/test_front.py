@@ -1,0 +1,210 @@
+"""The front's server (fleetadmin/front.py): Twisted's first parse of form bodies is off, the body
+is handed to Django once, a body over the request limit gets a 413 before it is read, and start-up
+refuses to serve if daphne did not take the front's factory. Through a real front, uploads arrive
+whole and hashed, in memory or in a temporary file."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import queue
+import socket
+
+import httpx
+import pytest
+from daphne.http_protocol import HTTPFactory
+from django.core.exceptions import RequestAborted
+from twisted.internet.testing import StringTransport
+
+from accounts.models import ApiToken
+from fleetadmin.asgi import BODY_EXTENSION, FrontASGIHandler, _handed_body
+from fleetadmin.front import FrontHTTPFactory, FrontServer, hand_over_body
+from ocrjobs.models import Document
+from ocrjobs.storage import document_bytes
+from tests.factories import pdf_bytes
+from tools.processes import child_env, start_front
+
+
+@pytest.fixture
+def front(transactional_db, local_pool, media_root, tmp_path, request):
+    """The front on the test database, with the child settings the test parametrizes."""
+    env = child_env(tmp_path, **getattr(request, "param", {}))
+    process, url = start_front(env, tmp_path)
+    yield url
+    process.stop()
+
+
+@pytest.fixture
+def token(transactional_db) -> str:
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("uploader", password="x")
+    return ApiToken.issue(user=user, name="test", scopes=["read", "submit"])[1]
+
+
+def _unique_pdf(n: int, padding: int = 0) -> bytes:
+    # A comment after %%EOF: a PDF of its own that reads the same (as bench/ingest.py makes them).
+    return pdf_bytes() + f"\n% body test {n} ".encode() + os.urandom(padding).hex().encode() + b"\n"
+
+
+@pytest.mark.parametrize("padding", [0, 300_000], ids=["in-memory", "temporary-file"])
+def test_every_uploaded_byte_is_stored_and_hashed(front, token, padding):
+    # Twisted keeps a body under 100 kB in memory, a larger one in a temporary file.
+    documents = [_unique_pdf(n, padding=padding * n) for n in range(3)]
+    files = [("files", (f"d{n}.pdf", data, "application/pdf")) for n, data in enumerate(documents)]
+
+    response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    assert response.status_code == 201, response.text
+    stored = list(Document.objects.order_by("position"))
+    assert [d.size_bytes for d in stored] == [len(data) for data in documents]
+    assert [d.sha256 for d in stored] == [hashlib.sha256(data).hexdigest() for data in documents]
+    assert [document_bytes(d.source) for d in stored] == documents
+
+
+@pytest.mark.parametrize("front", [{"OCR_MAX_REQUEST_BYTES": "200000"}], indirect=True)
+def test_a_body_over_the_request_limit_is_a_json_413(front, token):
+    files = [("files", ("big.pdf", _unique_pdf(0, padding=150_000), "application/pdf"))]
+
+    response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    assert response.status_code == 413, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    assert "larger than the limit" in response.json()["error"]
+    assert not Document.objects.exists()
+
+
+def _answer(sock: socket.socket) -> bytes:
+    sock.settimeout(30)
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("front", [{"OCR_MAX_REQUEST_BYTES": "200000"}], indirect=True)
+def test_a_too_large_content_length_gets_its_413_before_a_byte_of_the_body_is_sent(front):
+    host, port = front.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                     b"Content-Length: 200001\r\n\r\n")  # fmt: skip
+
+        answer = _answer(sock)  # no body sent: the front answers and closes its side
+
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b'"error": "the request is larger than the limit of 200000 bytes"' in answer
+
+
+@pytest.mark.parametrize("front", [{"OCR_MAX_REQUEST_BYTES": "200000"}], indirect=True)
+def test_a_chunked_body_gets_its_413_once_it_passes_the_limit(front):
+    host, port = front.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nTransfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(b"%x\r\n%s\r\n" % (150_000, b"x" * 150_000) * 2)  # 300 kB, and no last chunk
+
+        answer = _answer(sock)
+
+    assert answer.startswith(b"HTTP/1.1 413 ")
+
+
+class _Server:
+    """What daphne's WebRequest asks of its server, up to handing the request over (the front's way)."""
+
+    proxy_forwarded_address_header = None
+    root_path = ""
+    request_buffer_size = 65536
+
+    def __init__(self) -> None:
+        self.requests: list = []
+        self.scopes: list[dict] = []
+
+    def protocol_connected(self, protocol):
+        pass
+
+    def create_application(self, protocol, scope):
+        hand_over_body(protocol, scope)
+        self.requests.append(protocol)
+        self.scopes.append(scope)
+        return queue.SimpleQueue()
+
+
+def _post(factory: HTTPFactory, body: bytes):
+    """A multipart POST of ``body`` through one of ``factory``'s connections (its server a _Server);
+    the request daphne made of it."""
+    factory.timeOut = None
+    channel = factory.buildProtocol(None)
+    channel.makeConnection(StringTransport())
+    head = b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=b0\r\n"
+    channel.dataReceived(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return factory.server.requests[-1]
+
+
+FORM = b'--b0\r\nContent-Disposition: form-data; name="pool"\r\n\r\nlocal\r\n--b0--\r\n'
+
+
+def test_a_multipart_post_is_parsed_once_twisted_leaves_its_args_empty_and_hands_the_body_over():
+    stock = _post(HTTPFactory(_Server()), FORM)
+    server = _Server()
+    front = _post(FrontHTTPFactory(server), FORM)
+
+    assert stock.args == {b"pool": [b"local"]}  # Twisted's own parse, which daphne never reads
+    assert front.args == {}  # off: Django's parser is the one that reads the body
+    handed = server.scopes[-1]["extensions"][BODY_EXTENSION]
+    assert handed.read() == b""  # at its end: daphne queues one empty message
+    handed.seek(0)
+    assert handed.read() == FORM
+
+
+def test_start_up_fails_unless_daphne_listens_with_the_fronts_factory():
+    server = FrontServer(application=None, endpoints=["tcp:port=0"])
+    with pytest.raises(RuntimeError, match="FrontHTTPFactory"):
+        server.check_hooks()  # run() made no factory yet
+
+    server.http_factory = HTTPFactory(server)  # what daphne's run() does
+
+    assert isinstance(server.http_factory, FrontHTTPFactory)
+    server.check_hooks()
+
+
+def _receive(messages: list[dict]):
+    pending = list(messages)
+
+    async def receive():
+        return pending.pop(0)
+
+    return receive
+
+
+def _read_body(handed, messages: list[dict]):
+    async def read():
+        _handed_body.set(handed)
+        return await FrontASGIHandler().read_body(_receive(messages))
+
+    return asyncio.run(read())
+
+
+def test_a_handed_over_body_is_the_body_file_read_from_its_start():
+    handed = io.BytesIO()
+    handed.write(b"the whole body")
+
+    body = _read_body(handed, [{"type": "http.request", "body": b"", "more_body": False}])
+
+    assert body is handed
+    assert body.read() == b"the whole body"
+
+
+def test_without_a_handed_over_body_the_messages_are_read_as_django_does():
+    messages = [{"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.request", "body": b"def"}]
+
+    assert _read_body(None, messages).read() == b"abcdef"
+
+
+def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
+    handed = io.BytesIO(b"x")
+
+    with pytest.raises(RequestAborted):
+        _read_body(handed, [{"type": "http.disconnect"}])
+
+    assert handed.closed
