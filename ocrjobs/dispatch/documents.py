@@ -20,7 +20,7 @@ import functools
 import json
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from itertools import islice
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -106,13 +106,65 @@ class DocumentRefused(Exception):
         self.status = status
 
 
+class PageQueue(deque):
+    """The loop's queue of claimed pages, counting the pages queued per sha256 as they enter and
+    leave (documents with the same bytes are one copy on a pod), so the affinity decision reads
+    a count instead of scanning the queue."""
+
+    def __init__(self, pages=()):
+        super().__init__()
+        self.per_sha256: Counter[str] = Counter()
+        self.extend(pages)
+
+    def append(self, page) -> None:
+        super().append(page)
+        self.per_sha256[page.sha256] += 1
+
+    def appendleft(self, page) -> None:
+        super().appendleft(page)
+        self.per_sha256[page.sha256] += 1
+
+    def extend(self, pages) -> None:
+        for page in pages:
+            self.append(page)
+
+    def popleft(self):
+        page = super().popleft()
+        self._left(page)
+        return page
+
+    def pop(self):
+        page = super().pop()
+        self._left(page)
+        return page
+
+    def __delitem__(self, index) -> None:
+        self._left(self[index])
+        super().__delitem__(index)
+
+    def remove(self, page) -> None:
+        super().remove(page)
+        self._left(page)
+
+    def clear(self) -> None:
+        super().clear()
+        self.per_sha256.clear()
+
+    def _left(self, page) -> None:
+        left = self.per_sha256[page.sha256] - 1
+        if left > 0:
+            self.per_sha256[page.sha256] = left
+        else:
+            del self.per_sha256[page.sha256]
+
+
 class DocumentRoutes:
     """The documents' side of a dispatch loop (mixed into ``DispatchLoop``, which sets ``lanes``,
     ``queue`` and ``client`` and offers ``io``): where each page goes, and each document sent once
     per pod."""
 
     lanes: LaneTable
-    queue: deque[ClaimedPage]
+    queue: PageQueue
     client: aiohttp.ClientSession
 
     def _documents_init(self) -> None:
@@ -151,7 +203,10 @@ class DocumentRoutes:
         waiting_since = self.affinity_waits.setdefault(head.id, now)
         if now - waiting_since < AFFINITY_WAIT_SECONDS:
             holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
-            if head.pages < AFFINITY_SPREAD_PAGES * holders:
+            # The pages queued for its bytes, not its one document's: many same-bytes documents
+            # are one long document to the pods holding it.
+            queued = self.queue.per_sha256[head.sha256] if isinstance(self.queue, PageQueue) else 0
+            if max(head.pages, queued) < AFFINITY_SPREAD_PAGES * holders:
                 return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
         lane = self.lanes.lease()
         if lane is None:

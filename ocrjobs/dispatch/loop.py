@@ -26,7 +26,6 @@ import json
 import logging
 import ssl
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
@@ -36,7 +35,7 @@ from django.utils import timezone
 
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
-from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, error_of
+from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, PageQueue, error_of
 from ocrjobs.dispatch.http import PodClient, PodDisconnected, PodRefused
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
@@ -93,7 +92,7 @@ class DispatchLoop(DocumentRoutes):
         self.pool_id = dispatcher.pool_id
         self.token = dispatcher.token
         self.lanes = LaneTable()
-        self.queue: deque[ClaimedPage] = deque()
+        self.queue: PageQueue = PageQueue()
         self.flights: set[asyncio.Task] = set()
         # page id -> the newest claim on it, while a forward is out for it; and that forward's task
         self.inflight: dict[int, ClaimedPage] = {}
@@ -490,7 +489,7 @@ class DispatchLoop(DocumentRoutes):
         waiting = {page.id for page in self.queue}
         self.affinity_waits = {page_id: t for page_id, t in self.affinity_waits.items() if page_id in waiting}
         if lost:
-            self.queue = deque(page for page in self.queue if page not in lost)
+            self.queue = PageQueue(page for page in self.queue if page not in lost)
             log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
                      self.dispatcher.pk, len(lost))  # fmt: skip
 

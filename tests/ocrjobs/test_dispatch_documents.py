@@ -211,3 +211,16 @@ def test_a_long_document_whose_pod_is_busy_spreads_to_a_free_pod_at_once(two_pod
 
     # Pages enough to pay for a second copy: pod 2 takes one now, rather than idle.
     assert (page.id, lane.pod_id) == (1, 2)
+
+
+def test_many_short_documents_with_the_same_bytes_spread_to_a_free_pod_that_does_not_hold_them(two_pods):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    # Each document is short, but they share their bytes: one copy on a pod, pages enough for two.
+    loop.queue.extend([claimed(n, "a", pages=4) for n in range(1, documents.AFFINITY_SPREAD_PAGES * 2 + 1)])
+
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 2)
+    assert loop.queue.per_sha256["a" * 64] == documents.AFFINITY_SPREAD_PAGES * 2 - 1
