@@ -7,9 +7,9 @@ ruff's ``ASYNC`` rules (selected in pyproject.toml) report, in an ``async def`` 
 know about: the Django ORM, transactions and connections, the cache, mail, django-q2's
 broker calls, the ``runpod`` SDK, thread/process/future joins, thread locks, events and queues,
 executor shutdowns, sockets and name resolution, ``shutil``; and any call, on the loop, of one of
-the module's own functions that blocks, ruff's families included (ruff looks one call deep).
-
-It reads every ``.py`` file of the project (AST only, nothing is imported).
+the module's own functions that blocks, ruff's families included (ruff sees only the calls
+written in the async def). It reads every ``.py`` file of the project (AST only, nothing is
+imported).
 
 What it looks at and what it does not:
 
@@ -37,7 +37,7 @@ Run it by hand with ``python -m tools.blocking_check [paths...]``; the
 test suite runs it over the whole project, tools/ included (tests/test_no_blocking_calls.py,
 which also proves that ruff's configuration still reports its families).
 
-Length: a test tool, not part of the product, and one module of ~600 lines on purpose: the
+Length: a test tool, not part of the product, and one module of ~690 lines on purpose: the
 tables of what blocks, the module context that types receivers, the scanner and the entry
 points are one analysis whose private helpers call each other both ways (the scanner asks the
 module which local functions block; the module runs scanners to find out). Split, every part
@@ -83,25 +83,16 @@ _CACHE_METHODS = "get set add delete get_or_set get_many set_many delete_many ha
 # Always synchronous: reported even when (wrongly) awaited.
 FUNCTIONS: dict[str, str] = {
     "socket.create_connection": SOCKET,
-    "socket.getaddrinfo": DNS,
-    "socket.gethostbyname": DNS,
-    "socket.gethostbyname_ex": DNS,
-    "socket.gethostbyaddr": DNS,
-    "socket.getfqdn": DNS,
+    **{f"socket.{name}": DNS for name in "getaddrinfo gethostbyname gethostbyname_ex gethostbyaddr getfqdn".split()},
     **{f"shutil.{name}": FILE for name in _SHUTIL},
     "concurrent.futures.wait": FUTURE,
     "concurrent.futures.as_completed": FUTURE,
     "django.db.transaction.atomic": DATABASE,
     "django.db.close_old_connections": DATABASE,
-    "django.db.connection.cursor": DATABASE,
-    "django.db.connection.ensure_connection": DATABASE,
-    "django.db.connection.close": DATABASE,
+    **{f"django.db.connection.{name}": DATABASE for name in ("cursor", "ensure_connection", "close")},
     "django.shortcuts.get_object_or_404": ORM,
     "django.shortcuts.get_list_or_404": ORM,
-    "django.contrib.auth.authenticate": ORM,
-    "django.contrib.auth.login": ORM,
-    "django.contrib.auth.logout": ORM,
-    "django.contrib.auth.get_user": ORM,
+    **{f"django.contrib.auth.{name}": ORM for name in ("authenticate", "login", "logout", "get_user")},
     "django.core.management.call_command": "runs a management command",
     **{f"django.core.mail.{name}": MAIL for name in ("send_mail", "send_mass_mail", "mail_admins", "mail_managers")},
     **{f"django_q.tasks.{name}": BROKER for name in _DJANGO_Q},
@@ -123,43 +114,25 @@ RUFF_FUNCTIONS: frozenset[str] = frozenset(
 RUFF_METHODS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})  # pathlib's whole-file I/O
 
 # What a call returns, for typing the receivers of later calls.
+_ASYNC_OBJECTS = (
+    "asyncio.create_subprocess_exec asyncio.create_subprocess_shell asyncio.Event asyncio.Lock asyncio.Semaphore "
+    "asyncio.Condition asyncio.Queue httpx.AsyncClient"
+).split()
 CONSTRUCTORS: dict[str, str] = {
-    "threading.Thread": "thread",
-    "threading.Timer": "thread",
-    "multiprocessing.Process": "thread",
+    **dict.fromkeys("threading.Thread threading.Timer multiprocessing.Process".split(), "thread"),
     "subprocess.Popen": "popen",
-    "socket.socket": "socket",
-    "socket.create_connection": "socket",
-    "socket.create_server": "socket",
-    "socket.fromfd": "socket",
-    "concurrent.futures.ThreadPoolExecutor": "executor",
-    "concurrent.futures.ProcessPoolExecutor": "executor",
+    **dict.fromkeys("socket.socket socket.create_connection socket.create_server socket.fromfd".split(), "socket"),
+    **{f"concurrent.futures.{name}": "executor" for name in ("ThreadPoolExecutor", "ProcessPoolExecutor")},
     "concurrent.futures.thread.ThreadPoolExecutor": "executor",
     "concurrent.futures.Future": "future",
     "asyncio.run_coroutine_threadsafe": "future",
-    "threading.Event": "event",
-    "threading.Lock": "lock",
-    "threading.RLock": "lock",
-    "threading.Semaphore": "lock",
-    "threading.BoundedSemaphore": "lock",
-    "threading.Condition": "condition",
-    "threading.Barrier": "event",
-    "multiprocessing.Event": "event",
+    **dict.fromkeys("threading.Event threading.Barrier multiprocessing.Event".split(), "event"),
+    **{f"threading.{name}": "lock" for name in ("Lock", "RLock", "Semaphore", "BoundedSemaphore")},
     "multiprocessing.Lock": "lock",
-    "queue.Queue": "queue",
-    "queue.LifoQueue": "queue",
-    "queue.PriorityQueue": "queue",
-    "queue.SimpleQueue": "queue",
+    "threading.Condition": "condition",
+    **{f"queue.{name}": "queue" for name in ("Queue", "LifoQueue", "PriorityQueue", "SimpleQueue")},
     "multiprocessing.Queue": "queue",
-    # async objects: typed so that the name heuristics leave them alone
-    "asyncio.create_subprocess_exec": "async",
-    "asyncio.create_subprocess_shell": "async",
-    "asyncio.Event": "async",
-    "asyncio.Lock": "async",
-    "asyncio.Semaphore": "async",
-    "asyncio.Condition": "async",
-    "asyncio.Queue": "async",
-    "httpx.AsyncClient": "async",
+    **dict.fromkeys(_ASYNC_OBJECTS, "async"),  # typed so that the name heuristics leave them alone
 }
 _SOCKET_METHODS = (
     "recv recv_into recvfrom recvfrom_into recvmsg send sendall sendto sendmsg sendfile accept connect".split()
@@ -181,14 +154,8 @@ NON_BLOCKING_KEYWORDS = {("shutdown", "wait"), ("get", "block"), ("put", "block"
 
 # Method names that block whatever the receiver (unless awaited): the ORM's model methods, sockets.
 METHOD_NAMES: dict[str, str] = {
-    "save": ORM,
-    "delete": ORM,
-    "refresh_from_db": ORM,
-    "full_clean": ORM,
-    "recv": SOCKET,
-    "recv_into": SOCKET,
-    "recvfrom": SOCKET,
-    "sendall": SOCKET,
+    **dict.fromkeys(("save", "delete", "refresh_from_db", "full_clean"), ORM),
+    **dict.fromkeys(("recv", "recv_into", "recvfrom", "sendall"), SOCKET),
 }
 # Receivers that the name gives away, when the module does not type them.
 NAMED_RECEIVERS: tuple[tuple[tuple[str, ...], str], ...] = (
