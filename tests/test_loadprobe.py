@@ -49,7 +49,7 @@ def test_probe_counts_answers_unanswered_and_non_2xx():
         try:
             refused = f"http://127.0.0.1:{_closed_port()}/healthz"
             urls = [f"{base}/fast", f"{base}/never", f"{base}/broken", refused]
-            return await probe(urls, rate=20, seconds=0.5, headers={"Authorization": "Bearer t0k"}, timeout=0.5)
+            return await probe(urls, rate=20, seconds=0.5, headers={"Authorization": "Bearer t0k"}, request_timeout=0.5)
         finally:
             release.set()
             await runner.cleanup()
@@ -76,7 +76,7 @@ def test_stop_ends_the_sending_early():
     async def scenario() -> dict:
         runner, base = await _serve(asyncio.Event(), [])
         try:
-            return await probe([f"{base}/fast"], rate=50, seconds=60, timeout=1, stop=Stopped())
+            return await probe([f"{base}/fast"], rate=50, seconds=60, request_timeout=1, stop=Stopped())
         finally:
             await runner.cleanup()
 

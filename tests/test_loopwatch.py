@@ -161,7 +161,7 @@ def test_the_heartbeat_is_written_every_publish_interval_off_the_loop_and_stoppe
     assert LoopHeartbeat.objects.filter(name=watch.name).count() == 1
 
 
-async def _wait_for_row(watch: LoopWatch, predicate, timeout: float = 5.0) -> LoopHeartbeat:
+async def _wait_for_row(watch: LoopWatch, predicate, within_s: float = 5.0) -> LoopHeartbeat:
     """Read the heartbeat from another thread (as the front would) until the predicate holds."""
 
     def read() -> LoopHeartbeat | None:
@@ -172,7 +172,7 @@ async def _wait_for_row(watch: LoopWatch, predicate, timeout: float = 5.0) -> Lo
         finally:
             connection.close()
 
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within_s
     while True:
         row = await asyncio.to_thread(read)
         if row is not None and predicate(row):

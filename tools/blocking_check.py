@@ -1,10 +1,15 @@
-"""Static check for invariant 2: no call that blocks the thread inside an ``async def``.
+"""Static check for invariant 2, the part ruff cannot do: no call that blocks the thread
+inside an ``async def``.
 
-It reads every ``.py`` file of the project (AST only, nothing is imported) and
-reports, inside each ``async def`` body, calls that hold the event loop's
-thread: sleeping, HTTP with a synchronous client, processes, thread and
-future joins, sockets, the ``runpod`` SDK, file I/O, the Django ORM and other
-database or broker round trips.
+ruff's ``ASYNC`` rules (selected in pyproject.toml) report, in an ``async def`` itself,
+``time.sleep``, ``open``, ``input``, pathlib and os.path I/O, processes (subprocess, ``os.system``,
+``os.wait*``) and HTTP with requests, httpx or urllib. This check reports what ruff does not
+know about: the Django ORM, transactions and connections, the cache, mail, django-q2's
+broker calls, the ``runpod`` SDK, thread/process/future joins, thread locks, events and queues,
+executor shutdowns, sockets and name resolution, ``shutil``; and any call, on the loop, of one of
+the module's own functions that blocks, ruff's families included (ruff sees only the calls
+written in the async def). It reads every ``.py`` file of the project (AST only, nothing is
+imported).
 
 What it looks at and what it does not:
 
@@ -12,10 +17,10 @@ What it looks at and what it does not:
   or ``class`` (they run later, elsewhere): ``asyncio.to_thread(lambda: f())``
   is correct. Their decorators and default values run now and are checked.
 - Only calls. A function handed over by reference is not called on the loop:
-  ``to_thread(time.sleep, 1)``, ``loop.run_in_executor(ex, f)``,
+  ``to_thread(cache.get, key)``, ``loop.run_in_executor(ex, f)``,
   ``sync_to_async(f)(...)``, ``database_sync_to_async(f)`` are correct.
-- Names are resolved through each module's imports (``from time import sleep
-  as nap`` is ``time.sleep``). Receivers are typed where the module says what
+- Names are resolved through each module's imports (``from django.core.cache import cache
+  as c`` is ``django.core.cache.cache``). Receivers are typed where the module says what
   they are (``t = threading.Thread(...)``, ``self.pool = ThreadPoolExecutor(1)``,
   ``sock: socket.socket``) or where the name says it (``thread.join()``,
   ``sock.recv()``).
@@ -23,15 +28,16 @@ What it looks at and what it does not:
   ``create_task``/``ensure_future``/``gather``/``wait_for``/``shield``/``wait``
   returns an awaitable, so the method heuristics (ORM, ``.save()``, ``.delete()``)
   and the ``runpod`` family let it pass; functions that are always synchronous
-  (``time.sleep``, ``requests.get``, ``open``...) never pass.
+  (``cache.get``, ``transaction.atomic``, ``async_task``...) never pass.
 - One step further inside a module: calling, on the loop, a module-level
   function or a method of the same class that itself blocks (directly or
   through other such local functions) is reported at the call.
 
 Run it by hand with ``python -m tools.blocking_check [paths...]``; the
-test suite runs it over the whole project, tools/ included (tests/test_no_blocking_calls.py).
+test suite runs it over the whole project, tools/ included (tests/test_no_blocking_calls.py,
+which also proves that ruff's configuration still reports its families).
 
-Length: a test tool, not part of the product, and one module of ~730 lines on purpose: the
+Length: a test tool, not part of the product, and one module of ~690 lines on purpose: the
 tables of what blocks, the module context that types receivers, the scanner and the entry
 points are one analysis whose private helpers call each other both ways (the scanner asks the
 module which local functions block; the module runs scanners to find out). Split, every part
@@ -53,9 +59,6 @@ EXCLUDED_DIRS = frozenset(
 
 # -- what blocks ---------------------------------------------------------------------------------
 
-SLEEP = "sleeps the thread"
-HTTP = "synchronous HTTP"
-PROCESS = "runs a process and waits for it"
 JOIN = "waits for another thread or process"
 SHUTDOWN = "joins the executor's threads (shutdown(wait=False) does not)"
 SOCKET = "blocking socket I/O"
@@ -69,117 +72,75 @@ CACHE = "a cache round trip"
 MAIL = "an SMTP round trip"
 LOCK = "waits on a thread synchronisation primitive"
 FUTURE = "waits for a concurrent future"
-INPUT = "waits for standard input"
 
-_HTTP_VERBS = "get post put patch delete head options request".split()
 _SHUTIL = "copy copy2 copyfile copyfileobj copytree move rmtree make_archive unpack_archive".split()
 _DJANGO_Q = (
     "async_task async_iter async_chain schedule result result_group fetch fetch_group count_group delete_group "
     "queue_size"
 ).split()
+_CACHE_METHODS = "get set add delete get_or_set get_many set_many delete_many has_key incr decr touch clear".split()
 
 # Always synchronous: reported even when (wrongly) awaited.
 FUNCTIONS: dict[str, str] = {
-    "time.sleep": SLEEP,
-    "os.system": PROCESS,
-    "os.popen": PROCESS,
-    "os.wait": PROCESS,
-    "os.waitpid": PROCESS,
-    "os.wait3": PROCESS,
-    "os.wait4": PROCESS,
-    "os.waitid": PROCESS,
-    **{f"subprocess.{name}": PROCESS for name in "run call check_call check_output getoutput getstatusoutput".split()},
-    "urllib.request.urlopen": HTTP,
-    "urllib.request.urlretrieve": HTTP,
-    **{f"requests.{verb}": HTTP for verb in _HTTP_VERBS},
-    **{f"requests.api.{verb}": HTTP for verb in _HTTP_VERBS},
-    **{f"httpx.{verb}": HTTP for verb in (*_HTTP_VERBS, "stream")},
-    "httpx.Client": "a synchronous httpx client (use httpx.AsyncClient)",
     "socket.create_connection": SOCKET,
-    "socket.getaddrinfo": DNS,
-    "socket.gethostbyname": DNS,
-    "socket.gethostbyname_ex": DNS,
-    "socket.gethostbyaddr": DNS,
-    "socket.getfqdn": DNS,
-    "open": FILE,
-    "io.open": FILE,
-    "input": INPUT,
+    **{f"socket.{name}": DNS for name in "getaddrinfo gethostbyname gethostbyname_ex gethostbyaddr getfqdn".split()},
     **{f"shutil.{name}": FILE for name in _SHUTIL},
     "concurrent.futures.wait": FUTURE,
     "concurrent.futures.as_completed": FUTURE,
     "django.db.transaction.atomic": DATABASE,
     "django.db.close_old_connections": DATABASE,
-    "django.db.connection.cursor": DATABASE,
-    "django.db.connection.ensure_connection": DATABASE,
-    "django.db.connection.close": DATABASE,
+    **{f"django.db.connection.{name}": DATABASE for name in ("cursor", "ensure_connection", "close")},
     "django.shortcuts.get_object_or_404": ORM,
     "django.shortcuts.get_list_or_404": ORM,
-    "django.contrib.auth.authenticate": ORM,
-    "django.contrib.auth.login": ORM,
-    "django.contrib.auth.logout": ORM,
-    "django.contrib.auth.get_user": ORM,
+    **{f"django.contrib.auth.{name}": ORM for name in ("authenticate", "login", "logout", "get_user")},
     "django.core.management.call_command": "runs a management command",
     **{f"django.core.mail.{name}": MAIL for name in ("send_mail", "send_mass_mail", "mail_admins", "mail_managers")},
     **{f"django_q.tasks.{name}": BROKER for name in _DJANGO_Q},
+    **{f"django.core.cache.cache.{name}": CACHE for name in _CACHE_METHODS},
 }
 # Functions (not classes) under these prefixes block unless awaited (async variants return awaitables).
 FAMILIES: dict[str, str] = {"runpod.": RUNPOD}
-_CACHE_METHODS = "get set add delete get_or_set get_many set_many delete_many has_key incr decr touch clear".split()
-FUNCTIONS.update({f"django.core.cache.cache.{name}": CACHE for name in _CACHE_METHODS})
+
+# What ruff's ASYNC rules report in an async def itself. This check does not repeat them there; it
+# looks for them only in the module's own functions, which ruff does not follow from the loop.
+_RUFF = "blocking by ruff's ASYNC rules"
+_HTTP_VERBS = "get post put patch delete head options request".split()
+RUFF_FUNCTIONS: frozenset[str] = frozenset(
+    {"time.sleep", "open", "io.open", "input", "os.system", "os.popen", "os.wait", "os.waitpid",
+     "urllib.request.urlopen",
+     *(f"subprocess.{name}" for name in "run call check_call check_output getoutput getstatusoutput Popen".split()),
+     *(f"{client}.{verb}" for client in ("requests", "httpx") for verb in _HTTP_VERBS)}
+)  # fmt: skip
+RUFF_METHODS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})  # pathlib's whole-file I/O
 
 # What a call returns, for typing the receivers of later calls.
+_ASYNC_OBJECTS = (
+    "asyncio.create_subprocess_exec asyncio.create_subprocess_shell asyncio.Event asyncio.Lock asyncio.Semaphore "
+    "asyncio.Condition asyncio.Queue httpx.AsyncClient"
+).split()
 CONSTRUCTORS: dict[str, str] = {
-    "threading.Thread": "thread",
-    "threading.Timer": "thread",
-    "multiprocessing.Process": "thread",
+    **dict.fromkeys("threading.Thread threading.Timer multiprocessing.Process".split(), "thread"),
     "subprocess.Popen": "popen",
-    "socket.socket": "socket",
-    "socket.create_connection": "socket",
-    "socket.create_server": "socket",
-    "socket.fromfd": "socket",
-    "concurrent.futures.ThreadPoolExecutor": "executor",
-    "concurrent.futures.ProcessPoolExecutor": "executor",
+    **dict.fromkeys("socket.socket socket.create_connection socket.create_server socket.fromfd".split(), "socket"),
+    **{f"concurrent.futures.{name}": "executor" for name in ("ThreadPoolExecutor", "ProcessPoolExecutor")},
     "concurrent.futures.thread.ThreadPoolExecutor": "executor",
     "concurrent.futures.Future": "future",
     "asyncio.run_coroutine_threadsafe": "future",
-    "threading.Event": "event",
-    "threading.Lock": "lock",
-    "threading.RLock": "lock",
-    "threading.Semaphore": "lock",
-    "threading.BoundedSemaphore": "lock",
-    "threading.Condition": "condition",
-    "threading.Barrier": "event",
-    "multiprocessing.Event": "event",
+    **dict.fromkeys("threading.Event threading.Barrier multiprocessing.Event".split(), "event"),
+    **{f"threading.{name}": "lock" for name in ("Lock", "RLock", "Semaphore", "BoundedSemaphore")},
     "multiprocessing.Lock": "lock",
-    "queue.Queue": "queue",
-    "queue.LifoQueue": "queue",
-    "queue.PriorityQueue": "queue",
-    "queue.SimpleQueue": "queue",
+    "threading.Condition": "condition",
+    **{f"queue.{name}": "queue" for name in ("Queue", "LifoQueue", "PriorityQueue", "SimpleQueue")},
     "multiprocessing.Queue": "queue",
-    "httpx.Client": "httpx.Client",
-    "requests.Session": "requests.Session",
-    "requests.session": "requests.Session",
-    "pathlib.Path": "path",
-    "pathlib.PosixPath": "path",
-    "http.client.HTTPConnection": "http.client",
-    "http.client.HTTPSConnection": "http.client",
-    # async objects: typed so that the name heuristics leave them alone
-    "asyncio.create_subprocess_exec": "async",
-    "asyncio.create_subprocess_shell": "async",
-    "asyncio.Event": "async",
-    "asyncio.Lock": "async",
-    "asyncio.Semaphore": "async",
-    "asyncio.Condition": "async",
-    "asyncio.Queue": "async",
-    "httpx.AsyncClient": "async",
+    **dict.fromkeys(_ASYNC_OBJECTS, "async"),  # typed so that the name heuristics leave them alone
 }
-_PATH_RETURNING = "resolve absolute with_suffix with_name with_stem joinpath expanduser relative_to".split()
 _SOCKET_METHODS = (
     "recv recv_into recvfrom recvfrom_into recvmsg send sendall sendto sendmsg sendfile accept connect".split()
 )
 TYPE_METHODS: dict[str, dict[str, str]] = {
     "thread": {"join": JOIN},
-    "popen": {"wait": PROCESS, "communicate": PROCESS},
+    # ruff reports making a Popen in an async def, not waiting for one made elsewhere (self.proc)
+    "popen": {"wait": JOIN, "communicate": JOIN},
     "socket": dict.fromkeys(_SOCKET_METHODS, SOCKET),
     "executor": {"shutdown": SHUTDOWN},
     "future": {"result": FUTURE, "exception": FUTURE},
@@ -187,29 +148,14 @@ TYPE_METHODS: dict[str, dict[str, str]] = {
     "lock": {"acquire": LOCK},
     "condition": {"wait": LOCK, "wait_for": LOCK, "acquire": LOCK},
     "queue": {"get": LOCK, "put": LOCK, "join": LOCK},
-    "httpx.Client": dict.fromkeys((*_HTTP_VERBS, "send", "stream"), HTTP),
-    "requests.Session": dict.fromkeys((*_HTTP_VERBS, "send"), HTTP),
-    "path": dict.fromkeys(("read_text", "read_bytes", "write_text", "write_bytes", "open"), FILE),
-    "http.client": {"request": HTTP, "getresponse": HTTP, "connect": HTTP},
 }
 # (method, keyword, value) that make a blocking method return at once.
 NON_BLOCKING_KEYWORDS = {("shutdown", "wait"), ("get", "block"), ("put", "block"), ("acquire", "blocking")}
 
-# Method names that block whatever the receiver (unless awaited): the ORM's model methods,
-# pathlib's whole-file I/O, sockets.
+# Method names that block whatever the receiver (unless awaited): the ORM's model methods, sockets.
 METHOD_NAMES: dict[str, str] = {
-    "save": ORM,
-    "delete": ORM,
-    "refresh_from_db": ORM,
-    "full_clean": ORM,
-    "read_text": FILE,
-    "read_bytes": FILE,
-    "write_text": FILE,
-    "write_bytes": FILE,
-    "recv": SOCKET,
-    "recv_into": SOCKET,
-    "recvfrom": SOCKET,
-    "sendall": SOCKET,
+    **dict.fromkeys(("save", "delete", "refresh_from_db", "full_clean"), ORM),
+    **dict.fromkeys(("recv", "recv_into", "recvfrom", "sendall"), SOCKET),
 }
 # Receivers that the name gives away, when the module does not type them.
 NAMED_RECEIVERS: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -305,10 +251,6 @@ class _Scope:
             if self.cls is not None:
                 return self.module.class_types.get(self.cls.name, {}).get(node.attr)
             return None
-        if isinstance(node, ast.Attribute) and node.attr == "parent" and self.type_of(node.value) == "path":
-            return "path"
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and self.type_of(node.left) == "path":
-            return "path"
         if isinstance(node, ast.Await):
             return self.type_of(node.value)
         if isinstance(node, ast.Call):
@@ -319,8 +261,6 @@ class _Scope:
                 receiver = self.type_of(node.func.value)
                 if receiver == "executor" and node.func.attr == "submit":
                     return "future"
-                if receiver == "path" and node.func.attr in _PATH_RETURNING:
-                    return "path"
         return None
 
 
@@ -489,7 +429,7 @@ class _Module:
             ((cls, name), fn, classes[cls]) for cls, methods in self.methods.items() for name, fn in methods.items()
         ]
         for key, function, cls in units:
-            scanner = _Scanner(self, self.scope_for(function, cls), follow_locals=False)
+            scanner = _Scanner(self, self.scope_for(function, cls), local=True)
             scanner.scan(function.body)
             if scanner.findings:
                 first = scanner.findings[0]
@@ -549,12 +489,16 @@ def _non_blocking_arguments(call: ast.Call, method: str) -> bool:
 
 
 class _Scanner(ast.NodeVisitor):
-    """Finds blocking calls in one function body (not entering nested scopes)."""
+    """Finds blocking calls in one function body (not entering nested scopes).
 
-    def __init__(self, module: _Module, scope: _Scope, *, follow_locals: bool = True):
+    ``local``: the body of one of the module's own functions, scanned to learn whether calling it
+    blocks; there ruff's families count too, and calls of other local functions are only noted.
+    """
+
+    def __init__(self, module: _Module, scope: _Scope, *, local: bool = False):
         self.module = module
         self.scope = scope
-        self.follow_locals = follow_locals
+        self.local = local
         self.findings: list[Finding] = []
         self.local_calls: list[tuple[ast.Call, tuple[str, str]]] = []
         self._awaitable: set[int] = set()  # ids of calls whose result is awaited or handed to the loop
@@ -629,7 +573,7 @@ class _Scanner(ast.NodeVisitor):
         if local is not None:
             # a function of this module: what its body does decides, not the name
             self.local_calls.append((call, local))
-            why = self.module.blocking_functions().get(local) if self.follow_locals and not awaitable else None
+            why = self.module.blocking_functions().get(local) if not self.local and not awaitable else None
             if why:
                 self.report(call, _call_text(call), f"a function of this module that blocks: {why}")
             return
@@ -638,6 +582,9 @@ class _Scanner(ast.NodeVisitor):
         if name is not None:
             if name in FUNCTIONS:
                 self.report(call, _call_text(call), FUNCTIONS[name])
+                return
+            if self.local and name in RUFF_FUNCTIONS:
+                self.report(call, _call_text(call), _RUFF)
                 return
             for prefix, why in FAMILIES.items():
                 last = name.rsplit(".", 1)[-1]
@@ -676,6 +623,9 @@ class _Scanner(ast.NodeVisitor):
             return True
         if kind is None and method in METHOD_NAMES:
             self.report(call, _call_text(call), METHOD_NAMES[method])
+            return True
+        if kind is None and self.local and method in RUFF_METHODS:
+            self.report(call, _call_text(call), _RUFF)
             return True
         return False
 

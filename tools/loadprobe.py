@@ -19,7 +19,7 @@ Prints per URL: count, p50, p90, p99, max (ms, answered requests), unanswered,
 non-2xx; then one JSON line. Importable::
 
     from tools.loadprobe import probe
-    figures = await probe(urls, rate=20, seconds=30, headers={"Authorization": "Bearer ..."}, timeout=5)
+    figures = await probe(urls, rate=20, seconds=30, headers={"Authorization": "Bearer ..."}, request_timeout=5)
 """
 
 from __future__ import annotations
@@ -80,10 +80,12 @@ class _Tally:
         }
 
 
-async def _one(session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float, tally: _Tally):
+async def _one(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], request_timeout: float, tally: _Tally
+):
     started = time.perf_counter()
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(request_timeout):
             async with session.get(url, headers=headers, allow_redirects=False) as response:
                 await response.read()
                 status = response.status
@@ -105,15 +107,16 @@ async def probe(
     rate: float,
     seconds: float,
     headers: dict[str, str] | None = None,
-    timeout: float = 5.0,
+    request_timeout: float = 5.0,
     *,
     stop: Stop | None = None,
 ) -> dict:
     """Send ``rate`` GETs per second to each URL for ``seconds`` seconds (open loop) and
-    wait for the last answers (at most ``timeout`` more). ``stop`` (anything with
-    ``is_set()``, e.g. a threading.Event) ends the sending early.
+    wait for the last answers (at most ``request_timeout`` more: each request gets that long).
+    ``stop`` (anything with ``is_set()``, e.g. a threading.Event) ends the sending early.
 
     Returns ``{"rate", "seconds", "timeout", "elapsed_s", "send_lag_max_ms", "urls": {url: figures}}``
+    ("timeout" is ``request_timeout``, the name ``--timeout`` and earlier results use)
     where figures are count, answered, p50_ms, p90_ms, p99_ms, max_ms, unanswered
     (timeouts + connection errors), non_2xx, statuses.
     """
@@ -143,7 +146,7 @@ async def probe(
                     return
                 lags.append(max(0.0, loop.time() - due))
                 tally.sent += 1
-                task = asyncio.ensure_future(_one(session, url, headers, timeout, tally))
+                task = asyncio.ensure_future(_one(session, url, headers, request_timeout, tally))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
 
@@ -153,7 +156,7 @@ async def probe(
     return {
         "rate": rate,
         "seconds": seconds,
-        "timeout": timeout,
+        "timeout": request_timeout,
         "elapsed_s": round(time.perf_counter() - began, 2),
         "send_lag_max_ms": round(max(lags, default=0.0) * 1000, 2),
         "urls": {url: tally.figures() for url, tally in tallies.items()},
