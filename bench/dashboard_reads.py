@@ -8,11 +8,17 @@ sections kept from the push before) many times, and prints for each statement of
 median milliseconds as the client waits for it (a connection.execute_wrapper), then the
 push's own median; with ``--explain``, each statement's plan (PostgreSQL: EXPLAIN (ANALYZE,
 BUFFERS); SQLite: EXPLAIN QUERY PLAN).
+
+The closing JSON line's "goal" names each goal, both counted: push_statements (a push makes at
+most 7 statements, whatever the fleet's size and history: tests/pods/test_dashboard.py holds
+the same bound on a small fleet) and history_not_read (no statement of a push has a plan that
+reads the whole page table: bench/_plans.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -20,8 +26,13 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._plans import explain, history_reads
 from bench._setup import django_for_bench
-from bench.status_history import populate, populate_fleet
+from bench.status_history import populate, populate_fleet, set_index
+
+# The pods' spend, the last minutes' pages, the boot attempts, the failed pods, the loops, the
+# jobs, their pages: one statement each.
+PUSH_STATEMENTS_GOAL = 7
 
 
 def main() -> None:
@@ -42,15 +53,17 @@ def main() -> None:
 
     populate(args.pages, args.recent)
     populate_fleet(args.fleet_pods, args.fleet_jobs)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    set_index(True)  # the schema as deployed (and ANALYZE)
     fleet_status_snapshot.clear()
 
     timings: dict[str, list[float]] = defaultdict(list)
     statements: dict[str, tuple] = {}
     pushes: list[float] = []
+    executed = [0]  # statements sent so far
+    per_push: list[int] = []
 
     def timer(execute, sql, params, many, context):
+        executed[0] += 1
         started = time.perf_counter()
         try:
             return execute(sql, params, many, context)
@@ -60,13 +73,15 @@ def main() -> None:
 
     def push() -> float:
         fleet_status_snapshot.get()  # (refreshed ahead on a thread of its own in the front)
-        started = time.perf_counter()
+        started, before = time.perf_counter(), executed[0]
         dashboard.render_payloads(staff=True, user_ids=[])
+        per_push.append(executed[0] - before)
         return (time.perf_counter() - started) * 1000
 
     push()
     for _ in range(3):
         push()
+    per_push.clear()  # (the pushes above ran without the wrapper)
     with connection.execute_wrapper(timer):
         for _ in range(args.repeats):
             pushes.append(push())
@@ -84,6 +99,16 @@ def main() -> None:
         total += median * len(samples) / args.repeats
         print(f"{median:7.3f} ms x{len(samples) / args.repeats:.1f}  {' '.join(sql.split())[:150]}")
     print(f"reads {total:.2f} ms of a push's median {statistics.median(pushes):.2f} ms")
+    readers = []
+    for sql, params in statements.items():
+        if sql not in snapshot_sql and (
+            steps := history_reads(connection.vendor, sql, explain(connection, sql, params))
+        ):
+            readers.append({"sql": " ".join(sql.split())[:300], "steps": steps})
+            print(f"reads the whole page table: {'; '.join(steps)}: {' '.join(sql.split())[:150]}")
+    most = max(per_push)
+    print(f"statements a push: at most {most} (goal <= {PUSH_STATEMENTS_GOAL}); "
+          f"that read the whole page table: {len(readers)} (goal: none)")  # fmt: skip
     if args.explain:
         for sql, params in statements.items():
             if sql in snapshot_sql:
@@ -96,6 +121,12 @@ def main() -> None:
                     cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
                 for row in cursor.fetchall():
                     print("   ", " | ".join(str(c) for c in row))
+    goal = {"push_statements": most <= PUSH_STATEMENTS_GOAL, "history_not_read": not readers}
+    print(json.dumps({"benchmark": "dashboard_reads", "database": connection.vendor, "pages": args.pages,
+                      "fleet_pods": args.fleet_pods, "fleet_jobs": args.fleet_jobs, "pushes": args.repeats,
+                      "push_median_ms": round(statistics.median(pushes), 2), "reads_ms": round(total, 2),
+                      "push_statements": most, "push_statements_limit": PUSH_STATEMENTS_GOAL,
+                      "history_readers": readers, "goal": goal, "goal_met": all(goal.values())}))  # fmt: skip
 
 
 if __name__ == "__main__":

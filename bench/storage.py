@@ -8,11 +8,18 @@
   on a throw-away SQLite database (or ``--database-url``).
 
     python bench/storage.py [--document-mb 100] [--reads 200] [--pages 5000]
+
+Ends with one JSON line whose "goal" names each goal, all counted (the MB/s and ms are for a
+reader): document_read_back (the document, read whole and into a local file, and every read of
+the page image, are the bytes stored), document_on_the_s3_server (the S3 server's folder holds
+the document's bytes: stored there, not on this host's filesystem) and results_stored (every
+page done, its row holding the result sent).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -33,24 +40,47 @@ def _timed(fn):
     return value, time.perf_counter() - wall, time.process_time() - cpu
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def storage_figures(args, root: Path) -> dict:
     from ocrjobs.storage import document_bytes, document_local, document_save_bytes, document_store
 
     staged = root / "staged"
-    staged.write_bytes(os.urandom(args.document_mb * 1024 * 1024))
+    document = os.urandom(args.document_mb * 1024 * 1024)
+    staged.write_bytes(document)
+    digest = _sha256(document)
+    del document
     name, put, _ = _timed(lambda: document_store("documents/bench/source.pdf", staged))
-    _, get, _ = _timed(lambda: document_bytes(name))
+    whole, get, _ = _timed(lambda: document_bytes(name))
+    read_back = _sha256(whole) == digest
+    del whole
 
     def to_local() -> None:
         with document_local(name) as local:
             local.stat()
 
     _, local, _ = _timed(to_local)
-    image = document_save_bytes("documents/bench/pages/1.png", os.urandom(150 * 1024))
+    with document_local(name) as path:  # (again, untimed, to compare its bytes)
+        read_back = read_back and _file_sha256(path) == digest
+    # The S3 server (rclone) keeps each object as a file in its folder: the document is one of them.
+    on_server = any(_file_sha256(path) == digest for path in (root / "s3").rglob("*")
+                    if path.is_file() and path.stat().st_size == args.document_mb * 1024 * 1024)  # fmt: skip
+    image_bytes = os.urandom(150 * 1024)
+    image = document_save_bytes("documents/bench/pages/1.png", image_bytes)
     document_bytes(image)
-    _, wall, cpu = _timed(lambda: [document_bytes(image) for _ in range(args.reads)])
+    reads, wall, cpu = _timed(lambda: [document_bytes(image) for _ in range(args.reads)])
     return {
         "document_mb": args.document_mb,
+        "document_read_back": read_back,
+        "image_reads_read_back": sum(read == image_bytes for read in reads),
+        "document_on_the_s3_server": on_server,
         "store_mb_per_s": round(args.document_mb / put, 1),
         "read_mb_per_s": round(args.document_mb / get, 1),
         "read_to_local_file_mb_per_s": round(args.document_mb / local, 1),
@@ -80,8 +110,13 @@ def result_figures(args) -> dict:
                                                             attempt=c.attempts) for c in claimed[i : i + 100]])  # fmt: skip
 
     _, wall, cpu = _timed(store)
+    stored = sum(
+        json.loads(row) == result
+        for row in Page.objects.filter(job=job, status=Page.Status.DONE).values_list("result", flat=True)
+    )
     return {
         "pages": args.pages,
+        "results_stored": stored,
         "result_bytes": len(json.dumps(result)),
         "result_store_wall_ms_per_page": round(wall / args.pages * 1000, 3),
         "result_store_cpu_ms_per_page": round(cpu / args.pages * 1000, 3),
@@ -105,6 +140,8 @@ def main() -> None:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(var_dir, ignore_errors=True)
+    from django.db import connection
+
     print(f"S3 (rclone serve s3, localhost): store {figures['store_mb_per_s']} MB/s, read "
           f"{figures['read_mb_per_s']} MB/s, read to a local file {figures['read_to_local_file_mb_per_s']} MB/s "
           f"({args.document_mb} MB)")  # fmt: skip
@@ -112,7 +149,17 @@ def main() -> None:
           f"{figures['page_read_cpu_ms']} ms of client CPU")  # fmt: skip
     print(f"results stored in their rows: {figures['result_store_wall_ms_per_page']} ms, "
           f"{figures['result_store_cpu_ms_per_page']} ms of CPU per page ({figures['result_bytes']} B each)")  # fmt: skip
-    print(json.dumps(figures))
+    print(f"read back as stored: the document {figures['document_read_back']}, the page image "
+          f"{figures['image_reads_read_back']} of {args.reads} reads; the document on the S3 server: "
+          f"{figures['document_on_the_s3_server']}; results in their rows {figures['results_stored']} of "
+          f"{args.pages}")  # fmt: skip
+    goal = {
+        "document_read_back": figures["document_read_back"] and figures["image_reads_read_back"] == args.reads,
+        "document_on_the_s3_server": figures["document_on_the_s3_server"],
+        "results_stored": figures["results_stored"] == args.pages,
+    }
+    print(json.dumps({"benchmark": "storage", "database": connection.vendor, **figures, "goal": goal,
+                      "goal_met": all(goal.values())}))  # fmt: skip
 
 
 if __name__ == "__main__":

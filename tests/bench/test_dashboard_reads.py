@@ -1,0 +1,16 @@
+"""bench/dashboard_reads.py at a small size: a push at fleet scale is a fixed number of statements,
+none of which reads the page history."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.conftest import assert_goals, run_bench
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_push_is_a_few_statements_none_reading_the_page_history():
+    figures = run_bench("dashboard_reads.py", "--repeats", "5")
+    assert_goals(figures, "push_statements", "history_not_read")
+    assert figures["pushes"] == 5 and figures["fleet_pods"] == 500
