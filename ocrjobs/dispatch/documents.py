@@ -205,8 +205,7 @@ class DocumentRoutes:
             holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
             # The pages queued for its bytes, not its one document's: many same-bytes documents
             # are one long document to the pods holding it.
-            queued = self.queue.per_sha256[head.sha256] if isinstance(self.queue, PageQueue) else 0
-            if max(head.pages, queued) < AFFINITY_SPREAD_PAGES * holders:
+            if max(head.pages, self.queue.per_sha256[head.sha256]) < AFFINITY_SPREAD_PAGES * holders:
                 return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
         lane = self.lanes.lease()
         if lane is None:
