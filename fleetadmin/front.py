@@ -12,12 +12,22 @@ daphne reads the body back and queues every chunk of it to the application at on
   daphne queues one empty message; fleetadmin.asgi's handler reads it as the body file. The body
   is received once and read once, by Django's multipart parser;
 - a body over OCR_MAX_REQUEST_BYTES gets a 413 as soon as its Content-Length says so, before a
-  byte of it is stored, and a chunked one once it passes the limit; the rest of it is dropped.
+  byte of it is stored, and a chunked one once it passes the limit; the rest of it is dropped;
+- a client cannot hold the front's capacity by being slow or many (``FrontHTTPChannel``, checked
+  once a second): a request's headers must arrive within FRONT_HEADER_TIMEOUT_SECONDS of the
+  connection or of the previous answer (an idle keep-alive connection ends then too), a body must
+  keep up FRONT_BODY_MIN_BYTES_PER_SECOND after FRONT_BODY_GRACE_SECONDS (else a JSON 408), and at
+  most FRONT_MAX_BODIES_IN_FLIGHT bodies are received at once (past it, a JSON 503 with
+  Retry-After before the body is read). Twisted keeps a body under 100 kB in memory and a larger or
+  chunked one in a temporary file, so bodies hold at most 100 kB x FRONT_MAX_BODIES_IN_FLIGHT of
+  memory between them.
 
 daphne's command line takes its Server class from ``CommandLineInterface.server_class``; the
 Server builds its HTTP factory in ``run()`` as ``self.http_factory``, which ``FrontServer`` takes
-as ``FrontHTTPFactory``, whose protocols build ``FrontRequest`` (Twisted's public
-``HTTPChannel.requestFactory``). Start-up raises (``FrontServer.check_hooks``, before the reactor
+as ``FrontHTTPFactory``, whose protocol is ``FrontHTTPChannel`` (Twisted's public
+``Factory.protocol``: plain HTTP/1.1, which is what the front speaks behind its TLS-terminating
+proxy; Twisted's HTTP/2-over-TLS negotiation wrapper is not used), whose requests are
+``FrontRequest`` (Twisted's public ``HTTPChannel.requestFactory``). Start-up raises (``FrontServer.check_hooks``, before the reactor
 runs) if daphne listens with any other factory. tests/test_front.py shows the first parse off and
 the 413 before the body.
 """
@@ -27,13 +37,18 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.server import Server
 from django.conf import settings
+from twisted.internet.task import LoopingCall
+from twisted.web.http import HTTPChannel
 
 from fleetadmin.asgi import BODY_EXTENSION
+
+REFUSED_CLOSE_SECONDS = 5.0
 
 
 class FrontRequest(WebRequest):
@@ -43,12 +58,22 @@ class FrontRequest(WebRequest):
         super().__init__(channel, *args, parsePOSTFormSubmission=False, **kwargs)
         self.received = 0
         self.refused = False
+        self.body_since: float | None = None  # while the body is being received: since when
 
     def gotLength(self, length: int | None) -> None:
+        self.channel.headers_since = None
         if length is not None and length > settings.OCR_MAX_REQUEST_BYTES:
             self.content = io.BytesIO()  # (never written to: the body is dropped as it arrives)
             self.refuse()
             return
+        if length != 0:  # a body to come (None: chunked)
+            factory = self.channel.factory
+            if len(factory.bodies) >= settings.FRONT_MAX_BODIES_IN_FLIGHT:
+                self.content = io.BytesIO()
+                self.refuse(503, "Service Unavailable", "too many uploads are being received; retry shortly")
+                return
+            factory.bodies.add(self)
+            self.body_since = time.monotonic()
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:
@@ -61,33 +86,113 @@ class FrontRequest(WebRequest):
         super().handleContentChunk(data)
 
     def requestReceived(self, command, path, version) -> None:
+        self.body_received()
         if self.refused:  # the whole body came and was dropped: nothing more to read
             self.channel.transport.loseConnection()
             return
         super().requestReceived(command, path, version)
 
-    def refuse(self) -> None:
-        """A JSON 413, as the API answers its errors, and no more of this connection's bytes kept:
-        the answer goes out at once and the sending side is closed; what the client still sends is
-        read and dropped (closing at once would reset the connection before the client read it)."""
+    def connectionLost(self, reason) -> None:
+        self.body_received()
+        super().connectionLost(reason)
+
+    def body_received(self) -> None:
+        self.body_since = None
+        self.channel.factory.bodies.discard(self)
+
+    def too_slow(self, now: float) -> bool:
+        """Whether the body arrives slower than the minimum rate, past its grace."""
+        if self.body_since is None or self.refused:
+            return False
+        late = now - self.body_since - settings.FRONT_BODY_GRACE_SECONDS
+        return late > 0 and self.received < late * settings.FRONT_BODY_MIN_BYTES_PER_SECOND
+
+    def refuse(self, status: int = 413, reason: str = "Request Entity Too Large", error: str = "") -> None:
+        """A JSON error, as the API answers its errors, and no more of this connection's bytes
+        kept: the answer goes out at once and the sending side is closed; what the client still
+        sends is read and dropped (closing at once would reset the connection before the client
+        read it)."""
         self.refused = True
+        self.body_received()
         self.requestHeaders.removeHeader(b"Expect")  # (Twisted answers 100-continue after gotLength)
-        limit = settings.OCR_MAX_REQUEST_BYTES
-        body = json.dumps({"error": f"the request is larger than the limit of {limit} bytes"}).encode()
+        error = error or f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes"
+        body = json.dumps({"error": error}).encode()
+        retry = b"Retry-After: 1\r\n" if status == 503 else b""
         head = (
-            b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n%s"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (status, reason.encode(), retry, len(body))
         )
         transport = self.channel.transport
         transport.write(head + body)
         transport.loseWriteConnection()
+        # A client that goes on sending (slowly) is not kept: it had time enough to read the answer.
+        self.channel.callLater(REFUSED_CLOSE_SECONDS, transport.abortConnection)
+
+
+class FrontHTTPChannel(HTTPChannel):
+    """Twisted's HTTP/1.1 channel, which knows since when it waits for a request's headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers_since: float | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self.headers_since = time.monotonic()
+        self.factory.channels.add(self)
+
+    def connectionLost(self, reason) -> None:
+        self.factory.channels.discard(self)
+        super().connectionLost(reason)
+
+    def requestDone(self, request) -> None:
+        # Set before the next request's buffered bytes are parsed, which clears it again.
+        self.headers_since = time.monotonic()
+        super().requestDone(request)
+
+    def check_deadlines(self, now: float) -> None:
+        if getattr(self.transport, "protocol", self) is not self:  # upgraded to a websocket
+            self.factory.channels.discard(self)
+            return
+        if self.headers_since is not None and now - self.headers_since > settings.FRONT_HEADER_TIMEOUT_SECONDS:
+            self.factory.channels.discard(self)
+            self.transport.abortConnection()  # (headers never came: no request to answer)
+            return
+        for request in self.requests:
+            if request.too_slow(now):
+                rate = settings.FRONT_BODY_MIN_BYTES_PER_SECOND
+                request.refuse(408, "Request Timeout", f"the body arrived slower than {rate} bytes/s")
+                request.content = io.BytesIO()  # (what it had received is dropped)
 
 
 class FrontHTTPFactory(HTTPFactory):
+    protocol = FrontHTTPChannel
+
+    def __init__(self, server) -> None:
+        super().__init__(server)
+        self.channels: set[FrontHTTPChannel] = set()
+        self.bodies: set[FrontRequest] = set()
+        self.deadlines = LoopingCall(self.check_deadlines)
+
     def buildProtocol(self, addr):
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = FrontRequest
         return protocol
+
+    def startFactory(self) -> None:
+        super().startFactory()
+        self.deadlines.clock = self.reactor
+        self.deadlines.start(1.0, now=False)
+
+    def stopFactory(self) -> None:
+        if self.deadlines.running:
+            self.deadlines.stop()
+        super().stopFactory()
+
+    def check_deadlines(self) -> None:
+        now = time.monotonic()
+        for channel in list(self.channels):
+            channel.check_deadlines(now)
 
 
 class FrontServer(Server):

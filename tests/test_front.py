@@ -109,6 +109,106 @@ def test_a_chunked_body_gets_its_413_once_it_passes_the_limit(front):
     assert answer.startswith(b"HTTP/1.1 413 ")
 
 
+SLOW = {
+    "FRONT_HEADER_TIMEOUT_SECONDS": "2",
+    "FRONT_BODY_GRACE_SECONDS": "1",
+    "FRONT_BODY_MIN_BYTES_PER_SECOND": "50000",
+}
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the front sent before it closed the connection, which it must do within ``seconds``
+    (a generous bound: the front's checks run once a second)."""
+    sock.settimeout(seconds)
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        pytest.fail(f"the front still held the connection after {seconds} s (got {answer!r})")
+    return answer
+
+
+@pytest.mark.parametrize("front", [SLOW], indirect=True)
+def test_a_client_that_never_finishes_its_headers_is_cut_off_and_the_front_answers_others(front):
+    host, port = front.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\n")  # and no more: its headers never end
+        assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
+
+        assert _closed_within(sock, 30) == b""  # no request, nothing to answer
+
+
+@pytest.mark.parametrize("front", [SLOW], indirect=True)
+def test_a_body_that_trickles_gets_a_json_408_and_nothing_is_stored(front, token):
+    host, port = front.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nAuthorization: Bearer %s\r\n"
+                     b"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 1000000\r\n\r\n"
+                     % token.encode())  # fmt: skip
+        sock.sendall(b"--x\r\n")  # then nothing: far under 50 kB/s once its second of grace is over
+
+        answer = _closed_within(sock, 30)
+
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"slower than 50000 bytes/s" in answer
+    assert not Document.objects.exists()
+
+
+@pytest.mark.parametrize("front", [{"FRONT_MAX_BODIES_IN_FLIGHT": "2", **SLOW}], indirect=True)
+def test_bodies_past_the_limit_in_flight_get_a_503_before_they_are_read(front, token):
+    host, port = front.removeprefix("http://").split(":")
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+            b"Content-Length: 1000\r\n\r\n")  # fmt: skip
+    holding = [socket.create_connection((host, int(port))) for _ in range(2)]
+    try:
+        for sock in holding:
+            sock.sendall(head)  # two bodies begun, not finished
+        with socket.create_connection((host, int(port))) as third:
+            # (the front reads the first two before the third: one more round trip to be sure)
+            assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
+            third.sendall(head)
+
+            answer = _closed_within(third, 30)
+
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b"Retry-After: 1" in answer
+        for sock in holding:  # the two slow ones are cut off in their turn, freeing their places
+            assert _closed_within(sock, 30).startswith(b"HTTP/1.1 408 ")
+        files = [("files", ("d.pdf", _unique_pdf(0), "application/pdf"))]
+        response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert response.status_code == 201, response.text
+    finally:
+        for sock in holding:
+            sock.close()
+
+
+@pytest.mark.parametrize("front", [SLOW], indirect=True)
+def test_a_websocket_outlives_the_header_deadline(front):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_user("watcher", password="x", is_staff=True))
+    cookie = client.cookies["sessionid"].value
+
+    async def watch() -> bool:
+        import aiohttp
+
+        async with aiohttp.ClientSession(cookies={"sessionid": cookie}) as session:
+            async with session.ws_connect(f"{front.replace('http', 'ws')}/ws/dashboard", origin=front) as ws:
+                await asyncio.sleep(4)  # twice the header deadline, and its check
+                try:  # a connection the front cut reads as closed at once
+                    message = await ws.receive(timeout=1.0)
+                except TimeoutError:
+                    return True
+                return message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY)
+
+    assert asyncio.run(watch())
+
+
 class _Server:
     """What daphne's WebRequest asks of its server, up to handing the request over (the front's way)."""
 
