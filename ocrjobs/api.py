@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from typing import Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 from pydantic import BaseModel, ConfigDict, Field
@@ -239,7 +243,21 @@ def webhook_secret(request: HttpRequest) -> JsonResponse:
                          "signed": "<X-Fleetadmin-Timestamp>.<body>"})  # fmt: skip
 
 
-def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHttpResponse:
+RESULT_LINES_PER_CHUNK = 200
+
+
+async def _in_chunks(lines: Iterator[str]) -> AsyncIterator[str]:
+    """``lines`` taken RESULT_LINES_PER_CHUNK at a time in the request's thread. Under ASGI,
+    Django reads a synchronous iterator whole into memory before it sends a byte (a job's result
+    can be gigabytes); an asynchronous one is sent as it comes."""
+    take = sync_to_async(lambda: "".join(itertools.islice(lines, RESULT_LINES_PER_CHUNK)))
+    while chunk := await take():
+        yield chunk
+
+
+def _download(request: HttpRequest, job: Job, lines: Iterator[str], *, content_type: str, suffix: str):
+    if isinstance(request, ASGIRequest):  # (WSGI and the test client iterate the lines as they are)
+        lines = _in_chunks(lines)
     response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
     response["Content-Disposition"] = f'inline; filename="job-{job.pk}.{suffix}"'
     return response
@@ -248,13 +266,14 @@ def _download(job: Job, lines, *, content_type: str, suffix: str) -> StreamingHt
 @api_view(scope="read")
 def job_result_txt(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    return _download(job, selectors.job_result_txt(job), content_type="text/plain", suffix="txt")
+    return _download(request, job, selectors.job_result_txt(job), content_type="text/plain", suffix="txt")
 
 
 @api_view(scope="read")
 def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
-    return _download(job, selectors.job_result_jsonl(job), content_type="application/jsonl", suffix="jsonl")
+    lines = selectors.job_result_jsonl(job)
+    return _download(request, job, lines, content_type="application/jsonl", suffix="jsonl")
 
 
 @api_view(scope="submit", methods=("POST",))

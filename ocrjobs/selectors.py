@@ -71,13 +71,17 @@ def page_text(page: Page) -> str:
     return result["text"] if result else ""
 
 
+RESULT_ROWS_PER_QUERY = 500
+
+
 def job_result_txt(job: Job) -> Iterator[str]:
-    for document in job.documents.all():
+    """The job's text, document by document; rows are read a chunk at a time, never all at once."""
+    for document in job.documents.order_by("position").iterator(chunk_size=RESULT_ROWS_PER_QUERY):
         yield f"==> {document.name} <==\n"
         if document.status == Document.Status.FAILED:
             yield f"[document failed: {document.error}]\n\n"
             continue
-        for page in document.pages.order_by("number"):
+        for page in document.pages.order_by("number").iterator(chunk_size=RESULT_ROWS_PER_QUERY):
             if page.status == Page.Status.DONE:
                 yield (page.read_result() or {}).get("text", "").rstrip("\n") + "\n"
             else:
@@ -87,7 +91,7 @@ def job_result_txt(job: Job) -> Iterator[str]:
 
 
 def job_result_jsonl(job: Job) -> Iterator[str]:
-    for page in _pages(job):
+    for page in _pages(job).iterator(chunk_size=RESULT_ROWS_PER_QUERY):
         yield json.dumps(page.to_record(), ensure_ascii=False) + "\n"
     for document in job.documents.filter(status=Document.Status.FAILED):
         record = {"document": document.name, "document_id": document.pk, "page": None, "status": "failed",

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
 
 from accounts.models import ApiToken
+from ocrjobs import api
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_cancel
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
@@ -146,6 +149,25 @@ def test_result_jsonl_has_one_record_per_page_in_document_then_page_order(client
     assert first["confidence"] == pytest.approx(91.5)
     assert first["document_id"] == own_job.documents.get(position=0).pk
     assert first["error"] == ""
+
+
+@pytest.mark.parametrize("suffix", ["result.txt", "result.jsonl"])
+def test_under_asgi_a_result_streams_chunk_by_chunk(client, submit_token, own_job, monkeypatch, suffix):
+    # Django reads a synchronous iterator whole into memory under ASGI; the result must not be one.
+    split(own_job)
+    complete_all(own_job, {(0, 1): "zeta first page", (0, 2): "zeta second page", (1, 1): "alpha only page"})
+    whole = body_of(client.get(f"/v1/jobs/{own_job.pk}/{suffix}", headers=auth(submit_token)))  # WSGI
+    monkeypatch.setattr(api, "RESULT_LINES_PER_CHUNK", 2)
+
+    async def download():
+        response = await AsyncClient().get(f"/v1/jobs/{own_job.pk}/{suffix}", headers=auth(submit_token))
+        return response.is_async, [chunk async for chunk in response.streaming_content]
+
+    is_async, chunks = async_to_sync(download)()
+
+    assert is_async
+    assert len(chunks) > 1
+    assert b"".join(chunks).decode() == whole
 
 
 def test_result_jsonl_keeps_a_failed_pages_error(client, submit_token, own_job):
