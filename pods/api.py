@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, api_view, parse_json
+from ocrjobs.models import Job
 from pods import capacity, selectors, tasks
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
@@ -20,8 +21,8 @@ from pods.spend import spend_report
 FRESH_PRICES_WAIT_SECONDS = 15.0
 
 
-def _status_json() -> bytes:
-    return selectors.fleet_status_snapshot.get().json
+def _sees_everyone(request: HttpRequest) -> bool:
+    return request.api_user.is_staff or "admin" in request.api_scopes
 
 
 @api_view(scope="read")
@@ -31,9 +32,13 @@ async def status(request: HttpRequest) -> HttpResponse:
     While the snapshot is young it is answered from the loop, with the JSON encoded once per
     snapshot, and refreshed ahead on the snapshot's own thread. Only when there is no young one
     does the request wait, on its thread, for the one computation in progress (or make it).
+    Alerts (which name jobs and their deadlines) are for staff and admin tokens, as on the
+    dashboard.
     """
     snapshot = selectors.fleet_status_snapshot.peek()
-    body = snapshot.json if snapshot is not None else await sync_to_async(_status_json)()
+    if snapshot is None:
+        snapshot = await sync_to_async(selectors.fleet_status_snapshot.get)()
+    body = snapshot.json if _sees_everyone(request) else snapshot.json_without_alerts
     return HttpResponse(body, content_type="application/json")
 
 
@@ -143,7 +148,12 @@ def spend(request: HttpRequest) -> JsonResponse:
             raise ApiError("since must be an ISO 8601 time, e.g. 2026-11-29T00:00:00Z", 400)
         if timezone.is_naive(since):
             since = timezone.make_aware(since, UTC)
-    return JsonResponse(spend_report(since=since))
+    report = spend_report(since=since)
+    if not _sees_everyone(request):  # (non-staff callers see only their own jobs)
+        billed = [int(job) for job in report["by_job"]]
+        own = {str(pk) for pk in Job.objects.filter(owner=request.api_user, pk__in=billed).values_list("pk", flat=True)}
+        report["by_job"] = {job: dollars for job, dollars in report["by_job"].items() if job in own}
+    return JsonResponse(report)
 
 
 @api_view(scope="read")

@@ -73,12 +73,22 @@ def fleet_status() -> dict:
 
 class FleetStatus(NamedTuple):
     data: dict
-    json: bytes  # what the status endpoint answers, encoded once per snapshot
+    json: bytes  # what the status endpoint answers staff, encoded once per snapshot
+    json_without_alerts: bytes  # what it answers everyone else (alerts name other users' jobs)
 
 
 def _fleet_status_with_json() -> FleetStatus:
     data = fleet_status()
-    return FleetStatus(data, json.dumps(data, cls=DjangoJSONEncoder).encode())
+    without_alerts = {
+        **data,
+        "alerts": [],
+        "pools": [{**pool, "alerts": []} for pool in data["pools"]],
+    }
+    return FleetStatus(
+        data,
+        json.dumps(data, cls=DjangoJSONEncoder).encode(),
+        json.dumps(without_alerts, cls=DjangoJSONEncoder).encode(),
+    )
 
 
 # Refreshed ahead on its own thread once 0.75 s old (a refresh under load takes up to a quarter of

@@ -50,14 +50,19 @@ def spend_report(*, since: datetime | None = None) -> dict:
     by_pool: dict[str, Decimal] = {}
     by_job: dict[int, Decimal] = {}
     by_pod: dict[str, Decimal] = {}
-    entries = SpendEntry.objects.select_related("pod", "pool")
+    entries = SpendEntry.objects.all()
     if since is not None:
         entries = entries.filter(at__gte=since)
-    for entry in entries:
-        by_pool[entry.pool.key] = by_pool.get(entry.pool.key, Decimal(0)) + entry.dollars
-        by_pod[entry.pod.name] = by_pod.get(entry.pod.name, Decimal(0)) + entry.dollars
-        if entry.job_id:
-            by_job[entry.job_id] = by_job.get(entry.job_id, Decimal(0)) + entry.dollars
+    # Summed by the database: the cost of a report follows the pools, pods and jobs, not the entries.
+    for total, group, key in (
+        (by_pool, "pool__key", "pool__key"),
+        (by_pod, "pod__name", "pod__name"),
+        (by_job, "job_id", "job_id"),
+    ):
+        for row in (
+            entries.filter(**{f"{key}__isnull": False}).values(group).annotate(dollars=Sum("dollars")).order_by()
+        ):
+            total[row[group]] = row["dollars"]
     now = timezone.now()
     per_hour = Decimal(0)
     for pod in Pod.objects.alive().exclude(billed_from=None).select_related("pool"):

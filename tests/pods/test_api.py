@@ -23,7 +23,7 @@ def test_status_needs_credentials(client, db):
     assert "error" in response.json()
 
 
-def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, read_token, local_pool):
+def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, admin_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2,
                        cost_per_hr=Decimal("0.50"), billed_from=timezone.now())  # fmt: skip
     Pod.objects.create(pool=local_pool, name="fa-local-b", state=Pod.State.BOOTING, lanes=2)
@@ -34,7 +34,7 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, read_token,
     from tests.pods.test_pod_services import _pages
 
     _pages(local_pool, 5)
-    body = _get(client, "/v1/runpod/status", read_token).json()
+    body = _get(client, "/v1/runpod/status", admin_token).json()
     pool = next(p for p in body["pools"] if p["key"] == "local")
     assert pool["pods"] == {"booting": 1, "ready": 1, "draining": 0}
     assert pool["lanes"] == {"used": 0, "total": 2}
@@ -44,6 +44,19 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, read_token,
     assert {p["name"] for p in pool["pod_list"]} == {"fa-local-a", "fa-local-b"}
     [verdict] = body["capacity_verdicts"]
     assert verdict["candidate"] == "runpod|H100|SECURE|*" and verdict["blocked"] and 0 < verdict["remaining_s"] <= 60
+
+
+def test_status_shows_alerts_only_to_staff_and_admin_tokens(client, read_token, admin_token, local_pool):
+    # A deadline alert names another user's job and its deadline (review M2); the dashboard hides
+    # alerts from non-staff too.
+    Alert.raise_(pool=local_pool, kind=Alert.Kind.DEADLINE, message="job 7's deadline cannot be met")
+
+    ordinary = _get(client, "/v1/runpod/status", read_token).json()
+    staff = _get(client, "/v1/runpod/status", admin_token).json()
+
+    assert ordinary["alerts"] == [] and all(pool["alerts"] == [] for pool in ordinary["pools"])
+    assert [a["message"] for a in staff["alerts"]] == ["job 7's deadline cannot be met"]
+    assert {p["key"] for p in ordinary["pools"]} == {p["key"] for p in staff["pools"]}
 
 
 def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token, queued):

@@ -139,6 +139,27 @@ def test_spend_reports_by_pool_pod_and_job_and_refuses_a_bad_since(client, read_
     assert _get(client, "/v1/runpod/spend?since=yesterday", read_token).status_code == 400
 
 
+def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_token, admin_token, ordinary_user,
+                                                                   outsider, local_pool):  # fmt: skip
+    from ocrjobs.models import Job
+
+    pod = Pod.objects.create(pool=local_pool, name="fa-local-ended", state=Pod.State.TERMINATED)
+    jobs = {user: Job.objects.create(owner=user, pool=local_pool) for user in (ordinary_user, outsider)}
+    for job in jobs.values():
+        SpendEntry.objects.create(
+            pod=pod, pool=local_pool, job=job, dollars=Decimal("0.25"), seconds=10, at=timezone.now()
+        )
+    SpendEntry.objects.create(pod=pod, pool=local_pool, job=None, dollars=Decimal("0.5"), seconds=30, at=timezone.now())
+
+    own = _get(client, "/v1/runpod/spend", read_token).json()
+    everyone = _get(client, "/v1/runpod/spend", admin_token).json()
+
+    assert own["by_job"] == {str(jobs[ordinary_user].pk): 0.25}
+    assert everyone["by_job"] == {str(job.pk): 0.25 for job in jobs.values()}
+    assert own["by_pool"] == everyone["by_pool"] == {"local": 1.0}  # the fleet's costs are the same for all
+    assert own["by_pod"] == {"fa-local-ended": 1.0}
+
+
 def test_models_lists_what_ready_pods_reported(client, read_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-m", state=Pod.State.READY, lanes=2,
                        engine={"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "ready": True})  # fmt: skip

@@ -340,7 +340,7 @@ def test_the_dashboard_the_job_api_and_the_spend_report_give_a_job_the_same_cost
     lifecycle.pod_end(pod=ended, state=Pod.State.TERMINATED)  # its share of the job is now a spend entry
 
     (progress,) = [p for p in dashboard.page_context(admin_user)["jobs"] if p.job == job]
-    report = client.get("/v1/runpod/spend", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+    report = client.get("/v1/runpod/spend", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()
     shown = client.get(f"/v1/jobs/{job.pk}", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()
     listed = client.get("/v1/jobs", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()["jobs"]
 

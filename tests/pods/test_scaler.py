@@ -38,7 +38,7 @@ def test_demand_is_pages_waiting_times_seconds_per_page_over_lanes(pool, setting
     assert demand.wanted == 2  # 10 × 4 s / (2 × 10 s)
 
 
-def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, client, read_token):
+def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, client, admin_token):
     settings.STALL_SECONDS = 30
     settings.SCALE_TARGET_SECONDS = 10
     long_ago = timezone.now() - timezone.timedelta(minutes=5)
@@ -50,7 +50,7 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
 
     assert result.booted == [] and result.blocked.startswith("dispatch stalled")
     assert Pod.objects.filter(pool=pool).count() == 1
-    status = client.get("/v1/runpod/status", HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
+    status = client.get("/v1/runpod/status", HTTP_AUTHORIZATION=f"Bearer {admin_token}").json()
     alerts = next(p for p in status["pools"] if p["key"] == pool.key)["alerts"]
     assert [a["kind"] for a in alerts] == ["stall"] and "50 pages waiting" in alerts[0]["message"]
 
