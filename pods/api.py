@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, api_view, parse_json
-from ocrjobs.models import Job
+from ocrjobs.selectors import jobs_visible_to
 from pods import capacity, selectors, tasks
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
@@ -151,7 +151,8 @@ def spend(request: HttpRequest) -> JsonResponse:
     report = spend_report(since=since)
     if not _sees_everyone(request):  # (non-staff callers see only their own jobs)
         billed = [int(job) for job in report["by_job"]]
-        own = {str(pk) for pk in Job.objects.filter(owner=request.api_user, pk__in=billed).values_list("pk", flat=True)}
+        own = jobs_visible_to(request.api_user, request.api_scopes).filter(pk__in=billed).values_list("pk", flat=True)
+        own = {str(pk) for pk in own}
         report["by_job"] = {job: dollars for job, dollars in report["by_job"].items() if job in own}
     return JsonResponse(report)
 

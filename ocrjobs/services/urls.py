@@ -11,12 +11,35 @@ from django.conf import settings
 
 from fleetadmin.api import ApiError
 
+# IPv6 prefixes that carry an IPv4 address a gateway translates to, which ``is_global`` calls
+# public whatever IPv4 address they hold: NAT64's well-known and local-use prefixes (RFC 6052,
+# 8215), and the deprecated IPv4-compatible form (::a.b.c.d), refused outright.
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (mapped, 6to4, Teredo, NAT64, compatible)."""
+    embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if any(ip in network for network in _NAT64):
+        embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [address for address in embedded if address is not None]
+
 
 def address_allowed(address: str) -> bool:
+    """Whether an address a URL resolved to may be connected to: public and not multicast, and so
+    is every IPv4 address it carries (review M10: a NAT64 gateway turns 64:ff9b::a00:5 into
+    10.0.0.5)."""
     if settings.URL_FETCH_ALLOW_PRIVATE:
         return True
     ip = ipaddress.ip_address(address)
-    return ip.is_global and not ip.is_multicast
+    if not ip.is_global or ip.is_multicast:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _IPV4_COMPATIBLE:
+            return False
+        return all(inner.is_global and not inner.is_multicast for inner in _embedded_ipv4(ip))
+    return True
 
 
 def check_url(url: str) -> str:
