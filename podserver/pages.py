@@ -61,16 +61,20 @@ def count_pages(path: Path) -> int:
         raise BadImage(f"not a PDF or an image: {exc}") from None
 
 
-def render_page(path: Path, page: int, dpi: int) -> Image.Image:
-    """Page ``page`` (1-based) of a cached document, ready for an engine."""
+def is_pdf_file(path: Path) -> bool:
     with open(path, "rb") as fh:
-        head = fh.read(1024)
-    if is_pdf(head):
-        return _render_pdf_page(path, page, dpi)
+        return is_pdf(fh.read(1024))
+
+
+def render_page(path: Path, page: int, dpi: int) -> Image.Image:
+    """Page ``page`` (1-based) of a cached document, ready for an engine, in this process (the
+    pod server renders PDF pages through podserver.render, with a time limit)."""
+    if is_pdf_file(path):
+        return render_pdf_page(path, page, dpi)
     return decode_image(path.read_bytes(), frame=page - 1)
 
 
-def _render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
+def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
     scale = dpi / 72
     with _PDFIUM:
         pdf = pdfium.PdfDocument(str(path))

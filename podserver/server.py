@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import socket
 import socketserver
 import sys
@@ -26,6 +27,7 @@ from . import engines, pages
 from .config import Config, ConfigError, is_loopback
 from .config import load as load_config
 from .documents import CacheFull, DocumentCache, DocumentError, valid_name
+from .render import Renderer, RenderTimeout
 
 ROUTES = {"/healthz": "GET", "/v1/models": "GET", "/v1/ocr": "POST", "/v1/documents/": "PUT"}
 LOADING, READY, FAILED = "loading", "ok", "failed"
@@ -53,6 +55,8 @@ class PodServer(ThreadingHTTPServer):
         self.max_bytes = config.max_bytes
         self.token = config.token.encode()
         self.documents = documents or DocumentCache(config.cache_dir, config.cache_bytes)
+        # PDF pages render in child processes, killed past the page's time limit (podserver/render.py).
+        self.renderer = Renderer(workers=max(1, os.cpu_count() or 1))
         self.engine = engines.create(config.engine, model=config.model, device=config.device, environ=environ)
         self.state = LOADING
         self.error = ""
@@ -75,6 +79,16 @@ class PodServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    def server_close(self) -> None:
+        super().server_close()
+        self.renderer.close()
+
+    def render(self, path, number: int, dpi: int) -> Image.Image:
+        """A cached document's page: a PDF's within the page's time limit, an image's as it is."""
+        if pages.is_pdf_file(path):
+            return self.renderer.render(path, number, dpi, self.page_timeout)
+        return pages.render_page(path, number, dpi)
+
     def start_loading(self) -> threading.Thread:
         thread = threading.Thread(target=self._load, name="engine-load", daemon=True)
         thread.start()
@@ -87,6 +101,7 @@ class PodServer(ThreadingHTTPServer):
                 self.lane_count = self.engine.suggested_lanes()
                 self.lanes = threading.BoundedSemaphore(self.lane_count)
             self._warm_up()
+            self.renderer.warm()
             self.state = READY
         except Exception as exc:
             self.error = str(exc) or type(exc).__name__
@@ -332,7 +347,7 @@ class PodHandler(BaseHTTPRequestHandler):
                     {"error": f"page {number} out of range: the document has {entry.pages} pages"},
                 )
                 return
-            self._run_in_lane(lambda: pages.render_page(path, number, dpi), lang, rendered=True)
+            self._run_in_lane(lambda: srv.render(path, number, dpi), lang, rendered=True)
 
     def _ocr_image(self, length: int) -> None:
         srv = self.server
@@ -386,6 +401,9 @@ class PodHandler(BaseHTTPRequestHandler):
         except pages.BadImage as exc:
             srv.count(ok=False)
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+        except RenderTimeout as exc:  # the page's fault, not the pod's: an attempt, like an OCR timeout
+            srv.count(ok=False)
+            return HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)}
         render_seconds = time.monotonic() - started
         try:
             result = srv.engine.ocr(img, lang, max(0.001, srv.page_timeout - render_seconds))

@@ -6,6 +6,7 @@ import hashlib
 import io
 import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -332,3 +333,42 @@ def test_a_restarted_pod_serves_the_documents_it_kept(start_server, tmp_path: Pa
     assert again.status_code == 200
     assert again.json()["pages"] == 3  # counted again from the file it found
     assert ocr(url, document=sha(data), page=3).status_code == 200
+
+
+# A crafted page (review M5): its render is bounded by the page's time limit.
+
+
+def slow_pdf(strokes: int = 200_000) -> bytes:
+    """A one-page PDF of a few kB whose page takes pdfium many seconds to render: thousands of
+    thick full-page strokes (50,000 took 12 s at 200 DPI on a 2-core test machine)."""
+    import pikepdf
+
+    pdf = pikepdf.new()
+    content = pikepdf.Stream(pdf, b"10 w " + b"0 0 m 612 792 l S " * strokes)
+    pdf.pages.append(pikepdf.Page(pikepdf.Dictionary(Type=pikepdf.Name.Page, MediaBox=[0, 0, 612, 792],
+                                                     Contents=content)))  # fmt: skip
+    out = io.BytesIO()
+    pdf.save(out, compress_streams=True)
+    return out.getvalue()
+
+
+def test_a_page_that_renders_past_its_time_limit_fails_alone_and_the_pod_goes_on(start_server):
+    server, url = start_server(lanes=2, page_timeout=5.0)
+    crafted, plain = slow_pdf(), one_page_pdf("the other lane reads this")
+    assert len(crafted) < 10_000
+    for data in (crafted, plain):
+        assert put(url, data).status_code == 201
+    slow: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: slow.append(ocr(url, document=sha(crafted), page=1, dpi=200)))
+    thread.start()
+    time.sleep(0.5)  # (the crafted page is rendering now; the other lane is free)
+
+    meanwhile = ocr(url, document=sha(plain), page=1, dpi=200)
+    thread.join(HANG_GUARD)
+
+    assert meanwhile.status_code == 200 and accuracy("the other lane reads this", meanwhile.json()["text"]) > 0.9
+    [answer] = slow
+    assert answer.status_code == 504, answer.text
+    assert "did not render within 5 s" in answer.json()["error"]
+    again = ocr(url, document=sha(plain), page=1, dpi=200)  # a fresh renderer in place of the killed one
+    assert again.status_code == 200
