@@ -62,6 +62,7 @@ POD_REFRESH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 2.0
 JOB_REFRESH_SECONDS = 0.5
 FLUSH_SECONDS = 0.05
+FLUSH_BACKOFF_MAX_SECONDS = 5.0
 SWEEP_SECONDS = 5.0
 CLAIM_BACKOFF_SECONDS = 0.2
 SCALER_NUDGE_SECONDS = 15.0
@@ -223,9 +224,21 @@ class DispatchLoop(DocumentRoutes):
                  self.bytes_sent)  # fmt: skip
 
     async def flush_forever(self) -> None:
+        """Flush every FLUSH_SECONDS. A flush that fails (the database away for longer than
+        ``db`` retries) keeps its batch for the next one, which waits longer each time, up to
+        FLUSH_BACKOFF_MAX_SECONDS: results are stored once the database answers again, and this
+        task never ends on an error (review M6: it died silently, and with it every later flush)."""
+        failures = 0
         while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            await self.flush()
+            await asyncio.sleep(min(FLUSH_SECONDS * 2**failures, FLUSH_BACKOFF_MAX_SECONDS))
+            try:
+                await self.flush()
+            except Exception:
+                failures += 1
+                log.exception("dispatcher %s: results not stored (flush %d failed); kept for the next flush",
+                              self.dispatcher.pk, failures)  # fmt: skip
+            else:
+                failures = 0
 
     async def flush(self) -> None:
         """Store the results gathered since the last flush in one statement, and the pods that
@@ -235,8 +248,9 @@ class DispatchLoop(DocumentRoutes):
         flush: a statement and a trip saved)."""
         if not self.assignments and not self.results:
             return
-        assignments, self.assignments = self.assignments, []
+        taken, self.assignments = self.assignments, []
         results, self.results = self.results, []
+        assignments = taken
         storing = {item.page_id for item in results}
         # Stored or refused on the same claim (token, attempt) as the assignment would be.
         answered = {(item.page_id, item.attempt) for item in results}
@@ -244,6 +258,11 @@ class DispatchLoop(DocumentRoutes):
         self.storing |= storing
         try:
             stored = await self.db(_store, token=self.token, assignments=assignments, results=results)
+        except BaseException:
+            # The batch goes back, ahead of what came since (storing it again is safe: _store).
+            self.assignments[:0] = taken
+            self.results[:0] = results
+            raise
         finally:
             self.storing -= storing
         if results:

@@ -65,3 +65,32 @@ def test_pages_claimed_ahead_whose_job_is_cancelled_are_dropped_at_the_next_beat
 
     assert sim_pool.pages_received() == 0
     assert set(job.pages.values_list("status", flat=True)) == {Page.Status.CANCELLED}
+
+
+def test_results_a_flush_could_not_store_are_stored_by_a_later_one_and_no_page_runs_twice(
+    sim_pool, ordinary_user, monkeypatch
+):
+    # The database away for longer than a flush's own retries (review M6): the flusher used to die
+    # with its batch, leaving the pages to lapse and run again.
+    from django.db import OperationalError
+
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes()}, pool_key=sim_pool.pool.key)
+    split(job)
+    store, failing = dispatch._store, {"left": 4}  # more than one flush's three tries
+
+    def store_unless_away(**batch):
+        if batch["results"] and failing["left"]:
+            failing["left"] -= 1
+            raise OperationalError("the database went away")
+        return store(**batch)
+
+    monkeypatch.setattr(dispatch, "_store", store_unless_away)
+    monkeypatch.setattr(dispatch, "FLUSH_BACKOFF_MAX_SECONDS", 0.2)
+
+    loop = run_dispatch_loop(sim_pool.pool)
+
+    assert failing["left"] == 0
+    pages = list(job.pages.all())
+    assert [(page.status, page.attempts) for page in pages] == [(Page.Status.DONE, 1)] * 3
+    assert sim_pool.pages_received() == 3
+    assert loop.done == 3
