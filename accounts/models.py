@@ -46,3 +46,15 @@ class ApiToken(models.Model):
         if scope == "read" and "submit" in granted:
             return True
         return scope in granted
+
+
+class Budget(models.Model):
+    """What a user's jobs may cost in a day (any 24 hours), in place of USER_DOLLARS_PER_DAY."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget")
+    dollars_per_day = models.DecimalField(
+        max_digits=10, decimal_places=2, null=True, blank=True, help_text="empty: no limit for this user"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.dollars_per_day if self.dollars_per_day is not None else 'no limit'} $/day"

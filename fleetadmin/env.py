@@ -9,6 +9,7 @@ secrets), which wins over ``NAME``.
 from __future__ import annotations
 
 import os
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 
@@ -63,6 +64,20 @@ def envfloat(name: str, default: float, *, minimum: float | None = None) -> floa
     if minimum is not None and number < minimum:
         raise EnvError(f"{name} must be at least {minimum}, not {number}")
     return number
+
+
+def envdollars(name: str, default: str | None) -> Decimal | None:
+    """A dollar amount (cents at most) more than 0, or ``none`` for no limit."""
+    value = _raw(name) or default
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        dollars = Decimal(value)
+    except InvalidOperation:
+        raise EnvError(f"{name} must be dollars such as 20 or 2.50, or none, not {value!r}") from None
+    if not dollars.is_finite() or dollars <= 0 or dollars != dollars.quantize(Decimal("0.01")):
+        raise EnvError(f"{name} must be more than 0 with cents at most, or none, not {value!r}")
+    return dollars
 
 
 def envsecret(name: str, default: str = "") -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from fleetadmin.env import EnvError, envbool, envfloat, envint, envsecret, envstr
+from fleetadmin.env import EnvError, envbool, envdollars, envfloat, envint, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("FLEETADMIN_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -264,6 +264,10 @@ FRONT_HEADER_TIMEOUT_SECONDS = envfloat("FRONT_HEADER_TIMEOUT_SECONDS", 30.0, mi
 FRONT_BODY_GRACE_SECONDS = envfloat("FRONT_BODY_GRACE_SECONDS", 10.0, minimum=0.0)
 FRONT_BODY_MIN_BYTES_PER_SECOND = envint("FRONT_BODY_MIN_BYTES_PER_SECOND", 8192, minimum=0)
 FRONT_MAX_BODIES_IN_FLIGHT = envint("FRONT_MAX_BODIES_IN_FLIGHT", 64, minimum=1)
+# Spend (issue 23): a new pool's $/h cap as the admin form offers it, and what a user's jobs may
+# cost in any 24 hours unless their Budget says otherwise (`none`: no limit; staff have none).
+POOL_DEFAULT_DOLLARS_PER_HOUR = envdollars("POOL_DEFAULT_DOLLARS_PER_HOUR", "20")
+USER_DOLLARS_PER_DAY = envdollars("USER_DOLLARS_PER_DAY", None)
 CAPACITY_VERDICT_TTL_SECONDS = envfloat("CAPACITY_VERDICT_TTL_SECONDS", 90.0, minimum=1.0)
 CATALOGUE_TTL_SECONDS = envfloat("CATALOGUE_TTL_SECONDS", 60.0, minimum=1.0)
 POD_CREATE_TIMEOUT_SECONDS = envfloat("POD_CREATE_TIMEOUT_SECONDS", 120.0, minimum=1.0)

@@ -47,6 +47,10 @@ class JobForm(forms.Form):
         required=False, label="Skip pages that already have text", help_text="PDF pages with a text layer keep it"
     )
 
+    def __init__(self, *args, user=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["pool"].queryset = Pool.objects.open_to(user)  # (another pool: "not one of the choices")
+
     def clean(self):
         cleaned = super().clean()
         files = [f for f in cleaned.get("files") or [] if f]

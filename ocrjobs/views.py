@@ -35,7 +35,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_new(request: HttpRequest) -> HttpResponse:
-    form = JobForm(request.POST or None, request.FILES or None)
+    form = JobForm(request.POST or None, request.FILES or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
@@ -67,7 +67,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 def job_forecast(request: HttpRequest) -> HttpResponse:
     """The form's forecast, shown by htmx once files are chosen: the files are checked and
     counted as on submission; nothing is stored."""
-    form = JobForm(request.POST, request.FILES)
+    form = JobForm(request.POST, request.FILES, user=request.user)
     context: dict = {"forecast": None, "forecast_error": ""}
     if not form.is_valid():
         context["forecast_error"] = "; ".join(str(e) for errors in form.errors.values() for e in errors)

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PriceCatalogue
@@ -5,7 +6,16 @@ from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PriceCat
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ("key", "provider", "min_pods", "max_pods", "lanes_per_pod", "max_parallel_boots", "idle_seconds")
+    list_display = ("key", "provider", "min_pods", "max_pods", "lanes_per_pod", "max_parallel_boots", "idle_seconds",
+                    "max_dollars_per_hour", "staff_only")  # fmt: skip
+    filter_horizontal = ("groups",)
+
+    def get_changeform_initial_data(self, request):
+        # A new pool starts with a $/h cap (POOL_DEFAULT_DOLLARS_PER_HOUR); clearing it is a choice.
+        return {
+            "max_dollars_per_hour": settings.POOL_DEFAULT_DOLLARS_PER_HOUR,
+            **super().get_changeform_initial_data(request),
+        }
 
 
 @admin.register(Pod)

@@ -19,6 +19,17 @@ from django.utils import timezone
 from fleetadmin.leases import TaskLeased
 
 
+class PoolQuerySet(models.QuerySet):
+    def open_to(self, user) -> PoolQuerySet:
+        """The pools ``user`` may submit jobs to: every pool for staff and for the command line
+        (``None``: whoever runs the deployment); for others, the pools not for staff only whose
+        groups, if they have any, include one of theirs."""
+        if user is None or user.is_staff or user.is_superuser:
+            return self.all()
+        groups = list(user.groups.values_list("pk", flat=True)) if user.is_authenticated else []
+        return self.filter(staff_only=False).filter(models.Q(groups=None) | models.Q(groups__in=groups)).distinct()
+
+
 class Pool(models.Model):
     """A set of interchangeable pods of one provider, grown and shed together."""
 
@@ -44,7 +55,14 @@ class Pool(models.Model):
         null=True, blank=True, editable=False, help_text="a nudged tick was queued then and has not started yet"
     )
     config = models.JSONField(default=dict, blank=True, help_text="provider settings (candidates, image, env)")
+    staff_only = models.BooleanField(default=False, help_text="only staff may submit jobs to this pool")
+    groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="pools",
+        help_text="if any: only their members (and staff) may submit jobs to this pool",
+    )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = PoolQuerySet.as_manager()
 
     class Meta:
         ordering = ["key"]

@@ -29,6 +29,7 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job, SubmissionKey
+from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store
@@ -261,16 +262,23 @@ def _count_image_frames(name: str, file: IO[bytes]) -> int:
     return frames
 
 
-def resolve_pool(key: str | None) -> Pool:
+def resolve_pool(key: str | None, owner=None) -> Pool:
+    """The pool asked for (by default the first one open to ``owner``), if it is open to them
+    (``Pool.objects.open_to``: staff-only pools and pools kept to groups)."""
+    open_pools = Pool.objects.open_to(owner)
     if not key:
-        pool = Pool.objects.order_by("pk").first()
+        pool = open_pools.order_by("pk").first()
         if pool is None:
+            if Pool.objects.exists():
+                raise ApiError("no pool is open to you: ask an administrator", 403)
             raise ApiError("no pool is configured", 409)
         return pool
-    try:
-        return Pool.objects.get(key=key)
-    except Pool.DoesNotExist:
-        raise ApiError(f"unknown pool {key!r}", 404) from None
+    pool = Pool.objects.filter(key=key).first()
+    if pool is None:
+        raise ApiError(f"unknown pool {key!r}", 404)
+    if not open_pools.filter(pk=pool.pk).exists():
+        raise ApiError(f"pool {key!r} is not open to you", 403)
+    return pool
 
 
 def resolve_languages(value: str | None) -> str:
@@ -305,9 +313,9 @@ def job_submit(
     Nothing is left behind on a bad file: no rows, no stored files. ``dry_run``: the same
     checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     """
-    pool = resolve_pool(pool_key)
+    pool = resolve_pool(pool_key, owner)
     languages = resolve_languages(languages)
-    schedule = schedule or Schedule()
+    schedule = schedule_within_budget(owner, schedule or Schedule())
     urls = [check_url(url) for url in (urls or []) if url.strip()]
     if not uploads and not urls:
         raise ApiError("no files: send at least one PDF or image, or a URL of one")
@@ -323,7 +331,7 @@ def job_submit(
                 staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
             staged.append(_stage(upload, staging, i))
-        forecast = _forecast(staged, urls, pool)
+        forecast = _forecast(staged, urls, pool, owner)
         if dry_run:
             return forecast
         # Stored before the transaction: an upload to object storage takes a while, and no
@@ -332,6 +340,7 @@ def job_submit(
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
             stored.append(document_store(name, item.path))
         with transaction.atomic():
+            schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
@@ -365,10 +374,11 @@ def job_submit(
     return job
 
 
-def _forecast(staged: list[_Staged], urls: list[str], pool: Pool) -> dict:
+def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict:
     from pods.services.forecast import job_forecast  # pods' services import the ocrjobs selectors
 
-    return job_forecast(pages=sum(item.page_count for item in staged), urls=len(urls), pool=pool)
+    pages = sum(item.page_count for item in staged)
+    return job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:

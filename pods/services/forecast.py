@@ -133,10 +133,11 @@ def pool_forecast(pool: Pool, *, pages: int) -> dict:
     }
 
 
-def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None) -> dict:
+def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=None) -> dict:
     """The forecast of a job of ``pages`` pages (and ``urls`` documents not fetched yet, whose
-    pages are unknown): every pool, the chosen one first (``pool``)."""
-    pools = list(Pool.objects.order_by("pk"))
+    pages are unknown): every pool (of ``pools``, a queryset: those open to the submitter), the
+    chosen one first (``pool``)."""
+    pools = list((Pool.objects.all() if pools is None else pools).order_by("pk"))
     if pool is not None:
         pools.sort(key=lambda p: p.pk != pool.pk)
     return {

@@ -1,0 +1,177 @@
+"""Spend stays where it is allowed (issue 23 item 6): pools kept to staff or to groups, a user's
+daily budget, and the $/h cap a new pool starts with."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from accounts.models import ApiToken, Budget
+from fleetadmin.env import EnvError, envdollars
+from ocrjobs.models import Job
+from pods.models import Pod, Pool, SpendEntry
+from tests.factories import pdf_bytes
+from tests.ocrjobs.helpers import assert_nothing_made
+
+pytestmark = pytest.mark.usefixtures("local_pool")
+
+
+def _submit(client, token: str, **fields):
+    data = {"files": [SimpleUploadedFile("a.pdf", pdf_bytes())], **fields}
+    return client.post("/v1/jobs", data, headers={"Authorization": f"Bearer {token}"})
+
+
+def _token(user) -> str:
+    return ApiToken.issue(user=user, name="test", scopes=["submit"])[1]
+
+
+@pytest.fixture
+def gpu_pool(db) -> Pool:
+    return Pool.objects.create(key="gpu", provider="runpod", max_pods=8, staff_only=True)
+
+
+def test_a_staff_only_pool_takes_jobs_from_staff_only(client, ordinary_user, admin_user, gpu_pool, media_root):
+    refused = _submit(client, _token(ordinary_user), pool="gpu")
+
+    assert refused.status_code == 403 and refused.json() == {"error": "pool 'gpu' is not open to you"}
+    assert_nothing_made(media_root)
+    assert _submit(client, _token(admin_user), pool="gpu").status_code == 201
+
+
+def test_a_pool_kept_to_groups_takes_jobs_from_their_members(client, ordinary_user, outsider, local_pool):
+    team = Group.objects.create(name="archive team")
+    local_pool.groups.add(team)
+    ordinary_user.groups.add(team)
+
+    assert _submit(client, _token(ordinary_user), pool="local").status_code == 201
+    assert _submit(client, _token(outsider), pool="local").status_code == 403
+
+
+def test_without_a_pool_named_a_user_gets_the_first_pool_open_to_them(client, ordinary_user, local_pool):
+    Pool.objects.filter(pk=local_pool.pk).update(staff_only=True)
+    later = Pool.objects.create(key="open", provider="local")
+
+    response = _submit(client, _token(ordinary_user))
+
+    assert response.status_code == 201 and Job.objects.get().pool == later
+    Pool.objects.filter(pk=later.pk).update(staff_only=True)
+    assert _submit(client, _token(ordinary_user)).json() == {"error": "no pool is open to you: ask an administrator"}
+
+
+def test_a_forecast_shows_only_the_pools_open_to_the_caller(client, ordinary_user, admin_user, gpu_pool):
+    def pools(user) -> list[str]:
+        body = _submit(client, _token(user), dry_run="true").json()
+        return [pool["pool"] for pool in body["forecast"]["pools"]]
+
+    assert pools(ordinary_user) == ["local"]
+    assert pools(admin_user) == ["local", "gpu"]
+
+
+def test_the_job_form_offers_only_open_pools_and_refuses_another(client, ordinary_user, gpu_pool):
+    client.force_login(ordinary_user)
+
+    page = client.get("/jobs/new").content.decode()
+    response = client.post("/jobs/new", {"files": [SimpleUploadedFile("a.pdf", pdf_bytes())], "pool": "gpu"})
+
+    assert 'value="local"' in page and 'value="gpu"' not in page
+    assert response.status_code == 400 and "not one of the available choices" in response.content.decode()
+    assert not Job.objects.exists()
+
+
+# --- daily budgets ---------------------------------------------------------------------------
+
+
+def _spent(job: Job, dollars: str) -> None:
+    pod = Pod.objects.create(pool=job.pool, name=f"fa-spent-{job.pk}", state=Pod.State.TERMINATED)
+    SpendEntry.objects.create(pod=pod, pool=job.pool, job=job, dollars=Decimal(dollars), seconds=60, at=timezone.now())
+
+
+def test_a_job_gets_at_most_what_is_left_of_its_owners_day(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    token = _token(ordinary_user)
+
+    first = _submit(client, token, max_dollars="2")  # within what is left: its own budget stands
+    second = _submit(client, token)  # no budget asked: what is left (5 - 2 the first may still cost)
+    third = _submit(client, token)
+
+    assert (first.status_code, first.json()["max_dollars"]) == (201, 2.0)
+    assert (second.status_code, second.json()["max_dollars"]) == (201, 3.0)
+    assert third.status_code == 429 and "daily budget of $5" in third.json()["error"]
+    assert Job.objects.count() == 2
+
+
+def test_a_finished_job_counts_what_it_cost_not_its_budget(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    token = _token(ordinary_user)
+    done = Job.objects.get(pk=_submit(client, token, max_dollars="4").json()["id"])
+    Job.objects.filter(pk=done.pk).update(status=Job.Status.DONE)
+    _spent(done, "1.25")
+
+    assert _submit(client, token).json()["max_dollars"] == 3.75
+
+
+def test_a_day_old_job_no_longer_counts(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    token = _token(ordinary_user)
+    old = Job.objects.get(pk=_submit(client, token).json()["id"])
+    Job.objects.filter(pk=old.pk).update(created_at=timezone.now() - timezone.timedelta(hours=25))
+
+    assert _submit(client, token).json()["max_dollars"] == 5.0
+
+
+def test_a_budget_row_overrides_the_default_for_staff_and_others(client, ordinary_user, admin_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    Budget.objects.create(user=ordinary_user, dollars_per_day=None)  # no limit for this user
+    Budget.objects.create(user=admin_user, dollars_per_day=Decimal("1.50"))
+
+    assert _submit(client, _token(ordinary_user)).json()["max_dollars"] is None
+    assert _submit(client, _token(admin_user)).json()["max_dollars"] == 1.5
+
+
+def test_staff_have_no_default_budget(client, admin_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+
+    assert _submit(client, _token(admin_user)).json()["max_dollars"] is None
+
+
+# --- a new pool's $/h cap, and the settings ----------------------------------------------------
+
+
+def test_a_new_pool_in_the_admin_starts_with_the_default_dollars_per_hour(client, admin_user, settings):
+    settings.POOL_DEFAULT_DOLLARS_PER_HOUR = Decimal("20")
+    client.force_login(admin_user)
+
+    page = client.get("/admin/pods/pool/add/").content.decode()
+
+    assert 'name="max_dollars_per_hour" value="20"' in page
+
+
+@pytest.mark.parametrize(("value", "dollars"), [("20", Decimal("20")), ("2.50", Decimal("2.50")), ("none", None)])
+def test_dollar_settings_read_amounts_and_none(monkeypatch, value, dollars):
+    monkeypatch.setenv("TEST_DOLLARS", value)
+
+    assert envdollars("TEST_DOLLARS", "1") == dollars
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.555", "lots", "inf"])
+def test_dollar_settings_refuse_what_is_not_an_amount(monkeypatch, value):
+    monkeypatch.setenv("TEST_DOLLARS", value)
+
+    with pytest.raises(EnvError, match="TEST_DOLLARS"):
+        envdollars("TEST_DOLLARS", None)
+
+
+def test_a_json_submission_is_refused_past_the_budget_too(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("1")
+    token = _token(ordinary_user)
+    assert _submit(client, token).status_code == 201
+
+    response = client.post("/v1/jobs", json.dumps({"urls": ["https://example.org/a.pdf"]}),
+                           content_type="application/json", headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+
+    assert response.status_code == 429
