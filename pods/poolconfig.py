@@ -34,6 +34,8 @@ class RunPodPoolConfig(BaseModel):
     network_volume_id: str = Field("", pattern=r"^[A-Za-z0-9]{0,64}$")
     allowed_cuda_versions: list[str] = Field(default_factory=list, max_length=20)
     docker_args: str = Field("", max_length=2000)
+    ssh: bool = Field(False, description="start RunPod's SSH service in each pod")
+    public_ip: bool = Field(False, description="give each pod a public IP (needed when pods are reached by IP)")
 
     @field_validator("allowed_cuda_versions")
     @classmethod
@@ -51,6 +53,8 @@ class RunPodPoolConfig(BaseModel):
             network_volume_id=self.network_volume_id,
             allowed_cuda_versions=tuple(self.allowed_cuda_versions),
             docker_args=self.docker_args,
+            ssh=self.ssh,
+            public_ip=self.public_ip,
         )
 
     def offers(self) -> list[Offer]:

@@ -55,6 +55,8 @@ class PodOptions:
     network_volume_id: str = ""
     allowed_cuda_versions: tuple[str, ...] = ()
     docker_args: str = ""
+    ssh: bool = False  # RunPod's SSH service in the pod (off: nothing but the pod's HTTP port)
+    public_ip: bool = False  # a public IP for the pod (off: reached through RunPod's proxy)
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,17 @@ def create_arguments(spec: PodSpec) -> dict[str, Any]:
         else None,
         "allowed_cuda_versions": [check_text("CUDA version", v, _CUDA) for v in options.allowed_cuda_versions] or None,
         "docker_args": check_text("docker args", options.docker_args) if options.docker_args else "",
+        # The SDK turns both on unless told: a pod then runs sshd and holds a public IP that
+        # nothing here uses (pages go through RunPod's proxy, or the IP when the URL template
+        # names it). Off unless the pool asks (issue 23 item 8).
+        "start_ssh": options.ssh,
+        "support_public_ip": options.public_ip or needs_public_ip(),
     }
+
+
+def needs_public_ip() -> bool:
+    """Whether pods are reached at their public IP (RUNPOD_POD_URL_TEMPLATE names ``{ip}``)."""
+    return "{ip}" in settings.RUNPOD_POD_URL_TEMPLATE or "{public_port}" in settings.RUNPOD_POD_URL_TEMPLATE
 
 
 def _whole(what: str, value: int | None) -> int | None:

@@ -7,15 +7,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from fleetadmin.hosts import hosts_silent, is_this_host
-from pods.models import Pod, Pool
+from pods.models import Pod
 from pods.providers import get_provider
 from pods.services import passes
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
-from pods.services.scaler import pool_demand
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +26,12 @@ class ReconcileResult:
     lost: list[str] = field(default_factory=list)
 
 
-def _pool_from_name(name: str) -> Pool | None:
-    prefix = f"{settings.DEPLOYMENT_PREFIX}-"
-    if not name.startswith(prefix) or "-" not in name[len(prefix) :]:
-        return None
-    key = name[len(prefix) :].rsplit("-", 1)[0]
-    return Pool.objects.filter(key=key).first()
-
-
 def reconcile(*, provider_name: str) -> ReconcileResult:
     """Make the database and the provider agree.
 
-    - a pod at the provider that the database does not know, older than the
-      grace period: adopted if its pool wants it, terminated otherwise;
+    - a pod at the provider that the database does not know, older than the grace period:
+      terminated (without its row, its token is unknown: it could never take a page);
+    - a pod whose boot died between its create and saving it: adopted into its own row (and token);
     - a pod the database has but the provider no longer has: lost, its pages wait again;
     - a pod the database ended that still runs: terminated again;
     - another host's local pods are that host's to compare (only it sees their processes): left
@@ -70,15 +61,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             Pod.objects.filter(pk=row.pk, state=Pod.State.BOOTING).update(**staged(Pod.BootStage.RUNNING))
             result.adopted.append(seen.name)
             continue
-        pool = _pool_from_name(seen.name)
-        if row is None and pool is not None and pool.provider == provider_name and _pool_wants_one(pool):
-            Pod.objects.create(
-                pool=pool, name=seen.name, provider_id=provider_id, lanes=pool.lanes_per_pod,
-                cost_per_hr=seen.cost_per_hr, billed_from=timezone.now(), reason=Pod.Reason.DEMAND,
-                **staged(Pod.BootStage.RUNNING),
-            )  # fmt: skip
-            result.adopted.append(seen.name)
-            continue
+        # A pod with no row of ours: its token (in its environment, never shown) is unknown, so
+        # no request of ours would ever be accepted by it. Terminated, never adopted.
         provider.terminate(provider_id)
         result.terminated.append(seen.name)
     for provider_id, pod in known.items():
@@ -102,7 +86,3 @@ def _lose_pods_of_silent_hosts(others, result: ReconcileResult) -> None:
             error = f"its host {host} stopped reporting for {settings.HOST_LOST_AFTER_SECONDS:g} s"
             pod_end(pod=pod, state=Pod.State.LOST, error=error)
             result.lost.append(pod.name)
-
-
-def _pool_wants_one(pool: Pool) -> bool:
-    return pool_demand(pool).wanted > pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY]).count()

@@ -296,6 +296,27 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
     assert sim.stats()["pods_running"] == 0
 
 
+def test_reconcile_terminates_a_stranger_pod_even_when_its_pool_wants_one(sim, pool, settings):
+    # Named like one of the pool's pods, but without a row: its token is unknown, so it could never
+    # take a page (adopted with a new token, every request to it was refused until it timed out).
+    settings.RECONCILE_GRACE_SECONDS = 0
+    from ocrjobs.models import Page
+    from pods.providers.base import Offer, PodSpec
+    from pods.providers.runpod import RunPodProvider
+    from tests.pods.test_pod_services import _pages
+
+    _pages(pool, 5)
+    assert Page.objects.filter(status=Page.Status.PENDING).count() == 5  # the pool wants pods
+    stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-{pool.key}-abc", lanes=1,
+                                               offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
+
+    result = reconcile.reconcile(provider_name="runpod")
+
+    assert (result.adopted, result.terminated) == ([], [stranger.name])
+    assert not Pod.objects.filter(name=stranger.name).exists()
+    assert sim.stats()["pods_running"] == 0
+
+
 @pytest.fixture
 def boot_clock(monkeypatch, request):
     """The ``sim`` simulator on a clock that moves only while the boot waits for its next step: its
