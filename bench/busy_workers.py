@@ -169,7 +169,7 @@ def run(args, children: Children) -> None:
         config={"image": "ghcr.io/example/fleetadmin-pod:1",
                 "candidates": [{"gpu_types": [GPU], "cloud_type": "SECURE", "data_centers": ["DC-1"]}]},
     )  # fmt: skip
-    user = get_user_model().objects.create_user("bench")
+    user = get_user_model().objects.create_user("bench", is_staff=True)  # (admin tokens are staff's)
     submit = {"Authorization": f"Bearer {ApiToken.issue(user=user, name='bench', scopes=['submit'])[1]}"}
     admin = {"Authorization": f"Bearer {ApiToken.issue(user=user, name='bench', scopes=['admin'])[1]}"}
     document = pdf_bytes([["A single page, read while the fleet boots."]])

@@ -156,6 +156,8 @@ def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
             raise ApiError("unknown or revoked token", 401)
         _note_use(row)
         scopes = {s for s in ("read", "submit", "admin") if row.allows(s)}
+        if not row.user.is_staff:
+            scopes.discard("admin")  # (admin is staff's: a user no longer staff keeps no admin token)
         return row.user, scopes, True
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:

@@ -101,3 +101,27 @@ def test_the_hash_of_a_token_does_not_authenticate(client, ordinary_user):
     response = client.get("/v1/jobs", headers={"Authorization": f"Bearer {row.token_hash}"})
 
     assert response.status_code == 401
+
+
+def test_an_admin_token_of_a_user_who_is_not_staff_is_not_admin(client, admin_user, local_pool):
+    # Review L3: the admin scope belongs to staff; taking staff away takes the token's admin away.
+    _, token = ApiToken.issue(user=admin_user, name="ops", scopes=["admin"])
+    headers = {"Authorization": f"Bearer {token}"}
+    release = {"path": "/v1/runpod/release", "data": '{"pod_id": 999}', "content_type": "application/json"}
+    assert client.post(**release, headers=headers).status_code == 404  # admin: on to the (unknown) pod
+
+    admin_user.is_staff = admin_user.is_superuser = False
+    admin_user.save()
+
+    refused = client.post(**release, headers=headers)
+    assert refused.status_code == 403 and refused.json() == {"error": "this needs the 'admin' scope"}
+    assert client.get("/v1/jobs", headers=headers).status_code == 200  # still read and submit
+
+
+def test_a_token_cannot_be_handed_to_another_user_in_the_admin(client, admin_user, ordinary_user):
+    row, _ = ApiToken.issue(user=ordinary_user, name="laptop", scopes=["submit"])
+    client.force_login(admin_user)
+
+    page = client.get(f"/admin/accounts/apitoken/{row.pk}/change/").content.decode()
+
+    assert 'name="user"' not in page

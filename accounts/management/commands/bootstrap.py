@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -23,9 +25,17 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(12)
             user = User.objects.create_superuser("admin", "", password)
             _, token = ApiToken.issue(user=user, name="created by make run", scopes=["admin"])
-            credentials.write_text(f"login: admin\npassword: {password}\napi token: {token}\n")
-            credentials.chmod(0o600)
+            write_private(credentials, f"login: admin\npassword: {password}\napi token: {token}\n")
+            # Printed this once only: later starts (and a deploy's logs) name the file, not the secrets.
             self.stdout.write(self.style.SUCCESS("Created an admin login and an API token:"))
-        if credentials.exists():
             self.stdout.write(credentials.read_text().rstrip())
-            self.stdout.write(f"(kept in {credentials})")
+        if credentials.exists():
+            self.stdout.write(f"The admin login and API token are in {credentials}")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, from its first byte (no window at the umask's mode)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
