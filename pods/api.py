@@ -66,6 +66,13 @@ async def prices(request: HttpRequest) -> JsonResponse:
     fresh = request.GET.get("fresh", "") in ("1", "true")
     asked_at = timezone.now()
     if fresh:
+        current = await sync_to_async(capacity.catalogue_cached)(provider)
+        if (
+            current is not None
+            and current.fetched_at
+            and (asked_at - current.fetched_at).total_seconds() < (capacity.CATALOGUE_FRESH_SECONDS)
+        ):
+            return JsonResponse(_catalogue_dict(provider, current))  # fresh enough: no call on the provider
         await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
     deadline = asyncio.get_running_loop().time() + (FRESH_PRICES_WAIT_SECONDS if fresh else 0)
     while True:

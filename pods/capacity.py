@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 PROBE_LOCK_SECONDS = 120  # a create call that takes longer than this is a dead boot
 CATALOGUE_FETCH_LOCK_SECONDS = 30
+# A person's "fresh" gets a list at most this old: any read token asking again and again must not
+# turn into back-to-back calls on the provider's key that the boots share (review L4).
+CATALOGUE_FRESH_SECONDS = 10
 
 
 def candidate_key(provider: str, offer: Offer) -> str:
@@ -148,13 +151,16 @@ def catalogue_get(provider_name: str, *, fresh: bool = False, wait: bool = True)
     except IntegrityError:
         row = PriceCatalogue.objects.get(provider=provider_name)
     now = timezone.now()
-    ttl = timedelta(seconds=settings.CATALOGUE_TTL_SECONDS)
-    if not fresh and row.fetched_at and now - row.fetched_at < ttl:
+    ttl = timedelta(
+        seconds=min(settings.CATALOGUE_TTL_SECONDS, CATALOGUE_FRESH_SECONDS)
+        if fresh
+        else settings.CATALOGUE_TTL_SECONDS
+    )
+    if row.fetched_at and now - row.fetched_at < ttl:
         return Catalogue(_from_json(row.offers), row.fetched_at, False, row.last_error)
     claim = PriceCatalogue.objects.filter(pk=row.pk).filter(Q(fetching_until__isnull=True) | Q(fetching_until__lt=now))
-    if not fresh:
-        # Another caller may have fetched since we read the row: then its list is ours.
-        claim = claim.filter(Q(fetched_at__isnull=True) | Q(fetched_at__lt=now - ttl))
+    # Another caller may have fetched since we read the row: then its list is ours.
+    claim = claim.filter(Q(fetched_at__isnull=True) | Q(fetched_at__lt=now - ttl))
     if not claim.update(fetching_until=now + timedelta(seconds=CATALOGUE_FETCH_LOCK_SECONDS)):
         row.refresh_from_db()
         if row.fetched_at and timezone.now() - row.fetched_at < ttl:

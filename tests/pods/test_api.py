@@ -77,10 +77,22 @@ def test_fresh_prices_are_fetched_by_a_worker_and_the_answer_says_when_still_ref
     client, read_token, monkeypatch, queued
 ):
     monkeypatch.setattr(pods_api, "FRESH_PRICES_WAIT_SECONDS", 0.3)
-    PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now(), offers=[])
+    minute_ago = timezone.now() - timezone.timedelta(seconds=60)
+    PriceCatalogue.objects.create(provider="runpod", fetched_at=minute_ago, offers=[])
     body = _get(client, "/v1/runpod/prices?fresh=1", read_token).json()
     assert body["refreshing"] is True  # no worker runs in this test: the old list comes back, marked
     assert queued() == ["pods.tasks.fetch_catalogue"]
+
+
+def test_fresh_prices_asked_again_within_seconds_call_nobody(client, read_token, queued):
+    # Review L4: any read token asking fresh again and again made back-to-back provider calls.
+    PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now() - timezone.timedelta(seconds=2),
+                                  offers=[])  # fmt: skip
+
+    bodies = [_get(client, "/v1/runpod/prices?fresh=1", read_token).json() for _ in range(3)]
+
+    assert [body["refreshing"] for body in bodies] == [False] * 3
+    assert queued() == []
 
 
 def test_unknown_provider_is_404(client, read_token):
