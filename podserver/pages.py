@@ -71,7 +71,7 @@ def render_page(path: Path, page: int, dpi: int) -> Image.Image:
     pod server renders PDF pages through podserver.render, with a time limit)."""
     if is_pdf_file(path):
         return render_pdf_page(path, page, dpi)
-    return decode_image(path.read_bytes(), frame=page - 1)
+    return decode_image(path, frame=page - 1)  # read from the file: a lane holds its frame, not the document
 
 
 def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
@@ -99,22 +99,27 @@ def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
     return _normalise(img)
 
 
-def decode_image(data: bytes, frame: int = 0) -> Image.Image:
-    """Decode one page image (frame ``frame`` of a multi-frame TIFF) into L or RGB."""
+def decode_image(data: bytes | Path, frame: int = 0) -> Image.Image:
+    """Decode one page image (frame ``frame`` of a multi-frame TIFF) into L or RGB, from bytes or
+    from a file (only the frame's bytes are read)."""
+
+    def source():
+        return data if isinstance(data, Path) else io.BytesIO(data)
+
     try:
-        with Image.open(io.BytesIO(data)) as probe:
+        with Image.open(source()) as probe:
             _check_size(probe)
             probe.verify()
         # verify() leaves the image unusable, so decode again for real.
-        img = Image.open(io.BytesIO(data))
-        frames = getattr(img, "n_frames", 1)
-        if not 0 <= frame < frames:
-            raise BadImage(f"page {frame + 1} out of range: the image has {frames} pages")
-        if frame:
-            img.seek(frame)
-            _check_size(img)
-        img.load()
-        img = ImageOps.exif_transpose(img)  # phone photos arrive rotated otherwise
+        with Image.open(source()) as opened:  # (closed once its frame is copied out)
+            frames = getattr(opened, "n_frames", 1)
+            if not 0 <= frame < frames:
+                raise BadImage(f"page {frame + 1} out of range: the image has {frames} pages")
+            if frame:
+                opened.seek(frame)
+                _check_size(opened)
+            opened.load()
+            img = ImageOps.exif_transpose(opened)  # a copy; phone photos arrive rotated otherwise
     except BadImage:
         raise
     except Image.DecompressionBombError as exc:
