@@ -28,11 +28,15 @@ def pod_end(*, pod: Pod, state: str, error: str = "") -> Pod:
     the provider may still run (it has a provider id and was not lost) is terminated there by the
     next pass (``terminate_step``), asked for now, tried again until the provider confirms it."""
     with transaction.atomic():
-        # Counted once, by whichever end finds it alive (a release and a lost pod may race).
-        was_alive = Pod.objects.filter(pk=pod.pk, state__in=Pod.ALIVE_STATES).exists()
+        # Ended once, by whichever end finds it alive under its row lock (a release, a lost pod and
+        # a failed boot may race): a later end neither counts it again nor changes how it ended.
+        current = Pod.objects.select_for_update().filter(pk=pod.pk).values_list("state", flat=True).first()
+        if current not in Pod.ALIVE_STATES:
+            pod.refresh_from_db()
+            pod_terminate_later(pod=pod)  # (its create may have come back since it ended)
+            return pod
         pod.mark_ended(state, error=error)
-        if was_alive:
-            PoolPodTally.add(pod=pod)
+        PoolPodTally.add(pod=pod)
         pod_terminate_later(pod=pod)
         _requeue_pages_of(pod)
         spend_attribute(pod)

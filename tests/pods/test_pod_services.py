@@ -141,3 +141,20 @@ def test_pods_marked_busy_are_busy_from_then_and_the_others_untouched(local_pool
 
     assert Pod.objects.get(pk=busy.pk).last_busy_at == at
     assert Pod.objects.get(pk=idle.pk).last_busy_at is None
+
+
+def test_a_pod_ends_once_a_later_end_neither_counts_it_again_nor_changes_how_it_ended(local_pool):
+    # Review L8: a release then a reconcile that finds the pod gone used to turn TERMINATED into
+    # LOST; on PostgreSQL, racing, both could count it in the pool's tally.
+    from pods.models import PoolPodTally
+
+    pod = Pod.objects.create(pool=local_pool, name="fa-local-once", state=Pod.State.READY, lanes=1,
+                             billed_from=timezone.now())  # fmt: skip
+    lifecycle.pod_end(pod=Pod.objects.get(pk=pod.pk), state=Pod.State.TERMINATED, error="released: by hand")
+    later = lifecycle.pod_end(pod=Pod.objects.get(pk=pod.pk), state=Pod.State.LOST, error="gone")
+
+    stored = Pod.objects.get(pk=pod.pk)
+    assert (stored.state, stored.error) == (Pod.State.TERMINATED, "released: by hand")
+    assert later.state == Pod.State.TERMINATED
+    tally = PoolPodTally.objects.get(pool=local_pool)
+    assert (tally.terminated, tally.lost) == (1, 0)
