@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ocrjobs.models import Page
@@ -43,7 +43,10 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
     with transaction.atomic():
         if sweep:
             _fail_exhausted(pool_id=pool_id)
-        query = Page.objects.waiting().filter(pool_id=pool_id).order_by("id")
+        # Never a page whose claim expired on its last attempt, swept or not (review L9): it is
+        # still counted as waiting, so that a dispatcher comes and its sweep fails it.
+        exhausted = Q(status=Page.Status.RUNNING, attempts__gte=settings.PAGE_MAX_ATTEMPTS)
+        query = Page.objects.waiting().exclude(exhausted).filter(pool_id=pool_id).order_by("id")
         if connection.features.has_select_for_update_skip_locked:
             query = query.select_for_update(skip_locked=True, of=("self",))
         ids = list(query.values_list("id", flat=True)[:limit])

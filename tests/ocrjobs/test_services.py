@@ -429,6 +429,20 @@ def test_claim_then_complete_finishes_the_job(one_page_job, page, media_root):
     assert job.finished_at is not None
 
 
+def test_a_page_whose_claim_expired_on_its_last_attempt_is_never_claimed_again(one_page_job, page):
+    # Review L9: it waited again until a sweep failed it, so a claim without a sweep ran it once more.
+    Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, attempts=settings.PAGE_MAX_ATTEMPTS,
+                                           claim_token="gone", claim_expires_at=timezone.now() - timedelta(seconds=1))  # fmt: skip
+
+    assert pages_claim(pool_id=page.pool_id, token="A", limit=10, sweep=False) == []
+    assert pages_waiting(pool_id=page.pool_id) == 1  # still counted: a dispatcher comes and sweeps it
+    assert pages_claim(pool_id=page.pool_id, token="A", limit=10) == []
+
+    page = reload(page)
+    assert (page.status, page.attempts) == (Page.Status.FAILED, settings.PAGE_MAX_ATTEMPTS)
+    assert "attempts" in page.error
+
+
 def test_claims_take_at_most_the_limit_and_never_the_same_page_twice(ordinary_user):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
     split(job)
