@@ -115,7 +115,7 @@ def check_text(what: str, value: object, pattern: re.Pattern[str] | None = None)
         if char in '"\\' or unicodedata.category(char) in _REFUSED_CATEGORIES:
             raise UnsafeValue(f"{what} contains {char!r} at position {position}, which RunPod's SDK cannot send safely")
     if pattern is not None and not pattern.fullmatch(value):
-        raise UnsafeValue(f"{what} {value!r} is not valid here")
+        raise UnsafeValue(f"{what} is not valid here (it must match {pattern.pattern})")
     return value
 
 

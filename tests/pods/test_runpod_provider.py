@@ -249,6 +249,16 @@ def test_a_quote_in_an_env_value_never_reaches_runpod(provider: RunPodProvider, 
     assert sim.stats()["graphql_calls"] == before
 
 
+def test_a_value_its_pattern_refuses_is_not_echoed_in_the_error() -> None:
+    # Review L10: the message named the value, which may one day be a secret.
+    from pods.providers.runpod import check_pod_id
+
+    with pytest.raises(UnsafeValue) as refused:
+        check_pod_id("https://a.example/s3cr3t")
+
+    assert "s3cr3t" not in str(refused.value) and "pod id is not valid here" in str(refused.value)
+
+
 def test_unsafe_pod_ids_are_refused(provider: RunPodProvider, sim: SimulatorThread) -> None:
     with pytest.raises(UnsafeValue):
         provider.get('abc"}) { id } x: pod(input: {podId: "def')
