@@ -482,3 +482,23 @@ def test_a_large_upload_is_hashed_as_it_is_spooled_and_moved_into_place(client, 
     document = Document.objects.get()
     assert document.sha256 == hashlib.sha256(content).hexdigest()
     assert document.source_path.read_bytes() == content
+
+
+def test_staging_left_by_a_front_that_died_is_removed_after_a_day(media_root, settings):
+    # Review L11: nothing swept MEDIA_ROOT/staging; the minute's scaler tick now does.
+    import os
+    import time
+
+    from pods.tasks import scaler_tick
+
+    staging = settings.MEDIA_ROOT / "staging"
+    old, recent = staging / "old", staging / "recent"
+    for directory in (old, recent):
+        directory.mkdir(parents=True)
+        (directory / "0.pdf").write_bytes(b"%PDF-")
+    day_ago = time.time() - 24 * 3600 - 60
+    os.utime(old, (day_ago, day_ago))
+
+    scaler_tick()
+
+    assert not old.exists() and (recent / "0.pdf").exists()
