@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from ocrjobs.models import Document, Job, Page
-from ocrjobs.services import fetch
+from ocrjobs.services import remote
 from ocrjobs.services.fetch import document_fetch
 from ocrjobs.services.split import document_split, documents_split
 from ocrjobs.services.submission import Upload, job_submit
@@ -154,7 +154,7 @@ def test_the_download_goes_to_the_address_that_was_checked_not_a_second_answer(f
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(fetch, "address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(remote, "address_allowed", lambda address: address == "127.0.0.1")
 
     document = document_fetch(document_id=_url_job(local_pool, f"http://files.example.org:{port}/report.pdf").pk)
 
@@ -192,7 +192,7 @@ def test_an_https_download_pinned_to_its_address_checks_the_certificate_against_
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(fetch, "address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(remote, "address_allowed", lambda address: address == "127.0.0.1")
 
     # the certificate names files.example.org, not 127.0.0.1: the handshake is for the name
     document = document_fetch(document_id=_url_job(local_pool, f"https://files.example.org:{port}/report.pdf").pk)
