@@ -10,9 +10,10 @@ first checks the deadline, then gives the operation no longer than what is left 
 trickle ends at the deadline whichever phase it trickles in. DNS has no timeout of its own in the
 standard library: the lookup runs on a thread of its own and is waited on until the deadline.
 
-Bodies are never decompressed: ``Accept-Encoding: identity`` is sent, and an answer that is
-compressed anyway is refused (a few KiB of brotli decode to gigabytes, review H1). The body is
-counted as it streams and refused past its cap.
+Bodies are never decompressed: ``Accept-Encoding: identity`` is sent, and a body that comes
+compressed anyway is refused when it is read (a few KiB of brotli decode to gigabytes, review
+H1); a webhook, which reads only the status, never reads one. The body is counted as it streams
+and refused past its cap.
 """
 
 from __future__ import annotations
@@ -47,13 +48,15 @@ class Deadline:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.at = time.monotonic() + seconds
+        self.cut = False  # the last operation was given what was left, not its phase's limit
 
     def left(self, phase: float | None = None) -> float:
         """Seconds an operation may take now: what is left, at most ``phase``; DeadlinePassed at 0."""
         left = self.at - time.monotonic()
         if left <= 0:
             raise DeadlinePassed
-        return left if phase is None else min(phase, left)
+        self.cut = phase is None or left < phase
+        return left if self.cut else phase
 
 
 class _Stream(httpcore.NetworkStream):
@@ -176,26 +179,25 @@ def exchange(method: str, url: str, *, deadline: Deadline, max_bytes: int, heade
                 method, str(target), headers=list(sent.items()), content=content or None, extensions=extensions
             ) as response,  # fmt: skip
         ):
-            answer = Answer(
-                status=response.status,
-                headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers},
-                chunks=_capped(response.iter_stream(), deadline, max_bytes, what),
-            )
-            encoding = answer.header("content-encoding").strip().lower()
-            if encoding not in ("", "identity"):
-                raise ApiError(
-                    f"{what}: the server answered Content-Encoding: {encoding[:40]}, which was not asked for"
-                )
-            yield answer
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
+            chunks = _capped(response.iter_stream(), deadline, max_bytes, what, headers.get("content-encoding", ""))
+            yield Answer(status=response.status, headers=headers, chunks=chunks)
     except DeadlinePassed:
         raise ApiError(f"{what}: no complete answer within {deadline.seconds:g} s") from None
     except httpcore.TimeoutException as exc:
+        if deadline.cut:  # the operation timed out at the total deadline, not its own limit
+            raise ApiError(f"{what}: no complete answer within {deadline.seconds:g} s") from None
         raise ApiError(f"{what}: timed out ({exc.__class__.__name__})") from None
     except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol, ssl.SSLError) as exc:
         raise ApiError(f"{what}: the connection failed ({exc.__class__.__name__}: {exc})") from None
 
 
-def _capped(chunks: Iterator[bytes], deadline: Deadline, max_bytes: int, what: str) -> Iterator[bytes]:
+def _capped(chunks: Iterator[bytes], deadline: Deadline, max_bytes: int, what: str,
+            encoding: str) -> Iterator[bytes]:  # fmt: skip
+    """The body as it comes, never decoded: a compressed one is refused before its first byte is read."""
+    encoding = encoding.strip().lower()
+    if encoding not in ("", "identity"):
+        raise ApiError(f"{what}: the server answered Content-Encoding: {encoding[:40]}, which was not asked for")
     size = 0
     for chunk in chunks:
         deadline.left()

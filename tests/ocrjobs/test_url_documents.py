@@ -8,14 +8,18 @@ import socket
 import ssl
 import subprocess
 import threading
+from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
-from ocrjobs.services import remote
+from ocrjobs.services import fetch, remote
 from ocrjobs.services.fetch import document_fetch
-from ocrjobs.services.split import document_split, documents_split
+from ocrjobs.services.split import document_split, documents_recover, documents_split
 from ocrjobs.services.submission import Upload, job_submit
+from tests import hostile
 from tests.factories import pdf_bytes
 
 URL = "/v1/jobs"
@@ -251,3 +255,174 @@ def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip, splitt
         assert job.status == Job.Status.DONE
     else:
         assert page.status == Page.Status.PENDING and page.result == ""
+
+
+# The trust boundary (review H2): a URL host we do not control never holds a worker past the
+# fetch's total deadline, never has a compressed body decoded, and a fetch writes only under its lease.
+
+
+@pytest.fixture
+def host(settings):
+    settings.URL_FETCH_ALLOW_PRIVATE = True  # the hostile host is on loopback
+    made = []
+
+    def make(behave) -> hostile.HostilePeer:
+        made.append(hostile.HostilePeer(behave))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+def _fetch_in_a_thread(document_id: int) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(document_fetch(document_id=document_id))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.trickled_body])
+def test_a_host_that_trickles_fails_its_document_at_the_deadline(host, local_pool, settings, behave, transactional_db):
+    settings.URL_FETCH_TIMEOUT_SECONDS = 1.5
+    server = host(behave)
+
+    thread, outcome = _fetch_in_a_thread(_url_job(local_pool, server.url("/x.pdf")).pk)
+    thread.join(60)
+
+    assert not thread.is_alive(), "the fetch outlived its deadline"
+    [document] = outcome
+    assert document.status == "failed" and "within 1.5 s" in document.error
+    assert Job.objects.get().status == Job.Status.FAILED
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_a_compressed_bomb_fails_its_document_undecoded(host, local_pool, encoding):
+    server = host(hostile.bomb(encoding))
+
+    document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
+
+    assert document.status == "failed" and f"Content-Encoding: {encoding}" in document.error
+    assert server.header("Accept-Encoding") == "identity"
+
+
+def test_a_body_without_a_length_is_capped_as_it_streams(host, local_pool, settings):
+    settings.OCR_MAX_FILE_BYTES = 1_000_000
+    server = host(hostile.endless)
+
+    document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
+
+    assert document.status == "failed" and "limit of 1000000 bytes" in document.error
+
+
+def _answer_when(go: threading.Event, body: bytes, *, trickle: bool = False):
+    """A whole PDF, sent once the test says go; with ``trickle``, its trailing newlines a byte at a
+    time until then (a download that goes on)."""
+
+    def answer(peer, conn):
+        peer.send(conn, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+        while not go.wait(hostile.TRICKLE_SECONDS):
+            if trickle:
+                peer.send(conn, b"\n")
+
+    return answer
+
+
+def _take_over(document_id: int) -> None:
+    """What the scaler's recovery and a second fetch do to a fetch whose lease lapsed."""
+    Document.objects.filter(pk=document_id).update(task_lease_token="second", task_lease_until=timezone.now()
+                                                   + timedelta(minutes=5))  # fmt: skip
+
+
+@pytest.mark.parametrize("when", ["downloading", "storing"])
+def test_a_superseded_fetch_writes_nothing(host, local_pool, settings, monkeypatch, transactional_db, when):
+    go = threading.Event()
+    server = host(_answer_when(go, pdf_bytes()))
+    document = _url_job(local_pool, server.url("/report.pdf"))
+    if when == "storing":  # taken over between the download's last renewal and the save
+        store = fetch.document_store
+        monkeypatch.setattr(fetch, "document_store", lambda *args: (_take_over(document.pk), store(*args))[1])
+        go.set()
+
+    thread, outcome = _fetch_in_a_thread(document.pk)
+    assert server.connected.wait(30)
+    if when == "downloading":
+        _take_over(document.pk)
+        go.set()
+    thread.join(60)
+
+    assert not thread.is_alive() and outcome
+    document.refresh_from_db()
+    assert (document.kind, document.source, document.sha256, document.page_count, document.status) == (
+        "url", "", "", 0, "pending")  # fmt: skip
+    assert document.task_lease_token == "second" and not Page.objects.exists()
+    stored = [path for path in (settings.MEDIA_ROOT / "documents").rglob("*") if path.is_file()]
+    assert stored == []  # what it stored before it found out is deleted
+
+
+def test_a_fetch_renews_its_lease_while_the_bytes_come_in(host, local_pool, settings, transactional_db):
+    settings.TASK_LEASE_SECONDS = 1.5  # renewed every 0.5 s of download at most
+    go = threading.Event()
+    server = host(_answer_when(go, pdf_bytes(), trickle=True))
+    document = _url_job(local_pool, server.url("/report.pdf"))
+
+    thread, outcome = _fetch_in_a_thread(document.pk)
+    try:
+        assert server.connected.wait(30)
+        first = Document.objects.get(pk=document.pk).task_lease_until
+        deadline = timezone.now() + timedelta(seconds=30)
+        while Document.objects.get(pk=document.pk).task_lease_until == first:
+            assert timezone.now() < deadline, "the lease was never renewed during the download"
+        assert thread.is_alive()  # renewed while the download still ran
+    finally:
+        go.set()
+        thread.join(60)
+    [fetched] = outcome
+    assert (fetched.status, fetched.page_count) == ("split", 3), fetched.error
+
+
+class _Killed(BaseException):
+    """What a worker stopped mid-download leaves: the fetch started, and never finished."""
+
+
+def test_a_document_whose_fetches_never_finish_fails_after_the_cap(local_pool, settings, monkeypatch, queued):
+    settings.URL_FETCH_MAX_ATTEMPTS = 3
+    document = _url_job(local_pool, "https://files.example.org/report.pdf")
+
+    def killed(*args, **kwargs):
+        raise _Killed
+
+    monkeypatch.setattr(fetch, "_fetch_and_split", killed)
+    for attempt in (1, 2, 3):
+        with pytest.raises(_Killed):
+            document_fetch(document_id=document.pk)
+        Document.objects.filter(pk=document.pk).update(task_lease_until=timezone.now() - timedelta(seconds=1))
+        sent_again = documents_recover(pool_id=local_pool.pk)
+        document.refresh_from_db()
+        assert document.fetch_attempts == attempt
+        if attempt < 3:
+            assert sent_again == [document.pk] and document.status == "pending"
+            assert queued() == ["ocrjobs.tasks.fetch_document"] * attempt
+
+    assert sent_again == [] and queued() == ["ocrjobs.tasks.fetch_document"] * 2  # not sent a third time
+    assert document.status == "failed" and "started 3 times and never finished" in document.error
+    assert Job.objects.get().status == Job.Status.FAILED
+
+
+def test_a_fetch_task_sent_after_the_cap_fails_the_document_without_a_request(host, local_pool, settings):
+    settings.URL_FETCH_MAX_ATTEMPTS = 3
+    server = host(hostile.silent)
+    document = _url_job(local_pool, server.url("/report.pdf"))
+    Document.objects.filter(pk=document.pk).update(fetch_attempts=3)
+
+    document = document_fetch(document_id=document.pk)
+
+    assert document.status == "failed" and "started 3 times" in document.error
+    assert server.requests == []
