@@ -14,20 +14,6 @@ from tests import hostile
 DEADLINE = 1.5
 
 
-@pytest.fixture
-def peer(settings):
-    settings.URL_FETCH_ALLOW_PRIVATE = True  # the hostile peer is on loopback
-    made = []
-
-    def make(behave) -> hostile.HostilePeer:
-        made.append(hostile.HostilePeer(behave))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def _get(url: str, *, max_bytes: int = 10_000_000, seconds: float = DEADLINE) -> tuple[int, bytes]:
     with remote.exchange("GET", url, deadline=remote.Deadline(seconds), max_bytes=max_bytes) as answer:
         return answer.status, b"".join(answer.chunks)
@@ -51,8 +37,8 @@ def _in_a_thread(call) -> list:
 
 
 @pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.trickled_body, hostile.silent])
-def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(peer, behave):
-    server = peer(behave)
+def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(hostile_peer, behave):
+    server = hostile_peer(behave)
 
     [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf")))
 
@@ -64,8 +50,8 @@ def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(peer, b
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "br"])
-def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(peer, encoding):
-    server = peer(hostile.bomb(encoding))
+def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(hostile_peer, encoding):
+    server = hostile_peer(hostile.bomb(encoding))
 
     [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf")))
 
@@ -73,19 +59,19 @@ def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(peer, en
     assert server.header("Accept-Encoding") == "identity"
 
 
-def test_a_body_past_the_cap_is_refused_as_it_streams(peer):
-    server = peer(hostile.endless)
+def test_a_body_past_the_cap_is_refused_as_it_streams(hostile_peer):
+    server = hostile_peer(hostile.endless)
 
     [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf"), max_bytes=1_000_000, seconds=60))
 
     assert isinstance(outcome, ApiError) and outcome.status == 413 and "1000000 bytes" in outcome.message
 
 
-def test_an_answer_within_its_limits_comes_whole(peer):
+def test_an_answer_within_its_limits_comes_whole(hostile_peer):
     def answer(server, conn):
         server.send(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
 
-    server = peer(answer)
+    server = hostile_peer(answer)
 
     assert _get(server.url("/x")) == (200, b"hello")
     assert server.header("Accept-Encoding") == "identity"

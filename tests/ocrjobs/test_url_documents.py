@@ -132,7 +132,7 @@ def test_a_download_over_the_size_limit_is_refused(file_server, local_pool, sett
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused_before_connecting(local_pool, monkeypatch):
-    def resolve(host, port, *args, **kwargs):
+    def resolve(hostile_peer, port, *args, **kwargs):
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
@@ -152,9 +152,9 @@ def test_the_download_goes_to_the_address_that_was_checked_not_a_second_answer(f
 
     real_getaddrinfo = socket.getaddrinfo
 
-    def resolve(host, port, *args, **kwargs):
-        if host != "files.example.org":  # an address: what connecting to it looks up
-            return real_getaddrinfo(host, port, *args, **kwargs)
+    def resolve(hostile_peer, port, *args, **kwargs):
+        if hostile_peer != "files.example.org":  # an address: what connecting to it looks up
+            return real_getaddrinfo(hostile_peer, port, *args, **kwargs)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
@@ -190,9 +190,9 @@ def test_an_https_download_pinned_to_its_address_checks_the_certificate_against_
     routes["/report.pdf"] = (200, {}, pdf_bytes())
     real_getaddrinfo = socket.getaddrinfo
 
-    def resolve(host, port, *args, **kwargs):
-        if host != "files.example.org":
-            return real_getaddrinfo(host, port, *args, **kwargs)
+    def resolve(hostile_peer, port, *args, **kwargs):
+        if hostile_peer != "files.example.org":
+            return real_getaddrinfo(hostile_peer, port, *args, **kwargs)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
@@ -257,22 +257,8 @@ def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip, splitt
         assert page.status == Page.Status.PENDING and page.result == ""
 
 
-# The trust boundary (review H2): a URL host we do not control never holds a worker past the
+# The trust boundary (review H2): a URL hostile_peer we do not control never holds a worker past the
 # fetch's total deadline, never has a compressed body decoded, and a fetch writes only under its lease.
-
-
-@pytest.fixture
-def host(settings):
-    settings.URL_FETCH_ALLOW_PRIVATE = True  # the hostile host is on loopback
-    made = []
-
-    def make(behave) -> hostile.HostilePeer:
-        made.append(hostile.HostilePeer(behave))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def _fetch_in_a_thread(document_id: int) -> tuple[threading.Thread, list]:
@@ -290,9 +276,11 @@ def _fetch_in_a_thread(document_id: int) -> tuple[threading.Thread, list]:
 
 
 @pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.trickled_body])
-def test_a_host_that_trickles_fails_its_document_at_the_deadline(host, local_pool, settings, behave, transactional_db):
+def test_a_host_that_trickles_fails_its_document_at_the_deadline(
+    hostile_peer, local_pool, settings, behave, transactional_db
+):
     settings.URL_FETCH_TIMEOUT_SECONDS = 1.5
-    server = host(behave)
+    server = hostile_peer(behave)
 
     thread, outcome = _fetch_in_a_thread(_url_job(local_pool, server.url("/x.pdf")).pk)
     thread.join(60)
@@ -304,8 +292,8 @@ def test_a_host_that_trickles_fails_its_document_at_the_deadline(host, local_poo
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "br"])
-def test_a_compressed_bomb_fails_its_document_undecoded(host, local_pool, encoding):
-    server = host(hostile.bomb(encoding))
+def test_a_compressed_bomb_fails_its_document_undecoded(hostile_peer, local_pool, encoding):
+    server = hostile_peer(hostile.bomb(encoding))
 
     document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
 
@@ -313,9 +301,9 @@ def test_a_compressed_bomb_fails_its_document_undecoded(host, local_pool, encodi
     assert server.header("Accept-Encoding") == "identity"
 
 
-def test_a_body_without_a_length_is_capped_as_it_streams(host, local_pool, settings):
+def test_a_body_without_a_length_is_capped_as_it_streams(hostile_peer, local_pool, settings):
     settings.OCR_MAX_FILE_BYTES = 1_000_000
-    server = host(hostile.endless)
+    server = hostile_peer(hostile.endless)
 
     document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
 
@@ -342,9 +330,9 @@ def _take_over(document_id: int) -> None:
 
 
 @pytest.mark.parametrize("when", ["downloading", "storing"])
-def test_a_superseded_fetch_writes_nothing(host, local_pool, settings, monkeypatch, transactional_db, when):
+def test_a_superseded_fetch_writes_nothing(hostile_peer, local_pool, settings, monkeypatch, transactional_db, when):
     go = threading.Event()
-    server = host(_answer_when(go, pdf_bytes()))
+    server = hostile_peer(_answer_when(go, pdf_bytes()))
     document = _url_job(local_pool, server.url("/report.pdf"))
     if when == "storing":  # taken over between the download's last renewal and the save
         store = fetch.document_store
@@ -367,10 +355,10 @@ def test_a_superseded_fetch_writes_nothing(host, local_pool, settings, monkeypat
     assert stored == []  # what it stored before it found out is deleted
 
 
-def test_a_fetch_renews_its_lease_while_the_bytes_come_in(host, local_pool, settings, transactional_db):
+def test_a_fetch_renews_its_lease_while_the_bytes_come_in(hostile_peer, local_pool, settings, transactional_db):
     settings.TASK_LEASE_SECONDS = 1.5  # renewed every 0.5 s of download at most
     go = threading.Event()
-    server = host(_answer_when(go, pdf_bytes(), trickle=True))
+    server = hostile_peer(_answer_when(go, pdf_bytes(), trickle=True))
     document = _url_job(local_pool, server.url("/report.pdf"))
 
     thread, outcome = _fetch_in_a_thread(document.pk)
@@ -416,9 +404,9 @@ def test_a_document_whose_fetches_never_finish_fails_after_the_cap(local_pool, s
     assert Job.objects.get().status == Job.Status.FAILED
 
 
-def test_a_fetch_task_sent_after_the_cap_fails_the_document_without_a_request(host, local_pool, settings):
+def test_a_fetch_task_sent_after_the_cap_fails_the_document_without_a_request(hostile_peer, local_pool, settings):
     settings.URL_FETCH_MAX_ATTEMPTS = 3
-    server = host(hostile.silent)
+    server = hostile_peer(hostile.silent)
     document = _url_job(local_pool, server.url("/report.pdf"))
     Document.objects.filter(pk=document.pk).update(fetch_attempts=3)
 
