@@ -58,8 +58,9 @@ def document_fetch(*, document_id: int) -> Document:
 
     The fetch holds the document's short lease and renews it as the bytes come in, so the scaler
     tick never sends a second fetch beside a live one; what it writes, it writes only while it
-    still holds that lease. Each fetch that starts is counted: after URL_FETCH_MAX_ATTEMPTS that
-    never finished (killed, lost), the document fails instead of being fetched again."""
+    still holds that lease. At most URL_FETCH_MAX_IN_FLIGHT fetches run at once, so that slow
+    hosts never hold every short-task worker. Each fetch that starts is counted: after
+    URL_FETCH_MAX_ATTEMPTS that never finished (killed, lost), the document fails instead."""
     document = Document.objects.select_related("job").get(pk=document_id)
     if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
         return document
@@ -69,16 +70,30 @@ def document_fetch(*, document_id: int) -> Document:
         log.info("document %s: another task is fetching it", document_id)
         return document
     try:
-        started = row.filter(task_lease_token=lease)
         if document.fetch_attempts >= settings.URL_FETCH_MAX_ATTEMPTS:
             return _fetch_failed(document, row, lease, fetch_attempts_error(document.fetch_attempts))
-        started.update(fetch_attempts=F("fetch_attempts") + 1)
+        if fetches_in_flight(but=document_id) >= settings.URL_FETCH_MAX_IN_FLIGHT:
+            # Every slot is held (by hosts that may be slow on purpose): this worker goes back to
+            # other work; the lease, released below, lapses and the scaler's next tick sends it again.
+            log.info(
+                "document %s: %d fetches in flight already; it waits", document_id, settings.URL_FETCH_MAX_IN_FLIGHT
+            )
+            return document
+        row.filter(task_lease_token=lease).update(fetch_attempts=F("fetch_attempts") + 1)
         return _fetch_and_split(document, row, lease)
     except leases.LeaseLost:
         log.warning("document %s: another task took over its fetch; this one wrote nothing", document_id)
         return Document.objects.get(pk=document_id)
     finally:
         leases.release(Document.objects.filter(pk=document_id), lease)
+
+
+def fetches_in_flight(*, but: int) -> int:
+    """URL documents a fetch holds the live lease of, deployment-wide (but one). A soft cap: two
+    fetches that start at the same instant may both pass it."""
+    held = Document.objects.filter(kind=Document.Kind.URL, status=Document.Status.PENDING,
+                                   task_lease_until__gte=timezone.now()).exclude(task_lease_token="")  # fmt: skip
+    return held.exclude(pk=but).count()
 
 
 def fetch_attempts_error(attempts: int) -> str:
@@ -159,12 +174,12 @@ def _fetch_to(url: str, staging: Path, progress) -> _Staged:
                 url = urllib.parse.urljoin(url, answer.header("location"))
                 continue
             if answer.status != 200:
-                raise ApiError(f"{url[:100]}: the server answered HTTP {answer.status}")
+                raise ApiError(f"{remote.shown(url)}: the server answered HTTP {answer.status}")
             length = int(answer.header("content-length") or 0)
             if length > settings.OCR_MAX_FILE_BYTES:
                 raise ApiError(
-                    f"{url[:100]}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
+                    f"{remote.shown(url)}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
                     413,
                 )
             return _stage(Upload(name=name_from_url(url), file=_Response(answer.chunks)), staging, 0)
-    raise ApiError(f"{url[:100]}: too many redirects")
+    raise ApiError(f"{remote.shown(url)}: too many redirects")

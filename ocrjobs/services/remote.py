@@ -146,6 +146,17 @@ def pinned(url: str, address: str) -> tuple[httpx.URL, dict]:
     return original.copy_with(host=address), {"headers": {"Host": host}, "extensions": extensions}
 
 
+def shown(url: str) -> str:
+    """A URL as errors and logs show it: no credentials, query or fragment (a presigned URL's
+    query is a credential, review L11), at most 100 characters."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"[:100]
+
+
 @dataclass
 class Answer:
     status: int
@@ -163,7 +174,7 @@ def exchange(method: str, url: str, *, deadline: Deadline, max_bytes: int, heade
     yield its answer once the headers are in. ``progress`` is called after every read from the
     network (headers and body): a caller renews its lease there. Every failure, the deadline's
     included, is an ApiError that says what happened."""
-    what = url[:100]
+    what = shown(url)
     try:
         target, pinning = pinned(url, resolve(url, deadline)[0])
         sent = {"Accept-Encoding": "identity", **(headers or {}), **pinning["headers"]}

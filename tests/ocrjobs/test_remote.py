@@ -92,3 +92,13 @@ def test_a_name_that_does_not_answer_in_time_ends_at_the_deadline(monkeypatch, s
         release.set()
 
     assert isinstance(outcome, ApiError) and "within 0.5 s" in outcome.message
+
+
+def test_an_error_never_shows_the_urls_credentials_or_query(hostile_peer):
+    server = hostile_peer(hostile.silent)
+    url = server.url("/x.pdf?X-Amz-Signature=s3cr3t").replace("http://", "http://user:pa55@")
+
+    [outcome] = _in_a_thread(lambda: _get(url, seconds=0.5))
+
+    assert isinstance(outcome, ApiError) and f"127.0.0.1:{server.port}/x.pdf" in outcome.message
+    assert "s3cr3t" not in outcome.message and "pa55" not in outcome.message

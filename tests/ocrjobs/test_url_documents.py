@@ -414,3 +414,21 @@ def test_a_fetch_task_sent_after_the_cap_fails_the_document_without_a_request(ho
 
     assert document.status == "failed" and "started 3 times" in document.error
     assert server.requests == []
+
+
+def test_a_fetch_waits_when_every_fetch_slot_is_held(hostile_peer, local_pool, settings, queued):
+    settings.URL_FETCH_MAX_IN_FLIGHT = 1
+    server = hostile_peer(hostile.silent)
+    held = _url_job(local_pool, "https://files.example.org/slow.pdf")
+    Document.objects.filter(pk=held.pk).update(task_lease_token="live", task_lease_until=timezone.now()
+                                               + timedelta(minutes=5))  # fmt: skip
+    waiting = _url_job(local_pool, server.url("/report.pdf"))
+
+    document = document_fetch(document_id=waiting.pk)
+
+    # The worker went back to other work without a request; the document waits, uncounted, and
+    # the scaler's next tick sends its fetch again.
+    assert document.status == "pending" and server.requests == []
+    assert Document.objects.get(pk=waiting.pk).fetch_attempts == 0
+    assert documents_recover(pool_id=local_pool.pk) == [waiting.pk]
+    assert queued() == ["ocrjobs.tasks.fetch_document"]

@@ -262,7 +262,8 @@ def test_a_compressed_answer_is_never_decoded(hostile_peer, ordinary_user):
     assert server.header("Accept-Encoding") == "identity"
 
 
-def test_an_attempt_is_recorded_when_it_starts_before_the_post_returns(hostile_peer, ordinary_user, settings):
+def test_an_attempt_is_recorded_when_it_starts_before_the_post_returns(hostile_peer, ordinary_user, settings,
+                                                                       client):  # fmt: skip
     settings.WEBHOOK_TIMEOUT_SECONDS = 60
     server = hostile_peer(hostile.silent)
     job = finished_job(ordinary_user, server.url("/hook"))
@@ -278,6 +279,8 @@ def test_an_attempt_is_recorded_when_it_starts_before_the_post_returns(hostile_p
         assert len(delivery.attempts) == 1 and "status" not in delivery.attempts[0]
         assert delivery.next_attempt_at > timezone.now()
         assert list(WebhookDelivery.objects.in_flight(now=timezone.now())) == [delivery]
+        client.force_login(ordinary_user)
+        assert "no answer yet" in client.get(f"/jobs/{job.pk}").content.decode()
     finally:
         server.close()
         attempt.join(60)
