@@ -329,6 +329,14 @@ SCALE_BOOT_SECONDS_GUESS = envfloat("SCALE_BOOT_SECONDS_GUESS", 60.0, minimum=0.
 # A submission's forecast reuses a pool's measurements and price for this long (0: read every time).
 FORECAST_BASIS_SECONDS = envfloat("FORECAST_BASIS_SECONDS", 5.0, minimum=0.0)
 STALL_SECONDS = envfloat("STALL_SECONDS", 60.0, minimum=1.0)
+# Machines we do not control (invariant 17): a total deadline over DNS, connect, headers and body.
 URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+# Fetches of one URL document that started and never finished (killed, lost) before it fails.
+URL_FETCH_MAX_ATTEMPTS = envint("URL_FETCH_MAX_ATTEMPTS", 3, minimum=1)
+# Fetches at once, deployment-wide: the short-task workers they may hold (half, by default).
+URL_FETCH_MAX_IN_FLIGHT = envint("URL_FETCH_MAX_IN_FLIGHT", max(1, Q_CLUSTER["workers"] // 2), minimum=1)
+WEBHOOK_TIMEOUT_SECONDS = envfloat("WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=1.0)
+# Webhook attempts in flight at once, deployment-wide: each holds a short-task worker that long at most.
+WEBHOOK_MAX_IN_FLIGHT = envint("WEBHOOK_MAX_IN_FLIGHT", 2, minimum=1)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.
 URL_FETCH_ALLOW_PRIVATE = envbool("URL_FETCH_ALLOW_PRIVATE", False)

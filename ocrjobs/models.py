@@ -130,12 +130,19 @@ class WebhookSecret(models.Model):
 
 class WebhookDeliveryQuerySet(models.QuerySet):
     def due(self, *, now) -> WebhookDeliveryQuerySet:
-        return self.filter(state=WebhookDelivery.State.PENDING, next_attempt_at__lte=now)
+        """Pending, its next attempt's time come, and no attempt in flight."""
+        in_flight = Q(task_lease_until__gte=now) & ~Q(task_lease_token="")
+        return self.filter(state=WebhookDelivery.State.PENDING, next_attempt_at__lte=now).exclude(in_flight)
+
+    def in_flight(self, *, now) -> WebhookDeliveryQuerySet:
+        """Attempts sent to a worker or being made: what the cap on them counts."""
+        return self.filter(state=WebhookDelivery.State.PENDING, task_lease_until__gte=now).exclude(task_lease_token="")
 
 
-class WebhookDelivery(models.Model):
-    """One event for a job's callback URL, posted by passes (one attempt a step, never a task
-    that sleeps: invariant 15) with back-off until it is answered 2xx or a day has gone by."""
+class WebhookDelivery(TaskLeased):
+    """One event for a job's callback URL, with back-off until it is answered 2xx or a day has gone
+    by. Each attempt is a short task of its own (ocrjobs/services/webhooks.py), which a pass only
+    sends: a pass never waits on a receiver. The task's lease marks the attempt in flight."""
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -223,6 +230,9 @@ class Document(TaskLeased):
     page_count = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
+    fetch_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="downloads of a URL document started (URL_FETCH_MAX_ATTEMPTS at most)"
+    )
 
     class Meta:
         ordering = ["job", "position"]

@@ -11,6 +11,7 @@ from fleetadmin.db import retry_on_db_error
 from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
 from ocrjobs.services.split import document_split, documents_split
+from ocrjobs.services.webhooks import delivery_attempt
 from pods.models import Pool
 
 
@@ -67,3 +68,14 @@ def fetch_document(document_id: int) -> str:
 
 def enqueue_fetch(document_id: int) -> None:
     async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}", group="splits")
+
+
+@retry_on_db_error
+def deliver_webhook(delivery_id: int, lease: str) -> str:
+    return f"delivery {delivery_id}: {delivery_attempt(delivery_id=delivery_id, lease=lease)}"
+
+
+def enqueue_delivery(delivery_id: int, lease: str) -> None:
+    """A short task an attempt, WEBHOOK_TIMEOUT_SECONDS at most; WEBHOOK_MAX_IN_FLIGHT at once."""
+    async_task("ocrjobs.tasks.deliver_webhook", delivery_id, lease, task_name=f"webhook delivery {delivery_id}",
+               group="webhooks", save=False)  # fmt: skip

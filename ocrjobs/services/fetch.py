@@ -1,6 +1,7 @@
 """URL documents, fetched by a worker (never the front): every address the name resolves to
 is checked, the download is pinned to the checked address, redirects are checked the same
-way, the size and time limits hold; then the file is staged like an upload and split.
+way, the size cap and the total deadline hold (ocrjobs/services/remote.py); then the file is
+staged like an upload and split.
 """
 
 from __future__ import annotations
@@ -8,33 +9,33 @@ from __future__ import annotations
 import io
 import logging
 import shutil
-import socket
 import time
 import urllib.parse
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
-import httpx
 from django.conf import settings
+from django.db.models import F, QuerySet
+from django.utils import timezone
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
+from ocrjobs.services import remote
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.split import document_split
-from ocrjobs.services.submission import CHUNK, Upload, _stage, _Staged, name_from_url
-from ocrjobs.services.urls import address_allowed, check_url
-from ocrjobs.storage import document_store
+from ocrjobs.services.submission import Upload, _stage, _Staged, name_from_url
+from ocrjobs.storage import document_delete, document_store
 
 log = logging.getLogger(__name__)
 
 
 class _Response(io.RawIOBase):
-    """A streamed HTTP body as a file, stopping at the time limit."""
+    """A streamed HTTP body as a file (its deadline and size cap are the exchange's)."""
 
-    def __init__(self, chunks, deadline: float):
+    def __init__(self, chunks):
         self.chunks = chunks
-        self.deadline = deadline
         self.buffer = b""
 
     def readable(self) -> bool:
@@ -42,8 +43,6 @@ class _Response(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         while size < 0 or len(self.buffer) < size:
-            if time.monotonic() > self.deadline:
-                raise ApiError(f"the download took longer than {settings.URL_FETCH_TIMEOUT_SECONDS:.0f} s")
             chunk = next(self.chunks, b"")
             if not chunk:
                 break
@@ -54,87 +53,133 @@ class _Response(io.RawIOBase):
 
 def document_fetch(*, document_id: int) -> Document:
     """Fetch a URL document (in a worker): every address the name resolves to must be public,
-    redirects are checked the same way, the size and time limits hold; then it is checked
-    like an upload and split. A bad URL fails its document, not the job."""
+    redirects are checked the same way, the size cap and the total deadline hold; then it is
+    checked like an upload and split. A bad URL fails its document, not the job.
+
+    The fetch holds the document's short lease and renews it as the bytes come in, so the scaler
+    tick never sends a second fetch beside a live one; what it writes, it writes only while it
+    still holds that lease. At most URL_FETCH_MAX_IN_FLIGHT fetches run at once, so that slow
+    hosts never hold every short-task worker. Each fetch that starts is counted: after
+    URL_FETCH_MAX_ATTEMPTS that never finished (killed, lost), the document fails instead."""
     document = Document.objects.select_related("job").get(pk=document_id)
     if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
         return document
     row = Document.objects.filter(pk=document_id, kind=Document.Kind.URL, status=Document.Status.PENDING)
-    # The download has its own time limit; the lease outlasts it.
-    lease = leases.acquire(row, seconds=settings.URL_FETCH_TIMEOUT_SECONDS + settings.TASK_LEASE_SECONDS)
+    lease = leases.acquire(row)
     if lease is None:
         log.info("document %s: another task is fetching it", document_id)
         return document
     try:
-        return _fetch_and_split(document, lease)
+        if document.fetch_attempts >= settings.URL_FETCH_MAX_ATTEMPTS:
+            return _fetch_failed(document, row, lease, fetch_attempts_error(document.fetch_attempts))
+        if fetches_in_flight(but=document_id) >= settings.URL_FETCH_MAX_IN_FLIGHT:
+            # Every slot is held (by hosts that may be slow on purpose): this worker goes back to
+            # other work; the lease, released below, lapses and the scaler's next tick sends it again.
+            log.info(
+                "document %s: %d fetches in flight already; it waits", document_id, settings.URL_FETCH_MAX_IN_FLIGHT
+            )
+            return document
+        row.filter(task_lease_token=lease).update(fetch_attempts=F("fetch_attempts") + 1)
+        return _fetch_and_split(document, row, lease)
+    except leases.LeaseLost:
+        log.warning("document %s: another task took over its fetch; this one wrote nothing", document_id)
+        return Document.objects.get(pk=document_id)
     finally:
         leases.release(Document.objects.filter(pk=document_id), lease)
 
 
-def _fetch_and_split(document: Document, lease: str) -> Document:
+def fetches_in_flight(*, but: int) -> int:
+    """URL documents a fetch holds the live lease of, deployment-wide (but one). A soft cap: two
+    fetches that start at the same instant may both pass it."""
+    held = Document.objects.filter(kind=Document.Kind.URL, status=Document.Status.PENDING,
+                                   task_lease_until__gte=timezone.now()).exclude(task_lease_token="")  # fmt: skip
+    return held.exclude(pk=but).count()
+
+
+def fetch_attempts_error(attempts: int) -> str:
+    return (
+        f"the download was started {attempts} times and never finished (its worker was stopped, or the "
+        "host held it past its time limit); it is not tried again"
+    )
+
+
+def fetches_exhausted(lost: QuerySet) -> set[int]:
+    """Fail the URL documents in ``lost`` (lapsed leases) whose fetch started URL_FETCH_MAX_ATTEMPTS
+    times: a host that holds every fetch until its worker is stopped never gets another. Their ids."""
+    failed = set()
+    exhausted = lost.filter(fetch_attempts__gte=settings.URL_FETCH_MAX_ATTEMPTS)
+    for document_id, job_id, tries in exhausted.values_list("pk", "job_id", "fetch_attempts"):
+        # Only if still lapsed (no fetch took it meanwhile), in one statement.
+        if leases.expired(Document.objects.filter(pk=document_id, status=Document.Status.PENDING)).update(
+            status=Document.Status.FAILED, error=fetch_attempts_error(tries)
+        ):
+            log.warning("document %s: %d fetches never finished; it fails", document_id, tries)
+            job_refresh(job_id=job_id)
+            failed.add(document_id)
+    return failed
+
+
+class _Renewal:
+    """Renews the fetch's lease as the bytes come in (a third of its length at most apart)."""
+
+    def __init__(self, row, lease: str):
+        self.row, self.lease, self.at = row, lease, time.monotonic()
+
+    def __call__(self, *, now: bool = False) -> None:
+        if now or time.monotonic() - self.at >= settings.TASK_LEASE_SECONDS / 3:
+            leases.renew(self.row, self.lease)
+            self.at = time.monotonic()
+
+
+def _fetch_and_split(document: Document, row, lease: str) -> Document:
+    renewal = _Renewal(row, lease)
     staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
     staging.mkdir(parents=True)
     try:
-        staged = _fetch_to(document.url, staging)
+        staged = _fetch_to(document.url, staging, renewal)
+        renewal(now=True)
         source = document_store(f"documents/{uuid.uuid4().hex}/source{staged.suffix}", staged.path)
     except ApiError as exc:
-        log.info("document %s (%s) not fetched: %s", document.pk, document.url, exc.message)
-        document.status = Document.Status.FAILED
-        document.error = exc.message[:2000]
-        document.save(update_fields=["status", "error"])
-        job_refresh(job_id=document.job_id)
-        return document
+        log.info("document %s not fetched: %s", document.pk, exc.message)
+        return _fetch_failed(document, row, lease, exc.message)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    document.kind, document.source = staged.kind, source
-    document.size_bytes, document.page_count, document.sha256 = staged.size, staged.page_count, staged.sha256
-    document.save(update_fields=["kind", "source", "size_bytes", "page_count", "sha256"])
+    fields = {"kind": staged.kind, "source": source, "size_bytes": staged.size, "page_count": staged.page_count,
+              "sha256": staged.sha256, "task_lease_until": timezone.now() + timedelta(seconds=settings.TASK_LEASE_SECONDS)}  # fmt: skip
+    if not row.filter(task_lease_token=lease).update(**fields):
+        document_delete(source)  # superseded: another fetch owns the document now
+        raise leases.LeaseLost("another task took over this document")
+    for name, value in fields.items():
+        setattr(document, name, value)
     return document_split(document_id=document.pk, lease=lease)
 
 
-def _pinned(url: str, address: str) -> tuple[httpx.URL, dict]:
-    """The request for ``url`` sent to the address that was checked, so that a name which resolves
-    differently the second time (DNS rebinding) cannot lead the download to a private address.
-    The name still goes in the Host header and, for https, in the TLS handshake (SNI), where the
-    certificate is checked against it."""
-    original = httpx.URL(url)
-    default_port = {"http": 80, "https": 443}[original.scheme]
-    host = original.host if original.port in (None, default_port) else f"{original.host}:{original.port}"
-    extensions = {"sni_hostname": original.host} if original.scheme == "https" else {}
-    return original.copy_with(host=address), {"headers": {"Host": host}, "extensions": extensions}
+def _fetch_failed(document: Document, row, lease: str, error: str) -> Document:
+    """The document fails with ``error``, if this fetch still holds its lease (else LeaseLost)."""
+    if not row.filter(task_lease_token=lease).update(status=Document.Status.FAILED, error=error[:2000]):
+        raise leases.LeaseLost("another task took over this document")
+    document.status, document.error = Document.Status.FAILED, error[:2000]
+    job_refresh(job_id=document.job_id)
+    return document
 
 
-def _fetch_to(url: str, staging: Path) -> _Staged:
-    deadline = time.monotonic() + settings.URL_FETCH_TIMEOUT_SECONDS
+def _fetch_to(url: str, staging: Path, progress) -> _Staged:
+    """Download ``url`` (following up to three redirects, each checked) into ``staging``, all of
+    it within URL_FETCH_TIMEOUT_SECONDS and OCR_MAX_FILE_BYTES."""
+    deadline = remote.Deadline(settings.URL_FETCH_TIMEOUT_SECONDS)
     for _ in range(4):  # the URL and up to three redirects
-        check_url(url)
-        parts = urllib.parse.urlsplit(url)
-        try:
-            addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
-        except socket.gaierror as exc:
-            raise ApiError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
-        if not addresses or not all(address_allowed(address) for address in addresses):
-            raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
-        timeout = httpx.Timeout(settings.URL_FETCH_TIMEOUT_SECONDS, connect=10.0)
-        target, pinning = _pinned(url, addresses[0])
-        try:
-            with (
-                httpx.Client(timeout=timeout, follow_redirects=False) as client,
-                client.stream("GET", target, **pinning) as response,
-            ):
-                if response.is_redirect:
-                    url = urllib.parse.urljoin(url, response.headers.get("location", ""))
-                    continue
-                if response.status_code != 200:
-                    raise ApiError(f"{url[:100]}: the server answered HTTP {response.status_code}")
-                length = int(response.headers.get("content-length") or 0)
-                if length > settings.OCR_MAX_FILE_BYTES:
-                    raise ApiError(
-                        f"{url[:100]}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
-                        413,
-                    )
-                body = _Response(response.iter_bytes(CHUNK), deadline)
-                return _stage(Upload(name=name_from_url(url), file=body), staging, 0)
-        except httpx.HTTPError as exc:
-            raise ApiError(f"{url[:100]}: the download failed ({exc.__class__.__name__}: {exc})") from None
-    raise ApiError(f"{url[:100]}: too many redirects")
+        with remote.exchange("GET", url, deadline=deadline, max_bytes=settings.OCR_MAX_FILE_BYTES,
+                             headers={"User-Agent": "fleetadmin-fetch"}, progress=progress) as answer:  # fmt: skip
+            if answer.status in (301, 302, 303, 307, 308) and answer.header("location"):
+                url = urllib.parse.urljoin(url, answer.header("location"))
+                continue
+            if answer.status != 200:
+                raise ApiError(f"{remote.shown(url)}: the server answered HTTP {answer.status}")
+            length = int(answer.header("content-length") or 0)
+            if length > settings.OCR_MAX_FILE_BYTES:
+                raise ApiError(
+                    f"{remote.shown(url)}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
+                    413,
+                )
+            return _stage(Upload(name=name_from_url(url), file=_Response(answer.chunks)), staging, 0)
+    raise ApiError(f"{remote.shown(url)}: too many redirects")

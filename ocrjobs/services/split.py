@@ -296,16 +296,20 @@ def _pages_made(pool_id: int) -> None:
 
 
 def documents_recover(*, pool_id: int) -> list[int]:
-    """Send again the fetch or split of every waiting document whose task never started
-    or stopped renewing its lease (its worker was killed; the broker lost it)."""
+    """Send again the fetch or split of every waiting document whose task never started or stopped
+    renewing its lease (worker killed, task lost); a URL one whose fetches lapsed too often fails."""
     lost = leases.expired(
         Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING).exclude(
             job__status=Job.Status.CANCELLED
         )
     )
-    documents = list(lost.values_list("pk", "kind"))
+    documents = list(lost.values_list("pk", "kind", "fetch_attempts"))
     if not documents:
         return []
+    from ocrjobs.services.fetch import fetches_exhausted  # fetch imports this module
+
+    failed = fetches_exhausted(lost.filter(kind=Document.Kind.URL)) if any(n for _, _, n in documents) else set()
+    documents = [(pk, kind) for pk, kind, _ in documents if pk not in failed]
     Document.objects.filter(pk__in=[pk for pk, _ in documents]).update(**leases.queued())
     fetches = [pk for pk, kind in documents if kind == Document.Kind.URL]
     splits = [pk for pk, kind in documents if kind != Document.Kind.URL]

@@ -1,10 +1,12 @@
 """Webhooks: when a job ends (done, partial, failed, cancelled) its callback URL is posted a
 JSON event, signed with HMAC-SHA256 under its owner's secret.
 
-A delivery is a row. Passes (pods/services/passes.py) take the due ones and make one attempt
-each: one POST with a short time limit, to the address that was checked (public only, pinned
-as URL documents are: ocrjobs/services/fetch.py). A 2xx delivers it; anything else schedules
-the next attempt with back-off, for a day. Nothing sleeps in a worker (invariant 15).
+A delivery is a row. Passes (pods/services/passes.py) claim the due ones, at most
+WEBHOOK_MAX_IN_FLIGHT at a time, and send each attempt to a short task of its own: a pass never
+waits on a receiver. An attempt is one POST within WEBHOOK_TIMEOUT_SECONDS in all, to the address
+that was checked (public only, pinned: ocrjobs/services/remote.py), counted when it starts. A
+2xx delivers it; anything else schedules the next attempt with back-off, for a day. Nothing
+sleeps in a worker (invariant 15).
 
 What a receiver checks::
 
@@ -21,25 +23,24 @@ import hmac
 import json
 import logging
 import secrets
-import socket
 import time
-import urllib.parse
 from datetime import datetime, timedelta
 
-import httpx
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
-from ocrjobs.services.urls import address_allowed, check_url
+from ocrjobs.services import remote
+from ocrjobs.services.urls import check_url
 
 log = logging.getLogger(__name__)
 
 # Seconds after the previous attempt; the last repeats until a day has gone by.
 BACKOFF_SECONDS = [10, 30, 60, 120, 300, 600, 1800, 3600, 7200]
 RETRY_FOR = timedelta(days=1)
-ATTEMPT_TIMEOUT_SECONDS = 10.0
 EVENT_STATUSES = (Job.Status.DONE, Job.Status.PARTIAL, Job.Status.FAILED, Job.Status.CANCELLED)
 
 
@@ -98,63 +99,86 @@ def _ask_for_a_pass() -> None:
 
 
 def deliveries_due(*, now: datetime, limit: int) -> list[int]:
-    return list(WebhookDelivery.objects.due(now=now).order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+    """Due deliveries a pass may send now: no more than fit under WEBHOOK_MAX_IN_FLIGHT."""
+    due = WebhookDelivery.objects.due(now=now).order_by("next_attempt_at").values_list("pk", flat=True)
+    ids = list(due[: min(limit, settings.WEBHOOK_MAX_IN_FLIGHT)])
+    if not ids:  # the usual answer, in one query
+        return []
+    room = settings.WEBHOOK_MAX_IN_FLIGHT - WebhookDelivery.objects.in_flight(now=now).count()
+    return ids[: max(room, 0)]
 
 
-def delivery_step(delivery_id: int) -> str:
-    """One attempt of a due delivery: its new state. The row is claimed first (its next attempt
-    moved past this one's time limit), so two passes never post it twice at once."""
+def delivery_send(delivery_id: int) -> str:
+    """A pass's step for a due delivery: claim it (its lease, so it counts in flight until its
+    attempt ends or the lease lapses) and send its attempt to a short task. Database only: the
+    pass never waits on a receiver (review H1)."""
+    from ocrjobs.tasks import enqueue_delivery  # ocrjobs.tasks imports the services
+
     now = timezone.now()
-    claim_until = now + timedelta(seconds=ATTEMPT_TIMEOUT_SECONDS * 3)
-    claimed = WebhookDelivery.objects.due(now=now).filter(pk=delivery_id).update(next_attempt_at=claim_until)
-    if not claimed:
+    row = WebhookDelivery.objects.due(now=now).filter(pk=delivery_id)
+    lease = leases.acquire(row, seconds=settings.TASK_START_GRACE_SECONDS)
+    if lease is None:
         return "not due"
-    delivery = WebhookDelivery.objects.select_related("job").get(pk=delivery_id)
+    transaction.on_commit(lambda: enqueue_delivery(delivery_id, lease))
+    return "sent"
+
+
+def delivery_attempt(*, delivery_id: int, lease: str) -> str:
+    """One attempt of a delivery this task holds the lease of: its new state.
+
+    The attempt is recorded when it starts, its back-off already counted, so an attempt killed
+    mid-way (its worker stopped) still ages the delivery toward ``failed``, and the next one
+    waits its turn. The POST has a total deadline (WEBHOOK_TIMEOUT_SECONDS) and reads nothing but
+    the status line and headers."""
+    row = WebhookDelivery.objects.filter(pk=delivery_id, state=WebhookDelivery.State.PENDING, task_lease_token=lease)
+    delivery = row.select_related("job", "job__owner").first()
+    if delivery is None:
+        return "not this task's"
+    now = timezone.now()
+    if delivery.attempts and now >= delivery.created_at + RETRY_FOR:
+        row.update(state=WebhookDelivery.State.FAILED, next_attempt_at=None, task_lease_until=now)
+        return WebhookDelivery.State.FAILED
+    attempts = [*delivery.attempts, {"at": now.isoformat()}]
+    retry_at = now + timedelta(seconds=_backoff(len(attempts)))
+    in_flight_until = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS + settings.TASK_LEASE_SECONDS)
+    if not row.update(attempts=attempts, next_attempt_at=retry_at, task_lease_until=in_flight_until):
+        return "not this task's"
     started = time.monotonic()
-    outcome: dict = {"at": now.isoformat()}
     try:
         status = _post(delivery)
-        outcome["status"] = status
+        attempts[-1]["status"] = status
     except ApiError as exc:
         status = None
-        outcome["error"] = exc.message[:500]
-    outcome["seconds"] = round(time.monotonic() - started, 3)
-    attempts = [*delivery.attempts, outcome]
+        attempts[-1]["error"] = exc.message[:500]
+    attempts[-1]["seconds"] = round(time.monotonic() - started, 3)
     ended = timezone.now()
     if status is not None and 200 <= status < 300:
         fields = {"state": WebhookDelivery.State.DELIVERED, "delivered_at": ended, "next_attempt_at": None}
     else:
-        delay = BACKOFF_SECONDS[min(len(attempts) - 1, len(BACKOFF_SECONDS) - 1)]
-        retry_at = ended + timedelta(seconds=delay)
+        retry_at = ended + timedelta(seconds=_backoff(len(attempts)))
         if retry_at > delivery.created_at + RETRY_FOR:
             fields = {"state": WebhookDelivery.State.FAILED, "next_attempt_at": None}
         else:
             fields = {"next_attempt_at": retry_at}
-    WebhookDelivery.objects.filter(pk=delivery_id).update(attempts=attempts, **fields)
-    log.info("webhook %s of job %s: %s", delivery_id, delivery.job_id, outcome)
+    row.update(attempts=attempts, task_lease_until=ended, **fields)
+    log.info("webhook %s of job %s: %s", delivery_id, delivery.job_id, attempts[-1])
     return fields.get("state", WebhookDelivery.State.PENDING)
 
 
-def _post(delivery: WebhookDelivery) -> int:
-    """POST the signed event to the checked, pinned address; the HTTP status (redirects are not
-    followed: a receiver answers where it was told to be)."""
-    from ocrjobs.services.fetch import _pinned  # fetch imports the split, which imports much
+def _backoff(attempts: int) -> int:
+    """Seconds from the start of attempt number ``attempts`` to the next one."""
+    return BACKOFF_SECONDS[min(attempts - 1, len(BACKOFF_SECONDS) - 1)]
 
-    url = check_url(delivery.url)
-    parts = urllib.parse.urlsplit(url)
-    try:
-        addresses = [info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or None)]
-    except socket.gaierror as exc:
-        raise ApiError(f"{parts.hostname}: the name does not resolve ({exc.strerror})") from None
-    if not addresses or not all(address_allowed(address) for address in addresses):
-        raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
+
+def _post(delivery: WebhookDelivery) -> int:
+    """POST the signed event to the checked, pinned address, within WEBHOOK_TIMEOUT_SECONDS in
+    all; the HTTP status (redirects are not followed: a receiver answers where it was told to be;
+    its body is never read)."""
     if delivery.job.owner is None:
         raise ApiError("the job has no owner whose secret could sign the event")
     body = delivery.body.encode()
     timestamp = int(time.time())
-    target, pinning = _pinned(url, addresses[0])
     headers = {
-        **pinning["headers"],
         "Content-Type": "application/json",
         "User-Agent": "fleetadmin-webhooks",
         "X-Fleetadmin-Event": f"job.{delivery.event}",
@@ -162,9 +186,7 @@ def _post(delivery: WebhookDelivery) -> int:
         "X-Fleetadmin-Timestamp": str(timestamp),
         "X-Fleetadmin-Signature": sign(webhook_secret_for(delivery.job.owner), timestamp, body),
     }
-    try:
-        with httpx.Client(timeout=ATTEMPT_TIMEOUT_SECONDS, follow_redirects=False) as client:
-            response = client.post(target, content=body, headers=headers, extensions=pinning["extensions"])
-    except httpx.HTTPError as exc:
-        raise ApiError(f"the post failed ({exc.__class__.__name__}: {exc})") from None
-    return response.status_code
+    deadline = remote.Deadline(settings.WEBHOOK_TIMEOUT_SECONDS)
+    with remote.exchange("POST", delivery.url, deadline=deadline, max_bytes=0, headers=headers,
+                         content=body) as answer:  # fmt: skip
+        return answer.status

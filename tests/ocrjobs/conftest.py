@@ -60,3 +60,21 @@ def running_sim_pool(monkeypatch, settings, tls: ssl.SSLContext | None = None) -
 def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
     with running_sim_pool(monkeypatch, settings) as pool:
         yield pool
+
+
+@pytest.fixture
+def hostile_peer(settings):
+    """``hostile_peer(behaviour)``: a hostile HTTP peer on loopback (tests/hostile.py), which URL
+    documents and webhooks may reach (URL_FETCH_ALLOW_PRIVATE), closed after the test."""
+    from tests.hostile import HostilePeer
+
+    settings.URL_FETCH_ALLOW_PRIVATE = True
+    made = []
+
+    def make(behave) -> HostilePeer:
+        made.append(HostilePeer(behave))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()

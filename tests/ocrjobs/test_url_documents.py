@@ -8,14 +8,18 @@ import socket
 import ssl
 import subprocess
 import threading
+from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
-from ocrjobs.services import fetch
+from ocrjobs.services import fetch, remote
 from ocrjobs.services.fetch import document_fetch
-from ocrjobs.services.split import document_split, documents_split
+from ocrjobs.services.split import document_split, documents_recover, documents_split
 from ocrjobs.services.submission import Upload, job_submit
+from tests import hostile
 from tests.factories import pdf_bytes
 
 URL = "/v1/jobs"
@@ -128,7 +132,7 @@ def test_a_download_over_the_size_limit_is_refused(file_server, local_pool, sett
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused_before_connecting(local_pool, monkeypatch):
-    def resolve(host, port, *args, **kwargs):
+    def resolve(hostile_peer, port, *args, **kwargs):
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
@@ -148,13 +152,13 @@ def test_the_download_goes_to_the_address_that_was_checked_not_a_second_answer(f
 
     real_getaddrinfo = socket.getaddrinfo
 
-    def resolve(host, port, *args, **kwargs):
-        if host != "files.example.org":  # an address: what connecting to it looks up
-            return real_getaddrinfo(host, port, *args, **kwargs)
+    def resolve(hostile_peer, port, *args, **kwargs):
+        if hostile_peer != "files.example.org":  # an address: what connecting to it looks up
+            return real_getaddrinfo(hostile_peer, port, *args, **kwargs)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port or 80))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(fetch, "address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(remote, "address_allowed", lambda address: address == "127.0.0.1")
 
     document = document_fetch(document_id=_url_job(local_pool, f"http://files.example.org:{port}/report.pdf").pk)
 
@@ -186,13 +190,13 @@ def test_an_https_download_pinned_to_its_address_checks_the_certificate_against_
     routes["/report.pdf"] = (200, {}, pdf_bytes())
     real_getaddrinfo = socket.getaddrinfo
 
-    def resolve(host, port, *args, **kwargs):
-        if host != "files.example.org":
-            return real_getaddrinfo(host, port, *args, **kwargs)
+    def resolve(hostile_peer, port, *args, **kwargs):
+        if hostile_peer != "files.example.org":
+            return real_getaddrinfo(hostile_peer, port, *args, **kwargs)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(fetch, "address_allowed", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(remote, "address_allowed", lambda address: address == "127.0.0.1")
 
     # the certificate names files.example.org, not 127.0.0.1: the handshake is for the name
     document = document_fetch(document_id=_url_job(local_pool, f"https://files.example.org:{port}/report.pdf").pk)
@@ -251,3 +255,180 @@ def test_pdf_pages_with_a_text_layer_keep_it_when_asked(local_pool, skip, splitt
         assert job.status == Job.Status.DONE
     else:
         assert page.status == Page.Status.PENDING and page.result == ""
+
+
+# The trust boundary (review H2): a URL hostile_peer we do not control never holds a worker past the
+# fetch's total deadline, never has a compressed body decoded, and a fetch writes only under its lease.
+
+
+def _fetch_in_a_thread(document_id: int) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(document_fetch(document_id=document_id))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.trickled_body])
+def test_a_host_that_trickles_fails_its_document_at_the_deadline(
+    hostile_peer, local_pool, settings, behave, transactional_db
+):
+    settings.URL_FETCH_TIMEOUT_SECONDS = 1.5
+    server = hostile_peer(behave)
+
+    thread, outcome = _fetch_in_a_thread(_url_job(local_pool, server.url("/x.pdf")).pk)
+    thread.join(60)
+
+    assert not thread.is_alive(), "the fetch outlived its deadline"
+    [document] = outcome
+    assert document.status == "failed" and "within 1.5 s" in document.error
+    assert Job.objects.get().status == Job.Status.FAILED
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_a_compressed_bomb_fails_its_document_undecoded(hostile_peer, local_pool, encoding):
+    server = hostile_peer(hostile.bomb(encoding))
+
+    document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
+
+    assert document.status == "failed" and f"Content-Encoding: {encoding}" in document.error
+    assert server.header("Accept-Encoding") == "identity"
+
+
+def test_a_body_without_a_length_is_capped_as_it_streams(hostile_peer, local_pool, settings):
+    settings.OCR_MAX_FILE_BYTES = 1_000_000
+    server = hostile_peer(hostile.endless)
+
+    document = document_fetch(document_id=_url_job(local_pool, server.url("/x.pdf")).pk)
+
+    assert document.status == "failed" and "limit of 1000000 bytes" in document.error
+
+
+def _answer_when(go: threading.Event, body: bytes, *, trickle: bool = False):
+    """A whole PDF, sent once the test says go; with ``trickle``, its trailing newlines a byte at a
+    time until then (a download that goes on)."""
+
+    def answer(peer, conn):
+        peer.send(conn, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+        while not go.wait(hostile.TRICKLE_SECONDS):
+            if trickle:
+                peer.send(conn, b"\n")
+
+    return answer
+
+
+def _take_over(document_id: int) -> None:
+    """What the scaler's recovery and a second fetch do to a fetch whose lease lapsed."""
+    Document.objects.filter(pk=document_id).update(task_lease_token="second", task_lease_until=timezone.now()
+                                                   + timedelta(minutes=5))  # fmt: skip
+
+
+@pytest.mark.parametrize("when", ["downloading", "storing"])
+def test_a_superseded_fetch_writes_nothing(hostile_peer, local_pool, settings, monkeypatch, transactional_db, when):
+    go = threading.Event()
+    server = hostile_peer(_answer_when(go, pdf_bytes()))
+    document = _url_job(local_pool, server.url("/report.pdf"))
+    if when == "storing":  # taken over between the download's last renewal and the save
+        store = fetch.document_store
+        monkeypatch.setattr(fetch, "document_store", lambda *args: (_take_over(document.pk), store(*args))[1])
+        go.set()
+
+    thread, outcome = _fetch_in_a_thread(document.pk)
+    assert server.connected.wait(30)
+    if when == "downloading":
+        _take_over(document.pk)
+        go.set()
+    thread.join(60)
+
+    assert not thread.is_alive() and outcome
+    document.refresh_from_db()
+    assert (document.kind, document.source, document.sha256, document.page_count, document.status) == (
+        "url", "", "", 0, "pending")  # fmt: skip
+    assert document.task_lease_token == "second" and not Page.objects.exists()
+    stored = [path for path in (settings.MEDIA_ROOT / "documents").rglob("*") if path.is_file()]
+    assert stored == []  # what it stored before it found out is deleted
+
+
+def test_a_fetch_renews_its_lease_while_the_bytes_come_in(hostile_peer, local_pool, settings, transactional_db):
+    settings.TASK_LEASE_SECONDS = 1.5  # renewed every 0.5 s of download at most
+    go = threading.Event()
+    server = hostile_peer(_answer_when(go, pdf_bytes(), trickle=True))
+    document = _url_job(local_pool, server.url("/report.pdf"))
+
+    thread, outcome = _fetch_in_a_thread(document.pk)
+    try:
+        assert server.connected.wait(30)
+        first = Document.objects.get(pk=document.pk).task_lease_until
+        deadline = timezone.now() + timedelta(seconds=30)
+        while Document.objects.get(pk=document.pk).task_lease_until == first:
+            assert timezone.now() < deadline, "the lease was never renewed during the download"
+        assert thread.is_alive()  # renewed while the download still ran
+    finally:
+        go.set()
+        thread.join(60)
+    [fetched] = outcome
+    assert (fetched.status, fetched.page_count) == ("split", 3), fetched.error
+
+
+class _Killed(BaseException):
+    """What a worker stopped mid-download leaves: the fetch started, and never finished."""
+
+
+def test_a_document_whose_fetches_never_finish_fails_after_the_cap(local_pool, settings, monkeypatch, queued):
+    settings.URL_FETCH_MAX_ATTEMPTS = 3
+    document = _url_job(local_pool, "https://files.example.org/report.pdf")
+
+    def killed(*args, **kwargs):
+        raise _Killed
+
+    monkeypatch.setattr(fetch, "_fetch_and_split", killed)
+    for attempt in (1, 2, 3):
+        with pytest.raises(_Killed):
+            document_fetch(document_id=document.pk)
+        Document.objects.filter(pk=document.pk).update(task_lease_until=timezone.now() - timedelta(seconds=1))
+        sent_again = documents_recover(pool_id=local_pool.pk)
+        document.refresh_from_db()
+        assert document.fetch_attempts == attempt
+        if attempt < 3:
+            assert sent_again == [document.pk] and document.status == "pending"
+            assert queued() == ["ocrjobs.tasks.fetch_document"] * attempt
+
+    assert sent_again == [] and queued() == ["ocrjobs.tasks.fetch_document"] * 2  # not sent a third time
+    assert document.status == "failed" and "started 3 times and never finished" in document.error
+    assert Job.objects.get().status == Job.Status.FAILED
+
+
+def test_a_fetch_task_sent_after_the_cap_fails_the_document_without_a_request(hostile_peer, local_pool, settings):
+    settings.URL_FETCH_MAX_ATTEMPTS = 3
+    server = hostile_peer(hostile.silent)
+    document = _url_job(local_pool, server.url("/report.pdf"))
+    Document.objects.filter(pk=document.pk).update(fetch_attempts=3)
+
+    document = document_fetch(document_id=document.pk)
+
+    assert document.status == "failed" and "started 3 times" in document.error
+    assert server.requests == []
+
+
+def test_a_fetch_waits_when_every_fetch_slot_is_held(hostile_peer, local_pool, settings, queued):
+    settings.URL_FETCH_MAX_IN_FLIGHT = 1
+    server = hostile_peer(hostile.silent)
+    held = _url_job(local_pool, "https://files.example.org/slow.pdf")
+    Document.objects.filter(pk=held.pk).update(task_lease_token="live", task_lease_until=timezone.now()
+                                               + timedelta(minutes=5))  # fmt: skip
+    waiting = _url_job(local_pool, server.url("/report.pdf"))
+
+    document = document_fetch(document_id=waiting.pk)
+
+    # The worker went back to other work without a request; the document waits, uncounted, and
+    # the scaler's next tick sends its fetch again.
+    assert document.status == "pending" and server.requests == []
+    assert Document.objects.get(pk=waiting.pk).fetch_attempts == 0
+    assert documents_recover(pool_id=local_pool.pk) == [waiting.pk]
+    assert queued() == ["ocrjobs.tasks.fetch_document"]

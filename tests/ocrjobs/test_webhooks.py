@@ -16,6 +16,7 @@ from ocrjobs.models import Job, WebhookDelivery
 from ocrjobs.services import webhooks
 from ocrjobs.services.jobs import job_cancel
 from pods.services import passes
+from tests import hostile
 from tests.factories import image_bytes
 from tests.ocrjobs.helpers import complete_all, split, submit
 from tests.ocrjobs.test_submit_api import assert_refused
@@ -76,9 +77,30 @@ def finished_job(owner, url: str) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
+def run_queued_deliveries() -> int:
+    """Run the delivery tasks waiting in the short-task queue, as a worker would; how many."""
+    from django_q.signing import SignedPackage
+
+    from fleetadmin.clusters import SHORT, brokers
+    from ocrjobs import tasks
+
+    broker = brokers()[SHORT]
+    ran = 0
+    while broker.queue_size():
+        for ack_id, payload in broker.dequeue() or []:
+            task = SignedPackage.loads(payload)
+            broker.acknowledge(ack_id)
+            if task["func"] == "ocrjobs.tasks.deliver_webhook":
+                tasks.deliver_webhook(*task["args"])
+                ran += 1
+    return ran
+
+
 def run_due_deliveries() -> None:
+    """A pass (which only claims due deliveries and sends each to a task), then those tasks."""
     result = passes.pass_run()
     assert result is not None
+    run_queued_deliveries()
 
 
 def test_a_finished_job_posts_a_signed_event_through_a_pass(receiver, ordinary_user):
@@ -155,7 +177,7 @@ def test_a_callback_url_resolving_to_a_private_address_is_refused_at_delivery(se
     job = finished_job(ordinary_user, "http://localhost.example.test/hook")
     WebhookDelivery.objects.filter(job=job).update(url="http://localtest.me:9/hook")  # a public name for 127.0.0.1
 
-    webhooks.delivery_step(WebhookDelivery.objects.get(job=job).pk)
+    run_due_deliveries()
 
     attempt = WebhookDelivery.objects.get(job=job).attempts[0]
     assert "status" not in attempt
@@ -207,3 +229,103 @@ def test_the_secret_is_the_callers_and_stays_the_same(client, submit_token, ordi
 
     assert first["secret"] == again["secret"] == webhooks.webhook_secret_for(ordinary_user)
     assert first["secret"].startswith("whsec_")
+
+
+# The trust boundary (review H1): a receiver we do not control never holds a pass, nor a worker
+# past the attempt's total deadline; an attempt counts from the moment it starts.
+
+
+@pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.silent])
+def test_a_receiver_that_trickles_or_stalls_is_cut_off_at_the_attempts_deadline(hostile_peer, ordinary_user,
+                                                                                settings, behave):  # fmt: skip
+    settings.WEBHOOK_TIMEOUT_SECONDS = 1.5
+    server = hostile_peer(behave)
+    job = finished_job(ordinary_user, server.url("/hook"))
+
+    run_due_deliveries()  # would never return if only each read had a time limit
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    [attempt] = delivery.attempts
+    assert "within 1.5 s" in attempt["error"] and "status" not in attempt
+    assert delivery.state == WebhookDelivery.State.PENDING and delivery.next_attempt_at > timezone.now()
+    assert WebhookDelivery.objects.in_flight(now=timezone.now()).count() == 0  # its slot is free again
+
+
+def test_a_compressed_answer_is_never_decoded(hostile_peer, ordinary_user):
+    server = hostile_peer(hostile.bomb("br"))
+    job = finished_job(ordinary_user, server.url("/hook"))
+
+    run_due_deliveries()
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.state == WebhookDelivery.State.DELIVERED  # the status is all a delivery reads
+    assert server.header("Accept-Encoding") == "identity"
+
+
+def test_an_attempt_is_recorded_when_it_starts_before_the_post_returns(hostile_peer, ordinary_user, settings,
+                                                                       client):  # fmt: skip
+    settings.WEBHOOK_TIMEOUT_SECONDS = 60
+    server = hostile_peer(hostile.silent)
+    job = finished_job(ordinary_user, server.url("/hook"))
+    passes.pass_run()
+    attempt = threading.Thread(target=run_queued_deliveries, daemon=True)
+    attempt.start()
+    try:
+        assert server.connected.wait(30)
+        delivery = WebhookDelivery.objects.get(job=job)
+        # The POST has not returned (the receiver holds it): the attempt is counted already, and
+        # its back-off is set, so a worker killed now still leaves it aging toward failed.
+        assert attempt.is_alive()
+        assert len(delivery.attempts) == 1 and "status" not in delivery.attempts[0]
+        assert delivery.next_attempt_at > timezone.now()
+        assert list(WebhookDelivery.objects.in_flight(now=timezone.now())) == [delivery]
+        client.force_login(ordinary_user)
+        assert "no answer yet" in client.get(f"/jobs/{job.pk}").content.decode()
+    finally:
+        server.close()
+        attempt.join(60)
+    assert not attempt.is_alive()
+
+
+class _Killed(BaseException):
+    """A worker stopped mid-attempt: nothing after the POST runs."""
+
+
+def test_a_delivery_whose_attempts_are_all_killed_still_fails_after_a_day(hostile_peer, ordinary_user,
+                                                                         monkeypatch):  # fmt: skip
+    server = hostile_peer(hostile.silent)
+    job = finished_job(ordinary_user, server.url("/hook"))
+
+    def killed(delivery):
+        raise _Killed
+
+    monkeypatch.setattr(webhooks, "_post", killed)
+    passes.pass_run()
+    with pytest.raises(_Killed):
+        run_queued_deliveries()
+    monkeypatch.undo()
+    # A day on, its lease long lapsed: the next pass does not post again, it gives up.
+    a_day_ago = timezone.now() - timezone.timedelta(days=1, seconds=1)
+    WebhookDelivery.objects.filter(job=job).update(created_at=a_day_ago, next_attempt_at=a_day_ago,
+                                                   task_lease_until=a_day_ago)  # fmt: skip
+    run_due_deliveries()
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.state == WebhookDelivery.State.FAILED and len(delivery.attempts) == 1
+    assert server.requests == []
+
+
+def test_no_more_attempts_are_in_flight_than_the_cap(receiver, ordinary_user, settings):
+    settings.WEBHOOK_MAX_IN_FLIGHT = 2
+    hook = receiver(200)
+    jobs = [finished_job(ordinary_user, hook.url) for _ in range(3)]
+
+    first = passes.pass_run()
+    assert first.steps["webhook"] == 2
+    assert passes.pass_run().steps["webhook"] == 0  # two in flight: the third waits
+    assert run_queued_deliveries() == 2
+    assert passes.pass_run().steps["webhook"] == 1
+    assert run_queued_deliveries() == 1
+
+    assert {d.state for d in WebhookDelivery.objects.filter(job__in=jobs)} == {WebhookDelivery.State.DELIVERED}
+    assert len(hook.received) == 3
