@@ -12,18 +12,23 @@ dispatcher (``document_file``, ``document_bytes``). Page results live in the dat
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
 CHUNK = 1024 * 1024
+
+log = logging.getLogger(__name__)
 
 
 def documents() -> Storage:
@@ -111,3 +116,26 @@ def document_local(name: str) -> Iterator[Path]:
 def document_delete(name: str) -> None:
     if name:
         documents().delete(name)
+
+
+STAGING_MAX_AGE_SECONDS = 24 * 3600
+
+
+def staging_prune() -> int:
+    """Remove staging directories (uploads checked before their job is stored) left by a front
+    that died mid-request: any untouched for a day. The number removed."""
+    staging = settings.MEDIA_ROOT / "staging"
+    if not staging.is_dir():
+        return 0
+    cutoff = time.time() - STAGING_MAX_AGE_SECONDS
+    removed = 0
+    for entry in staging.iterdir():
+        try:
+            if entry.is_dir() and entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+        except FileNotFoundError:
+            continue  # (its own request removed it meanwhile)
+    if removed:
+        log.warning("removed %d staging directories older than a day (a front died mid-upload)", removed)
+    return removed

@@ -79,3 +79,10 @@ def enqueue_delivery(delivery_id: int, lease: str) -> None:
     """A short task an attempt, WEBHOOK_TIMEOUT_SECONDS at most; WEBHOOK_MAX_IN_FLIGHT at once."""
     async_task("ocrjobs.tasks.deliver_webhook", delivery_id, lease, task_name=f"webhook delivery {delivery_id}",
                group="webhooks", save=False)  # fmt: skip
+
+
+def prune_staging() -> int:
+    """Staging directories a dead front left (run by the minute's scaler tick)."""
+    from ocrjobs.storage import staging_prune
+
+    return staging_prune()

@@ -66,9 +66,9 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
     if pool_id is None:  # the minute's schedule, not a nudge
         task_results_prune()
-        from ocrjobs.services.submission import staging_prune
+        from ocrjobs.tasks import prune_staging
 
-        staging_prune()
+        prune_staging()
     try:
         passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
     except Exception:

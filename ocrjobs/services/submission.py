@@ -13,7 +13,6 @@ import logging
 import re
 import shutil
 import threading
-import time
 import unicodedata
 import urllib.parse
 import uuid
@@ -389,29 +388,6 @@ def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
         enqueue_splits(split_ids)
     for document_id in fetch_ids:
         enqueue_fetch(document_id)
-
-
-STAGING_MAX_AGE_SECONDS = 24 * 3600
-
-
-def staging_prune() -> int:
-    """Remove staging directories (uploads checked before their job is stored) left by a front
-    that died mid-request: any untouched for a day. The number removed."""
-    staging = settings.MEDIA_ROOT / "staging"
-    if not staging.is_dir():
-        return 0
-    cutoff = time.time() - STAGING_MAX_AGE_SECONDS
-    removed = 0
-    for entry in staging.iterdir():
-        try:
-            if entry.is_dir() and entry.stat().st_mtime < cutoff:
-                shutil.rmtree(entry, ignore_errors=True)
-                removed += 1
-        except FileNotFoundError:
-            continue  # (its own request removed it meanwhile)
-    if removed:
-        log.warning("removed %d staging directories older than a day (a front died mid-upload)", removed)
-    return removed
 
 
 def name_from_url(url: str) -> str:
