@@ -6,7 +6,7 @@ import secrets
 from django.conf import settings
 from django.db import models
 
-SCOPES = ("read", "submit", "admin")
+SCOPES = ("read", "submit", "webhooks", "admin")
 
 
 def hash_token(token: str) -> str:
@@ -19,7 +19,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
-    scopes = models.CharField(max_length=100, help_text="comma-separated: read, submit, admin")
+    scopes = models.CharField(max_length=100, help_text="comma-separated: read, submit, webhooks, admin")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
@@ -39,7 +39,7 @@ class ApiToken(models.Model):
         return [s for s in self.scopes.split(",") if s]
 
     def allows(self, scope: str) -> bool:
-        # admin implies every scope, submit implies read.
+        # admin implies every scope, submit implies read; webhooks (the signing secret) only itself.
         granted = set(self.scope_list())
         if "admin" in granted:
             return True

@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
-from accounts.models import ApiToken, hash_token
+from accounts.models import SCOPES, ApiToken, hash_token
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +155,13 @@ def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
         if row is None or not row.user.is_active:
             raise ApiError("unknown or revoked token", 401)
         _note_use(row)
-        scopes = {s for s in ("read", "submit", "admin") if row.allows(s)}
+        scopes = {s for s in SCOPES if row.allows(s)}
         if not row.user.is_staff:
             scopes.discard("admin")  # (admin is staff's: a user no longer staff keeps no admin token)
         return row.user, scopes, True
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
-        scopes = {"read", "submit", "admin"} if user.is_staff else {"read", "submit"}
+        scopes = set(SCOPES) if user.is_staff else {"read", "submit", "webhooks"}
         return user, scopes, False
     raise ApiError("authentication required: send 'Authorization: Bearer <token>' or log in", 401)
 

@@ -51,6 +51,9 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-jobs-cancel", "post"): {"summary": "Cancel a job"},
     ("api-jobs-retry", "post"): {"summary": "Retry a partial or failed job's failed pages and documents"},
     ("api-webhooks-secret", "get"): {"summary": "The caller's webhook signing secret"},
+    ("api-webhooks-secret-rotate", "post"): {
+        "summary": "A new webhook signing secret; the one before signs too for a grace period"
+    },
     ("api-runpod-status", "get"): {"summary": "The fleet: pools, pods, backlog, alerts"},
     ("api-runpod-prices", "get"): {"summary": "The GPU price catalogue"},
     ("api-runpod-scale", "post"): {

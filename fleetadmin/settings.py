@@ -338,5 +338,6 @@ URL_FETCH_MAX_IN_FLIGHT = envint("URL_FETCH_MAX_IN_FLIGHT", max(1, Q_CLUSTER["wo
 WEBHOOK_TIMEOUT_SECONDS = envfloat("WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=1.0)
 # Webhook attempts in flight at once, deployment-wide: each holds a short-task worker that long at most.
 WEBHOOK_MAX_IN_FLIGHT = envint("WEBHOOK_MAX_IN_FLIGHT", 2, minimum=1)
+WEBHOOK_SECRET_GRACE_SECONDS = envfloat("WEBHOOK_SECRET_GRACE_SECONDS", 86400.0, minimum=0.0)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.
 URL_FETCH_ALLOW_PRIVATE = envbool("URL_FETCH_ALLOW_PRIVATE", False)

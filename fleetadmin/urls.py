@@ -83,6 +83,7 @@ urlpatterns = [
     path("v1/jobs", jobs_api.jobs, name="api-jobs"),
     path("v1/jobs/<int:job_id>", jobs_api.job_detail, name="api-jobs-detail"),
     path("v1/webhooks/secret", jobs_api.webhook_secret, name="api-webhooks-secret"),
+    path("v1/webhooks/secret/rotate", jobs_api.webhook_secret_rotate_view, name="api-webhooks-secret-rotate"),
     path("v1/jobs/<int:job_id>/pages", jobs_api.job_pages, name="api-jobs-pages"),
     path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),
     path("v1/jobs/<int:job_id>/result.jsonl", jobs_api.job_result_jsonl, name="api-jobs-result-jsonl"),

@@ -13,6 +13,7 @@ from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
+from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, Cursor, api_view, parse_json
@@ -22,7 +23,7 @@ from ocrjobs.services import jobs as job_services
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
-from ocrjobs.services.webhooks import check_callback_url, webhook_secret_for
+from ocrjobs.services.webhooks import check_callback_url, webhook_secret_rotate, webhook_secret_row
 from pods.spend import jobs_spend
 
 
@@ -236,11 +237,24 @@ def job_pages(request: HttpRequest, job_id: int) -> JsonResponse:
     )
 
 
-@api_view(scope="read")
+def _secret_dict(row) -> dict:
+    previous = row.previous_until if row.previous_secret and row.previous_until else None
+    return {"secret": row.secret, "algorithm": "HMAC-SHA256", "signed": "<X-Fleetadmin-Timestamp>.<body>",
+            "created_at": row.created_at.isoformat(),
+            "previous_signs_until": previous.isoformat() if previous and previous > timezone.now() else None}  # fmt: skip
+
+
+@api_view(scope="webhooks")
 def webhook_secret(request: HttpRequest) -> JsonResponse:
-    """The caller's key for checking the signature of its jobs' events (made on first ask)."""
-    return JsonResponse({"secret": webhook_secret_for(request.api_user), "algorithm": "HMAC-SHA256",
-                         "signed": "<X-Fleetadmin-Timestamp>.<body>"})  # fmt: skip
+    """The caller's key for checking the signature of its jobs' events (made on first ask). Its
+    own scope: a read token (a monitoring scraper's) cannot learn it and forge events."""
+    return JsonResponse(_secret_dict(webhook_secret_row(request.api_user)))
+
+
+@api_view(scope="webhooks", methods=("POST",))
+def webhook_secret_rotate_view(request: HttpRequest) -> JsonResponse:
+    """A new secret; the one before still signs events (a second signature) for a grace period."""
+    return JsonResponse(_secret_dict(webhook_secret_rotate(request.api_user)))
 
 
 RESULT_LINES_PER_CHUNK = 200

@@ -123,6 +123,9 @@ class WebhookSecret(models.Model):
     owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_secret")
     secret = models.CharField(max_length=80)
     created_at = models.DateTimeField(default=timezone.now)
+    # After a rotation the secret before it still signs events (a second signature) until then.
+    previous_secret = models.CharField(max_length=80, blank=True, default="")
+    previous_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"webhook secret of {self.owner_id}"

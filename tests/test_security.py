@@ -40,9 +40,10 @@ from tools.processes import REPO
 
 # The only URL names anybody may call without credentials. Keep it this small.
 PUBLIC = {"healthz", "login", "logout"}
-SCOPES = {"read", "submit", "admin"}
-# A token that lacks the scope, for each scope (admin implies submit implies read).
-LACKING = {"read": [], "submit": ["read"], "admin": ["submit"]}
+SCOPES = {"read", "submit", "webhooks", "admin"}
+# A token that lacks the scope, for each scope (admin implies submit implies read; webhooks is the
+# signing secret's alone).
+LACKING = {"read": [], "submit": ["read"], "webhooks": ["submit"], "admin": ["submit", "webhooks"]}
 SKIPPED_PREFIXES = ("admin/", "static/", "media/")
 
 

@@ -13,7 +13,11 @@ What a receiver checks::
     X-Fleetadmin-Timestamp: 1764600000
     X-Fleetadmin-Signature: sha256=<hex of HMAC-SHA256(secret, "1764600000." + body)>
 
-and that the timestamp is recent (it is signed, so an old event cannot be replayed as new).
+that one of the signatures matches (after a rotation the header carries one more, under the
+secret before, for WEBHOOK_SECRET_GRACE_SECONDS, comma-separated), and that the timestamp is recent
+(it is signed, so an old event cannot be replayed as new). The body's ``delivery`` (signed, unlike
+the X-Fleetadmin-Delivery header) is the same for every attempt of one event: a receiver that
+keeps the ones it has seen takes each event once.
 """
 
 from __future__ import annotations
@@ -44,10 +48,43 @@ RETRY_FOR = timedelta(days=1)
 EVENT_STATUSES = (Job.Status.DONE, Job.Status.PARTIAL, Job.Status.FAILED, Job.Status.CANCELLED)
 
 
+def _new_secret() -> str:
+    return f"whsec_{secrets.token_hex(24)}"
+
+
+def webhook_secret_row(owner) -> WebhookSecret:
+    """The owner's signing secret's row, made on first use."""
+    row, _ = WebhookSecret.objects.get_or_create(owner=owner, defaults={"secret": _new_secret()})
+    return row
+
+
 def webhook_secret_for(owner) -> str:
     """The owner's signing secret, made on first use."""
-    row, _ = WebhookSecret.objects.get_or_create(owner=owner, defaults={"secret": f"whsec_{secrets.token_hex(24)}"})
-    return row.secret
+    return webhook_secret_row(owner).secret
+
+
+def webhook_secrets_signing(owner, *, now: datetime | None = None) -> list[str]:
+    """The secrets an event of the owner's is signed with: the current one, and the one before
+    it while its grace after a rotation lasts."""
+    row = webhook_secret_row(owner)
+    now = now or timezone.now()
+    if row.previous_secret and row.previous_until and row.previous_until > now:
+        return [row.secret, row.previous_secret]
+    return [row.secret]
+
+
+def webhook_secret_rotate(owner) -> WebhookSecret:
+    """A new secret for the owner's events; the one before still signs them (a second signature)
+    for WEBHOOK_SECRET_GRACE_SECONDS, while receivers move to the new one."""
+    with transaction.atomic():
+        row = webhook_secret_row(owner)
+        row = WebhookSecret.objects.select_for_update().get(pk=row.pk)
+        grace = timezone.timedelta(seconds=settings.WEBHOOK_SECRET_GRACE_SECONDS)
+        row.previous_secret, row.previous_until = row.secret, timezone.now() + grace
+        row.secret, row.created_at = _new_secret(), timezone.now()
+        row.save()
+    log.info("webhook secret of user %s rotated; the one before signs too until %s", owner.pk, row.previous_until)
+    return row
 
 
 def check_callback_url(url: str | None) -> str:
@@ -176,7 +213,8 @@ def _post(delivery: WebhookDelivery) -> int:
     its body is never read)."""
     if delivery.job.owner is None:
         raise ApiError("the job has no owner whose secret could sign the event")
-    body = delivery.body.encode()
+    # The delivery's id inside the signed body (the header alone could be changed in transit).
+    body = json.dumps({"delivery": str(delivery.pk), **json.loads(delivery.body)}).encode()
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
@@ -184,7 +222,9 @@ def _post(delivery: WebhookDelivery) -> int:
         "X-Fleetadmin-Event": f"job.{delivery.event}",
         "X-Fleetadmin-Delivery": str(delivery.pk),
         "X-Fleetadmin-Timestamp": str(timestamp),
-        "X-Fleetadmin-Signature": sign(webhook_secret_for(delivery.job.owner), timestamp, body),
+        "X-Fleetadmin-Signature": ", ".join(
+            sign(secret, timestamp, body) for secret in webhook_secrets_signing(delivery.job.owner)
+        ),
     }
     deadline = remote.Deadline(settings.WEBHOOK_TIMEOUT_SECONDS)
     with remote.exchange("POST", delivery.url, deadline=deadline, max_bytes=0, headers=headers,

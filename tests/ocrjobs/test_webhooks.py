@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
-from ocrjobs.models import Job, WebhookDelivery
+from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
 from ocrjobs.services import webhooks
 from ocrjobs.services.jobs import job_cancel
 from pods.services import passes
@@ -222,13 +222,76 @@ def test_deliveries_and_their_attempts_show_in_the_api_and_on_the_job_page(
     assert "Webhook deliveries" in page and "HTTP 500" in page
 
 
-def test_the_secret_is_the_callers_and_stays_the_same(client, submit_token, ordinary_user):
-    headers = {"Authorization": f"Bearer {submit_token}"}
+@pytest.fixture
+def webhooks_token(ordinary_user) -> str:
+    from accounts.models import ApiToken
+
+    return ApiToken.issue(user=ordinary_user, name="receiver setup", scopes=["webhooks"])[1]
+
+
+def test_the_secret_is_the_callers_and_stays_the_same(client, webhooks_token, ordinary_user):
+    headers = {"Authorization": f"Bearer {webhooks_token}"}
     first = client.get("/v1/webhooks/secret", headers=headers).json()
     again = client.get("/v1/webhooks/secret", headers=headers).json()
 
     assert first["secret"] == again["secret"] == webhooks.webhook_secret_for(ordinary_user)
-    assert first["secret"].startswith("whsec_")
+    assert first["secret"].startswith("whsec_") and first["previous_signs_until"] is None
+
+
+@pytest.mark.parametrize("scopes", [["read"], ["submit"]])
+def test_the_secret_needs_its_own_scope(client, ordinary_user, scopes):
+    # Review M3: a read token (a Prometheus scraper's) could learn it and forge signed events.
+    from accounts.models import ApiToken
+
+    token = ApiToken.issue(user=ordinary_user, name="t", scopes=scopes)[1]
+    headers = {"Authorization": f"Bearer {token}"}
+
+    assert client.get("/v1/webhooks/secret", headers=headers).status_code == 403
+    assert client.post("/v1/webhooks/secret/rotate", headers=headers).status_code == 403
+
+
+def _signatures(headers: dict) -> list[str]:
+    return [part.strip() for part in headers["x-fleetadmin-signature"].split(",")]
+
+
+def _signed(secret: str, headers: dict, body: bytes) -> str:
+    digest = hmac.new(secret.encode(), f"{headers['x-fleetadmin-timestamp']}.".encode() + body, hashlib.sha256)
+    return f"sha256={digest.hexdigest()}"
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_for_its_grace_then_alone(
+    client, receiver, ordinary_user, webhooks_token, settings
+):
+    headers = {"Authorization": f"Bearer {webhooks_token}"}
+    old = client.get("/v1/webhooks/secret", headers=headers).json()["secret"]
+    rotated = client.post("/v1/webhooks/secret/rotate", headers=headers).json()
+    assert rotated["secret"] != old and rotated["previous_signs_until"] is not None
+    hook = receiver(200, 200)
+
+    finished_job(ordinary_user, hook.url)
+    run_due_deliveries()
+    WebhookSecret.objects.filter(owner=ordinary_user).update(previous_until=timezone.now())  # the grace is over
+    finished_job(ordinary_user, hook.url)
+    run_due_deliveries()
+
+    (during, during_body), (after, after_body) = hook.received
+    assert _signatures(during) == [_signed(rotated["secret"], during, during_body), _signed(old, during, during_body)]
+    assert _signatures(after) == [_signed(rotated["secret"], after, after_body)]
+
+
+def test_the_delivery_id_is_inside_the_signed_body(receiver, ordinary_user):
+    hook = receiver(500, 200)
+    job = finished_job(ordinary_user, hook.url)
+    delivery = WebhookDelivery.objects.get(job=job)
+
+    run_due_deliveries()
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
+    run_due_deliveries()
+
+    (first, first_body), (second, second_body) = hook.received
+    assert json.loads(first_body)["delivery"] == json.loads(second_body)["delivery"] == str(delivery.pk)
+    assert first["x-fleetadmin-delivery"] == str(delivery.pk)
+    assert _signatures(second) == [_signed(webhooks.webhook_secret_for(ordinary_user), second, second_body)]
 
 
 # The trust boundary (review H1): a receiver we do not control never holds a pass, nor a worker
