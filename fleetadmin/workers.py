@@ -16,22 +16,31 @@ inside the cluster, so the cluster is ended as a whole and started again:
   its processes stays dead and unreaped for ``stuck_seconds`` (the Sentinel's guard loop is stuck,
   e.g. on the timer lock of a worker killed while holding it), it kills that cluster's whole group
   and starts it anew; the other clusters run on (their queues' locks are their own). SIGTERM or
-  Ctrl-C gives the workers ``grace_seconds`` to finish, then kills every group. A supervisor
-  killed with -9 takes its clusters with it (the kernel sends each SIGTERM).
+  Ctrl-C gives the workers ``grace_seconds`` to finish, then kills every group;
+- ``ClusterWatchdog`` ends its cluster's whole group ``grace_seconds`` after the cluster was asked
+  to stop, or after its supervisor went away (killed with -9: the kernel sends the cluster SIGTERM,
+  and the watchdog notices the new parent besides). django-q2 stops a cluster by waiting for every
+  worker to finish its task, without a limit, so a task hung on another machine would otherwise
+  keep the cluster alive for ever, unsupervised, beside the one the next start brings up.
 
 Tasks killed with a cluster are run again after the broker's ``retry`` (ORM broker); splits and
 fetches, whose rows hold task leases, are sent again by the scaler tick once their leases lapse
 (fleetadmin/leases.py), on either broker; a boot, release or scale request is a row that the next
 pass takes up once the dead step's lease lapses (pods/services/passes.py).
+
+Length: the cluster's side (its Sentinel, its watchdog) and the supervisor's are one mechanism,
+read together: the same process groups, grace, exit codes and /proc walk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,6 +106,11 @@ def guarded_sentinel_class():
                 self.end_cluster()
             super().reincarnate(process)
 
+        def guard(self):
+            # What shows the class took effect (tests/e2e/test_worker_supervisor.py looks for it).
+            logger.info("%s guards the cluster: a process killed by a signal ends it", type(self).__name__)
+            super().guard()
+
         def end_cluster(self):
             # The pusher first: no task leaves the broker for a queue that nobody will read.
             for process in [self.pusher, *self.pool, self.monitor]:
@@ -108,21 +122,86 @@ def guarded_sentinel_class():
     return GuardedSentinel
 
 
-def run_cluster() -> int:
+def run_cluster(*, supervisor: int | None = None, grace_seconds: float = 10.0) -> int:
     """Run one django-q2 cluster in this process until it stops; its Sentinel's exit code.
 
     The same as ``manage.py qcluster``, with a Sentinel that ends the cluster when one of its
-    processes is killed (see the module's docstring).
+    processes is killed, and a watchdog that ends the cluster's whole group ``grace_seconds`` after
+    it was asked to stop or ``supervisor`` (a pid; by default this process's parent) went away
+    (see the module's docstring).
     """
     import django_q.cluster
 
-    # Cluster.start() looks the Sentinel class up in its module when it forks the Sentinel.
+    # No public hook: django-q2 has no setting for its Sentinel class, and its defect (a worker
+    # killed while it holds the task queue's lock stops the cluster for good, django-q2 issue #23)
+    # has no fix upstream. Cluster.start() looks the name up in its module when it forks the
+    # Sentinel; tests/test_workers.py fails if it no longer does, and the end-to-end tests look for
+    # the GuardedSentinel's "guards the cluster" line in each cluster's log.
     django_q.cluster.Sentinel = guarded_sentinel_class()
-    cluster = django_q.cluster.Cluster()
+    cluster = django_q.cluster.Cluster()  # installs its SIGTERM and SIGINT handlers
+    watchdog = ClusterWatchdog(supervisor or os.getppid(), grace_seconds)
+    watchdog.start()  # before the Sentinel is forked: a stop asked meanwhile counts
     cluster.start()  # SIGTERM or SIGINT from now on: the Sentinel stops its processes and exits 0
     cluster.sentinel.join()
     code = cluster.sentinel.exitcode or 0
     return 128 - code if code < 0 else code
+
+
+class ClusterWatchdog:
+    """Ends every process of this cluster ``grace_seconds`` after it was asked to stop (SIGTERM or
+    SIGINT) or after its supervisor went away, whatever its workers wait on.
+
+    django-q2 stops a cluster by putting a "STOP" in the task queue for each worker and waiting,
+    without a limit, for every worker to take it: a worker hung on a remote (a URL host that never
+    answers) holds the cluster up for ever. The supervisor kills the cluster's group after its own
+    grace, but a supervisor killed with -9 cannot: that is this thread's job. It runs in the
+    cluster's main process, which is the leader of a process group of its own (the supervisor starts
+    it so), so the group is every process django-q2 forked for it, wherever they were reparented.
+    """
+
+    def __init__(self, supervisor: int, grace_seconds: float, poll_seconds: float = 0.2):
+        self.supervisor = supervisor
+        self.grace_seconds = grace_seconds
+        self.poll_seconds = poll_seconds
+        self.asked_at: float | None = None  # monotonic time of the first stop signal
+
+    def start(self) -> None:
+        """Note the stop signals (then hand them to the handlers installed before) and start watching."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+
+            def noted(signum, frame, previous=previous):
+                self._asked()
+                if callable(previous):
+                    previous(signum, frame)
+
+            signal.signal(signum, noted)
+        threading.Thread(target=self._watch, name="cluster-watchdog", daemon=True).start()
+
+    def _asked(self) -> None:
+        if self.asked_at is None:
+            self.asked_at = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.poll_seconds)
+            if self.asked_at is None and os.getppid() != self.supervisor:
+                log.warning("the supervisor (pid %s) is gone: the cluster stops", self.supervisor)
+                self._asked()
+                os.kill(os.getpid(), signal.SIGTERM)  # django-q2's stop: each worker may finish its task
+            if self.asked_at is not None and time.monotonic() - self.asked_at >= self.grace_seconds:
+                log.warning("the cluster did not stop within %g s; killing every process of it", self.grace_seconds)
+                logging.shutdown()
+                end_this_cluster()
+
+
+def end_this_cluster() -> None:
+    """SIGKILL to every process of the cluster this process runs, this one last."""
+    if os.getpgrp() == os.getpid():  # its own group, as the supervisor starts it
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    for process in reversed(process_tree(os.getpid())):  # started by hand: its descendants only
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
 
 
 # --- the supervisor --------------------------------------------------------------------------------

@@ -130,6 +130,11 @@ STAND_IN = textwrap.dedent(
     behaviour = {behaviours!r}[min(len(runs), {last})]
     if behaviour == "ignore-sigterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if behaviour == "hang-on-stop":  # as django-q2 does with a worker hung on a remote, under the watchdog
+        from fleetadmin.workers import ClusterWatchdog
+
+        signal.signal(signal.SIGTERM, lambda signum, frame: time.sleep(600))
+        ClusterWatchdog(os.getppid(), grace_seconds=1, poll_seconds=0.1).start()
     helper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                                "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
     leftovers = [p.pid for run in runs for p in group_members(run["pid"])]
@@ -260,9 +265,12 @@ def test_the_supervisor_calls_its_clock_while_it_runs_and_not_after_it_stopped(t
     assert len(calls) == called
 
 
-def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):
+@contextlib.contextmanager
+def supervisor_killed_with_9(tmp_path: Path, behaviour: str):
+    """A supervisor process running a stand-in cluster, killed with -9 once the cluster started; the
+    cluster's run. What is left of the cluster's group is killed at the end, whatever happens."""
     record = tmp_path / "runs.jsonl"
-    script = stand_in_cluster(tmp_path, record, ("stay",))
+    script = stand_in_cluster(tmp_path, record, (behaviour,))
     supervisor = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {REPO!r})
@@ -273,12 +281,33 @@ def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):
     try:
         supervisor.kill()
         supervisor.wait()
-
-        # the cluster got SIGTERM (a real one stops its workers, which finish their tasks first)
-        wait_for(lambda: not _alive(run["pid"]), GUARD, "the cluster outlived its supervisor")
+        yield run
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run["pid"], signal.SIGKILL)  # the stand-in's helper ignores SIGTERM
+
+
+def test_a_supervisor_killed_with_9_takes_its_cluster_with_it(tmp_path):
+    with supervisor_killed_with_9(tmp_path, "stay") as run:
+        # the cluster got SIGTERM (a real one stops its workers, which finish their tasks first)
+        wait_for(lambda: not _alive(run["pid"]), GUARD, "the cluster outlived its supervisor")
+
+
+def test_a_cluster_hung_on_its_stop_ends_whole_within_its_grace_once_its_supervisor_is_killed_with_9(tmp_path):
+    with supervisor_killed_with_9(tmp_path, "hang-on-stop") as run:
+        # Its SIGTERM handler never returns and its helper ignores SIGTERM: the watchdog kills the group.
+        wait_for(lambda: not group_members(run["pid"]), GUARD, lambda: f"left: {group_members(run['pid'])}")
+
+
+def test_django_q2_still_forks_the_sentinel_class_it_finds_in_its_module():
+    # run_cluster replaces django_q.cluster.Sentinel (no public hook): that takes effect only while
+    # Cluster.start() looks the name up in its module's globals when it runs, and while the Sentinel
+    # has what GuardedSentinel overrides and reads.
+    from django_q.cluster import Cluster, Sentinel
+
+    assert "Sentinel" in Cluster.start.__code__.co_names
+    assert {"reincarnate", "guard"} <= set(vars(Sentinel))
+    assert {"pusher", "pool", "monitor"} <= set(Sentinel.__init__.__code__.co_names)
 
 
 def test_a_process_gone_between_its_stat_and_its_children_is_not_an_error(monkeypatch):

@@ -11,6 +11,9 @@ under one supervisor), on real daphne and tesseract pods.
   other classes' clusters run on: their queues and locks are their own), so a job submitted
   afterwards is done, every page once, with nobody stepping in.
 - kill -9 of the supervisor takes every cluster with it.
+- However the supervisor ends (Ctrl-C, SIGTERM, kill -9, or Ctrl-C then kill -9 before its grace is
+  over), every process of every cluster ends within the grace, even with a task hung on a remote:
+  django-q2 alone waits for that task for ever.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import sys
 from pathlib import Path
 
 import httpx
@@ -25,9 +30,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 from django_q.models import Task
+from django_q.tasks import async_task
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import CLASSES, DISPATCH, PASSES, SHORT, cluster_name
+from fleetadmin.clusters import CLASSES, DISPATCH, PASSES, SHORT, brokers, cluster_name
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
 from pods.models import Pool
@@ -210,4 +216,55 @@ def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_
         # Unsupervised, the clusters would run on, and the next supervisor would start more beside them.
         wait_for(lambda: not left(), GUARD, lambda: f"left running: {left()}\n{workers.tail()}")
     finally:
+        workers.stop()
+
+
+def wait_for_an_answer(port: int) -> None:
+    """A task hung on a remote: it waits, without a limit, for a peer that never answers."""
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.recv(1)
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="processes, not the database: runs once, on SQLite")
+@pytest.mark.parametrize("end", ["ctrl-c", "sigterm", "kill-9", "ctrl-c-then-kill-9"])
+@pytest.mark.timeout(300)
+def test_every_cluster_process_ends_within_the_grace_however_the_supervisor_ends_with_a_task_hung(
+    transactional_db, tmp_path, end
+):
+    for broker in brokers().values():
+        broker.purge_queue()  # nothing left over from earlier tests
+    silent = socket.create_server(("127.0.0.1", 0))  # takes connections and never answers
+    silent.settimeout(GUARD)
+    grace = 2
+    argv = [sys.executable, "manage.py", "workers", f"--grace={grace}"]
+    workers = Process("workers", argv, child_env(tmp_path, Q_WORKERS="1"), tmp_path)  # leads its own session
+    try:
+        # Each class's cluster, guarded: its Sentinel logs it once it has forked the cluster's processes.
+        wait_for(lambda: workers.log_path.read_text().count("GuardedSentinel guards the cluster") == len(CLASSES),
+                 GUARD, lambda: f"the clusters never got ready, each guarded\n{workers.tail()}")  # fmt: skip
+        async_task(f"{__name__}.wait_for_an_answer", silent.getsockname()[1], cluster=cluster_name(SHORT))
+        hung, _ = silent.accept()  # a short-task worker now waits on it
+        supervisor = workers.popen.pid
+        members = [p for p in processes() if p.session == supervisor and p.pid != supervisor]
+        # Each cluster: its main process, Sentinel, monitor, pusher and workers, in a group of its own.
+        assert len({p.pgrp for p in members}) == len(CLASSES) and len(members) >= len(CLASSES) * 5
+
+        if end in ("ctrl-c", "ctrl-c-then-kill-9"):
+            os.killpg(supervisor, signal.SIGINT)  # what a terminal sends its foreground group
+        elif end == "sigterm":
+            os.kill(supervisor, signal.SIGTERM)
+        if end in ("kill-9", "ctrl-c-then-kill-9"):
+            if end == "ctrl-c-then-kill-9":
+                wait_for(lambda: "stopping the workers" in workers.log_path.read_text(), GUARD, workers.tail)
+            os.kill(supervisor, signal.SIGKILL)
+
+        def left() -> list[ProcInfo]:
+            return [p for p in members if still_running(p)]
+
+        # A guard against hangs: without the watchdog they live on, orphaned, until their task ends.
+        wait_for(lambda: not left(), grace + 60, lambda: f"left running: {left()}\n{workers.tail(80)}")
+        workers.popen.wait(GUARD)
+        hung.close()
+    finally:
+        silent.close()
         workers.stop()

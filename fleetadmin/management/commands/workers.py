@@ -4,12 +4,13 @@ and the clock that asks for passes.
 Use this instead of ``manage.py qcluster``: a qcluster whose worker is killed by a signal while
 it waits for a task never runs a task again (see ``fleetadmin.workers``), and work that runs long
 gets capacity of its own (``fleetadmin.clusters``). SIGTERM or Ctrl-C stops every process of
-every cluster.
+every cluster, within ``--grace`` also when the supervisor is killed with -9.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -40,19 +41,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--cluster", choices=CLASSES, help="run one work class's cluster (what the supervisor starts)"
         )
+        parser.add_argument(
+            "--supervisor", type=int, help="with --cluster: the supervisor's pid; the cluster ends when it is gone"
+        )
 
-    def handle(self, *args, grace: float, stuck_seconds: float, cluster: str | None, **options):
+    def handle(self, *args, grace: float, stuck_seconds: float, cluster: str | None, supervisor: int | None, **options):
         if cluster:
             from django_q.conf import Conf
 
             if Conf.CLUSTER_NAME != cluster_name(cluster):
                 raise CommandError(f"the {cluster} cluster runs with Q_CLUSTER_NAME={cluster_name(cluster)}: "
                                    "let `manage.py workers` start it")  # fmt: skip
-            sys.exit(run_cluster())
+            sys.exit(run_cluster(supervisor=supervisor, grace_seconds=grace))
         classes = work_classes()
         for work_class in classes:
             log.info("%s (cluster %s)", work_class.describe(), cluster_name(work_class.name))
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py"), "workers", "--cluster"]
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py"), "workers", f"--grace={grace:g}",
+                  f"--supervisor={os.getpid()}", "--cluster"]  # fmt: skip
         supervisor = Supervisor(
             [Supervised(c.name, [*manage, c.name], cluster_env(c, classes)) for c in classes],
             cwd=settings.BASE_DIR,
