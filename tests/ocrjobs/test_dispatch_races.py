@@ -28,7 +28,7 @@ class Stored:
 
 
 class FailingPod:
-    """Every document is taken (aiohttp's ``put``), every page posted (PodClient's ``post``) gets
+    """Every document is taken (aiohttp's ``put``), every page posted (PodPages's ``post``) gets
     HTTP 500: a fault of the pod. Remembers where pages were sent."""
 
     def __init__(self):
