@@ -87,20 +87,23 @@ class PodPages:
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 raise PodRefused(f"cannot connect to {target.origin()}: {exc!r}") from exc
             try:
-                return answer.status, await self._read(answer)
+                return answer.status, await read_answer(answer, self.max_bytes)
             except BaseException:
                 answer.close()  # the connection too: what is left of the answer is never read
                 raise
             finally:
                 answer.release()
 
-    async def _read(self, answer: aiohttp.ClientResponse) -> bytes:
-        length = answer.content_length
-        if length is not None and length > self.max_bytes:
-            raise AnswerTooLarge(f"the pod's answer is {length} bytes, over {self.max_bytes} (POD_ANSWER_MAX_BYTES)")
-        read = bytearray()
-        while chunk := await answer.content.readany():
-            read += chunk
-            if len(read) > self.max_bytes:
-                raise AnswerTooLarge(f"the pod's answer is over {self.max_bytes} bytes (POD_ANSWER_MAX_BYTES)")
-        return bytes(read)
+
+async def read_answer(answer: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """``answer``'s body, read in chunks; AnswerTooLarge as soon as it is longer than ``max_bytes``
+    (said by its Content-Length, or once that much has come), the rest never read."""
+    length = answer.content_length
+    if length is not None and length > max_bytes:
+        raise AnswerTooLarge(f"the pod's answer is {length} bytes, over {max_bytes} (POD_ANSWER_MAX_BYTES)")
+    read = bytearray()
+    while chunk := await answer.content.readany():
+        read += chunk
+        if len(read) > max_bytes:
+            raise AnswerTooLarge(f"the pod's answer is over {max_bytes} bytes (POD_ANSWER_MAX_BYTES)")
+    return bytes(read)

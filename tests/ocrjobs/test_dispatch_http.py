@@ -602,6 +602,32 @@ def test_a_pod_that_trickles_past_the_deadline_costs_its_page_an_attempt_while_t
     assert [result.page_id for result in loop.results] == [42]
 
 
+def test_a_pods_answer_to_a_documents_put_over_the_cap_costs_the_page_an_attempt(settings):
+    settings.POD_ANSWER_MAX_BYTES = MAX_BYTES
+
+    async def scenario():
+        server, url, _ = await serve_raw(
+            answering(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n" % (MAX_BYTES + 1))
+        )
+        loop, pages, failed = loop_with({7: url})
+        loop.held.clear()  # the pod holds no document: the page's goes first, by PUT
+
+        async def io(fn, *args):
+            return b"png", None  # the document's bytes, no file to close (document_body)
+
+        loop.io = io
+        try:
+            await forward_all(loop, pages[:1])
+        finally:
+            server.close()
+        return loop, failed
+
+    loop, failed = run_guarded(scenario)
+    assert [(page_id, attempt) for page_id, attempt, _, _ in failed] == [(41, 1)]
+    assert "POD_ANSWER_MAX_BYTES" in failed[0][2]
+    assert loop.lanes.pods[7].failures == 1 and not loop.results and not loop.queue
+
+
 def test_a_pod_that_takes_no_connection_gets_the_page_handed_back_with_no_attempt_spent_then_done_on_another():
     async def scenario():
         async def good(request):

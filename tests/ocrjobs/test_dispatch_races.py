@@ -18,13 +18,18 @@ class Stored:
     """A document PUT that the pod took."""
 
     async def __aenter__(self):
-        return SimpleNamespace(status=201, read=self._body)
+        parts = [b'{"pages": 1}', b""]  # read as aiohttp's body is, a chunk at a time, then b"" at its end
+        return SimpleNamespace(status=201, content_length=None, content=SimpleNamespace(readany=self._next(parts)))
 
     async def __aexit__(self, *exc):
         return False
 
-    async def _body(self):
-        return b'{"pages": 1}'
+    @staticmethod
+    def _next(parts):
+        async def readany():
+            return parts.pop(0)
+
+        return readany
 
 
 class FailingPod:
