@@ -229,6 +229,8 @@ DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
 PAGE_CLAIM_SECONDS = envfloat("PAGE_CLAIM_SECONDS", 60.0, minimum=1.0)
 PAGE_MAX_ATTEMPTS = envint("PAGE_MAX_ATTEMPTS", 3, minimum=1)
 PAGE_TIMEOUT_SECONDS = envfloat("PAGE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+# A pod's answer to a page longer than this costs the page an attempt (read no further).
+POD_ANSWER_MAX_BYTES = envint("POD_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
 DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 
 # Pods.

@@ -25,7 +25,9 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from aiohttp.payload import Payload
+from django.conf import settings
 
+from ocrjobs.dispatch.http import AnswerTooLarge, read_answer
 from ocrjobs.dispatch.lanes import LaneTable, PodLanes
 from ocrjobs.services.pages import ClaimedPage
 from ocrjobs.storage import document_bytes, document_file
@@ -241,7 +243,11 @@ class DocumentRoutes:
             url = f"{lane.base_url}/v1/documents/{page.sha256}"
             async with self.client.put(url, data=body, headers=lane.headers) as response:
                 status = response.status
-                answer = await response.read()
+                try:
+                    answer = await read_answer(response, settings.POD_ANSWER_MAX_BYTES)
+                except AnswerTooLarge:
+                    response.close()  # the connection too: the rest of the answer is never read
+                    raise
             if status not in (200, 201):
                 raise DocumentRefused(status, error_of(answer))
         except BaseException:

@@ -36,7 +36,7 @@ from django.utils import timezone
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, PageQueue, error_of
-from ocrjobs.dispatch.http import PodClient, PodDisconnected, PodRefused
+from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
@@ -113,8 +113,8 @@ class DispatchLoop(DocumentRoutes):
         self._last_reason_log = -REASON_LOG_SECONDS
         self.hit_time_limit = False
         self._last_nudge = -1e9
-        # Pages' POSTs to pods, plain or TLS (set by run()); documents' PUTs go through ``client``.
-        self.pods: PodClient | None = None
+        # Pages' POSTs to pods, plain or TLS, on ``client`` as documents' PUTs are (set by run()).
+        self.pods: PodPages | None = None
         # Pods' certificates are checked against this (None: the system's CAs, hostname checked too).
         self.ssl_context: ssl.SSLContext | None = None
         self._documents_init()
@@ -141,13 +141,10 @@ class DispatchLoop(DocumentRoutes):
     async def run(self) -> None:
         started = time.monotonic()
         deadline = started + settings.DISPATCH_MAX_SECONDS
-        # aiohttp rather than httpx for documents' PUTs (pages' POSTs: PodClient): on this machine
-        # httpx's async client did ~160 requests/s against a zero-latency pod, aiohttp ~2,500.
-        timeout = aiohttp.ClientTimeout(total=settings.PAGE_TIMEOUT_SECONDS + 10, sock_connect=5.0)
-        # One verifying context for both clients: a pod's PUTs and POSTs trust the same CAs.
-        context = self.ssl_context or ssl.create_default_context()
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, ssl=context)
-        self.pods = PodClient(timeout=timeout.total, connect_timeout=timeout.sock_connect, ssl_context=context)
+        # aiohttp rather than httpx: on this machine httpx's async client did ~160 requests/s against a
+        # zero-latency pod, aiohttp ~2,500. One session: documents' PUTs and pages' POSTs, one
+        # verifying context (a pod's PUTs and POSTs trust the same CAs), one deadline per request.
+        page_deadline = settings.PAGE_TIMEOUT_SECONDS + 10
         self.wakeup = asyncio.Event()
         last_refresh = last_beat = last_jobs = last_sweep = -1e9
         claim_again_at = 0.0
@@ -155,7 +152,8 @@ class DispatchLoop(DocumentRoutes):
         no_pod_since: float | None = None
         flusher = None
         try:
-            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as self.client:
+            async with pod_session(deadline=page_deadline, ssl_context=self.ssl_context) as self.client:
+                self.pods = PodPages(self.client, deadline=page_deadline, max_bytes=settings.POD_ANSWER_MAX_BYTES)
                 flusher = asyncio.ensure_future(self.flush_forever())
                 while True:
                     now = time.monotonic()
@@ -205,8 +203,6 @@ class DispatchLoop(DocumentRoutes):
         finally:
             if flusher is not None:
                 flusher.cancel()
-            if self.pods is not None:
-                self.pods.close()
             await self.flush()
             if self.queue:
                 await self.db(pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
@@ -339,7 +335,10 @@ class DispatchLoop(DocumentRoutes):
                 self.hand_back(page)
                 await self.connection_refused(lane, exc)
                 return
-            except (aiohttp.ClientError, PodDisconnected) as exc:
+            except AnswerTooLarge as exc:
+                await self.attempt_failed(page, lane, str(exc), pod_fault=True)
+                return
+            except aiohttp.ClientError as exc:
                 await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
                 return
             except DocumentRefused as exc:

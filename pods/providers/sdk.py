@@ -18,6 +18,9 @@ def _import_runpod() -> None:
         return
     import cpuinfo
 
+    # No public hook serves: runpod/serverless/utils/rp_debugger.py calls cpuinfo.get_cpu_info()
+    # at import (module level) and neither library offers a switch. Restored once the import is
+    # done; tests/pods/test_sdk.py fails if it stops taking effect (the import would probe again).
     probe = cpuinfo.get_cpu_info
     cpuinfo.get_cpu_info = lambda: {"brand_raw": platform.processor() or "unknown"}
     try:

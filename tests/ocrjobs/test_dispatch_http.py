@@ -1,6 +1,7 @@
-"""The dispatcher's keep-alive client for pages' POSTs to pods (ocrjobs/dispatch/http.py), plain and
-over TLS, against a real aiohttp server on a local port (TLS: certificates made here, by a CA of the
-test's own)."""
+"""The dispatcher's page POSTs to pods (ocrjobs/dispatch/http.py: aiohttp, a total deadline, a cap on
+the answer), plain and over TLS, against a real aiohttp server on a local port (TLS: certificates made
+here, by a CA of the test's own); and the dispatch loop on them against fake pods that answer
+malformed HTTP from a raw socket, next to a pod that answers well."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import datetime
 import ipaddress
 import socket
 import ssl
+import threading
 from types import SimpleNamespace
 
+import aiohttp
 import pytest
 from aiohttp import web
 from cryptography import x509
@@ -18,13 +21,34 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ocrjobs.dispatch.http import PodClient, PodDisconnected, PodRefused
+from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
+from ocrjobs.dispatch.lanes import FleetCounts
 
 GUARD = 20
 
 
 def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario(), GUARD))
+
+
+def run_guarded(scenario):
+    """Run ``scenario`` on an event loop of its own thread: a loop stuck for good (never yielding,
+    so no asyncio timeout of its own can fire) fails the test instead of hanging it."""
+    outcome: dict = {}
+
+    def main():
+        try:
+            outcome["value"] = asyncio.run(scenario())
+        except BaseException as exc:  # handed to the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    thread.join(GUARD)
+    assert not thread.is_alive(), "the dispatch loop is stuck"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 async def serve(handler, tls: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str, list]:
@@ -46,8 +70,13 @@ async def serve(handler, tls: ssl.SSLContext | None = None) -> tuple[web.AppRunn
     return runner, f"{'https' if tls else 'http'}://127.0.0.1:{port}", peers
 
 
-def client(timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None) -> PodClient:
-    return PodClient(timeout=timeout, connect_timeout=2.0, ssl_context=ssl_context)
+def client(deadline: float = 5.0, ssl_context: ssl.SSLContext | None = None, max_bytes: int = 1 << 20) -> PodPages:
+    """Page POSTs on a session of their own (made in the running loop; ``close(pods)`` ends it)."""
+    return PodPages(pod_session(deadline=deadline, ssl_context=ssl_context), deadline=deadline, max_bytes=max_bytes)
+
+
+async def close(pods: PodPages) -> None:
+    await pods.session.close()
 
 
 def posts(handler, times: int, tls: ssl.SSLContext | None = None, **options) -> tuple[list, list]:
@@ -60,7 +89,7 @@ def posts(handler, times: int, tls: ssl.SSLContext | None = None, **options) -> 
         try:
             return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(times)], peers
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
 
     return run(scenario)
@@ -132,7 +161,8 @@ def test_a_post_carries_the_token_and_body_and_gets_status_and_body_on_one_kept_
     seen = []
 
     async def handler(request):
-        seen.append((request.headers.get("Authorization"), request.content_type, await request.read()))
+        seen.append((request.headers.get("Authorization"), request.content_type, request.headers.get("Accept-Encoding"),
+                     await request.read()))  # fmt: skip
         return web.json_response({"text": "hi"}, status=201)
 
     async def scenario():
@@ -141,13 +171,13 @@ def test_a_post_carries_the_token_and_body_and_gets_status_and_body_on_one_kept_
         try:
             answers = [await pods.post(url, "/v1/ocr", b'{"page": %d}' % n, token="tok") for n in (1, 2, 3)]
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
         return answers, peers
 
     answers, peers = run(scenario)
     assert answers == [(201, b'{"text": "hi"}')] * 3
-    assert seen == [("Bearer tok", "application/json", b'{"page": %d}' % n) for n in (1, 2, 3)]
+    assert seen == [("Bearer tok", "application/json", "identity", b'{"page": %d}' % n) for n in (1, 2, 3)]
     assert len(set(peers)) == 1, "one connection, kept alive"
 
 
@@ -163,7 +193,7 @@ def test_many_posts_in_flight_each_get_their_own_answer():
         try:
             return await asyncio.gather(*(pods.post(url, "/v1/ocr", b"page-%03d" % n) for n in range(100)))
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
 
     assert run(scenario) == [(200, (b"page-%03d" % n)[::-1]) for n in range(100)]
@@ -184,6 +214,36 @@ def test_a_chunked_answer_is_read_whole_and_the_connection_is_kept():
     assert len(set(peers)) == 1
 
 
+def test_an_answer_of_exactly_the_cap_is_kept_longer_ones_are_answer_too_large_and_not_read_on():
+    async def handler(request):
+        size = int((await request.read()).decode())
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()  # no length to refuse up front: the read itself stops
+        await response.prepare(request)
+        await response.write(b"x" * size)
+        await response.write_eof()
+        return response
+
+    async def scenario():
+        runner, url, peers = await serve(handler)
+        pods = client(max_bytes=1000)
+        try:
+            kept = await pods.post(url, "/v1/ocr", b"1000")
+            with pytest.raises(AnswerTooLarge):
+                await pods.post(url, "/v1/ocr", b"1001")
+            with pytest.raises(AnswerTooLarge):
+                await pods.post(url, "/v1/ocr", b"10000000")  # 10 MB: far more than is ever read
+            again = await pods.post(url, "/v1/ocr", b"10")
+            return kept, again, peers
+        finally:
+            await close(pods)
+            await runner.cleanup()
+
+    kept, again, peers = run(scenario)
+    assert (kept, again) == ((200, b"x" * 1000), (200, b"x" * 10))
+    assert peers[2] != peers[3], "the connection of the answer cut short is closed, not read to its end"
+
+
 def test_an_answer_that_closes_its_connection_is_not_reused():
     async def handler(request):
         return web.Response(body=b"ok", headers={"Connection": "close"})
@@ -193,20 +253,27 @@ def test_an_answer_that_closes_its_connection_is_not_reused():
     assert len(set(peers)) == 3
 
 
-def test_no_connection_is_pod_refused():
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nobody listens once it is closed
+        return sock.getsockname()[1]  # nobody listens once it is closed
+
+
+def test_no_connection_is_pod_refused():
+    port = free_port()
 
     async def scenario():
         pods = client()
-        with pytest.raises(PodRefused):
-            await pods.post(f"http://127.0.0.1:{port}", "/v1/ocr", b"{}")
+        try:
+            with pytest.raises(PodRefused):
+                await pods.post(f"http://127.0.0.1:{port}", "/v1/ocr", b"{}")
+        finally:
+            await close(pods)
 
     run(scenario)
 
 
-def test_a_connection_dropped_before_the_answer_is_pod_disconnected_and_the_next_post_connects_anew():
+def test_a_connection_dropped_before_the_answer_is_a_client_error_and_the_next_post_connects_anew():
     calls = []
 
     async def handler(request):
@@ -220,11 +287,12 @@ def test_a_connection_dropped_before_the_answer_is_pod_disconnected_and_the_next
         runner, url, peers = await serve(handler)
         pods = client()
         try:
-            with pytest.raises(PodDisconnected):
+            with pytest.raises(aiohttp.ClientError) as caught:
                 await pods.post(url, "/v1/ocr", b"{}")
+            assert not isinstance(caught.value, PodRefused)
             return await pods.post(url, "/v1/ocr", b"{}"), peers
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
 
     answer, peers = run(scenario)
@@ -243,13 +311,13 @@ def test_a_pod_too_slow_times_out_and_its_connection_is_not_reused_for_the_next_
 
     async def scenario():
         runner, url, peers = await serve(handler)
-        pods = client(timeout=0.3)
+        pods = client(deadline=0.3)
         try:
             with pytest.raises(TimeoutError):
                 await pods.post(url, "/v1/ocr", b"{}")
             return await pods.post(url, "/v1/ocr", b"{}"), peers
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
 
     answer, peers = run(scenario)
@@ -259,28 +327,32 @@ def test_a_pod_too_slow_times_out_and_its_connection_is_not_reused_for_the_next_
 
 def test_only_http_and_https_urls_go_this_way():
     async def scenario():
-        for url in ("ftp://pod.example", "pod.example:8000", "https://"):
-            with pytest.raises(ValueError):
-                await client().post(url, "/v1/ocr", b"{}")
+        pods = client()
+        try:
+            for url in ("ftp://pod.example", "pod.example:8000", "https://"):
+                with pytest.raises(ValueError):
+                    await pods.post(url, "/v1/ocr", b"{}")
+        finally:
+            await close(pods)
 
     run(scenario)
 
 
-def test_a_token_or_path_that_would_break_the_request_head_is_refused_before_anything_is_sent():
+def test_a_token_that_would_break_the_request_head_is_refused_before_anything_is_sent():
     async def scenario():
         async def answer(request):
             return web.json_response({})
 
         runner, url, peers = await serve(answer)
+        pods = client()
         try:
-            pods = client()
-            for base_url, token in ((url, "t\r\nX-Injected: 1"), (url, "t x"), (f"{url}/a b", "t"), (url, "t\0")):
+            for token in ("t\r\nX-Injected: 1", "t\nX-Injected: 1", "t\0"):
                 with pytest.raises(ValueError):
-                    await pods.post(base_url, "/v1/ocr", b"{}", token=token)
+                    await pods.post(url, "/v1/ocr", b"{}", token=token)
             assert peers == []
             assert (await pods.post(url, "/v1/ocr", b"{}", token="t"))[0] == 200
-            pods.close()
         finally:
+            await close(pods)
             await runner.cleanup()
 
     run(scenario)
@@ -288,361 +360,315 @@ def test_a_token_or_path_that_would_break_the_request_head_is_refused_before_any
 
 def test_the_host_header_is_the_pods_address_never_credentials_in_its_url():
     async def scenario():
-        hosts = []
+        seen = []
 
         async def answer(request):
-            hosts.append(request.headers["Host"])
+            seen.append((request.headers["Host"], request.headers.get("Authorization")))
             return web.json_response({})
 
-        runner, url, peers = await serve(answer)
+        runner, url, _ = await serve(answer)
+        pods = client()
         try:
-            pods = client()
             port = url.rsplit(":", 1)[1]
             await pods.post(f"http://user:secret@127.0.0.1:{port}", "/v1/ocr", b"{}")
-            assert hosts == [f"127.0.0.1:{port}"]
-            pods.close()
+            await pods.post(f"http://user:secret@127.0.0.1:{port}", "/v1/ocr", b"{}", token="tok")
+            return seen, port
         finally:
+            await close(pods)
             await runner.cleanup()
 
-    run(scenario)
-
-
-# --- answers aiohttp's server never writes, from a server that writes them as given ---------------
-
-
-async def serve_raw(answers: list[bytes]) -> tuple[asyncio.Server, str, list]:
-    """A server that answers its n-th request with ``answers[n]`` as bytes; its URL; the
-    connections' client ports, one entry a request."""
-    peers: list = []
-
-    async def handle(reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                await reader.readexactly(length)
-                peers.append(writer.get_extra_info("peername")[1])
-                writer.write(answers[len(peers) - 1])
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", peers
-
-
-def raw_posts(answers: list[bytes], times: int, **options) -> tuple[list, list]:
-    """``times`` POSTs one after another on one client to ``serve_raw(answers)``: the answers, and
-    the server's peers."""
-
-    async def scenario():
-        server, url, peers = await serve_raw(answers)
-        pods = client(**options)
-        try:
-            return [await pods.post(url, "/v1/ocr", b"{}") for _ in range(times)], peers
-        finally:
-            pods.close()
-            server.close()
-
-    return run(scenario)
-
-
-def test_an_interim_answer_with_no_length_then_the_answer_in_the_same_bytes_gives_the_answer():
-    interim_then_answer = (
-        b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-    )
-    answers, peers = raw_posts([interim_then_answer] * 2, 2)
-    assert answers == [(200, b"ok")] * 2
-    assert len(set(peers)) == 1
-
-
-@pytest.mark.parametrize(
-    "lengths", [b"Content-Length: -1\r\n", b"Content-Length: 2\r\nContent-Length: 3\r\n", b"Content-Length: +2\r\n"]
-)
-def test_an_answer_whose_length_is_negative_or_contradicts_itself_is_pod_disconnected(lengths):
-    async def scenario():
-        server, url, _ = await serve_raw([b"HTTP/1.1 200 OK\r\n" + lengths + b"\r\n2\r\nok\r\n0\r\n\r\n"])
-        pods = client(timeout=2.0)
-        try:
-            with pytest.raises(PodDisconnected):
-                await pods.post(url, "/v1/ocr", b"{}")
-        finally:
-            pods.close()
-            server.close()
-
-    run(scenario)
-
-
-def test_a_304_or_204_with_a_content_length_has_no_body_and_keeps_the_connection():
-    bodiless = [
-        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
-        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-    ]
-    answers, peers = raw_posts(bodiless, 3, timeout=2.0)
-    assert answers == [(304, b""), (204, b""), (200, b"ok")]
-    assert len(set(peers)) == 1
-
-
-def test_an_answer_whose_connection_header_lists_close_among_others_is_not_reused():
-    answers, peers = raw_posts([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: TE, close\r\n\r\nok"] * 2, 2)
-    assert answers == [(200, b"ok")] * 2
-    assert len(set(peers)) == 2
-
-
-def test_bytes_that_come_after_the_answer_before_its_post_resumes_make_the_connection_unusable():
-    from ocrjobs.dispatch.http import _Connection
-
-    async def scenario():
-        connection = _Connection()
-        connection.answer = asyncio.get_running_loop().create_future()
-        connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")  # nobody asked for it
-        return connection.answer.result(), connection.reusable
-
-    answer, reusable = run(scenario)
-    assert answer == (200, b"ok")
-    assert not reusable, "the next page's POST would take these bytes for its answer"
-
-
-def test_a_post_in_flight_when_the_client_is_closed_leaves_no_connection_open():
-    async def handler(request):
-        await asyncio.sleep(0.3)
-        return web.Response(body=b"ok")
-
-    async def scenario():
-        runner, url, _ = await serve(handler)
-        pods = client()
-        try:
-            post = asyncio.ensure_future(pods.post(url, "/v1/ocr", b"{}"))
-            await asyncio.sleep(0.1)
-            pods.close()
-            answer = await post
-            return answer, [c for idle in pods._idle.values() for c in idle if not c.transport.is_closing()]
-        finally:
-            await runner.cleanup()
-
-    answer, open_connections = run(scenario)
-    assert answer == (200, b"ok")
-    assert open_connections == []
-
-
-def test_a_connection_idle_longer_than_idle_seconds_is_not_reused(monkeypatch):
-    from ocrjobs.dispatch import http
-
-    monkeypatch.setattr(http, "IDLE_SECONDS", 0.2)
-
-    async def handler(request):
-        return web.Response(body=b"ok")
-
-    async def scenario():
-        runner, url, peers = await serve(handler)
-        pods = client()
-        try:
-            await pods.post(url, "/v1/ocr", b"{}")
-            await pods.post(url, "/v1/ocr", b"{}")  # at once: the same connection
-            await asyncio.sleep(0.3)  # as a pod's server may be closing it by now
-            await pods.post(url, "/v1/ocr", b"{}")
-        finally:
-            pods.close()
-            await runner.cleanup()
-        return peers
-
-    peers = run(scenario)
-    assert peers[0] == peers[1] != peers[2]
-
-
-# --- over TLS (RunPod's proxy) ----------------------------------------------------------------------
+    seen, port = run(scenario)
+    assert seen == [(f"127.0.0.1:{port}", None), (f"127.0.0.1:{port}", "Bearer tok")]
 
 
 def test_over_tls_posts_carry_token_and_body_on_one_kept_connection(tls):
     seen = []
 
     async def handler(request):
-        seen.append((request.secure, request.headers.get("Authorization"), await request.read()))
-        return web.json_response({"text": "hi"})
+        seen.append((request.headers.get("Authorization"), await request.read()))
+        return web.json_response({"text": "secret"})
 
-    async def scenario():
-        runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
-        pods = client(ssl_context=tls.trusting)
-        try:
-            answers = [await pods.post(url, "/v1/ocr", b'{"page": %d}' % n, token="tok") for n in (1, 2, 3)]
-        finally:
-            pods.close()
-            await runner.cleanup()
-        return url, answers, peers
-
-    url, answers, peers = run(scenario)
-    assert url.startswith("https://")
-    assert answers == [(200, b'{"text": "hi"}')] * 3
-    assert seen == [(True, "Bearer tok", b'{"page": %d}' % n) for n in (1, 2, 3)]
+    answers, peers = posts(handler, 3, tls=tls.server("127.0.0.1"), ssl_context=tls.trusting)
+    assert answers == [(200, b'{"text": "secret"}')] * 3
+    assert seen == [(None, b"{}")] * 3
     assert len(set(peers)) == 1, "one TLS connection, kept alive"
 
 
-def test_over_tls_a_chunked_answer_is_read_whole_and_the_connection_is_kept(tls):
+def refused_over_tls(server_tls: ssl.SSLContext | None, host: str = "127.0.0.1", **options) -> tuple[Exception, list]:
     async def handler(request):
-        response = web.StreamResponse(status=524)  # as Cloudflare may answer: chunked
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        for part in (b"<html>", b"a timeout occurred", b"</html>"):
-            await response.write(part)
-        await response.write_eof()
-        return response
-
-    answers, peers = posts(handler, 2, tls.server("127.0.0.1"), ssl_context=tls.trusting)
-    assert answers == [(524, b"<html>a timeout occurred</html>")] * 2
-    assert len(set(peers)) == 1
-
-
-def refused_over_tls(server_tls: ssl.SSLContext | None, **options) -> tuple[PodRefused, list]:
-    """A POST over TLS to a server answering "ok" (over TLS with ``server_tls``, else plain HTTP
-    only), which must raise PodRefused: that error, and the peers the server saw."""
-
-    async def handler(request):
-        return web.Response(body=b"ok")
+        return web.json_response({})
 
     async def scenario():
         runner, url, peers = await serve(handler, server_tls)
+        port = url.rsplit(":", 1)[1]
         pods = client(**options)
         try:
             with pytest.raises(PodRefused) as refused:
-                await pods.post(url.replace("http://", "https://"), "/v1/ocr", b"{}")
+                await pods.post(f"https://{host}:{port}", "/v1/ocr", b"{}")
+            return refused.value, peers
         finally:
-            pods.close()
+            await close(pods)
             await runner.cleanup()
-        return refused.value, peers
 
     return run(scenario)
 
 
 def test_over_tls_a_certificate_no_trusted_ca_issued_is_pod_refused_and_nothing_is_posted(tls):
-    # The default context: the system's CAs, which never issued the test CA's.
-    refused, peers = refused_over_tls(tls.server("127.0.0.1"))
-    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
+    error, peers = refused_over_tls(tls.server("127.0.0.1"))  # the system's CAs: the test CA is not one
     assert peers == []
+    assert isinstance(error.__cause__, aiohttp.ClientConnectorCertificateError)
 
 
 def test_over_tls_a_certificate_for_another_host_is_pod_refused(tls):
-    refused, peers = refused_over_tls(tls.server("pod.example"), ssl_context=tls.trusting)  # not 127.0.0.1's
-    assert isinstance(refused.__cause__, ssl.SSLCertVerificationError)
-    assert "mismatch" in str(refused.__cause__)
+    error, peers = refused_over_tls(tls.server("pod.elsewhere.example"), ssl_context=tls.trusting)
     assert peers == []
+    assert isinstance(error.__cause__, aiohttp.ClientConnectorCertificateError)
 
 
 def test_a_tls_handshake_with_a_pod_that_speaks_no_tls_is_pod_refused(tls):
-    refused, peers = refused_over_tls(None, ssl_context=tls.trusting)
-    assert isinstance(refused.__cause__, ssl.SSLError)
+    _, peers = refused_over_tls(None, ssl_context=tls.trusting)
     assert peers == []
 
 
-def test_an_https_url_never_reuses_a_plain_connection_to_the_same_host_and_port(tls):
-    async def handler(request):
-        return web.Response(body=b"ok")
+# --- the dispatch loop on these POSTs: malformed answers cost their page an attempt, the loop goes on
 
-    async def scenario():
-        runner, url, peers = await serve(handler)  # plain HTTP only
-        pods = client(ssl_context=tls.trusting)
+
+async def serve_raw(answer) -> tuple[asyncio.Server, str, asyncio.Event]:
+    """A fake pod on a raw socket: reads a request, then ``answer(writer)`` writes whatever bytes it
+    likes; its URL, and an event set once it has answered (or started to)."""
+    answered = asyncio.Event()
+
+    async def handle(reader, writer):
         try:
-            first = await pods.post(url, "/v1/ocr", b"{}")  # leaves an idle plain connection
-            with pytest.raises(PodRefused):  # a TLS handshake of its own, which this pod cannot do
-                await pods.post(url.replace("http://", "https://"), "/v1/ocr", b"{}")
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            await answer(writer, answered)
+            await asyncio.sleep(GUARD)  # keep the connection open: the client must end it
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
         finally:
-            pods.close()
-            await runner.cleanup()
-        return first, peers
+            writer.close()
 
-    first, peers = run(scenario)
-    assert first == (200, b"ok")
-    assert len(peers) == 1, "the page meant for TLS was never sent in the clear"
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", answered
 
 
-# --- the dispatch loop on this client ----------------------------------------------------------------
+def answering(data: bytes):
+    async def answer(writer, answered):
+        writer.write(data)
+        await writer.drain()
+        answered.set()
+
+    return answer
 
 
-class PodsFailingWith:
-    """A PodClient stand-in whose every POST raises ``error``; remembers the pods asked."""
+async def trickling(writer, answered):
+    """A head that promises 1,000 bytes, then a byte every 50 ms: past any sane deadline."""
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    await writer.drain()
+    answered.set()
+    while True:
+        await asyncio.sleep(0.05)
+        writer.write(b" ")
+        await writer.drain()
 
-    def __init__(self, error: Exception):
-        self.error = error
-        self.asked: list[str] = []
 
-    async def post(self, base_url, path, body, *, token=""):
-        self.asked.append(base_url)
-        raise self.error
+async def closing(writer, answered):
+    """The pod dies with the page: the connection closes with no answer."""
+    answered.set()
+    writer.transport.abort()
 
 
-def loop_with(pods, base_url: str = "http://pod-7") -> tuple:
-    from types import SimpleNamespace
+MAX_BYTES = 64 * 1024
 
+
+def loop_with(pods: dict[int, str], *, deadline: float = 5.0) -> tuple:
+    """A real dispatch loop (its database calls recorded, not made) whose pods are ``pods`` (id ->
+    base URL), one lane each; pod 7 holds document a…, pod 8 document b…: page 41 (of a…) goes to
+    pod 7, page 42 (of b…) to pod 8. Call in the running loop."""
     from ocrjobs.dispatch import loop as dispatch
-    from ocrjobs.dispatch.lanes import FleetCounts
     from ocrjobs.services.pages import ClaimedPage, page_attempt_failed
 
     loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
-    loop.pods = pods
+    loop.client = pod_session(deadline=GUARD)
+    loop.pods = PodPages(loop.client, deadline=deadline, max_bytes=MAX_BYTES)
     failed = []
 
     async def db(fn, /, **kwargs):
         if fn is page_attempt_failed:
-            failed.append(kwargs["error"])
+            # What was stored by then: a pod that hangs must not hold up the other pod's page.
+            failed.append((kwargs["page_id"], kwargs["attempt"], kwargs["error"], [r.page_id for r in loop.results]))
             return "retry"
         return None
 
     loop.db = db
     loop.wakeup = asyncio.Event()
-    loop.lanes.sync([(7, base_url, 1, "")], FleetCounts(ready=1))
-    loop.held[7] = {"a" * 64}  # the pod holds the document: no PUT
-    page = ClaimedPage(id=41, job_id=1, position=0, document_id=1, source="p.png", sha256="a" * 64, number=1,
-                       languages="eng", attempts=1)  # fmt: skip
-    return loop, page, failed
+    loop.lanes.sync([(pod_id, url, 1, "") for pod_id, url in pods.items()], FleetCounts(ready=len(pods)))
+    for pod_id, letter in ((7, "a"), (8, "b")):
+        loop.held[pod_id] = {letter * 64}  # the pod holds the document: no PUT
+    pages = [ClaimedPage(id=41 + n, job_id=1, position=n, document_id=1 + n, source="p.png", sha256=letter * 64,
+                         number=1, languages="eng", attempts=1) for n, letter in enumerate("ab")]  # fmt: skip
+    return loop, pages, failed
 
 
-def test_a_pod_that_takes_no_connection_gets_the_page_handed_back_with_no_attempt_spent():
-    async def scenario():
-        loop, page, failed = loop_with(PodsFailingWith(PodRefused("refused")))
-        loop.queue.append(page)
-        loop.start_forwards()
+async def forward_all(loop, pages) -> None:
+    loop.queue.extend(pages)
+    loop.start_forwards()
+    try:
         await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
-        return loop, page, failed
-
-    loop, page, failed = run_plain(scenario)
-    assert loop.pods.asked == ["http://pod-7"]
-    assert (list(loop.queue), failed) == ([page], []), "back at the head of the queue, no attempt spent"
-    assert 7 in loop.shunned and 7 not in loop.lanes.pods
+    finally:
+        await loop.client.close()
 
 
-def test_a_connection_broken_after_the_request_went_out_is_a_failed_attempt_of_the_pod():
+def beside_a_good_pod(bad_answer, *, deadline: float = 5.0, answer_first: bool = True):
+    """Pages 41 to a fake pod answering ``bad_answer`` and 42 to a well-behaved pod, at once, through
+    the dispatch loop. With ``answer_first`` the good pod answers only after the bad one has (a loop
+    stuck on the bad answer never gets its page; run_guarded fails the test)."""
+
     async def scenario():
-        loop, page, failed = loop_with(PodsFailingWith(PodDisconnected("the pod closed the connection")))
-        loop.queue.append(page)
-        loop.start_forwards()
-        await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+        server, bad_url, answered = await serve_raw(bad_answer)
+
+        async def good(request):
+            await request.read()
+            await answered.wait()
+            return web.json_response({"text": "from pod 8"})
+
+        runner, good_url, _ = await serve(good)
+        loop, pages, failed = loop_with({7: bad_url, 8: good_url}, deadline=deadline)
+        try:
+            await forward_all(loop, pages)
+        finally:
+            server.close()
+            await runner.cleanup()
         return loop, failed
 
-    loop, failed = run_plain(scenario)
-    assert len(failed) == 1 and "the pod is unreachable" in failed[0]
-    assert loop.lanes.pods[7].failures == 1 and not loop.queue
+    return run_guarded(scenario)
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        # A size line that is no hex number: the hand-written client's parse went 16 bytes back, to
+        # the start of these 9, and round again for good, the loop stuck.
+        pytest.param(CHUNKED_HEAD + b"-10\r\nabcd", "the pod is unreachable", id="chunk-size-minus-10"),
+        pytest.param(
+            CHUNKED_HEAD + b"-10\r\n" + b"x" * 40 + b"\r\n0\r\n\r\n",
+            "the pod is unreachable",
+            id="chunk-size-minus-10-then-more",
+        ),  # fmt: skip
+        pytest.param(CHUNKED_HEAD + b"0x5\r\nhello\r\n0\r\n\r\n", "the pod is unreachable", id="chunk-size-0x5"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BYTES + 1),
+            "POD_ANSWER_MAX_BYTES",
+            id="length-over-the-cap",
+        ),  # fmt: skip
+        pytest.param(
+            CHUNKED_HEAD + (b"1000\r\n" + b"x" * 4096 + b"\r\n") * 17 + b"0\r\n\r\n",
+            "POD_ANSWER_MAX_BYTES",
+            id="chunked-over-the-cap",
+        ),  # fmt: skip
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            "the pod is unreachable",
+            id="both-lengths",
+        ),  # fmt: skip
+        pytest.param(b"HTTX/1.1 2OO OK\r\nContent-Length: 2\r\n\r\n{}", "the pod is unreachable", id="garbage-status"),
+        pytest.param(b"\x16\x03\x01 not HTTP at all\r\n\r\n", "the pod is unreachable", id="not-http"),
+        pytest.param(closing, "the pod is unreachable", id="connection-closed"),
+    ],
+)
+def test_a_malformed_answer_costs_its_page_an_attempt_and_the_other_pods_page_is_done(answer, error):
+    loop, failed = beside_a_good_pod(answer if callable(answer) else answering(answer))
+    assert [(page_id, attempt) for page_id, attempt, _, _ in failed] == [(41, 1)], "one attempt spent, page 41's"
+    assert error in failed[0][2]
+    assert loop.lanes.pods[7].failures == 1, "a fault of the pod"
+    assert [(result.page_id, result.pod_id, result.result) for result in loop.results] == [
+        (42, 8, {"text": "from pod 8"})
+    ]
+    assert not loop.queue and not loop.inflight and not loop.forwarding, "nothing left hanging"
+
+
+def test_a_pod_that_trickles_past_the_deadline_costs_its_page_an_attempt_while_the_other_pods_page_is_done():
+    loop, failed = beside_a_good_pod(trickling, deadline=1.0)
+    assert [(page_id, attempt) for page_id, attempt, _, _ in failed] == [(41, 1)]
+    page_id, _, error, stored_by_then = failed[0]
+    assert error == "the pod did not answer in time"
+    assert stored_by_then == [42], "pod 8's page was done while pod 7 still trickled"
+    assert loop.lanes.pods[7].failures == 1
+    assert [result.page_id for result in loop.results] == [42]
+
+
+def test_a_pods_answer_to_a_documents_put_over_the_cap_costs_the_page_an_attempt(settings):
+    settings.POD_ANSWER_MAX_BYTES = MAX_BYTES
+
+    async def scenario():
+        server, url, _ = await serve_raw(
+            answering(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n" % (MAX_BYTES + 1))
+        )
+        loop, pages, failed = loop_with({7: url})
+        loop.held.clear()  # the pod holds no document: the page's goes first, by PUT
+
+        async def io(fn, *args):
+            return b"png", None  # the document's bytes, no file to close (document_body)
+
+        loop.io = io
+        try:
+            await forward_all(loop, pages[:1])
+        finally:
+            server.close()
+        return loop, failed
+
+    loop, failed = run_guarded(scenario)
+    assert [(page_id, attempt) for page_id, attempt, _, _ in failed] == [(41, 1)]
+    assert "POD_ANSWER_MAX_BYTES" in failed[0][2]
+    assert loop.lanes.pods[7].failures == 1 and not loop.results and not loop.queue
+
+
+def test_a_pod_that_takes_no_connection_gets_the_page_handed_back_with_no_attempt_spent_then_done_on_another():
+    async def scenario():
+        async def good(request):
+            return web.json_response({"text": "from pod 8"})
+
+        runner, good_url, _ = await serve(good)
+        loop, pages, failed = loop_with({7: f"http://127.0.0.1:{free_port()}"})
+        try:
+            loop.queue.append(pages[0])
+            loop.start_forwards()
+            await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+            handed_back = list(loop.queue)
+            shunned = 7 in loop.shunned and 7 not in loop.lanes.pods
+            loop.lanes.sync([(8, good_url, 1, "")], FleetCounts(ready=1))
+            loop.held[8] = {"a" * 64}
+            await forward_all(loop, [])
+        finally:
+            await runner.cleanup()
+        return loop, pages, failed, handed_back, shunned
+
+    loop, pages, failed, handed_back, shunned = run_guarded(scenario)
+    assert (handed_back, failed) == ([pages[0]], []), "back at the head of the queue, no attempt spent"
+    assert shunned
+    assert [(result.page_id, result.pod_id) for result in loop.results] == [(41, 8)]
 
 
 def run_plain(scenario):
     return asyncio.run(scenario())
 
 
-def test_a_tls_pods_page_is_posted_on_the_pods_client_and_its_answer_kept(tls):
+def test_a_tls_pods_page_is_posted_and_its_answer_kept(tls):
     async def handler(request):
         return web.json_response({"text": "over tls"})
 
     async def scenario():
         runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
-        loop, page, failed = loop_with(client(ssl_context=tls.trusting), base_url=url)
+        loop, pages, failed = loop_with({7: url})
+        loop.pods.session = loop.client = pod_session(deadline=GUARD, ssl_context=tls.trusting)
         try:
-            loop.queue.append(page)
-            loop.start_forwards()
-            await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+            await forward_all(loop, pages[:1])
         finally:
-            loop.pods.close()
             await runner.cleanup()
         return loop, failed, peers
 
@@ -657,19 +683,16 @@ def test_a_tls_pod_whose_certificate_is_not_trusted_gets_no_page_the_page_handed
 
     async def scenario():
         runner, url, peers = await serve(handler, tls.server("127.0.0.1"))
-        loop, page, failed = loop_with(client(), base_url=url)  # the system's CAs: the test CA is not one
+        loop, pages, failed = loop_with({7: url})  # the system's CAs: the test CA is not one
         try:
-            loop.queue.append(page)
-            loop.start_forwards()
-            await asyncio.wait_for(asyncio.gather(*loop.flights), GUARD)
+            await forward_all(loop, pages[:1])
         finally:
-            loop.pods.close()
             await runner.cleanup()
-        return loop, page, failed, peers
+        return loop, pages, failed, peers
 
-    loop, page, failed, peers = run_plain(scenario)
+    loop, pages, failed, peers = run_plain(scenario)
     assert peers == [] and loop.results == []
-    assert (list(loop.queue), failed) == ([page], []), "back at the head of the queue, no attempt spent"
+    assert (list(loop.queue), failed) == ([pages[0]], []), "back at the head of the queue, no attempt spent"
     assert 7 in loop.shunned and 7 not in loop.lanes.pods
 
 

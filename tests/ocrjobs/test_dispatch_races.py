@@ -18,17 +18,22 @@ class Stored:
     """A document PUT that the pod took."""
 
     async def __aenter__(self):
-        return SimpleNamespace(status=201, read=self._body)
+        parts = [b'{"pages": 1}', b""]  # read as aiohttp's body is, a chunk at a time, then b"" at its end
+        return SimpleNamespace(status=201, content_length=None, content=SimpleNamespace(readany=self._next(parts)))
 
     async def __aexit__(self, *exc):
         return False
 
-    async def _body(self):
-        return b'{"pages": 1}'
+    @staticmethod
+    def _next(parts):
+        async def readany():
+            return parts.pop(0)
+
+        return readany
 
 
 class FailingPod:
-    """Every document is taken (aiohttp's ``put``), every page posted (PodClient's ``post``) gets
+    """Every document is taken (aiohttp's ``put``), every page posted (PodPages's ``post``) gets
     HTTP 500: a fault of the pod. Remembers where pages were sent."""
 
     def __init__(self):
