@@ -293,6 +293,9 @@ def ended_with(parent: int):
     A supervisor killed with -9 would otherwise leave its cluster running unsupervised, and the next
     supervisor would start a second one beside it. SIGTERM is what ``stop()`` sends too: django-q2
     lets each worker finish its task and the cluster exits. Linux only (prctl); elsewhere, nothing.
+    ctypes because the standard library has no prctl (and python-prctl, unmaintained, needs a
+    compiler); tests/test_workers.py::test_a_child_started_with_ended_with_ends_when_its_parent_is_killed
+    fails if the call stops taking effect.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)

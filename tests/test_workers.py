@@ -352,3 +352,40 @@ def test_an_unexpected_error_while_supervising_is_logged_and_the_supervisor_goes
     assert supervisor.restarts == 1
     logged = [r for r in caplog.records if "supervising the cluster workers failed" in r.getMessage()]
     assert len(logged) == 1 and "something nobody foresaw" in logged[0].exc_text
+
+
+ENDED_WITH_PARENT = """
+import os, subprocess, sys, time
+from fleetadmin.workers import ended_with
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], preexec_fn=ended_with(os.getpid()))
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_child_started_with_ended_with_ends_when_its_parent_is_killed():
+    # The ctypes prctl(PR_SET_PDEATHSIG) that `up` and the supervisor start their children with.
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", ENDED_WITH_PARENT], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert os.path.exists(f"/proc/{child}")
+
+    parent.kill()
+    parent.wait(30)
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
