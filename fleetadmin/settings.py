@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from fleetadmin.env import EnvError, envbool, envdollars, envfloat, envint, envsecret, envstr
+from fleetadmin.env import EnvError, envbool, envdollars, envfloat, envint, envproxyheader, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("FLEETADMIN_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -43,6 +43,24 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
+
+# Transport security (issue 23). A scaled-out deployment (DATABASE_URL set) is served over HTTPS,
+# its own or a TLS-terminating proxy's: a plain-HTTP request is redirected, cookies are Secure and
+# browsers are told to use HTTPS only (HSTS). The embedded default serves http://127.0.0.1 as it
+# always has. FLEETADMIN_HTTPS=false says plain HTTP is intended (the test suite's loopback
+# servers); each setting below has its own variable as well.
+HTTPS = envbool("FLEETADMIN_HTTPS", bool(DATABASE_URL))
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer's probe of the front's own port
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", HTTPS)
+# HSTS goes out on HTTPS answers only; a year is what check --deploy and preload lists ask for.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)  # a promise for the whole domain: opt in
+# Only behind a proxy that sets this header on every request (and that the front is reachable
+# through alone): anyone who reaches the front directly could claim HTTPS with it.
+SECURE_PROXY_SSL_HEADER = envproxyheader("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "daphne",

@@ -155,6 +155,7 @@ def child_env(var_dir: Path | None = None, **extra: str) -> dict[str, str]:
         SECRET_KEY=settings.SECRET_KEY,
         OMP_THREAD_LIMIT="1",
         PYTHONUNBUFFERED="1",
+        FLEETADMIN_HTTPS="false",  # plain HTTP on loopback, intended: no redirect, no Secure cookies
     )
     env.update(extra)
     return env
