@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -72,6 +73,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_q",
+    "axes",
     "fleetadmin",
     "accounts",
     "pods",
@@ -86,6 +88,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a refused login into its lock-out answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "fleetadmin.urls"
@@ -182,8 +186,30 @@ else:
     Q_CLUSTER["broker_class"] = "fleetadmin.brokers.OrmBroker"  # django-q2's, with a cheaper empty poll
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes) for every password login, /login/ and /admin/login/ alike; API
+# tokens are not passwords and are not counted. After LOGIN_FAILURE_LIMIT failures for one user
+# name from one client address, that pair is refused (429), even with the right password, until
+# LOGIN_LOCKOUT_SECONDS after the last failure. By name and address together, so that nobody can
+# lock a user out from elsewhere, and a proxy's address does not lock out everyone behind it.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before the password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"  # answered with 429
+AXES_VERBOSE = False  # no start-up banner in every process; lock-outs are still logged
+# The client's address is REMOTE_ADDR alone, never a header a client can write (X-Forwarded-For):
+# behind a proxy, the front's --proxy-headers sets REMOTE_ADDR from the proxy's header. This holds
+# if django-ipware is ever installed too (axes then asks it, in this order only).
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
