@@ -5,15 +5,17 @@ tokens are not passwords and are never counted. On whichever database the suite 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import timedelta
 
+import httpx
 import pytest
 from axes.models import AccessAttempt
 from django.test import Client
 
-from tools.processes import REPO
+from tools.processes import REPO, child_env, start_front
 
 ATTACKER = "198.51.100.7"
 ELSEWHERE = "203.0.113.9"
@@ -107,3 +109,33 @@ def test_the_limit_and_the_lock_come_from_the_environment(tmp_path):
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [7, 60.0]
+
+
+# --- behind a proxy ---------------------------------------------------------------------------------
+
+
+def _log_in_through(url: str, forwarded_for: str, username: str, password: str) -> int:
+    """A browser whose address the proxy puts in X-Forwarded-For logs in through a real front."""
+    with httpx.Client(base_url=url, headers={"X-Forwarded-For": forwarded_for}, timeout=30) as browser:
+        form = browser.get("/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        data = {"csrfmiddlewaretoken": token, "username": username, "password": password, "next": "/"}
+        return browser.post("/login/", data=data).status_code
+
+
+def test_behind_a_proxy_the_front_counts_each_client_by_its_own_address(transactional_db, ordinary_user, tmp_path):
+    # The README's front behind its proxy: daphne's --proxy-headers makes the proxy's
+    # X-Forwarded-For the client's address. Without it, every client would be the proxy's 127.0.0.1.
+    env = child_env(tmp_path, LOGIN_FAILURE_LIMIT="2")
+    front, url = start_front(env, tmp_path, options=("--proxy-headers",))
+    try:
+        failures = [_log_in_through(url, ATTACKER, "bob", f"guess-{n}") for n in range(2)]
+        locked = _log_in_through(url, ATTACKER, "bob", "bob-pass-1")
+        elsewhere = _log_in_through(url, ELSEWHERE, "bob", "bob-pass-1")
+    finally:
+        front.stop()
+
+    assert failures == [200, 429]
+    assert locked == 429
+    assert elsewhere == 302
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {ATTACKER}
