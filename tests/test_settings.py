@@ -63,7 +63,7 @@ def _readme_exports() -> dict[str, str]:
     found = {}
     for line in section.splitlines():
         if line.startswith("export "):
-            found.update(word.split("=", 1) for word in shlex.split(line)[1:])
+            found.update(word.split("=", 1) for word in shlex.split(line, comments=True)[1:])
     return found
 
 
