@@ -89,3 +89,16 @@ def envsecret(name: str, default: str = "") -> str:
         except OSError as exc:
             raise EnvError(f"{name}_FILE={path!r} cannot be read: {exc.strerror}") from None
     return envstr(name, default)
+
+
+def envproxyheader(name: str) -> tuple[str, str] | None:
+    """The request header by which a TLS-terminating proxy says a request came over HTTPS, as
+    Django's ``SECURE_PROXY_SSL_HEADER`` takes it: ``HTTP_X_FORWARDED_PROTO`` (or
+    ``X-Forwarded-Proto``) gives ``("HTTP_X_FORWARDED_PROTO", "https")``; unset gives None."""
+    value = _raw(name)
+    if value is None:
+        return None
+    header = value.upper().replace("-", "_")
+    if not header.replace("_", "").isalnum() or not header.isascii():
+        raise EnvError(f"{name} must be a header name such as HTTP_X_FORWARDED_PROTO, not {value!r}")
+    return (header if header.startswith("HTTP_") else f"HTTP_{header}", "https")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from fleetadmin.env import EnvError, envbool, envdollars, envfloat, envint, envsecret, envstr
+from fleetadmin.env import EnvError, envbool, envdollars, envfloat, envint, envproxyheader, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("FLEETADMIN_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -44,6 +45,24 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 
+# Transport security (issue 23). A scaled-out deployment (DATABASE_URL set) is served over HTTPS,
+# its own or a TLS-terminating proxy's: a plain-HTTP request is redirected, cookies are Secure and
+# browsers are told to use HTTPS only (HSTS). The embedded default serves http://127.0.0.1 as it
+# always has. FLEETADMIN_HTTPS=false says plain HTTP is intended (the test suite's loopback
+# servers); each setting below has its own variable as well.
+HTTPS = envbool("FLEETADMIN_HTTPS", bool(DATABASE_URL))
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer's probe of the front's own port
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", HTTPS)
+# HSTS goes out on HTTPS answers only; a year is what check --deploy and preload lists ask for.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)  # a promise for the whole domain: opt in
+# Only behind a proxy that sets this header on every request (and that the front is reachable
+# through alone): anyone who reaches the front directly could claim HTTPS with it.
+SECURE_PROXY_SSL_HEADER = envproxyheader("SECURE_PROXY_SSL_HEADER")
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -54,6 +73,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_q",
+    "axes",
     "fleetadmin",
     "accounts",
     "pods",
@@ -68,6 +88,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a refused login into its lock-out answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "fleetadmin.urls"
@@ -164,8 +186,30 @@ else:
     Q_CLUSTER["broker_class"] = "fleetadmin.brokers.OrmBroker"  # django-q2's, with a cheaper empty poll
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes) for every password login, /login/ and /admin/login/ alike; API
+# tokens are not passwords and are not counted. After LOGIN_FAILURE_LIMIT failures for one user
+# name from one client address, that pair is refused (429), even with the right password, until
+# LOGIN_LOCKOUT_SECONDS after the last failure. By name and address together, so that nobody can
+# lock a user out from elsewhere, and a proxy's address does not lock out everyone behind it.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before the password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"  # answered with 429
+AXES_VERBOSE = False  # no start-up banner in every process; lock-outs are still logged
+# The client's address is REMOTE_ADDR alone, never a header a client can write (X-Forwarded-For):
+# behind a proxy, the front's --proxy-headers sets REMOTE_ADDR from the proxy's header. This holds
+# if django-ipware is ever installed too (axes then asks it, in this order only).
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -15,6 +15,14 @@ def media_root(settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def plain_http(settings):
+    # The test client speaks plain HTTP. With DATABASE_URL set (CI's PostgreSQL run) the settings
+    # redirect it to HTTPS, as a deployment should; tests/test_settings.py shows that. The
+    # servers tests start are told the same by child_env (FLEETADMIN_HTTPS=false).
+    settings.SECURE_SSL_REDIRECT = False
+
+
+@pytest.fixture(autouse=True)
 def forecasts_read_afresh(settings):
     # A forecast shows what the test just measured, not what a test a second ago did (a front
     # reuses a pool's measurements for a few seconds; tests/ocrjobs/test_forecast.py shows it).

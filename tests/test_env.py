@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetadmin.env import EnvError, envbool, envfloat, envint, envsecret, envstr
+from fleetadmin.env import EnvError, envbool, envfloat, envint, envproxyheader, envsecret, envstr
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,3 +165,24 @@ def test_settings_refuse_a_debug_flag_that_is_not_true_or_false(tmp_path):
 
     assert result.returncode != 0
     assert "DEBUG must be 'true' or 'false', not 'yes'" in result.stderr
+
+
+# --- envproxyheader ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["HTTP_X_FORWARDED_PROTO", "X-Forwarded-Proto", "x_forwarded_proto"])
+def test_envproxyheader_names_the_header_as_django_reads_it(monkeypatch, value):
+    monkeypatch.setenv("FA_TEST_PROXY", value)
+    assert envproxyheader("FA_TEST_PROXY") == ("HTTP_X_FORWARDED_PROTO", "https")
+
+
+def test_envproxyheader_unset_is_none(monkeypatch):
+    monkeypatch.delenv("FA_TEST_PROXY", raising=False)
+    assert envproxyheader("FA_TEST_PROXY") is None
+
+
+@pytest.mark.parametrize("value", ["X-Forwarded-Proto: https", "HTTP_X_FORWARDED_PROTO,https", "X.Proto"])
+def test_envproxyheader_refuses_what_is_not_a_header_name(monkeypatch, value):
+    monkeypatch.setenv("FA_TEST_PROXY", value)
+    with pytest.raises(EnvError, match="FA_TEST_PROXY must be a header name"):
+        envproxyheader("FA_TEST_PROXY")

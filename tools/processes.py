@@ -155,6 +155,7 @@ def child_env(var_dir: Path | None = None, **extra: str) -> dict[str, str]:
         SECRET_KEY=settings.SECRET_KEY,
         OMP_THREAD_LIMIT="1",
         PYTHONUNBUFFERED="1",
+        FLEETADMIN_HTTPS="false",  # plain HTTP on loopback, intended: no redirect, no Secure cookies
     )
     env.update(extra)
     return env
@@ -197,11 +198,12 @@ def start_front(
     application: str = ASGI_APPLICATION,
     own_session: bool = True,
     name: str = "daphne",
+    options: tuple[str, ...] = (),
 ) -> tuple[Process, str]:
-    """The front (daphne, ``python -m fleetadmin.front``) on a free port, once ``/healthz`` answers;
-    the process and its URL."""
+    """The front (daphne, ``python -m fleetadmin.front``, with daphne's ``options``) on a free port,
+    once ``/healthz`` answers; the process and its URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "fleetadmin.front", "-b", "127.0.0.1", "-p", str(port), application]
+    argv = [sys.executable, "-m", "fleetadmin.front", "-b", "127.0.0.1", "-p", str(port), *options, application]
     front = Process(name, argv, env, log_dir, own_session=own_session)
     url = f"http://127.0.0.1:{port}"
     _started(front, lambda: _answers(f"{url}/healthz"), 60, "daphne did not answer")

@@ -30,6 +30,29 @@ from pods.providers.base import Offer, PodSpec, ProviderError, ProviderPod
 
 LOCAL_OFFER = Offer(gpu_type="cpu-tesseract", cloud_type="LOCAL", data_center="localhost")
 
+# What a local pod gets of the control plane's environment: what Python, tesseract and the locale
+# need, and the pod server's own knobs (its engine, cache and device). Nothing else: a pod reads
+# untrusted documents, and a parser exploit there must not find SECRET_KEY, DATABASE_URL,
+# RUNPOD_API_KEY or the bucket's keys (issue 23). The pod's token comes in its spec.
+POD_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+        "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "TESSDATA_PREFIX",
+        "CUDA_VISIBLE_DEVICES",
+        # podserver/config.py and its engines
+        "ENGINE", "MODEL", "DEVICE", "DOCUMENT_CACHE_DIR", "DOCUMENT_CACHE_BYTES", "MAX_DOCUMENT_BYTES",
+        "RAPIDOCR_THREADS", "CUDA_DEVICE_ID", "VLM_URL", "VLM_API_KEY", "VLM_START_TIMEOUT",
+    }
+)  # fmt: skip
+POD_ENV_PREFIXES = ("LC_", "OMP_")
+
+
+def pod_environment(spec_env: dict[str, str]) -> dict[str, str]:
+    """A local pod's environment: the allowed part of this process's, one thread per OCR call,
+    then the spec's own variables (its token)."""
+    inherited = {k: v for k, v in os.environ.items() if k in POD_ENV_NAMES or k.startswith(POD_ENV_PREFIXES)}
+    return {**inherited, "OMP_THREAD_LIMIT": "1", **spec_env}
+
 
 def free_port() -> int:
     """A port free now, maybe not a moment later: only for a child that fails loudly when it is taken."""
@@ -106,7 +129,7 @@ class LocalProvider:
     name = "local"
 
     def create(self, spec: PodSpec) -> ProviderPod:
-        env = {**os.environ, "OMP_THREAD_LIMIT": "1", **spec.env}
+        env = pod_environment(spec.env)
         log_dir = settings.VAR_DIR / "pods"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{spec.name}.log", "ab") as log:

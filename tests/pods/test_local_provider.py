@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from pods.podclient import pod_is_serving
 from pods.providers import local
 from pods.providers.base import PodSpec
 from pods.providers.local import LOCAL_OFFER, LocalProvider
+from tests.podserver.helpers import encode, render
 from tools.processes import wait_for
 
 
@@ -128,3 +130,43 @@ def test_a_pods_child_between_fork_and_exec_is_not_listed_as_a_pod(provider, set
         os.killpg(pod.pid, signal.SIGKILL)
         pod.wait()
         pod.stdout.close()
+
+
+CONTROL_PLANE_SECRETS = {
+    "SECRET_KEY": "control-plane-secret-key",
+    "SECRET_KEY_FILE": "/run/secrets/secret_key",
+    "DATABASE_URL": "postgres://fleetadmin:db-password@db:5432/fleetadmin",
+    "REDIS_URL": "redis://:redis-password@redis:6379/0",
+    "RUNPOD_API_KEY": "rp-control-plane-key",
+    "AWS_SECRET_ACCESS_KEY": "s3-secret",
+    "SOME_OTHER_CONTROL_PLANE_SETTING": "x",
+}
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.decode().split("=", 1) for item in raw.split(b"\0") if item)
+
+
+def test_a_local_pod_gets_none_of_the_control_planes_secrets_and_still_reads_a_page(provider, settings, monkeypatch):
+    for name, value in CONTROL_PLANE_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")  # the locale's variables do go through
+    spec = PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-local-env", lanes=1, offer=LOCAL_OFFER,
+                   env={"POD_TOKEN": "the-pods-own-token"})  # fmt: skip
+
+    created = provider.create(spec)
+    url = wait_for(lambda: (seen := provider.get(created.provider_id)) and seen.base_url, 30, "it never listened")
+    wait_for(lambda: pod_is_serving(url, token="the-pods-own-token"), 30, "the pod never served")
+
+    environ = _environ_of(int(created.provider_id))
+    assert not set(CONTROL_PLANE_SECRETS) & set(environ), sorted(environ)
+    assert not any(value in environ.values() for value in CONTROL_PLANE_SECRETS.values())
+    assert environ["POD_TOKEN"] == "the-pods-own-token"
+    assert environ["OMP_THREAD_LIMIT"] == "1" and environ["LC_ALL"] == "C.UTF-8"
+    assert environ["PATH"] == os.environ["PATH"]
+    page = encode(render(["Allowed environment only."]))
+    answer = httpx.post(f"{url}/v1/ocr", content=page, timeout=60,
+                        headers={"Authorization": "Bearer the-pods-own-token"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert "Allowed environment only" in answer.json()["text"]
