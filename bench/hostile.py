@@ -22,7 +22,10 @@ raw-socket peers on loopback):
 - ``--slow-clients`` unauthenticated clients against the front, each on a connection of its own,
   trickling a byte a second: half of them the headers of a GET, half the body of a 1 MB POST to
   /v1/jobs; a client the front cuts off (408, 503 or a close) connects again a second later.
-and the same three things are measured again while they are served. The URL documents are then
+and the same three things are measured again while they are served. The benchmark's own POSTs
+(the upload, the scale requests) retry a 503 after its Retry-After, as a client should (the front
+refuses a body past FRONT_MAX_BODIES_IN_FLIGHT before reading it); the time counts in what is
+measured and the refusals are printed. The URL documents are then
 waited for (each must fail with its deadline's error): a scaler tick is nudged every few seconds
 meanwhile, standing in for the minute's tick that sends again a fetch that waited for a slot.
 The front's RSS (VmRSS) is read before the hostile parties start and every half-second until the
