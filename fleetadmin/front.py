@@ -17,8 +17,9 @@ daphne reads the body back and queues every chunk of it to the application at on
   once a second): a request's headers must arrive within FRONT_HEADER_TIMEOUT_SECONDS of the
   connection or of the previous answer (an idle keep-alive connection ends then too), a body must
   keep up FRONT_BODY_MIN_BYTES_PER_SECOND after FRONT_BODY_GRACE_SECONDS (else a JSON 408), and at
-  most FRONT_MAX_BODIES_IN_FLIGHT bodies are received at once (past it, a JSON 503 with
-  Retry-After before the body is read). Twisted keeps a body under 100 kB in memory and a larger or
+  most FRONT_MAX_BODIES_IN_FLIGHT bodies are received at once (past it, the slowest body that has
+  been behind the minimum rate for EVICTABLE_AFTER_SECONDS gets a JSON 408 and its place goes to
+  the new one; if none is behind, the new one gets a JSON 503 with Retry-After before it is read). Twisted keeps a body under 100 kB in memory and a larger or
   chunked one in a temporary file, so bodies hold at most 100 kB x FRONT_MAX_BODIES_IN_FLIGHT of
   memory between them.
 
@@ -49,6 +50,8 @@ from twisted.web.http import HTTPChannel
 from fleetadmin.asgi import BODY_EXTENSION
 
 REFUSED_CLOSE_SECONDS = 5.0
+# A body behind the minimum rate for this long gives its slot to a new one when every slot is held.
+EVICTABLE_AFTER_SECONDS = 1.0
 
 
 class FrontRequest(WebRequest):
@@ -68,7 +71,7 @@ class FrontRequest(WebRequest):
             return
         if length != 0:  # a body to come (None: chunked)
             factory = self.channel.factory
-            if len(factory.bodies) >= settings.FRONT_MAX_BODIES_IN_FLIGHT:
+            if len(factory.bodies) >= settings.FRONT_MAX_BODIES_IN_FLIGHT and not factory.evict_slowest():
                 self.content = io.BytesIO()
                 self.refuse(503, "Service Unavailable", "too many uploads are being received; retry shortly")
                 return
@@ -106,6 +109,14 @@ class FrontRequest(WebRequest):
             return False
         late = now - self.body_since - settings.FRONT_BODY_GRACE_SECONDS
         return late > 0 and self.received < late * settings.FRONT_BODY_MIN_BYTES_PER_SECOND
+
+    def rate_behind(self, now: float) -> float | None:
+        """The rate the body arrives at, if it is behind the minimum rate and has been received for
+        EVICTABLE_AFTER_SECONDS at least (its grace aside); None otherwise."""
+        if self.body_since is None or self.refused or now - self.body_since < EVICTABLE_AFTER_SECONDS:
+            return None
+        rate = self.received / (now - self.body_since)
+        return rate if rate < settings.FRONT_BODY_MIN_BYTES_PER_SECOND else None
 
     def refuse(self, status: int = 413, reason: str = "Request Entity Too Large", error: str = "") -> None:
         """A JSON error, as the API answers its errors, and no more of this connection's bytes
@@ -193,6 +204,22 @@ class FrontHTTPFactory(HTTPFactory):
         now = time.monotonic()
         for channel in list(self.channels):
             channel.check_deadlines(now)
+
+    def evict_slowest(self) -> bool:
+        """Every body slot is held: cut off the slowest body behind the minimum rate (a JSON 408),
+        so that its slot goes to the new one; False if none is behind. Without it, slow clients
+        that hold every slot in turn (each cut off after its grace, then back) kept uploads out:
+        bench/hostile.py's 150 slow clients had its one-page upload refused 16 times."""
+        now = time.monotonic()
+        behind = [(rate, request) for request in self.bodies if (rate := request.rate_behind(now)) is not None]
+        if not behind:
+            return False
+        _, slowest = min(behind, key=lambda pair: pair[0])
+        rate = settings.FRONT_BODY_MIN_BYTES_PER_SECOND
+        slowest.refuse(408, "Request Timeout", f"the body arrived slower than {rate} bytes/s while every upload "
+                       "slot was taken")  # fmt: skip
+        slowest.content = io.BytesIO()  # (what it had received is dropped)
+        return True
 
 
 class FrontServer(Server):

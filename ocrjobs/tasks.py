@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django_q.tasks import async_task
 
-from fleetadmin.clusters import DISPATCH, cluster_name
+from fleetadmin.clusters import DISPATCH, SHORT, cluster_name
 from fleetadmin.db import retry_on_db_error
 from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
@@ -22,7 +22,8 @@ def split_document(document_id: int) -> str:
 
 
 def enqueue_split(document_id: int) -> None:
-    async_task("ocrjobs.tasks.split_document", document_id, task_name=f"split document {document_id}", group="splits")
+    async_task("ocrjobs.tasks.split_document", document_id, task_name=f"split document {document_id}", group="splits",
+               cluster=cluster_name(SHORT))  # fmt: skip
 
 
 # A split is now milliseconds (it renders nothing), less than a task's own cost in the broker:
@@ -43,7 +44,7 @@ def enqueue_splits(document_ids: list[int]) -> None:
     for start in range(0, len(document_ids), SPLITS_PER_TASK):
         batch = document_ids[start : start + SPLITS_PER_TASK]
         async_task("ocrjobs.tasks.split_documents", batch, task_name=f"split documents {batch[0]}..{batch[-1]}",
-                   group="splits", save=False)  # fmt: skip
+                   group="splits", save=False, cluster=cluster_name(SHORT))  # fmt: skip
 
 
 @retry_on_db_error
@@ -67,7 +68,8 @@ def fetch_document(document_id: int) -> str:
 
 
 def enqueue_fetch(document_id: int) -> None:
-    async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}", group="splits")
+    async_task("ocrjobs.tasks.fetch_document", document_id, task_name=f"fetch document {document_id}", group="splits",
+               cluster=cluster_name(SHORT))  # fmt: skip
 
 
 @retry_on_db_error
@@ -76,9 +78,12 @@ def deliver_webhook(delivery_id: int, lease: str) -> str:
 
 
 def enqueue_delivery(delivery_id: int, lease: str) -> None:
-    """A short task an attempt, WEBHOOK_TIMEOUT_SECONDS at most; WEBHOOK_MAX_IN_FLIGHT at once."""
+    """A short task an attempt, WEBHOOK_TIMEOUT_SECONDS at most; WEBHOOK_MAX_IN_FLIGHT at once.
+    Sent from a pass: without its cluster named, django-q2 queues a task on the cluster of the
+    process that sends it, and the attempt held the passes' one worker (bench/hostile.py: a
+    receiver that trickles made a scale request wait 10 s for its pass)."""
     async_task("ocrjobs.tasks.deliver_webhook", delivery_id, lease, task_name=f"webhook delivery {delivery_id}",
-               group="webhooks", save=False)  # fmt: skip
+               group="webhooks", save=False, cluster=cluster_name(SHORT))  # fmt: skip
 
 
 def prune_staging() -> int:

@@ -32,7 +32,7 @@ from fleetadmin.clusters import (
     work_classes,
 )
 from fleetadmin.schedules import setup_schedules
-from ocrjobs.tasks import enqueue_dispatch, enqueue_split
+from ocrjobs.tasks import enqueue_delivery, enqueue_dispatch, enqueue_fetch, enqueue_split, enqueue_splits
 from pods import tasks
 from pods.models import PassLease, Pod, Pool, ScaleRequest
 from pods.services import passes
@@ -107,6 +107,21 @@ def test_each_task_goes_to_its_class_queue(queued, local_pool, django_capture_on
     assert queued(DISPATCH) == ["ocrjobs.tasks.dispatch_pool"]
     assert queued(PASSES) == ["pods.tasks.advance_pods"]
     assert queued(SHORT) == ["ocrjobs.tasks.split_document", "pods.tasks.scaler_tick"]
+
+
+@pytest.mark.parametrize("sender", [PASSES, DISPATCH])
+def test_short_tasks_sent_from_another_class_go_to_the_short_queue(queued, monkeypatch, sender):
+    # django-q2 queues a task without a cluster on the sending process's own: a webhook attempt
+    # sent from a pass once held the passes' one worker for its whole deadline.
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", cluster_name(sender))
+    enqueue_delivery(1, "lease")
+    enqueue_fetch(2)
+    enqueue_split(3)
+    enqueue_splits([4])
+
+    assert queued(PASSES, DISPATCH) == []
+    assert queued(SHORT) == ["ocrjobs.tasks.deliver_webhook", "ocrjobs.tasks.fetch_document",
+                             "ocrjobs.tasks.split_document", "ocrjobs.tasks.split_documents"]  # fmt: skip
 
 
 def test_the_schedules_run_in_the_short_tasks_cluster_only(queued, monkeypatch):

@@ -10,7 +10,9 @@ import hashlib
 import io
 import os
 import queue
+import select
 import socket
+import time
 
 import httpx
 import pytest
@@ -20,11 +22,11 @@ from twisted.internet.testing import StringTransport
 
 from accounts.models import ApiToken
 from fleetadmin.asgi import BODY_EXTENSION, FrontASGIHandler, _handed_body
-from fleetadmin.front import FrontHTTPFactory, FrontServer, hand_over_body
+from fleetadmin.front import EVICTABLE_AFTER_SECONDS, FrontHTTPFactory, FrontServer, hand_over_body
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
 from tests.factories import pdf_bytes
-from tools.processes import child_env, start_front
+from tools.processes import child_env, start_front, wait_for
 
 
 @pytest.fixture
@@ -157,29 +159,60 @@ def test_a_body_that_trickles_gets_a_json_408_and_nothing_is_stored(front, token
     assert not Document.objects.exists()
 
 
-@pytest.mark.parametrize("front", [{"FRONT_MAX_BODIES_IN_FLIGHT": "2", **SLOW}], indirect=True)
+HOLD = (
+    b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+    b"Content-Length: 1000\r\n\r\n"
+)  # a body begun, never sent
+
+
+def _upload(front: str, token: str) -> httpx.Response:
+    files = [("files", ("d.pdf", _unique_pdf(0), "application/pdf"))]
+    return httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+# No minimum rate: the bodies held are never behind it, so none gives its place up.
+@pytest.mark.parametrize("front", [{"FRONT_MAX_BODIES_IN_FLIGHT": "2", "FRONT_BODY_MIN_BYTES_PER_SECOND": "0"}],
+                         indirect=True)  # fmt: skip
 def test_bodies_past_the_limit_in_flight_get_a_503_before_they_are_read(front, token):
     host, port = front.removeprefix("http://").split(":")
-    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=x\r\n"
-            b"Content-Length: 1000\r\n\r\n")  # fmt: skip
     holding = [socket.create_connection((host, int(port))) for _ in range(2)]
     try:
         for sock in holding:
-            sock.sendall(head)  # two bodies begun, not finished
+            sock.sendall(HOLD)  # two bodies begun, not finished
         with socket.create_connection((host, int(port))) as third:
             # (the front reads the first two before the third: one more round trip to be sure)
             assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
-            third.sendall(head)
+            third.sendall(HOLD)
 
             answer = _closed_within(third, 30)
 
         assert answer.startswith(b"HTTP/1.1 503 "), answer
         assert b"Retry-After: 1" in answer
-        for sock in holding:  # the two slow ones are cut off in their turn, freeing their places
-            assert _closed_within(sock, 30).startswith(b"HTTP/1.1 408 ")
-        files = [("files", ("d.pdf", _unique_pdf(0), "application/pdf"))]
-        response = httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-        assert response.status_code == 201, response.text
+    finally:
+        for sock in holding:
+            sock.close()
+    # Their places are free once they hang up.
+    assert wait_for(lambda: _upload(front, token).status_code == 201, 30, "the upload was still refused")
+
+
+# A grace longer than the test: only the eviction can free a place.
+@pytest.mark.parametrize("front", [{"FRONT_MAX_BODIES_IN_FLIGHT": "2", "FRONT_BODY_GRACE_SECONDS": "300",
+                                    "FRONT_BODY_MIN_BYTES_PER_SECOND": "50000"}], indirect=True)  # fmt: skip
+def test_when_every_place_is_held_the_slowest_body_behind_the_rate_gives_its_place_to_an_upload(front, token):
+    host, port = front.removeprefix("http://").split(":")
+    holding = [socket.create_connection((host, int(port))) for _ in range(2)]
+    try:
+        for sock in holding:
+            sock.sendall(HOLD)
+        assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200  # (the front has read both)
+        time.sleep(EVICTABLE_AFTER_SECONDS + 0.5)  # both behind the rate for longer than that, by now
+
+        assert _upload(front, token).status_code == 201
+
+        readable, _, _ = select.select(holding, [], [], 30)
+        assert len(readable) == 1, "one slow body, and one only, was cut off"
+        answer = _closed_within(readable[0], 30)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"while every upload slot was taken" in answer, answer
     finally:
         for sock in holding:
             sock.close()

@@ -1,0 +1,22 @@
+"""bench/hostile.py at a small size: with a trickling webhook receiver, trickling URL hosts and
+slow clients on the front all at once, the one-page jobs are done with their text, every URL
+document ends failed at its deadline, and the receiver's attempt is recorded (never a time)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.bench.conftest import assert_goals, run_bench
+
+# The run is about the front, the workers and remote peers, not the database: once, on the SQLite run.
+pytestmark = pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="runs once, on the SQLite run")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_hostile_parties_lose_nothing_and_every_remote_wait_ends_at_its_deadline():
+    figures = run_bench("hostile.py", "--small")
+    assert_goals(figures, "nothing_lost", "url_documents_ended", "webhook_attempt_recorded")
+    assert figures["engaged"]["webhook_receiver_connected"] and figures["engaged"]["url_hosts_connected"] >= 1
