@@ -40,12 +40,18 @@ class Demand:
     affordable: int | None = None  # pods whose boots and idle tails the work pays for (None: no cap)
     sized_for: str = "balanced"  # what set `wanted`: balanced, fastest, cheapest, or "deadline of job N"
     missed_deadline: str = ""  # a deadline that max pods cannot meet, and the earliest it could be met
+    per_page_guessed: bool = False  # no page measured yet: seconds_per_page is the setting's guess
 
 
 def seconds_per_page(pool: Pool) -> float:
     """Measured: the mean time of the pool's last pages on their pods; a setting until there are some."""
+    return _seconds_per_page(pool)[0]
+
+
+def _seconds_per_page(pool: Pool) -> tuple[float, bool]:
+    """(seconds per page, whether that is the setting's guess because no page was measured yet)."""
     mean = selectors.pool_seconds_per_page(pool.pk)
-    return float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS
+    return (float(mean), False) if mean else (settings.SCALE_SECONDS_PER_PAGE_GUESS, True)
 
 
 def boot_times(pool: Pool) -> list[float]:
@@ -78,7 +84,7 @@ def pool_demand(pool: Pool) -> Demand:
     capped = _jobs_over_budget(pool)
     backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
     waiting, running = backlog.waiting, backlog.running
-    per_page = seconds_per_page(pool)
+    per_page, guessed = _seconds_per_page(pool)
     work = (waiting + running) * per_page  # lane-seconds
     wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
     affordable = None
@@ -115,7 +121,7 @@ def pool_demand(pool: Pool) -> Demand:
                 f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
             )
     wanted = min(max(wanted, pool.min_pods), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed)
+    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed)
 
 
 def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
@@ -218,6 +224,11 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         serving = list(pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY], cancel_requested_at=None))
         booting = [p for p in serving if p.state == Pod.State.BOOTING]
         to_boot = min(demand.wanted - len(serving), pool.max_parallel_boots - len(booting))
+        if demand.per_page_guessed and len(booting) < len(serving):
+            # A fleet sized on the guessed page time is wrong by however far the guess is (a storm
+            # once booted 6 pods where 1 did the work): the ready pods measure a page within seconds,
+            # so wait for it. A pool with no ready pod boots on the guess, or nothing would start.
+            to_boot = 0
         if demand.missed_deadline:
             Alert.raise_(pool=pool, kind=Alert.Kind.DEADLINE, message=demand.missed_deadline)
         else:

@@ -43,8 +43,10 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
     settings.SCALE_TARGET_SECONDS = 10
     long_ago = timezone.now() - timezone.timedelta(minutes=5)
     _pod(pool, state=Pod.State.READY, ready_at=long_ago, base_url="http://127.0.0.1:9/none")
-    pages = _pages(pool, 50)  # plenty of demand for more pods
-    Page.objects.filter(pk=pages[0].pk).update(started_at=long_ago)  # the last start was minutes ago
+    pages = _pages(pool, 51)[1:]  # plenty of demand for more pods
+    # One page measured (growth waits for that), and the last start was minutes ago.
+    Page.objects.filter(pk=pages[0].pk - 1).update(status=Page.Status.DONE, seconds=2.0, finished_at=long_ago)
+    Page.objects.filter(pk=pages[0].pk).update(started_at=long_ago)
 
     result = scaler.pool_tick(pool=pool)
 
@@ -124,7 +126,8 @@ def test_a_pool_budget_cap_blocks_new_boots_with_an_alert(pool, settings):
     settings.SCALE_TARGET_SECONDS = 10
     _pod(pool, state=Pod.State.READY, cost_per_hr=Decimal("0.30"), billed_from=timezone.now(),
          ready_at=timezone.now())  # fmt: skip
-    _pages(pool, 40)
+    measured = _pages(pool, 41)[0]  # one page measured: growth waits for that
+    Page.objects.filter(pk=measured.pk).update(status=Page.Status.DONE, seconds=2.0, finished_at=timezone.now())
     result = scaler.pool_tick(pool=pool)
     assert result.booted == [] and result.blocked.startswith("budget cap")
     assert Alert.objects.filter(kind=Alert.Kind.BUDGET, pool=pool, resolved_at__isnull=True).exists()
@@ -274,3 +277,22 @@ def test_the_cost_cap_counts_the_boots_the_pool_measured(pool, settings):
 
     assert scaler.boot_seconds(pool) == pytest.approx(10)
     assert scaler.pool_demand(pool).affordable == 10
+
+
+def test_a_guessed_page_time_grows_no_fleet_whose_ready_pods_are_about_to_measure_it(pool, settings):
+    settings.SCALE_MAX_OVERHEAD = 0.0
+    settings.SCALE_TARGET_SECONDS = 10
+    settings.SCALE_SECONDS_PER_PAGE_GUESS = 2.0  # no page measured yet
+    pool.max_pods, pool.max_parallel_boots = 10, 10
+    pool.save()
+    pages = _pages(pool, 40)  # 40 × 2 s over 2 lanes in 10 s: the guess wants 4 pods
+
+    assert len(scaler.pool_tick(pool=pool).booted) == 4  # no pod ready: it boots on the guess
+
+    Pod.objects.filter(pool=pool).delete()
+    _pod(pool, state=Pod.State.READY, ready_at=timezone.now())
+    result = scaler.pool_tick(pool=pool)  # a ready pod will measure the page time in seconds: wait for it
+    assert (result.wanted, result.serving, result.booted) == (4, 1, [])
+
+    Page.objects.filter(pk=pages[0].pk).update(status=Page.Status.DONE, seconds=2.0, finished_at=timezone.now())
+    assert len(scaler.pool_tick(pool=pool).booted) == 3  # measured: it grows again
