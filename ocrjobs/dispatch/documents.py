@@ -204,10 +204,18 @@ class DocumentRoutes:
         now = time.monotonic()
         waiting_since = self.affinity_waits.setdefault(head.id, now)
         if now - waiting_since < AFFINITY_WAIT_SECONDS:
-            holders = sum(1 for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods)
+            holding = [
+                self.lanes.pods[pod_id] for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods
+            ]
             # The pages queued for its bytes, not its one document's: many same-bytes documents
-            # are one long document to the pods holding it.
-            if max(head.pages, self.queue.per_sha256[head.sha256]) < AFFINITY_SPREAD_PAGES * holders:
+            # are one long document to the pods holding it. A second copy pays when the document is
+            # long, or when the pages queued for its bytes are more, by a long document's worth,
+            # than its pods' lanes will start next (the queue holds about twice the loop's lanes, so
+            # it never shows a long document's pages per pod when several pods hold the bytes).
+            queued = self.queue.per_sha256[head.sha256]
+            long = max(head.pages, queued) >= AFFINITY_SPREAD_PAGES * len(holding)
+            beyond = queued - sum(pod.lanes for pod in holding) >= AFFINITY_SPREAD_PAGES
+            if not (long or beyond):
                 return None, None  # the next lane its document's pods free takes it (or the loop's next turn)
         lane = self.lanes.lease()
         if lane is None:

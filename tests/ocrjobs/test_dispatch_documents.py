@@ -224,3 +224,33 @@ def test_many_short_documents_with_the_same_bytes_spread_to_a_free_pod_that_does
 
     assert (page.id, lane.pod_id) == (1, 2)
     assert loop.queue.per_sha256["a" * 64] == documents.AFFINITY_SPREAD_PAGES * 2 - 1
+
+
+def test_same_bytes_pages_past_what_their_busy_pods_can_start_spread_to_a_pod_that_holds_nothing():
+    # bench/storm.py's default mode (issue 21, cause C): every page shares one document's bytes,
+    # four pods of four lanes hold it and are busy, two pods that came later hold nothing. The
+    # queue (about twice the loop's lanes) never shows AFFINITY_SPREAD_PAGES pages per holder, and
+    # a holder lane frees every few milliseconds: the later pods read nothing and were shed idle.
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.lanes.sync([(pod, f"http://pod-{pod}", 4, "") for pod in range(1, 7)], FleetCounts(ready=6))
+    for pod in range(1, 5):
+        loop.remember(pod, "a" * 64)
+        for _ in range(4):
+            assert loop.lanes.lease([pod], anywhere=False).pod_id == pod
+    queued = 2 * loop.lanes.total  # 48: what the loop's queue holds
+    loop.queue.extend([claimed(n, "a", pages=4) for n in range(1, queued + 1)])
+
+    page, lane = loop.next_forward()
+
+    assert page.id == 1 and lane.pod_id in (5, 6)
+
+
+def test_same_bytes_pages_within_what_their_busy_pods_take_next_wait_for_them(two_pods, monkeypatch):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    # A handful of pages over the holder's one lane: not enough to pay for a second copy.
+    loop.queue.extend([claimed(n, "a", pages=4) for n in range(1, 5)])
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: 100.0)
+
+    assert loop.next_forward() == (None, None)
