@@ -227,8 +227,9 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         if demand.per_page_guessed and len(booting) < len(serving):
             # A fleet sized on the guessed page time is wrong by however far the guess is (a storm
             # once booted 6 pods where 1 did the work): the ready pods measure a page within seconds,
-            # so wait for it. A pool with no ready pod boots on the guess, or nothing would start.
-            to_boot = 0
+            # so wait for it. A pool with no ready pod boots on the guess, or nothing would start;
+            # the warm floor (a scale request's target) is not a guess and is still booted to.
+            to_boot = min(to_boot, pool.min_pods - len(serving))
         if demand.missed_deadline:
             Alert.raise_(pool=pool, kind=Alert.Kind.DEADLINE, message=demand.missed_deadline)
         else:
