@@ -347,7 +347,10 @@ class PodHandler(BaseHTTPRequestHandler):
                     {"error": f"page {number} out of range: the document has {entry.pages} pages"},
                 )
                 return
-            self._run_in_lane(lambda: srv.render(path, number, dpi), lang, rendered=True)
+            # A PDF page's boxes are in its pixels at this DPI (the viewer scales them from it);
+            # an image is read as it is, and DPI means nothing to it.
+            pdf_dpi = dpi if pages.is_pdf_file(path) else None
+            self._run_in_lane(lambda: srv.render(path, number, dpi), lang, rendered=True, dpi=pdf_dpi)
 
     def _ocr_image(self, length: int) -> None:
         srv = self.server
@@ -371,7 +374,9 @@ class PodHandler(BaseHTTPRequestHandler):
 
         self._run_in_lane(decode, lang, rendered=False)
 
-    def _run_in_lane(self, make_image: Callable[[], Image.Image], lang: str, *, rendered: bool) -> None:
+    def _run_in_lane(
+        self, make_image: Callable[[], Image.Image], lang: str, *, rendered: bool, dpi: int | None = None
+    ) -> None:
         srv = self.server
         if not srv.lanes.acquire(blocking=False):
             self._send(HTTPStatus.TOO_MANY_REQUESTS, {"error": "all lanes busy"}, {"Retry-After": "1"})
@@ -379,7 +384,7 @@ class PodHandler(BaseHTTPRequestHandler):
         with srv.stats_lock:
             srv.busy += 1
         try:
-            answer = self._run_page(make_image, lang, rendered)
+            answer = self._run_page(make_image, lang, rendered, dpi)
         finally:
             # Free the lane before answering: a client that sends its next page
             # as soon as it reads this answer must find the lane free.
@@ -390,7 +395,7 @@ class PodHandler(BaseHTTPRequestHandler):
             self._send(*answer)
 
     def _run_page(
-        self, make_image: Callable[[], Image.Image], lang: str, rendered: bool
+        self, make_image: Callable[[], Image.Image], lang: str, rendered: bool, dpi: int | None = None
     ) -> tuple[HTTPStatus, dict] | None:
         srv = self.server
         started = time.monotonic()
@@ -417,6 +422,8 @@ class PodHandler(BaseHTTPRequestHandler):
         srv.count(ok=True)
         if rendered:
             result["render_seconds"] = round(render_seconds, 3)
+        if dpi is not None:
+            result["dpi"] = dpi
         return HTTPStatus.OK, result
 
     def _continue(self) -> None:

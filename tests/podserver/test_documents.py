@@ -190,7 +190,7 @@ def test_pod_renders_the_page_asked_for(start_server) -> None:
     assert response.status_code == 200, response.text
     body = response.json()
     assert accuracy(body["text"], " ".join(PAGES_TRUTH[1])) >= 0.98, body["text"]
-    assert (body["width"], body["height"]) == (1700, 2200)  # A 200 DPI render of a 200 DPI scan
+    assert (body["width"], body["height"], body["dpi"]) == (1700, 2200, 200)  # A 200 DPI render of a 200 DPI scan
     assert isinstance(body["render_seconds"], float)
     assert len(body["lines"]) == 3
 
@@ -200,7 +200,7 @@ def test_dpi_sets_the_render_size(start_server) -> None:
     data = one_page_pdf("Rendered at half the resolution.")
     put(url, data)
     body = ocr(url, document=sha(data), page=1, dpi=100).json()
-    assert (body["width"], body["height"]) == (850, 1100)
+    assert (body["width"], body["height"], body["dpi"]) == (850, 1100, 100)
 
 
 def test_images_are_read_as_they_are_and_tiff_frames_are_pages(start_server) -> None:
@@ -215,6 +215,7 @@ def test_images_are_read_as_they_are_and_tiff_frames_are_pages(start_server) -> 
     assert accuracy(second.json()["text"], "The second frame of the scan.") >= 0.95, second.text
     assert accuracy(receipt.json()["text"], "A photographed receipt of 12 euros.") >= 0.95, receipt.text
     assert receipt.json()["width"] == Image.open(io.BytesIO(jpeg)).width
+    assert "dpi" not in receipt.json()
 
 
 def test_a_page_of_an_uncached_document_is_409_and_costs_no_page(start_server) -> None:
