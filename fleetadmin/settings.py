@@ -267,6 +267,8 @@ OCR_MAX_PAGES_PER_DOCUMENT = envint("OCR_MAX_PAGES_PER_DOCUMENT", 3000, minimum=
 OCR_MAX_FILES_PER_JOB = envint("OCR_MAX_FILES_PER_JOB", 1000, minimum=1)
 OCR_MAX_IMAGE_PIXELS = envint("OCR_MAX_IMAGE_PIXELS", 100_000_000, minimum=1)
 OCR_RENDER_DPI = envint("OCR_RENDER_DPI", 200, minimum=50)
+# The job page's viewer: pages whose confidence (0-100) is under this are listed first, "to check".
+VIEWER_CONFIDENCE_THRESHOLD = envfloat("VIEWER_CONFIDENCE_THRESHOLD", 80.0, minimum=0.0)
 DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
 
 # Pages and dispatch.

@@ -7,6 +7,7 @@ from django.views import defaults
 
 from fleetadmin import metrics, openapi
 from ocrjobs import api as jobs_api
+from ocrjobs import viewer_views
 from ocrjobs import views as jobs_views
 from pods import api as pods_api
 from pods import views as pods_views
@@ -72,6 +73,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
+    path("jobs/<int:job_id>/viewer", viewer_views.job_viewer_batch, name="jobs-viewer"),
+    path("jobs/<int:job_id>/documents/<int:document_id>", viewer_views.job_document, name="jobs-document"),
     path("v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
     path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),

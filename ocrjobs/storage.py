@@ -78,6 +78,35 @@ def document_bytes(name: str) -> bytes:
         return f.read()
 
 
+def document_size(name: str) -> int:
+    return documents().size(name)
+
+
+def document_chunks(name: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+    """The stored file's bytes from ``start`` up to ``end`` (excluded; None: to its end), a chunk
+    at a time and never the whole file in memory: the job page's viewer streams a document to the
+    browser this way, and pdf.js asks for ranges of a long PDF."""
+    storage = documents()
+    if hasattr(storage, "bucket"):  # S3: the object's body as it arrives (open() spools it whole first)
+        ranged = {"Range": f"bytes={start}-{'' if end is None else end - 1}"} if start or end is not None else {}
+        body = storage.bucket.Object(_s3_key(storage, name)).get(**ranged)["Body"]
+        try:
+            yield from body.iter_chunks(CHUNK)
+        finally:
+            body.close()
+        return
+    with storage.open(name, "rb") as f:
+        f.seek(start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            block = f.read(CHUNK if left is None else min(CHUNK, left))
+            if not block:
+                return
+            if left is not None:
+                left -= len(block)
+            yield block
+
+
 def document_file(name: str) -> BinaryIO | None:
     """The stored file opened for reading when it is on this host's filesystem (a dispatcher has
     the kernel send it to a pod: sendfile), else None (object storage: ``document_bytes``)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -17,6 +16,7 @@ from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
+from ocrjobs.viewer_views import viewer_first_render
 from pods.spend import jobs_spend
 
 
@@ -101,21 +101,16 @@ def _job_context(job: Job) -> dict:
     }
 
 
-JOB_PAGES_PER_SCREEN = 25
-
-
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The job, its documents, and one screen of its pages with their text: only the results of
-    the pages shown are read (a job of 10,000 pages once read 10,000 files per view)."""
+    """The job, its documents, and the page viewer's first batch of pages (ocrjobs/viewer.py):
+    only the results of the pages shown are read (a job of 10,000 pages once read 10,000 files
+    per view); the browser asks for the next batch as it scrolls."""
     job = _job_for(request, job_id)
     context = _job_context(job)
-    paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
-    screen = paginator.get_page(request.GET.get("page"))
     context["documents"] = list(job.documents.all())
     context["deliveries"] = list(job.webhook_deliveries.all())
-    context["screen"] = screen
-    context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
+    context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 
 

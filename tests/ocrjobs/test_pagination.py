@@ -1,12 +1,11 @@
 """Cursor pagination: GET /v1/jobs and GET /v1/jobs/{id}/pages walk everything by their `next`
-links, a page at a time; the job's page shows one screen of pages and reads only those."""
+links, a page at a time; the job's page shows one batch of pages and reads only those."""
 
 from __future__ import annotations
 
 import pytest
 
 from accounts.models import ApiToken
-from ocrjobs import selectors
 from ocrjobs.models import Job, Page
 from tests.factories import pdf_bytes
 from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
@@ -124,21 +123,22 @@ def test_another_users_job_pages_are_not_found(client, outsider, long_job):
     assert_refused(client.get(f"/v1/jobs/{long_job.pk}/pages", headers=auth(token)), 404, "no job")
 
 
-def test_the_job_page_shows_one_screen_of_pages_and_reads_only_their_text(client, ordinary_user, long_job, monkeypatch):
+def test_the_job_page_shows_one_batch_of_pages_and_reads_only_their_results(client, ordinary_user, long_job,
+                                                                           monkeypatch):  # fmt: skip
     read = []
-    real = selectors.page_text
-    monkeypatch.setattr(selectors, "page_text", lambda page: read.append(page.number) or real(page))
+    real = Page.read_result
+    monkeypatch.setattr(Page, "read_result", lambda page: read.append(page.number) or real(page))
     client.force_login(ordinary_user)
 
     first = client.get(f"/jobs/{long_job.pk}").content.decode()
     first_read, read[:] = list(read), []
-    last = client.get(f"/jobs/{long_job.pk}?page=3").content.decode()
+    last = client.get(f"/jobs/{long_job.pk}/viewer?offset=50").content.decode()
 
     assert first_read == list(range(1, 26))
     assert read == list(range(51, 61))
-    assert "Pages 1–25 of 60" in first and "?page=2" in first
+    assert "All pages (60)" in first and "viewer?offset=25" in first
     assert "document 0 page 25" in first and "document 0 page 26" not in first
-    assert "Pages 51–60 of 60" in last and "document 0 page 60" in last
+    assert "document 0 page 60" in last and "viewer?offset" not in last
 
 
 def test_the_job_page_of_a_job_not_split_yet_says_so(client, ordinary_user, local_pool):

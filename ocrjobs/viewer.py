@@ -1,0 +1,153 @@
+"""Reads for the job page's page viewer: each page with its lines, their boxes placed as shares of
+the page's pixel size (what the pod rendered it at), and their confidence against the threshold.
+
+Pages whose confidence is under ``VIEWER_CONFIDENCE_THRESHOLD`` come first ("to check"), then the
+rest, each group in document and page order. A batch is ``VIEWER_BATCH`` pages: the browser asks
+for the next one as the last comes into view, so a page of a 3,000-page job reads 25 results.
+The control plane never renders a page (DESIGN invariant 16): the browser draws a PDF's pages
+(pdf.js) and shows an image as it is; this module only says where the boxes go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Case, Count, Q, QuerySet, Value, When
+
+from ocrjobs.models import Document, Job, Page
+
+VIEWER_BATCH = 25
+# Images a browser shows as they are; a TIFF (or anything else) gets its text without the page.
+BROWSER_IMAGES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+                  ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
+
+
+@dataclass
+class ViewerLine:
+    number: int
+    text: str
+    confidence: float | None
+    band: str  # low (under the threshold), fair, good, unknown
+    box: dict[str, str] | None  # left, top, width, height: percent of the page's width and height
+
+
+@dataclass
+class ViewerPage:
+    page: Page
+    to_check: bool
+    text: str
+    lines: list[ViewerLine] = field(default_factory=list)
+    width: int | None = None
+    height: int | None = None
+    dpi: int | None = None
+    engine: str = ""
+    source: str = ""  # "pdf", "image" (shown as it is) or "" (nothing a browser shows)
+
+    @property
+    def boxed(self) -> bool:
+        return any(line.box for line in self.lines)
+
+    @property
+    def markdown(self) -> bool:
+        """The page's text is Markdown (the vlm engine's: tables as HTML, equations as LaTeX)."""
+        return self.engine == "vlm"
+
+
+def confidence_band(confidence: float | None, threshold: float) -> str:
+    """Under the threshold is "low"; from it to halfway to 100 "fair"; above that "good"."""
+    if confidence is None:
+        return "unknown"
+    if confidence < threshold:
+        return "low"
+    return "fair" if confidence < (threshold + 100) / 2 else "good"
+
+
+def _to_check(threshold: float) -> Q:
+    return Q(status=Page.Status.DONE, confidence__lt=threshold)
+
+
+def viewer_pages(job: Job, *, threshold: float, only_to_check: bool = False) -> QuerySet[Page]:
+    """The job's pages in the viewer's order: those to check first."""
+    pages = job.pages.select_related("document").annotate(
+        check_first=Case(When(_to_check(threshold), then=Value(0)), default=Value(1))
+    )
+    if only_to_check:
+        pages = pages.filter(_to_check(threshold))
+    return pages.order_by("check_first", "document__position", "number")
+
+
+def viewer_counts(job: Job, *, threshold: float) -> dict[str, int]:
+    return job.pages.aggregate(total=Count("id"), to_check=Count("id", filter=_to_check(threshold)))
+
+
+def viewer_batch(
+    job: Job, *, threshold: float, only_to_check: bool = False, offset: int = 0, limit: int = VIEWER_BATCH
+) -> tuple[list[ViewerPage], int | None]:
+    """One batch of the viewer's pages from ``offset`` and the offset of the next (None: the last)."""
+    rows = list(viewer_pages(job, threshold=threshold, only_to_check=only_to_check)[offset : offset + limit + 1])
+    more = len(rows) > limit
+    return [viewer_page(page, threshold=threshold) for page in rows[:limit]], offset + limit if more else None
+
+
+def _box(bbox, width: int, height: int) -> dict[str, str] | None:
+    """A line's [x0, y0, x1, y1] in the page's pixels as percent of its width and height."""
+    if not isinstance(bbox, list | tuple) or len(bbox) != 4:
+        return None
+    try:
+        x0, y0, x1, y1 = (float(v) for v in bbox)
+    except (TypeError, ValueError):
+        return None
+    x0, x1 = max(0.0, min(x0, x1)), min(float(width), max(x0, x1))
+    y0, y1 = max(0.0, min(y0, y1)), min(float(height), max(y0, y1))
+    if x1 <= x0 or y1 <= y0:
+        return None
+    # Formatted here: a template would localise the decimal separator.
+    return {
+        "left": f"{100 * x0 / width:.3f}",
+        "top": f"{100 * y0 / height:.3f}",
+        "width": f"{100 * (x1 - x0) / width:.3f}",
+        "height": f"{100 * (y1 - y0) / height:.3f}",
+    }
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def document_source(document: Document) -> str:
+    """What the browser can show of a document: "pdf", "image", or "" (a TIFF, a URL not fetched)."""
+    if not document.source:
+        return ""
+    if document.kind == Document.Kind.PDF:
+        return "pdf"
+    if document.kind == Document.Kind.IMAGE and image_type(document) is not None:
+        return "image"
+    return ""
+
+
+def image_type(document: Document) -> str | None:
+    name = document.source or document.name
+    return BROWSER_IMAGES.get(name[name.rfind(".") :].lower()) if "." in name else None
+
+
+def viewer_page(page: Page, *, threshold: float) -> ViewerPage:
+    to_check = page.status == Page.Status.DONE and page.confidence is not None and page.confidence < threshold
+    item = ViewerPage(page=page, to_check=to_check, text="", source=document_source(page.document))
+    result = page.read_result() if page.status == Page.Status.DONE else None
+    if not result:
+        return item
+    item.text = str(result.get("text") or "")
+    item.engine = str(result.get("engine") or "")
+    item.width, item.height = _positive_int(result.get("width")), _positive_int(result.get("height"))
+    item.dpi = _positive_int(result.get("dpi"))
+    if page.document.kind == Document.Kind.IMAGE and page.number > 1:
+        item.source = ""  # a frame past the first (TIFF): the browser shows only the first
+    for number, line in enumerate(result.get("lines") or []):
+        if not isinstance(line, dict):
+            continue
+        confidence = line.get("confidence")
+        confidence = float(confidence) if isinstance(confidence, int | float) else None
+        box = _box(line.get("bbox"), item.width, item.height) if item.width and item.height else None
+        band = confidence_band(confidence, threshold)
+        item.lines.append(ViewerLine(number, str(line.get("text") or ""), confidence, band, box))
+    return item

@@ -1,0 +1,100 @@
+"""The job page's page viewer: its batches of pages, and each document's bytes for the browser to
+draw (pdf.js) or show (an image), streamed from the storage API to whoever may see the job."""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from ocrjobs import selectors, storage
+from ocrjobs.models import Job
+from ocrjobs.viewer import VIEWER_BATCH, document_source, image_type, viewer_batch, viewer_counts
+
+RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def _job_for(request: HttpRequest, job_id: int) -> Job:
+    job = selectors.jobs_visible_to(request.user).filter(pk=job_id).first()
+    if job is None:
+        raise Http404("no such job")
+    return job
+
+
+def _offset(request: HttpRequest) -> int:
+    try:
+        return max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        return 0
+
+
+def viewer_context(request: HttpRequest, job: Job, *, offset: int = 0) -> dict:
+    """What the viewer's templates need: the threshold, the counts on the first render, a batch."""
+    threshold = settings.VIEWER_CONFIDENCE_THRESHOLD
+    only_to_check = request.GET.get("check") == "1"
+    items, next_offset = viewer_batch(job, threshold=threshold, only_to_check=only_to_check, offset=offset)
+    return {
+        "job": job,
+        "threshold": threshold,
+        "fair_from": (threshold + 100) / 2,
+        "only_to_check": only_to_check,
+        "viewer_items": items,
+        "next_offset": next_offset,
+        "batch": VIEWER_BATCH,
+    }
+
+
+def viewer_first_render(request: HttpRequest, job: Job) -> dict:
+    context = viewer_context(request, job)
+    context["viewer_counts"] = viewer_counts(job, threshold=context["threshold"])
+    return context
+
+
+@login_required
+@require_GET
+def job_viewer_batch(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The next batch of pages, asked for by htmx as the last one comes into view."""
+    job = _job_for(request, job_id)
+    return render(request, "ocrjobs/viewer_batch.html", viewer_context(request, job, offset=_offset(request)))
+
+
+@login_required
+@require_GET
+def job_document(request: HttpRequest, job_id: int, document_id: int) -> HttpResponse:
+    """A document's bytes as stored, streamed a chunk at a time (one range of them when asked:
+    pdf.js reads a long PDF's pages without fetching all of it). Only PDFs and the images a
+    browser shows are served, and they are sandboxed: a document is never a page of this site."""
+    job = _job_for(request, job_id)
+    document = job.documents.filter(pk=document_id).first()
+    if document is None or not document_source(document):
+        raise Http404("no such document")
+    content_type = "application/pdf" if document_source(document) == "pdf" else image_type(document)
+    size = storage.document_size(document.source)
+    start, end, status = 0, size, 200
+    match = RANGE.match(request.headers.get("Range", ""))
+    if match and any(match.groups()):
+        first, last = match.groups()
+        if first:
+            start, end = int(first), min(size, int(last) + 1) if last else size
+        elif last:
+            start = max(0, size - int(last))
+        if start >= end:
+            response = HttpResponse(status=416)
+            response["Content-Range"] = f"bytes */{size}"
+            return response
+        status = 206
+    response = StreamingHttpResponse(
+        storage.document_chunks(document.source, start, end), status=status, content_type=content_type
+    )
+    response["Content-Length"] = str(end - start)
+    response["Accept-Ranges"] = "bytes"
+    if status == 206:
+        response["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
