@@ -1,0 +1,130 @@
+"""The job page's page viewer in a real browser (Debian's chromium driven by Playwright): pdf.js
+draws a real PDF's page, a PNG is shown as it is, each line read by the real tesseract engine is
+boxed over the words, and a line is highlighted in the page and in the text together."""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+
+import pytest
+from django.conf import settings as django_settings
+from PIL import Image
+
+from ocrjobs.models import Page
+from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.pages import page_complete, pages_claim
+from ocrjobs.storage import document_local
+from podserver.engines.tesseract import TesseractEngine
+from podserver.pages import render_page
+from tests.e2e.test_browser import CHROMIUM, LAUNCH_ARGS, closing_its_connections
+from tests.factories import image_bytes, pdf_bytes
+from tests.ocrjobs.helpers import split, submit
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="the browser, not the database: runs once, on SQLite"),
+]
+
+DPI = 200
+SHORT_MS = 30_000
+# What share of a box's pixels on the drawn page are dark: the words are inside it.
+INK = """([article, line]) => {
+    const canvas = document.querySelector(`#${article} canvas`);
+    const box = document.querySelector(`#${article} .box[data-line="${line}"]`);
+    const sheet = canvas.getBoundingClientRect(), rect = box.getBoundingClientRect();
+    const sx = canvas.width / sheet.width, sy = canvas.height / sheet.height;
+    const data = canvas.getContext("2d").getImageData((rect.left - sheet.left) * sx, (rect.top - sheet.top) * sy,
+                                                      rect.width * sx, rect.height * sy).data;
+    let dark = 0;
+    for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 384) dark++;
+    return dark / (data.length / 4);
+}"""
+
+
+def read_every_page(job) -> None:
+    """Each page read by the tesseract engine as a pod reads it (a PDF page rendered at DPI)."""
+    engine = TesseractEngine()
+    engine.load()
+    token = uuid.uuid4().hex
+    claimed = pages_claim(pool_id=job.pool_id, token=token, limit=100)
+    for claim in claimed:
+        page = Page.objects.select_related("document").get(pk=claim.id)
+        with document_local(page.document.source) as path:
+            img = render_page(path, page.number, DPI)
+        result = engine.ocr(img, "eng", 60)
+        if page.document.kind == "pdf":
+            result["dpi"] = DPI
+        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
+    job_refresh(job_id=job.pk)
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+@closing_its_connections
+def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_both(
+    live_server, client, ordinary_user, local_pool, browser, monkeypatch
+):
+    # Playwright's sync API keeps an event loop on this thread, so Django would refuse the test's ORM calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(), "note.png": image_bytes(["A photographed note."])})
+    split(job)
+    read_every_page(job)
+    client.force_login(ordinary_user)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(SHORT_MS)
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    context.add_cookies([{"name": django_settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
+    errors: list[str] = []
+    page = context.new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    pdf_page = Page.objects.get(document__name="report.pdf", number=1)
+    png_page = Page.objects.get(document__name="note.png")
+    page.goto(f"{live_server.url}/jobs/{job.pk}")
+    article = f"viewer-page-{pdf_page.pk}"
+    page.wait_for_selector(f"#{article}[data-drawn='true']")
+
+    # pdf.js drew the page at the sheet's size, and tesseract's boxes sit over its words.
+    boxes = page.locator(f"#{article} .box")
+    assert boxes.count() == 3  # the three lines of the report's first page
+    overlay = page.locator(f"#{article} .viewer-boxes").bounding_box()
+    canvas = page.locator(f"#{article} canvas").bounding_box()
+    assert all(abs(canvas[key] - overlay[key]) < 1 for key in ("x", "y", "width", "height")), (canvas, overlay)
+    assert abs(canvas["width"] / canvas["height"] - 1700 / 2200) < 0.01
+    for line in range(3):
+        assert page.evaluate(INK, [article, line]) > 0.05, f"no ink under line {line}'s box"
+    # A box placed where there is no text finds none: the check above can fail.
+    page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top = '90%'")
+    assert page.evaluate(INK, [article, 0]) < 0.01
+    page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top = ''")
+
+    # Hovering a line's text highlights its box; clicking a box selects the line in both.
+    text = page.locator(f"#{article} li[data-line='1']")
+    box = page.locator(f"#{article} .box[data-line='1']")
+    text.hover()
+    assert "hl" in box.get_attribute("class")
+    page.mouse.move(0, 0)
+    assert "hl" not in box.get_attribute("class")
+    page.locator(f"#{article} .box[data-line='2']").click()
+    assert "selected" in page.locator(f"#{article} li[data-line='2']").get_attribute("class")
+    assert page.locator(".selected").count() == 2
+
+    # The PNG is shown as it is, its lines boxed over it.
+    image = page.locator(f"#viewer-page-{png_page.pk} .viewer-sheet img")
+    image.scroll_into_view_if_needed()
+    page.wait_for_function(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth > 0")
+    shown = Image.open(io.BytesIO(image_bytes(["A photographed note."])))
+    assert page.evaluate(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth") == shown.width
+    assert page.locator(f"#viewer-page-{png_page.pk} .box").count() >= 1
+    assert errors == []
+    context.close()
