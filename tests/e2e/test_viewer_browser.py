@@ -24,7 +24,9 @@ from tests.ocrjobs.helpers import split, submit
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="the browser, not the database: runs once, on SQLite"),
+    pytest.mark.skipif(
+        bool(os.environ.get("DATABASE_URL")), reason="the browser, not the database: runs once, on SQLite"
+    ),
 ]
 
 DPI = 200
