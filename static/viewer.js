@@ -1,7 +1,8 @@
 // The job page's page viewer (templates/ocrjobs/viewer.html): draws each PDF page with pdf.js
 // (the vendored ES module build, static/vendor/README.md) when it comes into view, renders the vlm
-// engine's Markdown (marked, then DOMPurify), and highlights a line in the page and in the text
-// together. The boxes are placed by the server as shares of the page's size; this only draws.
+// engine's Markdown (marked, then DOMPurify), lays out each page's lines (boxes over the page, the
+// text beside it) from what the server placed as shares of the page's size, and highlights a line
+// in the page and in the text together.
 const viewer = document.getElementById("viewer");
 
 if (viewer) {
@@ -51,11 +52,45 @@ if (viewer) {
     element.classList.add("rendered");
   }
 
+  // The page's lines (a json_script the server wrote): a box over the page for each line that
+  // has one, and the text beside it, both carrying the line's number and confidence band.
+  function drawLines(article) {
+    const data = article.querySelector("script[id^='viewer-lines-']");
+    if (!data) return;
+    const boxes = article.querySelector(".viewer-boxes");
+    const list = article.querySelector("ol.lines");
+    for (const line of JSON.parse(data.textContent)) {
+      if (line.box && boxes) {
+        const box = document.createElement("div");
+        box.className = `box band-${line.band}`;
+        box.dataset.line = line.n;
+        const [left, top, width, height] = line.box;
+        Object.assign(box.style, { left: `${left}%`, top: `${top}%`, width: `${width}%`, height: `${height}%` });
+        box.title = line.conf === null ? line.text : `${line.text} (${Math.round(line.conf)})`;
+        boxes.append(box);
+      }
+      const item = document.createElement("li");
+      item.className = `band-${line.band}`;
+      item.dataset.line = line.n;
+      item.tabIndex = 0;
+      item.textContent = line.text;
+      if (line.conf !== null) {
+        const confidence = document.createElement("span");
+        confidence.className = "conf";
+        confidence.textContent = ` ${Math.round(line.conf)}`;
+        item.append(confidence);
+      }
+      list.append(item);
+    }
+    article.dataset.lines = "drawn";
+  }
+
   const onScreen = new IntersectionObserver((entries) => {
     for (const entry of entries) {
       if (!entry.isIntersecting) continue;
       onScreen.unobserve(entry.target);
       const article = entry.target;
+      drawLines(article);
       if (article.dataset.pdf) {
         drawPdfPage(article).catch((error) => {
           article.dataset.drawn = "failed";
