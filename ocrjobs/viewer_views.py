@@ -36,7 +36,9 @@ def viewer_context(request: HttpRequest, job: Job, *, offset: int = 0) -> dict:
     """What the viewer's templates need: the threshold, the counts on the first render, a batch."""
     threshold = settings.VIEWER_CONFIDENCE_THRESHOLD
     only_to_check = request.GET.get("check") == "1"
-    items, next_offset = viewer_batch(job, threshold=threshold, only_to_check=only_to_check, offset=offset)
+    items, next_offset = viewer_batch(
+        job, threshold=threshold, only_to_check=only_to_check, offset=offset, limit=VIEWER_BATCH
+    )
     return {
         "job": job,
         "threshold": threshold,

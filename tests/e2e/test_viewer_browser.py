@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import uuid
 
 import pytest
 from django.conf import settings as django_settings
 from PIL import Image
 
+from ocrjobs import viewer_views
 from ocrjobs.models import Page
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import page_complete, pages_claim
@@ -76,6 +78,7 @@ def browser():
 def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_both(
     live_server, client, ordinary_user, local_pool, browser, monkeypatch
 ):
+    monkeypatch.setattr(viewer_views, "VIEWER_BATCH", 2)  # the PNG comes in the second batch
     # Playwright's sync API keeps an event loop on this thread, so Django would refuse the test's ORM calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(), "note.png": image_bytes(["A photographed note."])})
@@ -106,9 +109,10 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     for line in range(3):
         assert page.evaluate(INK, [article, line]) > 0.05, f"no ink under line {line}'s box"
     # A box placed where there is no text finds none: the check above can fail.
+    top = page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top")
     page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top = '90%'")
     assert page.evaluate(INK, [article, 0]) < 0.01
-    page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top = ''")
+    page.evaluate(f"document.querySelector('#{article} .box[data-line=\"0\"]').style.top = '{top}'")
 
     # Hovering a line's text highlights its box; clicking a box selects the line in both.
     text = page.locator(f"#{article} li[data-line='1']")
@@ -121,12 +125,24 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     assert "selected" in page.locator(f"#{article} li[data-line='2']").get_attribute("class")
     assert page.locator(".selected").count() == 2
 
-    # The PNG is shown as it is, its lines boxed over it.
+    # The PNG is shown as it is, its lines boxed over it, in the batch that comes as one scrolls.
+    assert page.locator(".viewer-page").count() == 2
+    page.locator(".viewer-more").scroll_into_view_if_needed()
+    page.wait_for_selector(f"#viewer-page-{png_page.pk}")
+    assert page.locator(".viewer-page").count() == 4
     image = page.locator(f"#viewer-page-{png_page.pk} .viewer-sheet img")
     image.scroll_into_view_if_needed()
     page.wait_for_function(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth > 0")
     shown = Image.open(io.BytesIO(image_bytes(["A photographed note."])))
     assert page.evaluate(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth") == shown.width
-    assert page.locator(f"#viewer-page-{png_page.pk} .box").count() >= 1
+    page.wait_for_selector(f"#viewer-page-{png_page.pk} .box")
+
+    # A page read poorly comes first, marked to check, and the filter shows it alone.
+    Page.objects.filter(pk=png_page.pk).update(confidence=40.0)
+    page.goto(f"{live_server.url}/jobs/{job.pk}")
+    assert page.locator(".viewer-page").first.get_attribute("id") == f"viewer-page-{png_page.pk}"
+    page.click("#viewer-to-check")
+    page.wait_for_url(re.compile(r"\?check=1"))
+    assert page.locator(".viewer-page.to-check").count() == page.locator(".viewer-page").count() == 1
     assert errors == []
     context.close()
