@@ -92,12 +92,15 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     errors: list[str] = []
     page = context.new_page()
     page.on("pageerror", lambda error: errors.append(str(error)))
+    pdf_answers: list[int] = []
+    page.on("response", lambda answer: "/documents/" in answer.url and pdf_answers.append(answer.status))
 
     pdf_page = Page.objects.get(document__name="report.pdf", number=1)
     png_page = Page.objects.get(document__name="note.png")
     page.goto(f"{live_server.url}/jobs/{job.pk}")
     article = f"viewer-page-{pdf_page.pk}"
     page.wait_for_selector(f"#{article}[data-drawn='true']")
+    assert 206 in pdf_answers  # pdf.js read the PDF in ranges
 
     # pdf.js drew the page at the sheet's size, and tesseract's boxes sit over its words.
     boxes = page.locator(f"#{article} .box")
