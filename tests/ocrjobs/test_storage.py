@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ocrjobs import storage
 from ocrjobs.models import Page
 from ocrjobs.storage import (
     document_bytes,
@@ -82,6 +83,22 @@ def test_a_job_submitted_and_split_on_s3_keeps_nothing_on_the_local_disk(s3, ord
     assert [p.number for p in pages] == [1, 2]
     assert document_bytes(document.source) == pdf_bytes(PAGES_TRUTH[:2])  # what a dispatcher sends a pod
     assert files_under(media_root) == []  # staging emptied; the document lives in S3
+
+
+def test_the_viewer_streams_a_document_from_s3_whole_and_in_ranges(s3, client, ordinary_user, monkeypatch):
+    monkeypatch.setattr(storage, "CHUNK", 64 * 1024)
+    data = pdf_bytes(PAGES_TRUTH[:2])
+    job = submit(ordinary_user, {"report.pdf": data})
+    url = f"/jobs/{job.pk}/documents/{job.documents.get().pk}"
+    client.force_login(ordinary_user)
+
+    whole = client.get(url)
+    middle = client.get(url, headers={"Range": "bytes=1000-70999"})
+
+    assert b"".join(whole.streaming_content) == data
+    chunks = list(middle.streaming_content)
+    assert b"".join(chunks) == data[1000:71000] and max(len(chunk) for chunk in chunks) <= 64 * 1024
+    assert middle.status_code == 206 and middle["Content-Range"] == f"bytes 1000-70999/{len(data)}"
 
 
 def test_the_settings_point_documents_at_s3_from_the_environment(s3, tmp_path):
