@@ -4,9 +4,12 @@ draw (pdf.js) or show (an image), streamed from the storage API to whoever may s
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator, Iterator
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -64,6 +67,17 @@ def job_viewer_batch(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, "ocrjobs/viewer_batch.html", viewer_context(request, job, offset=_offset(request)))
 
 
+async def _sent_as_read(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk read in a worker thread and sent before the next is read. Under ASGI, Django
+    reads a synchronous iterator whole into memory before it sends a byte (ocrjobs/api.py)."""
+    read = sync_to_async(lambda: next(chunks, None), thread_sensitive=False)
+    try:
+        while (chunk := await read()) is not None:
+            yield chunk
+    finally:
+        await sync_to_async(chunks.close, thread_sensitive=False)()
+
+
 @login_required
 @require_GET
 def job_document(request: HttpRequest, job_id: int, document_id: int) -> HttpResponse:
@@ -89,9 +103,10 @@ def job_document(request: HttpRequest, job_id: int, document_id: int) -> HttpRes
             response["Content-Range"] = f"bytes */{size}"
             return response
         status = 206
-    response = StreamingHttpResponse(
-        storage.document_chunks(document.source, start, end), status=status, content_type=content_type
-    )
+    chunks = storage.document_chunks(document.source, start, end)
+    if isinstance(request, ASGIRequest):  # (WSGI and the test client iterate the chunks as they are)
+        chunks = _sent_as_read(chunks)
+    response = StreamingHttpResponse(chunks, status=status, content_type=content_type)
     response["Content-Length"] = str(end - start)
     response["Accept-Ranges"] = "bytes"
     if status == 206:

@@ -9,6 +9,9 @@ import re
 import uuid
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.test import AsyncClient
 
 from ocrjobs import storage
 from ocrjobs.models import Page
@@ -221,6 +224,27 @@ def test_a_document_answers_a_range_with_those_bytes_only(client, ordinary_user,
     assert middle["Content-Range"] == f"bytes 100-1123/{len(stored)}"
     assert b"".join(tail.streaming_content) == stored[-50:]
     assert past.status_code == 416 and past["Content-Range"] == f"bytes */{len(stored)}"
+
+
+def test_under_asgi_a_document_is_sent_a_chunk_at_a_time(client, ordinary_user, report, monkeypatch):
+    # Django reads a synchronous iterator whole into memory under ASGI; a document must not be one.
+    monkeypatch.setattr(storage, "CHUNK", 10_000)
+    document = report.documents.get()
+    stored = storage.documents().open(document.source, "rb").read()
+    client.force_login(ordinary_user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+
+    async def download():
+        asgi = AsyncClient()
+        asgi.cookies[settings.SESSION_COOKIE_NAME] = session
+        response = await asgi.get(f"/jobs/{report.pk}/documents/{document.pk}")
+        return response.is_async, [chunk async for chunk in response.streaming_content]
+
+    is_async, chunks = async_to_sync(download)()
+
+    assert is_async
+    assert b"".join(chunks) == stored
+    assert max(len(chunk) for chunk in chunks) == 10_000 and len(chunks) == -(-len(stored) // 10_000)
 
 
 def test_a_document_is_read_a_chunk_at_a_time(ordinary_user, report, monkeypatch):
