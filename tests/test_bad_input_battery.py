@@ -424,7 +424,9 @@ def test_an_id_too_large_for_the_database_in_an_api_path_is_a_json_404(client, a
     assert_refused(response, 404)
 
 
-@pytest.mark.parametrize("url", [f"/jobs/{HUGE}", f"/jobs/{HUGE}/progress"])
+@pytest.mark.parametrize(
+    "url", [f"/jobs/{HUGE}", f"/jobs/{HUGE}/progress", f"/jobs/{HUGE}/viewer", f"/jobs/{HUGE}/documents/{HUGE}"]
+)
 def test_an_id_too_large_for_the_database_in_a_page_path_is_a_404(client, admin_user, url):
     client.force_login(admin_user)
 

@@ -191,6 +191,7 @@ def test_a_document_of_another_job_is_not_found_through_this_one(client, ordinar
     client.force_login(ordinary_user)
 
     assert client.get(f"/jobs/{report.pk}/documents/{other.documents.get().pk}").status_code == 404
+    assert client.get(f"/jobs/{report.pk}/documents/{2**64}").status_code == 404  # past any database's ids
 
 
 def test_a_document_streams_as_stored_sandboxed(client, ordinary_user, report):
