@@ -41,6 +41,7 @@ if (viewer) {
     canvas.width = Math.floor(viewport.width);
     canvas.height = Math.floor(viewport.height);
     await page.render({ canvas, viewport }).promise;
+    page.cleanup();
     article.dataset.drawn = "true";
   }
 
@@ -56,7 +57,7 @@ if (viewer) {
   // has one, and the text beside it, both carrying the line's number and confidence band.
   function drawLines(article) {
     const data = article.querySelector("script[id^='viewer-lines-']");
-    if (!data) return;
+    if (!data || article.dataset.lines === "drawn") return;
     const boxes = article.querySelector(".viewer-boxes");
     const list = article.querySelector("ol.lines");
     for (const line of JSON.parse(data.textContent)) {
@@ -101,10 +102,25 @@ if (viewer) {
     }
   }, { rootMargin: "600px 0px" });
 
+  // A drawn page more than a screen away gives its pixels back (3,000 drawn canvases would hold
+  // gigabytes) and is drawn again when it comes near; its sheet keeps its size meanwhile.
+  const farAway = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const article = entry.target;
+      if (entry.isIntersecting || article.dataset.drawn !== "true") continue;
+      const canvas = article.querySelector("canvas");
+      canvas.width = 0;
+      canvas.height = 0;
+      article.dataset.drawn = "freed";
+      onScreen.observe(article);
+    }
+  }, { rootMargin: "100% 0px" });
+
   function watch(root) {
     for (const article of root.querySelectorAll(".viewer-page:not([data-watched])")) {
       article.dataset.watched = "true";
       onScreen.observe(article);
+      if (article.dataset.pdf) farAway.observe(article);
     }
   }
 

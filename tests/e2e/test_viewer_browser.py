@@ -140,6 +140,14 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     assert page.evaluate(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth") == shown.width
     page.wait_for_selector(f"#viewer-page-{png_page.pk} .box")
 
+    # The first page, now more than a screen away, gave its pixels back; it is drawn again on return.
+    page.wait_for_selector(f"#{article}[data-drawn='freed']")
+    assert page.evaluate(f"document.querySelector('#{article} canvas').width") == 0
+    page.locator(f"#{article}").scroll_into_view_if_needed()
+    page.wait_for_selector(f"#{article}[data-drawn='true']")
+    assert page.evaluate(INK, [article, 1]) > 0.05
+    assert page.locator(f"#{article} .box").count() == 3  # its lines laid out once
+
     # A page read poorly comes first, marked to check, and the filter shows it alone.
     Page.objects.filter(pk=png_page.pk).update(confidence=40.0)
     page.goto(f"{live_server.url}/jobs/{job.pk}")
