@@ -64,6 +64,15 @@ def read_every_page(job) -> None:
     job_refresh(job_id=job.pk)
 
 
+def session_context(browser, client, url: str):
+    """A browser context with the test client's session (logged in by force_login)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(SHORT_MS)
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    context.add_cookies([{"name": django_settings.SESSION_COOKIE_NAME, "value": cookie, "url": url}])
+    return context
+
+
 @pytest.fixture
 def browser():
     from playwright.sync_api import sync_playwright
@@ -85,10 +94,7 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     split(job)
     read_every_page(job)
     client.force_login(ordinary_user)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(SHORT_MS)
-    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
-    context.add_cookies([{"name": django_settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
+    context = session_context(browser, client, live_server.url)
     errors: list[str] = []
     page = context.new_page()
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -156,4 +162,38 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     page.wait_for_url(re.compile(r"\?check=1"))
     assert page.locator(".viewer-page.to-check").count() == page.locator(".viewer-page").count() == 1
     assert errors == []
+    context.close()
+
+
+@closing_its_connections
+def test_a_vlm_pages_markdown_is_rendered_and_what_could_run_is_dropped(
+    live_server, client, ordinary_user, local_pool, browser, monkeypatch
+):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    job = submit(ordinary_user, {"table.png": image_bytes(["Pumps 4"])})
+    split(job)
+    markdown = (
+        "# Pumps\n\nServiced **in March**.\n\n<table><tr><th>Pumps</th></tr><tr><td>4</td></tr></table>\n\n"
+        '<img src="x" onerror="window.ran = true"><script>window.ran = true</script>'
+    )
+    lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
+    result = {"text": markdown, "lines": lines, "confidence": 91.0, "width": 1700, "height": 100, "engine": "vlm"}
+    token = uuid.uuid4().hex
+    [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
+    assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
+    client.force_login(ordinary_user)
+    context = session_context(browser, client, live_server.url)
+    page = context.new_page()
+
+    page.goto(f"{live_server.url}/jobs/{job.pk}")
+    page.wait_for_selector(".markdown.rendered")
+
+    rendered = page.locator(".markdown.rendered")
+    assert rendered.locator("h1").inner_text() == "Pumps"
+    assert rendered.locator("strong").inner_text() == "in March"
+    assert rendered.locator("table td").inner_text() == "4"
+    assert rendered.locator("script").count() == 0
+    assert rendered.locator("img").get_attribute("onerror") is None
+    page.wait_for_timeout(500)  # an image's error would have fired by now
+    assert page.evaluate("window.ran === undefined")
     context.close()
