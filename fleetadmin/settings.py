@@ -227,7 +227,7 @@ MEDIA_ROOT = Path(envstr("MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 # Documents (uploads, fetched URL documents, what the split keeps for pods) go through Django's
 # storage API (ocrjobs/storage.py): files under MEDIA_ROOT by default, S3-compatible object
 # storage when STORAGE_S3_BUCKET is set, so that every front and worker host reads what another
-# stored. Page results are rows in the database, not files (README, "Storage").
+# stored. Page results are rows in the database, not files (docs/architecture.md, "Storage").
 STORAGE_S3_BUCKET = envstr("STORAGE_S3_BUCKET")
 if STORAGE_S3_BUCKET:
     _documents_storage = {
