@@ -142,8 +142,8 @@ SUBMISSION_FIELDS = (
 
 
 def _refuse_query_fields(request: HttpRequest) -> None:
-    """A submission's fields travel in its body. A field in the query string was once ignored
-    in silence (``?languages=eng;rm -rf`` ran as ``eng``): it is refused instead."""
+    """A submission's fields travel in its body. A field in the query string is refused, not
+    ignored: ignored, ``?languages=eng;rm -rf`` would run as ``eng`` without a word."""
     if request.GET:
         name = next(iter(request.GET))
         raise ApiError(f"POST /v1/jobs takes its fields in the body, not the query string (got {name[:40]!r})", 400)

@@ -107,7 +107,7 @@ JOB_PAGES_PER_SCREEN = 25
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job, its documents, and one screen of its pages with their text: only the results of
-    the pages shown are read (a job of 10,000 pages once read 10,000 files per view)."""
+    the pages shown are read, whatever the job's size."""
     job = _job_for(request, job_id)
     context = _job_context(job)
     paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
