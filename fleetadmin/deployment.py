@@ -84,8 +84,8 @@ def check_pod_prefix(app_configs=None, databases=None, **kwargs) -> list[checks.
 def _legacy_warning() -> checks.Warning:
     return checks.Warning(
         f'pods are named with the prefix "{LEGACY_PREFIX}", which every deployment used to share: '
-        "another deployment on the same RunPod key with it terminates this one's pods as strangers, "
-        "and this one terminates its",
+        "another deployment on the same RunPod key that uses it too ends this one's pods as strangers "
+        "(and this one ends theirs)",
         hint="set FLEETADMIN_DEPLOYMENT to a name no other deployment on the key uses, or run "
         "`manage.py pod_prefix --renew` and restart every host; pods the database has keep being "
         "recognised whatever their prefix",
