@@ -7,6 +7,7 @@ import sys
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.core import checks
 
 # What a qcluster's workers import for their tasks. The qcluster imports it once, before it forks
 # them: the runpod SDK alone costs a worker 1.5-2 s of CPU, and 32 workers paying it on their first
@@ -24,13 +25,16 @@ def forks_workers(argv: list[str]) -> bool:
 
 
 class FleetadminConfig(AppConfig):
-    """Project-wide pieces that need a table: the loop heartbeats."""
+    """Project-wide pieces that need a table: the loop heartbeats, the worker hosts, the deployment."""
 
     name = "fleetadmin"
     verbose_name = "fleetadmin"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from fleetadmin.deployment import check_pod_prefix
+
+        checks.register(check_pod_prefix)
         # Only there: every other command and the test suite import the SDK when they use it.
         if forks_workers(sys.argv):
             prepare_workers()

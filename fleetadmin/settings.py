@@ -278,7 +278,8 @@ POD_ANSWER_MAX_BYTES = envint("POD_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1
 DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 
 # Pods.
-DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
+# The first part of every pod name; unset: the one the database keeps (fleetadmin/deployment.py).
+DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
 # Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
