@@ -44,7 +44,7 @@ def _widget(field: FieldInfo) -> forms.Widget:
         return forms.CheckboxInput()
     if options:
         return forms.Select(choices=[(value, value) for value in typing.get_args(options[0])])
-    if float in (annotation, *typing.get_args(annotation)):
+    if {int, float} & {annotation, *typing.get_args(annotation)}:
         return forms.NumberInput(attrs={"step": "any"})
     if (field.json_schema_extra or {}).get("format") == "uri":
         return forms.URLInput(attrs=placeholder)
