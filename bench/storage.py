@@ -1,4 +1,4 @@
-"""Storage: what any-host serving costs (README, "Storage").
+"""Storage: what any-host serving costs (docs/architecture.md, "Storage").
 
 - documents on S3 (``rclone serve s3`` over a temporary folder, started here): storing a large
   document (a streamed multipart upload), reading it whole (the dispatcher's read) and into a local

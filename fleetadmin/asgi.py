@@ -95,5 +95,5 @@ application = watch_loop(application, name="front", kind="front")
 
 # What start-up made lives as long as the process: out of the collector's sight, so that a full
 # collection (every few submissions) walks only what requests made (gc.freeze: ~150,000 objects
-# that each gen-2 pass walked, ~80 ms a pass on this machine).
+# that each gen-2 pass would walk, ~80 ms a pass on a 2-core machine).
 gc.freeze()

@@ -1,10 +1,10 @@
 """django-q2's ORM broker (the embedded default's queues), with a cheaper empty poll.
 
 Each cluster's pusher polls its queue every ``poll`` seconds (0.2) while it is empty: django-q2's
-``ORM.dequeue`` builds and compiles a QuerySet each time, 0.9 ms of CPU on this machine; three
-clusters polling took ~1.4% of a core whether or not anything was queued (and ~0.4 CPU-s of the
-ingest benchmark's 30 s). A plain statement first asks whether a task is ready (0.09 ms); only
-then does django-q2's own dequeue claim it, exactly as before.
+``ORM.dequeue`` builds and compiles a QuerySet each time, 0.9 ms of CPU (2-core machine); three
+clusters polling that way take ~1.4% of a core whether or not anything is queued (~0.4 CPU-s of
+the ingest benchmark's 30 s). Here a plain statement first asks whether a task is ready
+(0.09 ms); only then does django-q2's own dequeue claim it, unchanged.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Out of the box a multipart POST body is held whole in memory twice over: Twisted
 ``request.args`` (``content.read()``, then the email package), which daphne never reads, and
 daphne reads the body back and queues every chunk of it to the application at once. Here:
 - ``FrontRequest`` is built with Twisted's public ``parsePOSTFormSubmission=False``: no first
-  parse (it was ~80% of the front's CPU on uploads);
+  parse (it would be ~80% of the front's CPU on uploads);
 - ``FrontServer.create_application`` hands Twisted's content file (a BytesIO under 100 kB, else a
   temporary file) to Django in the request's scope (``BODY_EXTENSION``), left at its end so that
   daphne queues one empty message; fleetadmin.asgi's handler reads it as the body file. The body

@@ -110,3 +110,18 @@ class WorkerHost(models.Model):
 
     def __str__(self) -> str:
         return self.host
+
+
+class Deployment(models.Model):
+    """This deployment's identity, one row that every host shares (fleetadmin/deployment.py)."""
+
+    ONLY = 1
+
+    pod_prefix = models.CharField(max_length=20, help_text="the first part of every pod name")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(pk=1), name="deployment_only_one_row")]
+
+    def __str__(self) -> str:
+        return self.pod_prefix

@@ -23,7 +23,8 @@ CURSOR = [
 ]  # fmt: skip
 ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
 
-# (URL name, method) -> what the route does. Bodies name the pydantic model that validates them.
+# (URL name, method) -> what the route does. Bodies name the pydantic model that validates them
+# ("multipart": the model its form fields are parsed with; documents come as `files`).
 OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-openapi", "get"): {"summary": "This description"},
     ("api-jobs", "get"): {"summary": "The caller's jobs, newest first, a page at a time", "parameters": CURSOR},
@@ -32,8 +33,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "description": "Documents as multipart `files` with the same fields as form fields, or URLs as JSON. "
         "`Idempotency-Key`: the same key and body within 24 h answers the first job (200); the same "
         "key with another body is refused (422).",
-        "body": ("ocrjobs.api", "JobSubmission"),
-        "multipart": True,
+        "body": ("ocrjobs.schemas", "JobSubmission"),
+        "multipart": ("ocrjobs.schemas", "SubmissionFields"),
         "parameters": [
             {
                 "name": "Idempotency-Key",
@@ -90,6 +91,32 @@ def _model(location: tuple[str, str]):
     return getattr(importlib.import_module(module), name)
 
 
+FILES = {
+    "type": "array",
+    "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "description": "the documents: PDF, PNG, JPEG or TIFF (also accepted as `file`)",
+}
+
+
+def multipart_schema(model) -> dict:
+    """A model's fields as multipart form fields, typed as the model parses their text: a
+    field's JSON type without null (a form cannot send null: leave the field out), and the
+    documents as ``files``."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    properties = {}
+    for name, field in schema["properties"].items():
+        field = dict(field)
+        types = [option for option in field.pop("anyOf", []) if option.get("type") != "null"]
+        if len(types) == 1:
+            field = {**types[0], **field}
+        elif types:
+            field["anyOf"] = types
+        if field.get("default", "") is None:
+            del field["default"]
+        properties[name] = field
+    return {"type": "object", "properties": {**properties, "files": FILES}}
+
+
 def _operation(name: str, method: str, view, path: str) -> dict:
     spec = OPERATIONS[(name, method)]
     operation: dict = {"operationId": f"{name}-{method}", "summary": spec["summary"]}
@@ -102,14 +129,8 @@ def _operation(name: str, method: str, view, path: str) -> dict:
     if "body" in spec:
         schema = _model(spec["body"]).model_json_schema(ref_template="#/components/schemas/{model}")
         content = {"application/json": {"schema": schema}}
-        if spec.get("multipart"):
-            fields = {key: {"type": "string"} for key in schema["properties"] if key != "urls"}
-            fields["urls"] = {"type": "string", "description": "one URL per line"}
-            fields["files"] = {
-                "type": "array",
-                "items": {"type": "string", "contentMediaType": "application/octet-stream"},
-            }
-            content["multipart/form-data"] = {"schema": {"type": "object", "properties": fields}}
+        if "multipart" in spec:
+            content["multipart/form-data"] = {"schema": multipart_schema(_model(spec["multipart"]))}
         operation["requestBody"] = {"required": True, "content": content}
     ok = {"content": {spec.get("content", "application/json"): {}}, "description": "OK"}
     operation["responses"] = {

@@ -227,7 +227,7 @@ MEDIA_ROOT = Path(envstr("MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 # Documents (uploads, fetched URL documents, what the split keeps for pods) go through Django's
 # storage API (ocrjobs/storage.py): files under MEDIA_ROOT by default, S3-compatible object
 # storage when STORAGE_S3_BUCKET is set, so that every front and worker host reads what another
-# stored. Page results are rows in the database, not files (README, "Storage").
+# stored. Page results are rows in the database, not files (docs/architecture.md, "Storage").
 STORAGE_S3_BUCKET = envstr("STORAGE_S3_BUCKET")
 if STORAGE_S3_BUCKET:
     _documents_storage = {
@@ -280,7 +280,8 @@ POD_ANSWER_MAX_BYTES = envint("POD_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1
 DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 
 # Pods.
-DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "fa")
+# The first part of every pod name; unset: the one the database keeps (fleetadmin/deployment.py).
+DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
 # Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports

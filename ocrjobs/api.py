@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
-from typing import Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -14,16 +13,15 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
+from ocrjobs.schemas import JobSubmission, SubmissionFields, job_submit_arguments, submission_from_form
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services.idempotency import job_submit_once
-from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
-from ocrjobs.services.webhooks import check_callback_url, webhook_secret_rotate, webhook_secret_row
+from ocrjobs.services.webhooks import webhook_secret_rotate, webhook_secret_row
 from pods.spend import jobs_spend
 
 
@@ -93,8 +91,8 @@ def jobs(request: HttpRequest) -> JsonResponse:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
     if request.content_type.startswith("application/json"):
         # Documents by URL only: {"urls": [...], "pool": ..., "languages": ..., "skip_text_pages": ...}
-        body = _json_submission(request)
-        uploads, fields = [], body
+        fields = _json_submission(request)
+        uploads = []
     elif request.content_type.startswith("multipart/form-data"):
         try:
             files = request.FILES.getlist("files") + request.FILES.getlist("file")
@@ -110,18 +108,8 @@ def jobs(request: HttpRequest) -> JsonResponse:
         fields = _multipart_fields(request)
     else:
         raise ApiError("send the files as multipart/form-data (field 'files'), or URLs as JSON (field 'urls')", 415)
-    schedule = resolve_schedule(
-        max_dollars=fields.get("max_dollars"), deadline=fields.get("deadline"), priority=fields.get("priority")
-    )
-    submission = {
-        "pool_key": fields.get("pool"),
-        "languages": fields.get("languages"),
-        "urls": fields.get("urls") or [],
-        "skip_text_pages": fields.get("skip_text_pages", False),
-        "schedule": schedule,
-        "callback_url": check_callback_url(fields.get("callback_url")),
-    }
-    if fields.get("dry_run"):
+    submission = job_submit_arguments(fields)
+    if fields.dry_run:
         # Checked as a submission is, answered with the forecast; nothing is stored (no key either).
         forecast = job_submit(owner=request.api_user, uploads=uploads, dry_run=True, **submission)
         return JsonResponse({"dry_run": True, "forecast": forecast})
@@ -129,81 +117,40 @@ def jobs(request: HttpRequest) -> JsonResponse:
     if key is None:
         job = job_submit(owner=request.api_user, uploads=uploads, **submission)
         return JsonResponse(_submitted_job_dict(job), status=201)
-    job, created = job_submit_once(owner=request.api_user, key=key, fields=fields, uploads=uploads, **submission)
+    job, created = job_submit_once(
+        owner=request.api_user, key=key, fields=fields.model_dump(), uploads=uploads, **submission
+    )
     response = JsonResponse(_submitted_job_dict(job) if created else _job_dict(job), status=201 if created else 200)
     if not created:
         response["Idempotent-Replayed"] = "true"
     return response
 
 
-SUBMISSION_FIELDS = (
-    "pool", "languages", "urls", "skip_text_pages", "max_dollars", "deadline", "priority", "dry_run", "callback_url",
-)  # fmt: skip
-
-
 def _refuse_query_fields(request: HttpRequest) -> None:
-    """A submission's fields travel in its body. A field in the query string was once ignored
-    in silence (``?languages=eng;rm -rf`` ran as ``eng``): it is refused instead."""
+    """A submission's fields travel in its body. A field in the query string is refused, not
+    ignored: ignored, ``?languages=eng;rm -rf`` would run as ``eng`` without a word."""
     if request.GET:
         name = next(iter(request.GET))
         raise ApiError(f"POST /v1/jobs takes its fields in the body, not the query string (got {name[:40]!r})", 400)
 
 
-def _multipart_fields(request: HttpRequest) -> dict:
+def _multipart_fields(request: HttpRequest) -> SubmissionFields:
     """The form fields of a multipart submission, strictly: an unknown field, or a field that
     takes one value sent twice, is refused rather than dropped."""
+    names = ", ".join(SubmissionFields.model_fields)
     for name in request.POST:
-        if name not in SUBMISSION_FIELDS:
-            raise ApiError(f"unknown field {name[:40]!r} (fields: files, {', '.join(SUBMISSION_FIELDS)})", 400)
-        if name != "urls" and len(request.POST.getlist(name)) > 1:
-            raise ApiError(f"the field {name!r} was sent more than once", 400)
+        if name not in SubmissionFields.model_fields:
+            raise ApiError(f"unknown field {name[:40]!r} (fields: files, {names})", 400)
     for name in request.FILES:
         if name not in ("files", "file"):
             raise ApiError(f"unknown file field {name[:40]!r}: send documents as 'files'", 400)
-    urls = [line for value in request.POST.getlist("urls") for line in value.splitlines()]
-    return {
-        "pool": request.POST.get("pool") or None,
-        "languages": request.POST.get("languages"),
-        "urls": urls,
-        "skip_text_pages": _flag(request.POST.get("skip_text_pages", ""), "skip_text_pages"),
-        "dry_run": _flag(request.POST.get("dry_run", ""), "dry_run"),
-        "callback_url": request.POST.get("callback_url") or None,
-        "max_dollars": request.POST.get("max_dollars") or None,
-        "deadline": request.POST.get("deadline") or None,
-        "priority": request.POST.get("priority") or None,
-    }
-
-
-def _flag(value: str, name: str) -> bool:
-    if value.lower() in ("", "0", "false", "off", "no"):
-        return False
-    if value.lower() in ("1", "true", "on", "yes"):
-        return True
-    raise ApiError(f"{name} must be true or false, not {value[:20]!r}", 400)
-
-
-class JobSubmission(BaseModel):
-    """A job whose documents are URLs (JSON); uploads send the same fields as multipart form fields."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs of PDFs or images")
-    pool: str | None = Field(default=None, description="pool key (default: the first pool)")
-    languages: str | None = Field(default=None, description="tesseract codes joined by +, e.g. eng+deu")
-    skip_text_pages: bool = Field(default=False, description="PDF pages with a text layer keep it, no OCR")
-    max_dollars: int | float | None = Field(default=None, description="budget: no pod boots for it past this")
-    deadline: str | None = Field(default=None, description="ISO 8601 with a time zone; the pool is sized to meet it")
-    priority: Literal["fastest", "balanced", "cheapest"] | None = Field(
-        default=None, description="sizing when there is no deadline (default balanced)"
-    )
-    dry_run: bool = Field(default=False, description="answer the forecast only; nothing is stored")
-    callback_url: str | None = Field(default=None, description="posted a signed event when the job ends")
+    return submission_from_form(request.POST)
 
 
 JSON_SUBMISSION_MAX_BYTES = 1_000_000
 
 
-def _json_submission(request: HttpRequest) -> dict:
+def _json_submission(request: HttpRequest) -> JobSubmission:
     # Judged by the declared length before the body is read: reading a body past Django's
     # DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (its HTML 400 page, unless caught).
     try:
@@ -212,7 +159,7 @@ def _json_submission(request: HttpRequest) -> dict:
         raise ApiError("the Content-Length header is not a number", 400) from None
     if declared > JSON_SUBMISSION_MAX_BYTES or len(request.body) > JSON_SUBMISSION_MAX_BYTES:
         raise ApiError("the JSON body is larger than 1 MB", 413)
-    return parse_json(request, JobSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES).model_dump()
+    return parse_json(request, JobSubmission, max_bytes=JSON_SUBMISSION_MAX_BYTES)
 
 
 @api_view(scope="read")

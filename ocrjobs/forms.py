@@ -1,8 +1,21 @@
+"""The job form: its inputs are made from the submission's fields (ocrjobs/schemas.py) and its
+values are parsed by them, as a multipart submission's are."""
+
 from __future__ import annotations
 
-from django import forms
+import typing
+from collections.abc import Iterable
 
+from django import forms
+from pydantic.fields import FieldInfo
+
+from fleetadmin.api import ApiError
+from ocrjobs.schemas import SubmissionFields, SubmissionInvalid, submission_from_form
+from ocrjobs.services.webhooks import check_callback_url
 from pods.models import Pool
+
+# Not an input of the form: its forecast, shown as files are chosen, is the dry run.
+NOT_ON_THE_FORM = ("dry_run",)
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -21,40 +34,65 @@ class MultipleFileField(forms.FileField):
         return [single(data, initial)]
 
 
+def _widget(field: FieldInfo) -> forms.Widget:
+    annotation = field.annotation
+    options = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is typing.Literal]
+    placeholder = {"placeholder": field.examples[0]} if field.examples else {}
+    if typing.get_origin(annotation) is list:
+        return forms.Textarea(attrs={"rows": 3, **placeholder})
+    if annotation is bool:
+        return forms.CheckboxInput()
+    if options:
+        return forms.Select(choices=[(value, value) for value in typing.get_args(options[0])])
+    if {int, float} & {annotation, *typing.get_args(annotation)}:
+        return forms.NumberInput(attrs={"step": "any"})
+    if (field.json_schema_extra or {}).get("format") == "uri":
+        return forms.URLInput(attrs=placeholder)
+    return forms.TextInput(attrs=placeholder)
+
+
+def submission_form_fields(model: type[SubmissionFields], *, exclude: Iterable[str] = ()) -> dict[str, forms.Field]:
+    """An input for each of the model's fields, labelled and explained by it. The inputs take
+    the text as it is sent: the model parses it (``JobForm.clean``)."""
+    return {
+        name: forms.Field(
+            required=False,
+            widget=_widget(field),
+            label=field.title or name.replace("_", " ").capitalize(),
+            help_text=field.description or "",
+            initial=field.default if field.default not in (None, False, []) else None,
+        )
+        for name, field in model.model_fields.items()
+        if name not in exclude
+    }
+
+
 class JobForm(forms.Form):
     files = MultipleFileField(required=False, help_text="PDF, PNG, JPEG or TIFF; several at once")
-    urls = forms.CharField(
-        required=False,
-        label="URLs",
-        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://example.org/report.pdf"}),
-        help_text="or documents to fetch, one http(s) URL per line (a worker fetches them)",
-    )
-    pool = forms.ModelChoiceField(queryset=Pool.objects.all(), to_field_name="key", empty_label=None)
-    languages = forms.CharField(initial="eng", max_length=100, help_text="tesseract codes joined by +, e.g. eng+deu")
-    max_dollars = forms.DecimalField(
-        required=False, min_value=0.01, decimal_places=2, label="Budget ($)",
-        help_text="optional: no pod is booted for its pages once the job has cost this",
-    )  # fmt: skip
-    deadline = forms.DateTimeField(
-        required=False,
-        help_text="optional, ISO 8601 with a time zone (2026-12-01T14:00:00Z): the pool is sized to meet it",
-    )
-    priority = forms.ChoiceField(
-        choices=[("balanced", "balanced (cost-aware)"), ("fastest", "fastest"), ("cheapest", "cheapest")],
-        initial="balanced", required=False, help_text="used when there is no deadline",
-    )  # fmt: skip
-    skip_text_pages = forms.BooleanField(
-        required=False, label="Skip pages that already have text", help_text="PDF pages with a text layer keep it"
-    )
 
     def __init__(self, *args, user=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["pool"].queryset = Pool.objects.open_to(user)  # (another pool: "not one of the choices")
+        self.fields.update(submission_form_fields(SubmissionFields, exclude=NOT_ON_THE_FORM))
+        # The pools open to the user, to choose from (another pool: "not one of the choices").
+        pool = self.fields["pool"]
+        self.fields["pool"] = forms.ModelChoiceField(
+            queryset=Pool.objects.open_to(user), to_field_name="key", empty_label=None,
+            label=pool.label, help_text=pool.help_text,
+        )  # fmt: skip
 
     def clean(self):
         cleaned = super().clean()
-        files = [f for f in cleaned.get("files") or [] if f]
-        cleaned["files"] = files
+        cleaned["files"] = [f for f in cleaned.get("files") or [] if f]
         # Neither files nor URLs: the submission service says so, in the same words as the API.
-        cleaned["url_list"] = [line.strip() for line in (cleaned.get("urls") or "").splitlines() if line.strip()]
+        try:
+            cleaned["submission"] = submission = submission_from_form(self.data, exclude=NOT_ON_THE_FORM)
+        except SubmissionInvalid as exc:
+            for name, message in exc.errors:
+                if name not in self.errors:
+                    self.add_error(name, message)
+            return cleaned
+        try:  # (checked again on submission; here it is shown beside its input)
+            check_callback_url(submission.callback_url)
+        except ApiError as exc:
+            self.add_error("callback_url", exc.message)
         return cleaned

@@ -293,7 +293,7 @@ class Page(models.Model):
     claim_token = models.CharField(max_length=40, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="pages")
-    # The result itself (JSON text), not a file: any host serves it (README, "Storage").
+    # The result itself (JSON text), not a file: any host serves it (docs/architecture.md, "Storage").
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")

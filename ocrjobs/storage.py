@@ -73,7 +73,7 @@ def document_bytes(name: str) -> bytes:
     storage = documents()
     if hasattr(storage, "bucket"):  # S3Storage
         # One GET. storage.open() asks with a HEAD first and spools the body to a temporary file:
-        # 6.4-7.4 ms of client CPU per 150 kB read, 2.9-3.1 ms this way (rclone serve s3 on this machine).
+        # 6.4-7.4 ms of client CPU per 150 kB read, 2.9-3.1 ms this way (bench/storage.py).
         return storage.bucket.Object(_s3_key(storage, name)).get()["Body"].read()
     with storage.open(name, "rb") as f:
         return f.read()

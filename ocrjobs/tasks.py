@@ -26,7 +26,7 @@ def enqueue_split(document_id: int) -> None:
                cluster=cluster_name(SHORT))  # fmt: skip
 
 
-# A split is now milliseconds (it renders nothing), less than a task's own cost in the broker:
+# A split takes milliseconds (it renders nothing), less than a task's own cost in the broker:
 # a submission's documents go to tasks this many at a time.
 SPLITS_PER_TASK = 20
 

@@ -13,8 +13,8 @@ from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
+from ocrjobs.schemas import job_submit_arguments
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
 from pods.spend import jobs_spend
@@ -39,20 +39,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
-            schedule = resolve_schedule(
-                max_dollars=form.cleaned_data["max_dollars"],
-                deadline=form.cleaned_data["deadline"] or None,
-                priority=form.cleaned_data["priority"],
-            )
-            job = job_submit(
-                schedule=schedule,
-                owner=request.user,
-                uploads=uploads,
-                pool_key=form.cleaned_data["pool"].key,
-                languages=form.cleaned_data["languages"],
-                urls=form.cleaned_data["url_list"],
-                skip_text_pages=form.cleaned_data["skip_text_pages"],
-            )
+            arguments = job_submit_arguments(form.cleaned_data["submission"])
+            job = job_submit(owner=request.user, uploads=uploads, **arguments)
         except ApiError as exc:
             form.add_error(None, exc.message)
         else:
@@ -74,14 +62,8 @@ def job_forecast(request: HttpRequest) -> HttpResponse:
     else:
         uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
-            context["forecast"] = job_submit(
-                owner=request.user,
-                uploads=uploads,
-                pool_key=form.cleaned_data["pool"].key,
-                languages=form.cleaned_data["languages"],
-                urls=form.cleaned_data["url_list"],
-                dry_run=True,
-            )
+            arguments = job_submit_arguments(form.cleaned_data["submission"])
+            context["forecast"] = job_submit(owner=request.user, uploads=uploads, dry_run=True, **arguments)
         except ApiError as exc:
             context["forecast_error"] = exc.message
     return render(request, "partials/job_forecast.html", context)
@@ -104,8 +86,8 @@ def _job_context(job: Job) -> dict:
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job, its documents, and the page viewer's first batch of pages (ocrjobs/viewer.py):
-    only the results of the pages shown are read (a job of 10,000 pages once read 10,000 files
-    per view); the browser asks for the next batch as it scrolls."""
+    only the results of the pages shown are read, whatever the job's size; the browser asks for
+    the next batch as it scrolls."""
     job = _job_for(request, job_id)
     context = _job_context(job)
     context["documents"] = list(job.documents.all())

@@ -2,8 +2,8 @@
 what each pool has spent since midnight.
 
 Pods are summed in SQL, grouped by the minutes at which their billing starts and ends within
-the hour: a few rows whatever the size of the fleet (500 pods used to cost 500 rows, their
-datetimes parsed in Python, at every push). Pages are counted per minute in SQL too.
+the hour: a few rows whatever the size of the fleet (a row per pod would be 500 rows at 500 pods,
+their datetimes parsed in Python, at every push). Pages are counted per minute in SQL too.
 """
 
 from __future__ import annotations

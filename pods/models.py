@@ -16,6 +16,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from fleetadmin.deployment import pod_prefix
 from fleetadmin.leases import TaskLeased
 
 
@@ -233,8 +234,8 @@ class Pod(TaskLeased):
 
 
 def pod_name(pool: Pool, suffix: str) -> str:
-    """Pods carry the deployment prefix and pool key so reconcile can find them."""
-    return f"{settings.DEPLOYMENT_PREFIX}-{pool.key}-{suffix}"
+    """Pods carry the deployment's prefix and pool key so reconcile can find them."""
+    return f"{pod_prefix()}-{pool.key}-{suffix}"
 
 
 class CapacityVerdict(models.Model):

@@ -82,8 +82,8 @@ def nudge_scaler(pool_id: int) -> None:
 
     Nudges coalesce: one that comes while a nudged tick of the pool waits in the queue (queued,
     not started) queues none, as that tick starts after it and reads what it is about (call it
-    once the change it is about is committed). The ingest benchmark's first half-second had
-    7-10 nudges, one per document split before the dispatcher was live, each a full tick of
+    once the change it is about is committed). Uncoalesced, bench/ingest.py's first half-second
+    has 7-10 nudges, one per document split before the dispatcher is live, each a full tick of
     20-80 ms of CPU. A tick queued more than NUDGE_COALESCE_SECONDS ago no longer counts (a
     worker killed with -9 may have lost it): the nudge queues another."""
     now = timezone.now()

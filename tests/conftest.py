@@ -53,6 +53,17 @@ def fresh_fleet_status():
     fleet_status_snapshot.clear()
 
 
+@pytest.fixture(autouse=True)
+def pod_prefix_read_afresh():
+    # The database's pod prefix is read once per process; a test's database may have another
+    # (tests flush tables, and with them the row the migration wrote).
+    from fleetadmin.deployment import forget
+
+    forget()
+    yield
+    forget()
+
+
 @pytest.fixture
 def admin_user(db):
     return get_user_model().objects.create_user("alice", password="alice-pass-1", is_staff=True, is_superuser=True)

@@ -9,7 +9,7 @@ import pytest
 from django.urls import resolve
 
 from fleetadmin.openapi import openapi, v1_routes
-from ocrjobs.api import JobSubmission
+from ocrjobs.schemas import JobSubmission
 from pods.api import ScaleBody
 
 

@@ -1,5 +1,5 @@
 """Deployment settings: a scaled-out deployment is HTTPS-only by default and passes
-``manage.py check --deploy`` with the README's production environment; the embedded default serves
+``manage.py check --deploy`` with docs/scaling-out.md's production environment; the embedded default serves
 plain HTTP on loopback as it always has; a front behind a TLS-terminating proxy knows a request
 came over HTTPS from the proxy's header alone."""
 
@@ -17,8 +17,8 @@ import pytest
 
 from tools.processes import REPO, child_env, start_front
 
-# The README's "Scaled out" environment (its `export` lines), as a production deployment sets it;
-# test_the_readme_sets_what_this_test_checks keeps the two the same.
+# docs/scaling-out.md's environment (its `export` lines), as a production deployment sets it;
+# test_the_scaling_out_page_sets_what_this_test_checks keeps the two the same.
 PRODUCTION_ENV = {
     "DATABASE_URL": "postgres://fleetadmin@db:5432/fleetadmin",
     "REDIS_URL": "redis://redis:6379/0",
@@ -46,7 +46,7 @@ def _clean_env(tmp_path, **env: str) -> dict[str, str]:
     secret.write_text(secrets.token_urlsafe(50))
     base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "FLEETADMIN_VAR_DIR": str(tmp_path / "var")}
     env = {**base, **env}
-    for name in [name for name in env if name.endswith("_FILE")]:  # the README's secrets, made here
+    for name in [name for name in env if name.endswith("_FILE")]:  # the page's secrets, made here
         env[name] = str(secret)
     return env
 
@@ -58,22 +58,22 @@ def _settings(tmp_path, **env: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _readme_exports() -> dict[str, str]:
-    section = REPO.joinpath("README.md").read_text().split("\n## Scaled out\n", 1)[1].split("\n## ", 1)[0]
+def _scaling_out_exports() -> dict[str, str]:
+    page = REPO.joinpath("docs", "scaling-out.md").read_text()
     found = {}
-    for line in section.splitlines():
+    for line in page.splitlines():
         if line.startswith("export "):
             found.update(word.split("=", 1) for word in shlex.split(line, comments=True)[1:])
     return found
 
 
-def test_the_readme_sets_what_this_test_checks():
-    exported = _readme_exports()
-    assert exported, "the README's Scaled out section has no export lines"
+def test_the_scaling_out_page_sets_what_this_test_checks():
+    exported = _scaling_out_exports()
+    assert exported, "docs/scaling-out.md has no export lines"
     assert {name: PRODUCTION_ENV.get(name) for name in exported} == exported
 
 
-def test_check_deploy_passes_with_the_readmes_production_environment(tmp_path):
+def test_check_deploy_passes_with_the_documented_production_environment(tmp_path):
     done = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=REPO, env=_clean_env(tmp_path, **PRODUCTION_ENV), capture_output=True, text=True, timeout=120,

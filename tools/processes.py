@@ -142,7 +142,8 @@ def database_env(db: dict[str, Any]) -> dict[str, str]:
 
 def child_env(var_dir: Path | None = None, **extra: str) -> dict[str, str]:
     """This process's environment, pointed at its database (the test database in tests), media,
-    deployment and secret key; ``var_dir`` defaults to this process's own."""
+    deployment and secret key; ``var_dir`` defaults to this process's own. A child names pods as
+    this process does: with its FLEETADMIN_DEPLOYMENT, or (unset) with the database's prefix."""
     from django.conf import settings
     from django.db import connection
 

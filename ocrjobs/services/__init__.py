@@ -9,9 +9,13 @@
   pods render them); lost fetches
   and splits sent again (``documents_recover``).
 - ``idempotency``: Idempotency-Key submissions; ``schedule``: budget, deadline, priority;
+  ``budgets``: what a user's jobs may still cost in a day;
   ``webhooks``: job events to callback URLs, delivered by passes.
-- ``jobs``: how a job ends (``job_refresh``), ``job_cancel``, ``job_retry_failed``.
-- ``pages``: claims, the pod of each page, results (the one writer of results), failed
+- ``remote``: an exchange with a machine we do not control (a URL host, a webhook receiver):
+  pinned addresses, a total deadline, a size cap.
+- ``jobs``: how a job ends (``job_refresh``, ``jobs_refresh``), ``job_cancel``, ``job_retry``
+  (failed pages and failed documents).
+- ``pages``: claims, the pod of each page, results (the one writer of pods' results), failed
   attempts, pages given back.
 - ``dispatchers``: dispatcher slots, starting one.
 """

@@ -54,12 +54,12 @@ def _job_end(job: Job, counts: dict[str, int], *, failed_documents: bool) -> boo
 
 def jobs_refresh(*, job_ids: Iterable[int]) -> list[int]:
     """Refresh those of these jobs that may have ended: unfinished, with no page waiting or out (one
-    statement finds them). A dispatcher calls it for the jobs whose pages it stored: most of them
-    still have pages to go, and a refresh of each (~6 statements) was most of its database work.
-    Those found are refreshed together, as ``job_refresh`` would each, in one transaction that
-    reads their documents and their pages' counts in a statement each: a job_refresh apiece
-    (~8 ms of CPU each, the pages' six filtered counts the most of it) was a tenth of a
-    dispatcher's CPU in the ingest benchmark. The ids refreshed."""
+    statement finds them), then together, as ``job_refresh`` would each, in one transaction that
+    reads their documents and their pages' counts in a statement each. The ids refreshed.
+
+    A dispatcher calls it for the jobs whose pages it stored, most of which still have pages to
+    go: a ``job_refresh`` apiece (~6 statements, ~8 ms of CPU) would be a tenth of a
+    dispatcher's CPU in bench/ingest.py."""
     job_ids = sorted(set(job_ids))
     if not job_ids:
         return []

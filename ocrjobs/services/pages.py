@@ -1,5 +1,6 @@
 """Pages, called by dispatchers: claims with a lease, which pod each page went to, results
-stored once (this module writes every result, into the page's row), failed attempts, pages given back.
+stored once (this module writes every pod's result into the page's row; a page kept as its PDF
+text layer is done in the split), failed attempts, pages given back.
 """
 
 from __future__ import annotations

@@ -142,10 +142,10 @@ def _new_page(document: Document, number: int, text_layers: _TextLayers | None) 
 def documents_split(*, document_ids: list[int]) -> list[Document]:
     """Split these documents together, in a few statements for them all: their leases taken in one,
     their pages made and the documents marked split in one transaction (``_save_split``); then the
-    jobs that may have ended are refreshed and the pages announced once per pool. Per document,
-    that was ~11 statements and a job refresh, most of the workers' CPU once splits stopped
-    rendering. A long document (more than SPLIT_BATCH pages) is split on its own, batch by batch,
-    so that its first pages are read while the rest are made. The documents, as they are now."""
+    jobs that may have ended are refreshed and the pages announced once per pool (one by one, a
+    document costs ~11 statements and a job refresh: most of the workers' CPU). A long document
+    (more than SPLIT_BATCH pages) is split on its own, batch by batch, so that its first pages
+    are read while the rest are made. The documents, as they are now."""
     token = leases.acquire_each(Document.objects.filter(pk__in=document_ids, status=Document.Status.PENDING))
     taken = list(Document.objects.select_related("job").filter(pk__in=document_ids, task_lease_token=token))
     existing: dict[int, set[int]] = {}
@@ -290,7 +290,7 @@ def _save_split_each(made: list[tuple[Document, list[Page], int]], token: str) -
 def _pages_made(pool_id: int) -> None:
     """New pages wait. A live dispatcher of the pool claims them (and nudges the scaler itself when
     they wait for lanes; one that is leaving looks again after it ended); else the scaler hears now.
-    A tick per document split was most of the workers' CPU once splits stopped rendering."""
+    A tick per document split would be most of the workers' CPU."""
     if not Dispatcher.objects.live().filter(pool_id=pool_id).exists():
         _nudge(pool_id)
 

@@ -72,7 +72,8 @@ def pod_release(*, pod: Pod, reason: str) -> bool:
 
 def pod_release_now(*, pod: Pod, reason: str) -> None:
     """Release the pod and terminate it at the provider in this process, for when no pass will
-    come (``manage.py up`` stopping its workers, a test or a benchmark cleaning up)."""
+    come: a test or a benchmark cleaning up. (``manage.py up``, its workers stopped, does the
+    same for its local pods in two steps: ``pod_release`` for each, then ``terminate_step``.)"""
     pod_release(pod=pod, reason=reason)
     terminate_step(pod.pk)
 

@@ -1,7 +1,7 @@
 """Passes: rows in a state, advanced one short step at a time (invariant 15).
 
 No task waits in a worker on another machine or on the clock. A boot, a release, a scale
-request and a due shed tick are rows; a pass finds the rows that are due and moves each one
+request, a due shed tick and a webhook delivery are rows; a pass finds the rows that are due and moves each one
 step (one provider call or one pod health check, bounded in time) on a bounded thread pool,
 then ends. This is how Karpenter's and dstack's controllers work.
 

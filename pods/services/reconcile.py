@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import transaction
 
+from fleetadmin.deployment import pod_prefix
 from fleetadmin.hosts import hosts_silent, is_this_host
 from pods.models import Pod
 from pods.providers import get_provider
@@ -36,14 +37,22 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     - a pod the database ended that still runs: terminated again;
     - another host's local pods are that host's to compare (only it sees their processes): left
       alone while it reports, lost once it has been silent for HOST_LOST_AFTER_SECONDS.
+
+    The provider's pods it compares are those named with this deployment's prefix, and those the
+    database has whatever their prefix (named before the prefix changed: an upgrade, a renewal).
     """
     provider = get_provider(provider_name)
     result = ReconcileResult(provider_name)
-    remote = {p.provider_id: p for p in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-")}
+    listed = provider.list(prefix="")
     everyones = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
     _lose_pods_of_silent_hosts(everyones.alive().exclude(host__in=("", settings.HOST_ID)), result)
     pods = everyones.reachable_here()
     known = {p.provider_id: p for p in pods.exclude(provider_id="")}
+    mine = f"{pod_prefix()}-"
+    unsaved = set(pods.alive().filter(provider_id="").values_list("name", flat=True))  # created, not saved yet
+    remote = {
+        p.provider_id: p for p in listed if p.name.startswith(mine) or p.provider_id in known or p.name in unsaved
+    }
     for provider_id, seen in remote.items():
         pod = known.get(provider_id)
         if pod is not None:

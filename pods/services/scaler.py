@@ -225,8 +225,8 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         booting = [p for p in serving if p.state == Pod.State.BOOTING]
         to_boot = min(demand.wanted - len(serving), pool.max_parallel_boots - len(booting))
         if demand.per_page_guessed and len(booting) < len(serving):
-            # A fleet sized on the guessed page time is wrong by however far the guess is (a storm
-            # once booted 6 pods where 1 did the work): the ready pods measure a page within seconds,
+            # A fleet sized on the guessed page time is wrong by however far the guess is (in
+            # bench/storm.py, 6 pods where 1 did the work): the ready pods measure a page within seconds,
             # so wait for it. A pool with no ready pod boots on the guess, or nothing would start;
             # the warm floor (a scale request's target) is not a guess and is still booted to.
             to_boot = min(to_boot, pool.min_pods - len(serving))

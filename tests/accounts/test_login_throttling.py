@@ -124,7 +124,7 @@ def _log_in_through(url: str, forwarded_for: str, username: str, password: str) 
 
 
 def test_behind_a_proxy_the_front_counts_each_client_by_its_own_address(transactional_db, ordinary_user, tmp_path):
-    # The README's front behind its proxy: daphne's --proxy-headers makes the proxy's
+    # The front behind its proxy (docs/scaling-out.md): daphne's --proxy-headers makes the proxy's
     # X-Forwarded-For the client's address. Without it, every client would be the proxy's 127.0.0.1.
     env = child_env(tmp_path, LOGIN_FAILURE_LIMIT="2")
     front, url = start_front(env, tmp_path, options=("--proxy-headers",))

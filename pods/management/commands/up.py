@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from fleetadmin.deployment import pod_prefix
 from fleetadmin.workers import ended_with
 from pods.models import Pod
 from pods.providers import get_provider
@@ -87,5 +88,5 @@ class Command(BaseCommand):
         for pod_id in local.filter(terminate_pending=True).values_list("pk", flat=True):
             terminate_step(pod_id)
         provider = get_provider("local")
-        for leftover in provider.list(prefix=f"{settings.DEPLOYMENT_PREFIX}-"):
+        for leftover in provider.list(prefix=f"{pod_prefix()}-"):
             provider.terminate(leftover.provider_id)

@@ -1,0 +1,156 @@
+"""A submission's fields are declared once (ocrjobs/schemas.py) and drive the job form, the
+multipart and JSON bodies of POST /v1/jobs, OpenAPI and job_submit's keywords: a field added
+to the model reaches each of them without another edit."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import QueryDict
+from pydantic import Field
+
+from fleetadmin.openapi import multipart_schema, openapi
+from ocrjobs.forms import NOT_ON_THE_FORM, JobForm, submission_form_fields
+from ocrjobs.models import Job
+from ocrjobs.schemas import SubmissionFields, SubmissionInvalid, job_submit_arguments, submission_from_form
+from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.ocrjobs.helpers import assert_nothing_made
+from tests.ocrjobs.test_submit_api import assert_refused
+
+pytestmark = pytest.mark.usefixtures("local_pool")
+
+
+class WithDpi(SubmissionFields):
+    """The submission with one field more, as a developer would add it."""
+
+    dpi: int = Field(default=300, description="render resolution")
+
+
+def test_every_field_of_the_model_is_on_the_form_and_in_both_bodies_in_openapi(db):
+    body = openapi()["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]
+    names = set(SubmissionFields.model_fields)
+
+    assert len(names) >= 9  # the model is read (an empty one would pass vacuously)
+    assert set(JobForm().fields) == names - set(NOT_ON_THE_FORM) | {"files"}
+    assert set(body["application/json"]["schema"]["properties"]) == names
+    assert set(body["multipart/form-data"]["schema"]["properties"]) == names | {"files"}
+
+
+def test_multipart_fields_have_their_real_types_in_openapi(db):
+    fields = openapi()["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    types = {name: field.get("type") for name, field in fields["properties"].items()}
+
+    assert types == {"urls": "array", "pool": "string", "languages": "string", "skip_text_pages": "boolean",
+                     "max_dollars": "number", "deadline": "string", "priority": "string", "dry_run": "boolean",
+                     "callback_url": "string", "files": "array"}  # fmt: skip
+    assert fields["properties"]["priority"]["enum"] == ["fastest", "balanced", "cheapest"]
+    assert fields["properties"]["deadline"]["format"] == "date-time"
+    assert fields["properties"]["callback_url"]["format"] == "uri"
+    assert fields["properties"]["files"]["items"]["contentMediaType"] == "application/octet-stream"
+
+
+def test_a_field_added_to_the_model_reaches_the_form_openapi_the_parser_and_job_submit():
+    form_field = submission_form_fields(WithDpi)["dpi"]
+    assert form_field.widget.input_type == "number" and form_field.initial == 300
+    assert multipart_schema(WithDpi)["properties"]["dpi"] == {
+        "type": "integer", "default": 300, "description": "render resolution", "title": "Dpi",
+    }  # fmt: skip
+    fields = submission_from_form(QueryDict("dpi=400"), model=WithDpi)
+    assert fields.dpi == 400
+    assert job_submit_arguments(fields)["dpi"] == 400  # job_submit takes it by its name
+
+
+def test_form_text_is_parsed_as_the_models_types():
+    fields = submission_from_form(QueryDict("urls=https://a.org/1.pdf%0D%0A%0D%0Ahttps://a.org/2.pdf&urls=https://a.org/3.pdf"
+                                            "&skip_text_pages=on&max_dollars=4.25&priority=&dry_run=&pool="))  # fmt: skip
+
+    assert fields.urls == ["https://a.org/1.pdf", "https://a.org/2.pdf", "https://a.org/3.pdf"]
+    assert (fields.skip_text_pages, fields.max_dollars, fields.priority, fields.dry_run) == (
+        True,
+        4.25,
+        "balanced",
+        False,
+    )
+    assert fields.pool == ""  # text: the service judges it (the default pool)
+    assert submission_from_form(QueryDict("languages=")).languages == ""  # refused by the service, not made "eng"
+
+
+def test_form_text_that_does_not_parse_is_refused_per_field():
+    with pytest.raises(SubmissionInvalid) as refused:
+        submission_from_form(QueryDict("max_dollars=lots&skip_text_pages=maybe&languages=eng&languages=deu"))
+
+    assert [field for field, _ in refused.value.errors] == ["languages", "skip_text_pages", "max_dollars"]
+    assert refused.value.message == "languages: the field was sent more than once"
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"skip_text_pages": "maybe"}, ["skip_text_pages", "boolean"]),
+        ({"dry_run": "2"}, ["dry_run"]),
+        ({"max_dollars": "lots"}, ["max_dollars", "number"]),
+        ({"priority": "urgent"}, ["priority", "fastest"]),
+        ({"callback_url": "ftp://example.org/hook"}, ["callback_url", "http"]),
+    ],
+)
+def test_a_multipart_field_that_does_not_parse_is_a_400(client, submit_token, media_root, fields, words):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post(
+        "/v1/jobs", {"files": [upload], **fields}, headers={"Authorization": f"Bearer {submit_token}"}
+    )
+
+    assert_refused(response, 400, *words)
+    assert_nothing_made(media_root)
+
+
+def test_a_multipart_dry_run_answers_the_forecast_and_stores_nothing(client, submit_token, media_root):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post("/v1/jobs", {"files": [upload], "dry_run": "true", "max_dollars": "2"},
+                           headers={"Authorization": f"Bearer {submit_token}"})  # fmt: skip
+
+    assert response.status_code == 200, response.content
+    assert response.json()["dry_run"] is True
+    assert not Job.objects.exists()
+
+
+@pytest.fixture
+def bob(client, ordinary_user):
+    client.force_login(ordinary_user)
+    return client
+
+
+def form_post(client, **fields):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+    return client.post("/jobs/new", {"files": [upload], "pool": "local", "languages": "eng", **fields})
+
+
+def test_the_form_offers_a_callback_url_and_stores_it(bob):
+    assert 'name="callback_url"' in bob.get("/jobs/new").content.decode()
+
+    response = form_post(bob, callback_url="https://example.org/hook")
+
+    assert response.status_code == 302, html.unescape(response.content.decode())[-2000:]
+    assert Job.objects.get().callback_url == "https://example.org/hook"
+
+
+def test_the_form_refuses_a_callback_url_the_api_refuses_beside_its_input(bob, media_root):
+    response = form_post(bob, callback_url="ftp://example.org/hook")
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["callback_url"] == [
+        "callback_url: ftp://example.org/hook: only http and https URLs can be fetched"
+    ]
+    assert_nothing_made(media_root)
+
+
+def test_the_form_shows_a_field_that_does_not_parse_beside_its_input(bob, media_root):
+    response = form_post(bob, max_dollars="lots")
+
+    assert response.status_code == 400
+    assert list(response.context["form"].errors) == ["max_dollars"]
+    assert "Input should be a valid number" in html.unescape(response.content.decode())
+    assert_nothing_made(media_root)
