@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def _job_end(job: Job, counts: dict[str, int], *, failed_documents: bool) -> boo
     _tally(job, counts, save=False)
     job.save(update_fields=["status", "finished_at", "tallied_done", "tallied_failed"])
     webhook_enqueue(job=job)
+    job_outputs_request(job=job)  # its searchable PDFs, built by a worker once committed
     log.info("job %s finished: %s %s", job.pk, job.status, counts)
     return True
 
