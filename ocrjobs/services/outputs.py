@@ -44,7 +44,7 @@ def _enqueue(document_ids: list[int]) -> None:
 # --- Markdown ------------------------------------------------------------------------------------
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
-_BLOCK_START = re.compile(r"^(\s*)([-+=]|\d+[.)])")
+_BLOCK_START = re.compile(r"^(\s*)(\d*)([-+=.)])")  # a list item, a rule or an underline
 
 
 def page_markdown(result: dict) -> str:
@@ -58,7 +58,7 @@ def page_markdown(result: dict) -> str:
     for block in re.split(r"\n\s*\n", text):
         joined = " ".join(line.strip() for line in block.splitlines() if line.strip())
         if joined:
-            paragraphs.append(_BLOCK_START.sub(r"\1\\\2", _MARKDOWN_SPECIAL.sub(r"\\\1", joined)))
+            paragraphs.append(_BLOCK_START.sub(r"\1\2\\\3", _MARKDOWN_SPECIAL.sub(r"\\\1", joined)))
     return "\n\n".join(paragraphs)
 
 
