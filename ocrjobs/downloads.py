@@ -88,25 +88,23 @@ def _document_stem(document: Document) -> str:
     return outputs.output_stems(documents)[document.pk]
 
 
-@api_view(scope="read")
-def document_result_txt(request: HttpRequest, job_id: int, document_id: int) -> StreamingHttpResponse:
-    document = _document_for(request, job_id, document_id)
-    return _stream(request, outputs.document_result_txt(document), content_type="text/plain; charset=utf-8",
-                   filename=f"{_document_stem(document)}.txt")  # fmt: skip
+def _document_download(reader, *, content_type: str, suffix: str):
+    """The view of one document's text download: ``reader(document)`` yields its parts."""
+
+    @api_view(scope="read")
+    def view(request: HttpRequest, job_id: int, document_id: int) -> StreamingHttpResponse:
+        document = _document_for(request, job_id, document_id)
+        return _stream(request, reader(document), content_type=f"{content_type}; charset=utf-8",
+                       filename=f"{_document_stem(document)}.{suffix}")  # fmt: skip
+
+    view.__name__ = view.__qualname__ = f"document_result_{suffix}"
+    return view
 
 
-@api_view(scope="read")
-def document_result_md(request: HttpRequest, job_id: int, document_id: int) -> StreamingHttpResponse:
-    document = _document_for(request, job_id, document_id)
-    return _stream(request, outputs.document_markdown(document), content_type="text/markdown; charset=utf-8",
-                   filename=f"{_document_stem(document)}.md")  # fmt: skip
-
-
-@api_view(scope="read")
-def document_result_jsonl(request: HttpRequest, job_id: int, document_id: int) -> StreamingHttpResponse:
-    document = _document_for(request, job_id, document_id)
-    return _stream(request, outputs.document_result_jsonl(document), content_type="application/jsonl; charset=utf-8",
-                   filename=f"{_document_stem(document)}.jsonl")  # fmt: skip
+document_result_txt = _document_download(outputs.document_result_txt, content_type="text/plain", suffix="txt")
+document_result_md = _document_download(outputs.document_markdown, content_type="text/markdown", suffix="md")
+document_result_jsonl = _document_download(outputs.document_result_jsonl, content_type="application/jsonl",
+                                           suffix="jsonl")  # fmt: skip
 
 
 @api_view(scope="read")

@@ -253,10 +253,7 @@ class Document(TaskLeased):
 
     @property
     def searchable_pdf_or_none(self) -> SearchablePdf | None:
-        try:
-            return self.searchable_pdf
-        except SearchablePdf.DoesNotExist:
-            return None
+        return getattr(self, "searchable_pdf", None)  # (None when the reverse one-to-one has no row)
 
     def to_dict(self) -> dict:
         return {
@@ -397,6 +394,3 @@ class SearchablePdf(models.Model):
 
     def __str__(self) -> str:
         return f"searchable PDF of document {self.document_id}: {self.status}"
-
-    def to_dict(self) -> dict:
-        return {"status": self.status, "size_bytes": self.size_bytes or None, "error": self.error}

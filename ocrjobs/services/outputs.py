@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from ocrjobs import storage
 from ocrjobs.models import Document, Job, Page, SearchablePdf
@@ -21,24 +22,38 @@ ROWS_PER_QUERY = 500
 # --- asking for the searchable PDFs --------------------------------------------------------------
 
 
-def job_outputs_request(*, job: Job) -> None:
-    """When a job ends (in its transaction, under its row lock): its split documents' searchable
-    PDFs are marked pending and built by a worker once the job is committed; a job that ends
-    again after a retry has them built again."""
-    if job.status not in (Job.Status.DONE, Job.Status.PARTIAL):
+def job_outputs_request(*, jobs: list[Job]) -> None:
+    """When jobs end (in the transaction that ends them): the split documents of those done or
+    partial get a pending searchable PDF, built by a worker once this is committed; a job that
+    ends again after a retry has them built again. One statement whatever the number of jobs
+    (the dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
+    job_ids = [job.pk for job in jobs if job.status in (Job.Status.DONE, Job.Status.PARTIAL)]
+    if not job_ids:
         return
-    ids = list(job.documents.filter(status=Document.Status.SPLIT).values_list("pk", flat=True))
-    if not ids:
-        return
-    SearchablePdf.objects.filter(document_id__in=ids).update(status=SearchablePdf.Status.PENDING, error="")
-    SearchablePdf.objects.bulk_create([SearchablePdf(document_id=pk) for pk in ids], ignore_conflicts=True)
-    transaction.on_commit(lambda: _enqueue(ids))
+    rows, documents = SearchablePdf._meta.db_table, Document._meta.db_table
+    pending, split = SearchablePdf.Status.PENDING, Document.Status.SPLIT
+    with connection.cursor() as cursor:
+        # (SQLite reads ON CONFLICT after a SELECT only when the SELECT has a WHERE: it has.)
+        cursor.execute(
+            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, updated_at) "
+            f"SELECT id, %s, '', 0, '', 0, %s FROM {documents} "
+            f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s "
+            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = ''",
+            [pending, connection.ops.adapt_datetimefield_value(timezone.now()), *job_ids, split, pending],
+        )
+    transaction.on_commit(lambda: _enqueue(job_ids))
 
 
-def _enqueue(document_ids: list[int]) -> None:
+def _enqueue(job_ids: list[int]) -> None:
     from ocrjobs.output_tasks import enqueue_searchable_pdfs  # (it imports the services)
 
-    enqueue_searchable_pdfs(document_ids)
+    enqueue_searchable_pdfs(job_ids=job_ids)
+
+
+def searchable_pdfs_pending(*, job_id: int) -> list[int]:
+    """The job's documents whose searchable PDF waits to be built."""
+    pending = SearchablePdf.objects.filter(document__job_id=job_id, status=SearchablePdf.Status.PENDING)
+    return list(pending.order_by("document__position").values_list("document_id", flat=True))
 
 
 # --- Markdown ------------------------------------------------------------------------------------

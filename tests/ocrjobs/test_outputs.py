@@ -18,6 +18,7 @@ from reportlab.pdfgen import canvas
 from accounts.models import ApiToken
 from ocrjobs import downloads
 from ocrjobs.models import Job, Page, SearchablePdf
+from ocrjobs.output_tasks import request_searchable_pdfs
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.outputs import page_markdown
 from ocrjobs.services.pages import page_complete, pages_claim
@@ -213,8 +214,21 @@ def test_the_job_ending_asks_a_worker_for_its_pdfs(
     with django_capture_on_commit_callbacks(execute=True):
         finish(job, {(0, 1): boxed(["one line"])})
 
-    assert "ocrjobs.output_tasks.build_searchable_pdfs" in queued()
+    assert "ocrjobs.output_tasks.request_searchable_pdfs" in queued()
     assert SearchablePdf.objects.get().status == SearchablePdf.Status.PENDING
+    request_searchable_pdfs([job.pk])  # as the worker runs it: a build task for its documents
+    assert queued().count("ocrjobs.output_tasks.build_searchable_pdfs") == 1
+
+
+def test_a_job_that_ends_again_has_its_pdf_built_again(own_pdf_job, django_capture_on_commit_callbacks):
+    document = own_pdf_job.documents.get()
+    searchable_pdf_build(document_id=document.pk)
+    Job.objects.filter(pk=own_pdf_job.pk).update(status=Job.Status.RUNNING, finished_at=None)
+
+    with django_capture_on_commit_callbacks(execute=False):
+        job_refresh(job_id=own_pdf_job.pk)
+
+    assert SearchablePdf.objects.get(pk=document.pk).status == SearchablePdf.Status.PENDING
 
 
 # --- Markdown ----------------------------------------------------------------------------------
