@@ -295,6 +295,28 @@ def test_the_zip_streams_in_parts_and_holds_every_output(client, submit_token, o
     assert text_of(archive.read("documents/report.pdf"))[0].startswith("Water levels rose")
 
 
+@pytest.mark.parametrize("path", ["outputs.zip", "result.md", "documents/{document}/result.pdf"])
+def test_under_asgi_a_download_streams_chunk_by_chunk(submit_token, own_pdf_job, monkeypatch, path):
+    # Django reads a synchronous iterator whole into memory under ASGI; a download must not be one.
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    document = own_pdf_job.documents.get()
+    searchable_pdf_build(document_id=document.pk)
+    monkeypatch.setattr(downloads, "CHUNK_BYTES", 64)
+    monkeypatch.setattr("ocrjobs.storage.CHUNK", 4096)
+    url = f"/v1/jobs/{own_pdf_job.pk}/" + path.format(document=document.pk)
+
+    async def download():
+        response = await AsyncClient().get(url, headers=auth(submit_token))
+        return response.status_code, response.is_async, [chunk async for chunk in response.streaming_content]
+
+    status, is_async, chunks = async_to_sync(download)()
+
+    assert status == 200 and is_async
+    assert len(chunks) > 1
+
+
 def test_the_zip_is_written_as_it_is_read(own_pdf_job):
     """Members are generators: the first bytes come out before any document is read."""
     from django.db import connection
@@ -330,6 +352,13 @@ def test_a_document_of_another_job_is_404(client, submit_token, ordinary_user, o
 
     assert response.status_code == 404
     assert response.json() == {"error": f"job {own_pdf_job.pk} has no document {other.documents.get().pk}"}
+
+
+def test_the_job_names_its_downloads(client, submit_token, own_pdf_job):
+    urls = client.get(f"/v1/jobs/{own_pdf_job.pk}", headers=auth(submit_token)).json()["urls"]
+
+    assert urls["result_md"] == f"/v1/jobs/{own_pdf_job.pk}/result.md"
+    assert urls["outputs_zip"] == f"/v1/jobs/{own_pdf_job.pk}/outputs.zip"
 
 
 def test_the_openapi_describes_the_downloads(client, read_token):
