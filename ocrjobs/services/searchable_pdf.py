@@ -77,7 +77,7 @@ def _keep_every_character(font: TTFont, text: str) -> None:
     """A character the font lacks (CJK in DejaVu Sans) would be written as code 0 and lost to
     search: reportlab maps what is not in the font's ``charToGlyph`` to .notdef without a
     ToUnicode entry. Mapped to glyph 0 here, it is still drawn as .notdef (invisible anyway)
-    but keeps its code and its Unicode. No public hook does this; reportlab is pinned below 6
+    but keeps its code and its Unicode. No public hook does this; reportlab is pinned to 5.1
     and test_searchable_pdf's CJK line fails if this stops taking effect."""
     glyphs = font.face.charToGlyph
     for char in text:
