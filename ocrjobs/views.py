@@ -94,7 +94,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _job_context(job)
     paginator = Paginator(job.pages.select_related("document").order_by("pk"), JOB_PAGES_PER_SCREEN)
     screen = paginator.get_page(request.GET.get("page"))
-    context["documents"] = list(job.documents.all())
+    context["documents"] = list(job.documents.select_related("searchable_pdf"))
     context["deliveries"] = list(job.webhook_deliveries.all())
     context["screen"] = screen
     context["pages"] = [{"page": page, "text": selectors.page_text(page)} for page in screen.object_list]
