@@ -424,7 +424,30 @@ def run(args, children: Children, sim_url: str) -> None:
           f"{grown_while_stalled} pods created while one was open")  # fmt: skip
     print(f"pods not shed        {len(not_shed)} (released by the benchmark)")
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
+    print_pod_timeline(pods, pages, started_wall)
     print(json.dumps(result))
+
+
+def print_pod_timeline(pods, pages, started_wall) -> None:
+    """Each pod's life in seconds from the start (stderr): where its paid seconds went."""
+    from django.db.models import Count, Max, Min
+
+    from ocrjobs.models import Page
+
+    by_pod = {
+        row["pod_id"]: row
+        for row in pages.filter(status=Page.Status.DONE).values("pod_id")
+        .annotate(n=Count("id"), first=Min("started_at"), last=Max("finished_at"))
+    }  # fmt: skip
+
+    def at(moment) -> str:
+        return f"{(moment - started_wall).total_seconds():7.1f}" if moment else "      -"
+
+    print("pod timeline (s)     billed   ready   first    last   ended  pages", file=sys.stderr)
+    for pod in sorted(pods, key=lambda p: p.created_at):
+        row = by_pod.get(pod.pk, {})
+        print(f"  {pod.name[-8:]:18} {at(pod.billed_from)} {at(pod.ready_at)} {at(row.get('first'))} "
+              f"{at(row.get('last'))} {at(pod.ended_at)} {row.get('n', 0):6}", file=sys.stderr)  # fmt: skip
 
 
 if __name__ == "__main__":

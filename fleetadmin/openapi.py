@@ -49,6 +49,25 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-jobs-pages", "get"): {"summary": "A job's pages with their results, a page at a time", "parameters": CURSOR},
     ("api-jobs-result-txt", "get"): {"summary": "The job's text, streamed", "content": "text/plain"},
     ("api-jobs-result-jsonl", "get"): {"summary": "One JSON record per page, streamed", "content": "application/jsonl"},
+    ("api-jobs-result-md", "get"): {"summary": "The job's Markdown, streamed", "content": "text/markdown"},
+    ("api-jobs-outputs-zip", "get"): {
+        "summary": "The job's outputs as one zip, written as it is sent",
+        "description": "result.txt, result.md, result.jsonl, and each document's .txt, .md, .jsonl and "
+        "searchable .pdf (once built) under documents/.",
+        "content": "application/zip",
+    },
+    ("api-documents-result-txt", "get"): {
+        "summary": "A document's text, pages parted by form feeds",
+        "content": "text/plain",
+    },
+    ("api-documents-result-md", "get"): {"summary": "A document's Markdown", "content": "text/markdown"},
+    ("api-documents-result-jsonl", "get"): {"summary": "A document's page records", "content": "application/jsonl"},
+    ("api-documents-result-pdf", "get"): {
+        "summary": "A document's searchable PDF",
+        "description": "The original pages with an invisible text layer. 409 while it is being built "
+        "(a worker builds it when the job ends) or when its build failed (the error says why).",
+        "content": "application/pdf",
+    },
     ("api-jobs-cancel", "post"): {"summary": "Cancel a job"},
     ("api-jobs-retry", "post"): {"summary": "Retry a partial or failed job's failed pages and documents"},
     ("api-webhooks-secret", "get"): {"summary": "The caller's webhook signing secret"},

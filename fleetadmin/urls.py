@@ -7,6 +7,7 @@ from django.views import defaults
 
 from fleetadmin import metrics, openapi
 from ocrjobs import api as jobs_api
+from ocrjobs import downloads as jobs_downloads
 from ocrjobs import viewer_views
 from ocrjobs import views as jobs_views
 from pods import api as pods_api
@@ -90,6 +91,28 @@ urlpatterns = [
     path("v1/jobs/<int:job_id>/pages", jobs_api.job_pages, name="api-jobs-pages"),
     path("v1/jobs/<int:job_id>/result.txt", jobs_api.job_result_txt, name="api-jobs-result-txt"),
     path("v1/jobs/<int:job_id>/result.jsonl", jobs_api.job_result_jsonl, name="api-jobs-result-jsonl"),
+    path("v1/jobs/<int:job_id>/result.md", jobs_downloads.job_result_md, name="api-jobs-result-md"),
+    path("v1/jobs/<int:job_id>/outputs.zip", jobs_downloads.job_outputs_zip, name="api-jobs-outputs-zip"),
+    path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.txt",
+        jobs_downloads.document_result_txt,
+        name="api-documents-result-txt",
+    ),
+    path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.md",
+        jobs_downloads.document_result_md,
+        name="api-documents-result-md",
+    ),
+    path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.jsonl",
+        jobs_downloads.document_result_jsonl,
+        name="api-documents-result-jsonl",
+    ),
+    path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.pdf",
+        jobs_downloads.document_result_pdf,
+        name="api-documents-result-pdf",
+    ),
     path("v1/jobs/<int:job_id>/cancel", jobs_api.job_cancel, name="api-jobs-cancel"),
     path("v1/jobs/<int:job_id>/retry", jobs_api.job_retry, name="api-jobs-retry"),
 ]

@@ -62,6 +62,8 @@ def _job_links(job: Job, dollars: Decimal) -> dict:
             "self": f"/v1/jobs/{job.pk}",
             "result_txt": f"/v1/jobs/{job.pk}/result.txt",
             "result_jsonl": f"/v1/jobs/{job.pk}/result.jsonl",
+            "result_md": f"/v1/jobs/{job.pk}/result.md",
+            "outputs_zip": f"/v1/jobs/{job.pk}/outputs.zip",
             "pages": f"/v1/jobs/{job.pk}/pages",
             "page": job.get_absolute_url(),
         },

@@ -251,6 +251,10 @@ class Document(TaskLeased):
 
         return Path(documents().path(self.source))
 
+    @property
+    def searchable_pdf_or_none(self) -> SearchablePdf | None:
+        return getattr(self, "searchable_pdf", None)  # (None when the reverse one-to-one has no row)
+
     def to_dict(self) -> dict:
         return {
             "id": self.pk,
@@ -368,3 +372,25 @@ class Dispatcher(models.Model):
 
     def __str__(self) -> str:
         return f"dispatcher {self.pk} ({self.pool.key})"
+
+
+class SearchablePdf(models.Model):
+    """A document's searchable PDF (issue 25): its original pages with an invisible text layer,
+    built by a worker when the job ends (ocrjobs/services/searchable_pdf.py). A failed build
+    fails nothing else: it is shown with its error, and the next build tries again."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # asked for, not built yet (or being rebuilt after a retry)
+        BUILT = "built"
+        FAILED = "failed"
+
+    document = models.OneToOneField(Document, on_delete=models.CASCADE, primary_key=True, related_name="searchable_pdf")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    name = models.CharField(max_length=500, blank=True, help_text="its name in the documents' storage")
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    builds = models.PositiveIntegerField(default=0, help_text="builds started")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"searchable PDF of document {self.document_id}: {self.status}"

@@ -90,7 +90,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     the next batch as it scrolls."""
     job = _job_for(request, job_id)
     context = _job_context(job)
-    context["documents"] = list(job.documents.all())
+    context["documents"] = list(job.documents.select_related("searchable_pdf"))
     context["deliveries"] = list(job.webhook_deliveries.all())
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)

@@ -10,8 +10,9 @@ from packaging.version import Version
 from tools.processes import REPO
 
 # Each reaches into these libraries' internals (fleetadmin/front.py: daphne and Twisted;
-# fleetadmin/workers.py: django-q2; ocrjobs/dispatch/documents.py: aiohttp's Payload).
-TOUCHED_INTERNALS = {"daphne", "twisted", "django-q2", "aiohttp"}
+# fleetadmin/workers.py: django-q2; ocrjobs/dispatch/documents.py: aiohttp's Payload;
+# ocrjobs/services/searchable_pdf.py: reportlab's TTF character map).
+TOUCHED_INTERNALS = {"daphne", "twisted", "django-q2", "aiohttp", "reportlab"}
 
 
 def _requirements() -> dict[str, Requirement]:

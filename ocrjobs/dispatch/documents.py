@@ -171,9 +171,11 @@ class DocumentRoutes:
 
     def _documents_init(self) -> None:
         # Which documents each pod holds, as far as this loop knows (it sent them; a 409 corrects
-        # it), both ways; and the PUTs out now, one per (pod, document), that pages share.
+        # it), both ways; and the PUTs out now, one per (pod, document), that pages share. A
+        # document's holders are kept least recently sent a page first: a lease looks at only the
+        # first few (PREFERRED_LOOKS), which would otherwise be the same few pods every time.
         self.held: dict[int, set[str]] = {}
-        self.holders: dict[str, set[int]] = {}
+        self.holders: dict[str, dict[int, None]] = {}
         self.puts: dict[tuple[int, str], asyncio.Future] = {}
         self.documents_sent = 0
         self.bytes_sent = 0
@@ -197,6 +199,8 @@ class DocumentRoutes:
             if lane is not None:
                 del self.queue[index]
                 self.affinity_waits.pop(page.id, None)
+                if holders:
+                    self._served(page.sha256, lane.pod_id)
                 return page, lane
             if not holders:
                 return None, None
@@ -221,7 +225,14 @@ class DocumentRoutes:
         if lane is None:
             return None, None
         self.affinity_waits.pop(head.id, None)
+        self._served(head.sha256, lane.pod_id)
         return self.queue.popleft(), lane
+
+    def _served(self, sha256: str, pod_id: int) -> None:
+        # To the back of the document's holders (if it holds it): the others are looked at first.
+        pods = self.holders.get(sha256)
+        if pods is not None and pods.pop(pod_id, False) is None:
+            pods[pod_id] = None
 
     async def send_document(self, page: ClaimedPage, lane: PodLanes) -> None:
         """Make sure the pod holds the page's document: at most one PUT per (pod, document) is out
@@ -269,13 +280,13 @@ class DocumentRoutes:
 
     def remember(self, pod_id: int, sha256: str) -> None:
         self.held.setdefault(pod_id, set()).add(sha256)
-        self.holders.setdefault(sha256, set()).add(pod_id)
+        self.holders.setdefault(sha256, {})[pod_id] = None
 
     def forget(self, pod_id: int, sha256: str) -> None:
         self.held.get(pod_id, set()).discard(sha256)
         pods = self.holders.get(sha256)
         if pods is not None:
-            pods.discard(pod_id)
+            pods.pop(pod_id, None)
             if not pods:
                 del self.holders[sha256]
 
@@ -283,7 +294,7 @@ class DocumentRoutes:
         for sha256 in self.held.pop(pod_id, set()):
             pods = self.holders.get(sha256)
             if pods is not None:
-                pods.discard(pod_id)
+                pods.pop(pod_id, None)
                 if not pods:
                     del self.holders[sha256]
 

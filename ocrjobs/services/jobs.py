@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ def job_refresh(*, job_id: int) -> Job:
             return job
         counts = job.page_counts()
         failed_documents = job.documents.filter(status=Document.Status.FAILED).exists()
-        _job_end(job, counts, failed_documents=failed_documents)
+        if _job_end(job, counts, failed_documents=failed_documents):
+            job_outputs_request(jobs=[job])  # its searchable PDFs, built by a worker once committed
     return job
 
 
@@ -87,10 +89,13 @@ def _jobs_end(job_ids: list[int]) -> None:
         for job_id, status, n in by_status.order_by():
             counts[job_id][status] += n
             counts[job_id]["total"] += n
+        ended = []
         for job in jobs:
             if (job.pk, Document.Status.PENDING) in documents:
                 continue
-            _job_end(job, counts[job.pk], failed_documents=(job.pk, Document.Status.FAILED) in documents)
+            if _job_end(job, counts[job.pk], failed_documents=(job.pk, Document.Status.FAILED) in documents):
+                ended.append(job)
+        job_outputs_request(jobs=ended)
 
 
 def job_cancel(*, job: Job) -> Job:

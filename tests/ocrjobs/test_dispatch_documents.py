@@ -254,3 +254,23 @@ def test_same_bytes_pages_within_what_their_busy_pods_take_next_wait_for_them(tw
     monkeypatch.setattr(dispatch.time, "monotonic", lambda: 100.0)
 
     assert loop.next_forward() == (None, None)
+
+
+def test_pages_of_bytes_every_pod_holds_go_round_all_of_them_not_the_first_few():
+    # bench/storm.py's default mode (issue 21): six pods hold the one document every page names.
+    # A lease looks at only the first few holders (PREFERRED_LOOKS); when those were always the
+    # same four, the lane they freed took the next page, and pods 5 and 6 read nothing again and
+    # were shed idle while thousands of pages waited.
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.lanes.sync([(pod, f"http://pod-{pod}", 1, "") for pod in range(1, 7)], FleetCounts(ready=6))
+    for pod in range(1, 7):
+        loop.remember(pod, "a" * 64)
+    loop.queue.extend([claimed(n, "a", pages=4) for n in range(1, 13)])
+    served = []
+    for _ in range(12):
+        page, lane = loop.next_forward()
+        served.append(lane.pod_id)
+        loop.lanes.release(lane)  # its page is done at once: the lane it frees is the first free
+
+    assert sorted(set(served)) == [1, 2, 3, 4, 5, 6]
+    assert max(served.count(pod) for pod in range(1, 7)) == 2

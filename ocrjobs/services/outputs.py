@@ -1,0 +1,158 @@
+"""A job's outputs beyond result.txt and result.jsonl (issue 25): Markdown, each document's own
+text, Markdown and records, the searchable PDFs asked for when the job ends, and the job's
+outputs as one zip. Readers yield text a page (or a line) at a time and read rows a chunk at a
+time, whatever the job's size: the downloads stream them (ocrjobs/downloads.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ocrjobs import storage
+from ocrjobs.models import Document, Job, Page, SearchablePdf
+
+ROWS_PER_QUERY = 500
+
+# --- asking for the searchable PDFs --------------------------------------------------------------
+
+
+def job_outputs_request(*, jobs: list[Job]) -> None:
+    """When jobs end (in the transaction that ends them): the split documents of those done or
+    partial get a pending searchable PDF, built by a worker once this is committed; a job that
+    ends again after a retry has them built again. One statement whatever the number of jobs
+    (the dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
+    job_ids = [job.pk for job in jobs if job.status in (Job.Status.DONE, Job.Status.PARTIAL)]
+    if not job_ids:
+        return
+    rows, documents = SearchablePdf._meta.db_table, Document._meta.db_table
+    pending, split = SearchablePdf.Status.PENDING, Document.Status.SPLIT
+    with connection.cursor() as cursor:
+        # (SQLite reads ON CONFLICT after a SELECT only when the SELECT has a WHERE: it has.)
+        cursor.execute(
+            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, updated_at) "
+            f"SELECT id, %s, '', 0, '', 0, %s FROM {documents} "
+            f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s "
+            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = ''",
+            [pending, connection.ops.adapt_datetimefield_value(timezone.now()), *job_ids, split, pending],
+        )
+    transaction.on_commit(lambda: _enqueue(job_ids))
+
+
+def _enqueue(job_ids: list[int]) -> None:
+    from ocrjobs.output_tasks import enqueue_searchable_pdfs  # (it imports the services)
+
+    enqueue_searchable_pdfs(job_ids=job_ids)
+
+
+def searchable_pdfs_pending(*, job_id: int) -> list[int]:
+    """The job's documents whose searchable PDF waits to be built."""
+    pending = SearchablePdf.objects.filter(document__job_id=job_id, status=SearchablePdf.Status.PENDING)
+    return list(pending.order_by("document__position").values_list("document_id", flat=True))
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
+_BLOCK_START = re.compile(r"^(\s*)(\d*)([-+=.)])")  # a list item, a rule or an underline
+
+
+def page_markdown(result: dict) -> str:
+    """A page as Markdown: the ``vlm`` engine's as the model wrote it; any other engine's text
+    as paragraphs (its blank lines part them, the lines of one are joined), escaped so that it
+    reads as the text it is."""
+    text = str(result.get("text", ""))
+    if result.get("engine") == "vlm":
+        return text.strip("\n")
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text):
+        joined = " ".join(line.strip() for line in block.splitlines() if line.strip())
+        if joined:
+            paragraphs.append(_BLOCK_START.sub(r"\1\2\\\3", _MARKDOWN_SPECIAL.sub(r"\\\1", joined)))
+    return "\n\n".join(paragraphs)
+
+
+def _comment(text: str) -> str:
+    return "<!-- " + text.replace("--", "- -").replace("\n", " ") + " -->"
+
+
+def document_markdown(document: Document) -> Iterator[str]:
+    """The document's pages as Markdown, each after a comment that names it (invisible once
+    rendered); pages that have no text say why in theirs."""
+    if document.status == Document.Status.FAILED:
+        yield _comment(f"document failed: {document.error}") + "\n"
+        return
+    first = True
+    for page in _document_pages(document):
+        yield ("" if first else "\n") + _comment(f"page {page.number}") + "\n\n"
+        first = False
+        if page.status == Page.Status.DONE:
+            markdown = page_markdown(page.read_result() or {})
+            yield markdown + "\n" if markdown else ""
+        else:
+            yield _comment(f"page {page.number}: {page.status}{': ' + page.error if page.error else ''}") + "\n"
+
+
+def job_result_md(job: Job) -> Iterator[str]:
+    """Every document's Markdown under a heading with its name."""
+    for index, document in enumerate(job.documents.order_by("position").iterator(chunk_size=ROWS_PER_QUERY)):
+        yield ("\n" if index else "") + "# " + _MARKDOWN_SPECIAL.sub(r"\\\1", document.name) + "\n\n"
+        yield from document_markdown(document)
+
+
+# --- one document's text and records -------------------------------------------------------------
+
+
+def _document_pages(document: Document):
+    return document.pages.order_by("number").iterator(chunk_size=ROWS_PER_QUERY)
+
+
+def document_result_txt(document: Document) -> Iterator[str]:
+    """The document's text, a form feed between pages (as pdftotext and the ocr command write it)."""
+    for index, page in enumerate(_document_pages(document)):
+        text = (page.read_result() or {}).get("text", "") if page.status == Page.Status.DONE else ""
+        yield ("\f" if index else "") + text
+
+
+def document_result_jsonl(document: Document) -> Iterator[str]:
+    """result.jsonl's records of the document's pages."""
+    if document.status == Document.Status.FAILED:
+        record = {"document": document.name, "document_id": document.pk, "page": None, "status": "failed",
+                  "text": "", "lines": [], "confidence": None, "error": document.error}  # fmt: skip
+        yield json.dumps(record, ensure_ascii=False) + "\n"
+        return
+    for page in document.pages.select_related("document").order_by("number").iterator(chunk_size=ROWS_PER_QUERY):
+        yield json.dumps(page.to_record(), ensure_ascii=False) + "\n"
+
+
+def document_searchable_pdf(document: Document) -> SearchablePdf | None:
+    return SearchablePdf.objects.filter(document=document).first()
+
+
+def searchable_pdf_chunks(pdf: SearchablePdf) -> Iterator[bytes]:
+    """The stored PDF's bytes, a chunk at a time."""
+    with storage.documents().open(pdf.name, "rb") as f:
+        while chunk := f.read(storage.CHUNK):
+            yield chunk
+
+
+# --- names in the zip and on disk ----------------------------------------------------------------
+
+
+def output_stems(documents: list[Document]) -> dict[int, str]:
+    """{document id: a file name stem}: the document's name without its extension, made unique in
+    the job (``-2``, ``-3`` …), never a path (a name like ``../x`` stays one file)."""
+    stems, used = {}, set()
+    for document in documents:
+        stem = PurePosixPath(document.name.replace("\\", "/")).stem.strip(". ") or f"document-{document.position}"
+        candidate, n = stem, 2
+        while candidate.lower() in used:
+            candidate, n = f"{stem}-{n}", n + 1
+        used.add(candidate.lower())
+        stems[document.pk] = candidate
+    return stems

@@ -1,0 +1,281 @@
+"""Searchable PDFs (issue 25): each document's original pages with an invisible text layer placed
+from every recognised line's box, as OCRmyPDF makes them, built by a worker when the job ends.
+
+How: reportlab draws the text layer, pikepdf lays it over the original pages.
+
+- reportlab, of the three ways issue 25 allows, because it works for every engine and every
+  page: tesseract's own text-only PDF exists only for tesseract and would have to come back from
+  the pod with each page; OCRmyPDF's hocrtransform wants hOCR (one more format to write) and
+  brings OCRmyPDF with it. reportlab writes text render mode 3 (invisible: searchable, copyable,
+  never drawn), the horizontal scale that stretches a line over its box, and an embedded font
+  subset with a ToUnicode map, so that what a reader extracts is the recognised text.
+- pikepdf (qpdf) keeps the original PDF as it is, images and all: each page gets the layer as an
+  overlay (a form XObject), which also undoes the page's /Rotate and crop box (the pod read the
+  page as pdfium shows it: rotated and cropped). Pages whose PDF had a text layer already
+  (``skip_text_pages``: their result says ``source: text layer``) are left as they are.
+- An image document becomes one PDF page per frame at the image's DPI (``IMAGE_DPI_DEFAULT``
+  when the file says none), drawn by reportlab with the text over it; a JPEG goes in as its own
+  bytes (no re-encoding), other images losslessly (Flate).
+
+Coordinates: the pod reports each page's pixel size (``width``, ``height``) and each line's
+``bbox`` in those pixels; the layer scales them to the page's size in points, so the render DPI
+need not be known. Lines without a box (the ``vlm`` engine's) are stacked down the page: search
+and copy find them, their place on the page is not theirs.
+
+Memory: the layer is made ``PAGES_PER_LAYER`` pages at a time into a temporary file that pikepdf
+reads back lazily; qpdf copies the original's page images from its file while it writes, so a
+build holds a chunk of text layer and qpdf's object table, never the document's pixels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import pikepdf
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from PIL import Image, ImageOps
+from reportlab.lib.utils import ImageReader
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.pdfgen import canvas
+
+from ocrjobs import storage
+from ocrjobs.models import Document, Page, SearchablePdf
+
+log = logging.getLogger(__name__)
+
+FONT_NAME = "FleetadminOcrText"
+# bin/install installs fonts-dejavu-core; reportlab's own Vera is the fallback.
+FONT_PATHS = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",)
+PAGES_PER_LAYER = 100  # text only: a few kB a page
+IMAGES_PER_LAYER = 8  # pages that carry their image: reportlab holds a chunk until it writes it
+IMAGE_DPI_DEFAULT = 300  # a scanner's usual; an image that states no DPI
+IMAGE_DPI_RANGE = (36, 2400)
+STACKED_FONT_POINTS = 10.0
+ERROR_MAX_CHARS = 500
+
+_font: TTFont | None = None
+
+
+def _text_font() -> TTFont:
+    global _font
+    if _font is None:
+        path = next((p for p in FONT_PATHS if Path(p).is_file()), "Vera.ttf")
+        _font = TTFont(FONT_NAME, path)
+        pdfmetrics.registerFont(_font)
+    return _font
+
+
+def _keep_every_character(font: TTFont, text: str) -> None:
+    """A character the font lacks (CJK in DejaVu Sans) would be written as code 0 and lost to
+    search: reportlab maps what is not in the font's ``charToGlyph`` to .notdef without a
+    ToUnicode entry. Mapped to glyph 0 here, it is still drawn as .notdef (invisible anyway)
+    but keeps its code and its Unicode. No public hook does this; reportlab is pinned to 5.1
+    and test_searchable_pdf's CJK line fails if this stops taking effect."""
+    glyphs = font.face.charToGlyph
+    for char in text:
+        glyphs.setdefault(ord(char), 0)
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
+    """Build (or build again) the document's searchable PDF and store it; None for a document
+    that has no pages to build from (not split). Safe to run twice, at once too: each build
+    stores a file of its own name, the last to finish is kept and the one before it removed.
+    A build that fails marks the row ``failed`` with the error (the job is not touched)."""
+    document = Document.objects.select_related("job").filter(pk=document_id).first()
+    if document is None or document.status != Document.Status.SPLIT:
+        return None
+    row, _ = SearchablePdf.objects.get_or_create(document=document)
+    SearchablePdf.objects.filter(pk=row.pk).update(builds=F("builds") + 1, updated_at=timezone.now())
+    fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
+    os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
+    try:
+        with storage.document_local(document.source) as source:
+            if document.kind == Document.Kind.PDF:
+                _overlay_pdf(source, document, Path(temporary))
+            else:
+                _image_pdf(source, document, Path(temporary))
+        size = Path(temporary).stat().st_size
+        name = storage.document_store(f"outputs/job-{document.job_id}/{document.pk}-{uuid.uuid4().hex[:8]}.pdf",
+                                      Path(temporary))  # fmt: skip
+    except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
+        Path(temporary).unlink(missing_ok=True)
+        log.exception("document %s: the searchable PDF failed", document.pk)
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
+        SearchablePdf.objects.filter(pk=row.pk).update(status=SearchablePdf.Status.FAILED, error=error,
+                                                       updated_at=timezone.now())  # fmt: skip
+        row.refresh_from_db()
+        return row
+    with transaction.atomic():
+        row = SearchablePdf.objects.select_for_update().get(pk=row.pk)
+        previous = row.name
+        row.status, row.name, row.size_bytes, row.error = SearchablePdf.Status.BUILT, name, size, ""
+        row.updated_at = timezone.now()
+        row.save()
+        if previous and previous != name:
+            transaction.on_commit(lambda: storage.document_delete(previous))
+    return row
+
+
+class _Results:
+    """The document's pages' results, asked for in page order and read from the database a
+    chunk of rows at a time: a build never holds every page's result at once."""
+
+    def __init__(self, document: Document) -> None:
+        pages = Page.objects.filter(document=document).order_by("number").values_list("number", "status", "result")
+        self._rows = pages.iterator(chunk_size=500)
+        self._next: tuple[int, str, str] | None = next(self._rows, None)
+
+    def get(self, number: int) -> dict | None:
+        """Page ``number``'s result (None: not done, or no such page); numbers asked in order."""
+        while self._next is not None and self._next[0] < number:
+            self._next = next(self._rows, None)
+        if self._next is None or self._next[0] != number:
+            return None
+        _, status, result = self._next
+        return Page(result=result).read_result() if status == Page.Status.DONE and result else None
+
+
+def _overlay_pdf(source: Path, document: Document, target: Path) -> None:
+    results = _Results(document)
+    with pikepdf.open(source) as pdf, contextlib.ExitStack() as layers:
+        count = len(pdf.pages)
+        for start in range(0, count, PAGES_PER_LAYER):
+            numbers = range(start + 1, min(count, start + PAGES_PER_LAYER) + 1)
+            sizes = [_shown_size(pdf.pages[n - 1]) for n in numbers]
+            chunk = [results.get(n) for n in numbers]
+            wanted = [_wants_layer(result) for result in chunk]
+            if not any(wanted):
+                continue
+            path = Path(layers.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "layer.pdf"
+            page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
+            for size, result, want in zip(sizes, chunk, wanted, strict=True):
+                page_canvas.setPageSize(size)
+                if want:
+                    _draw_text(page_canvas, result, size)
+                page_canvas.showPage()
+            page_canvas.save()
+            layer = layers.enter_context(pikepdf.open(path))
+            for index, number in enumerate(numbers):
+                if wanted[index]:
+                    pdf.pages[number - 1].add_overlay(layer.pages[index])
+        pdf.save(target)
+
+
+def _shown_size(page: pikepdf.Page) -> tuple[float, float]:
+    """The page's size in points as a reader shows it (and the pod rendered it): its crop box,
+    turned by its /Rotate."""
+    box = page.cropbox
+    width, height = abs(float(box[2]) - float(box[0])), abs(float(box[3]) - float(box[1]))
+    rotate = int(page.obj.get("/Rotate", 0)) % 360
+    return (height, width) if rotate in (90, 270) else (width, height)
+
+
+def _wants_layer(result: dict | None) -> bool:
+    """A page gets a text layer when the pod read it (a page that kept its own is left alone)."""
+    return bool(result) and result.get("source") != "text layer" and bool(result.get("text", "").strip())
+
+
+def _image_pdf(source: Path, document: Document, target: Path) -> None:
+    results = _Results(document)
+    out = pikepdf.new()
+    with Image.open(source) as image, contextlib.ExitStack() as chunks:
+        frames = getattr(image, "n_frames", 1)
+        passthrough = image.format == "JPEG" and frames == 1 and image.getexif().get(0x0112, 1) == 1
+        for start in range(0, frames, IMAGES_PER_LAYER):
+            path = Path(chunks.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "pages.pdf"
+            page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
+            for frame in range(start, min(frames, start + IMAGES_PER_LAYER)):
+                image.seek(frame)
+                size = _image_page_size(image)
+                page_canvas.setPageSize(size)
+                drawn = str(source) if passthrough else ImageReader(_upright(image))
+                page_canvas.drawImage(drawn, 0, 0, width=size[0], height=size[1])
+                result = results.get(frame + 1)
+                if _wants_layer(result):
+                    _draw_text(page_canvas, result, size)
+                page_canvas.showPage()
+            page_canvas.save()
+            out.pages.extend(chunks.enter_context(pikepdf.open(path)).pages)
+        out.save(target)
+
+
+def _upright(image: Image.Image) -> Image.Image:
+    """The frame as the pod read it (turned by its EXIF orientation), in a mode a PDF holds."""
+    frame = ImageOps.exif_transpose(image)
+    if frame.mode not in ("1", "L", "RGB", "CMYK"):
+        frame = frame.convert("RGBA" if "A" in frame.getbands() else "RGB")
+    return frame
+
+
+def _image_page_size(image: Image.Image) -> tuple[float, float]:
+    dpi = image.info.get("dpi") or (IMAGE_DPI_DEFAULT, IMAGE_DPI_DEFAULT)
+    low, high = IMAGE_DPI_RANGE
+    x_dpi, y_dpi = (float(d) if low <= float(d or 0) <= high else IMAGE_DPI_DEFAULT for d in dpi[:2])
+    width, height = image.size
+    if image.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # turned a quarter: the pod read it upright
+        width, height, x_dpi, y_dpi = height, width, y_dpi, x_dpi
+    return width * 72 / x_dpi, height * 72 / y_dpi
+
+
+# --- the text layer ------------------------------------------------------------------------------
+
+
+def _draw_text(page_canvas: canvas.Canvas, result: dict, size: tuple[float, float]) -> None:
+    """The page's lines as invisible text, each stretched over its box, in the engine's order
+    (its reading order: that is the order search and copy give)."""
+    font = _text_font()
+    page_width, page_height = size
+    lines = [line for line in result.get("lines") or [] if str(line.get("text", "")).strip()]
+    if not lines:
+        lines = [{"text": text} for text in str(result.get("text", "")).splitlines() if text.strip()]
+    width, height = result.get("width"), result.get("height")
+    ascent, descent = font.face.ascent / 1000, -font.face.descent / 1000  # (descent is negative)
+    for index, line in enumerate(lines):
+        text = str(line["text"]).strip()
+        _keep_every_character(font, text)
+        box = _box(line) if width and height else None
+        if box:
+            x0, y0, x1, y1 = box
+            scale_x, scale_y = page_width / width, page_height / height
+            left, right = x0 * scale_x, x1 * scale_x
+            points = max(1.0, (y1 - y0) * scale_y / (ascent + descent))
+            baseline = page_height - y1 * scale_y + descent * points
+        else:  # no boxes (vlm): stacked down the page, a line each, so that search finds them
+            points = min(STACKED_FONT_POINTS, page_height / (len(lines) + 2))
+            left, right = points, page_width - points
+            baseline = page_height - (index + 2) * points
+        natural = pdfmetrics.stringWidth(text, FONT_NAME, points)
+        if natural <= 0:
+            continue
+        stretch = 100 * (right - left) / natural
+        if not box:
+            stretch = min(100.0, stretch)
+        text_object = page_canvas.beginText()
+        text_object.setTextRenderMode(3)  # invisible: neither filled nor stroked
+        text_object.setFont(FONT_NAME, points)
+        text_object.setHorizScale(stretch)
+        text_object.setTextOrigin(left, baseline)
+        text_object.textOut(text)
+        page_canvas.drawText(text_object)
+
+
+def _box(line: dict) -> tuple[float, float, float, float] | None:
+    box = line.get("bbox")
+    if not isinstance(box, list | tuple) or len(box) != 4:
+        return None
+    try:
+        x0, y0, x1, y1 = (float(v) for v in box)
+    except (TypeError, ValueError):
+        return None
+    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None

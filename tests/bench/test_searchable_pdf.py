@@ -1,0 +1,15 @@
+"""bench/searchable_pdf.py at a small size: the searchable PDF keeps the original's pages and
+sizes, and its text is the pages' lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.conftest import assert_goals, run_bench
+
+
+@pytest.mark.timeout(300)
+def test_a_built_searchable_pdf_keeps_the_pages_and_reads_as_the_results():
+    figures = run_bench("searchable_pdf.py", "--pages", "30", "--lines", "10")
+    assert_goals(figures, "text_matches", "pages_and_sizes_kept")
+    assert figures["pages"] == 30 and figures["text_match"] >= 0.99
