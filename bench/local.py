@@ -292,7 +292,7 @@ def project_run(pdf: Path, work: Path, count: int, timeout: float) -> dict:
         sampler = CpuSampler(up.pid)
         sampler.begin()
         out = work / "out"
-        started = time.perf_counter()
+        wall_started, started = time.time(), time.perf_counter()
         ocr = subprocess.Popen(
             [sys.executable, "manage.py", "ocr", str(pdf), "--out", str(out), "--timeout", str(timeout)],
             cwd=REPO,
@@ -321,9 +321,35 @@ def project_run(pdf: Path, work: Path, count: int, timeout: float) -> dict:
             "ocr_stderr_tail": stderr.strip().splitlines()[-1:] if stderr.strip() else [],
             "by_process": dict(sorted(by_process.items(), key=lambda item: -item[1])),
             "texts": {number: text for number, text in enumerate(texts, 1)},
+            "timeline": timeline(var_dir / "db.sqlite3", wall_started, seconds),
         }
     finally:
         up.stop(signal.SIGTERM, timeout=60)
+
+
+def timeline(database: Path, started: float, seconds: float) -> dict[str, float]:
+    """Seconds from ``manage.py ocr``'s start to each step of the job, from the run's database:
+    where the wall-clock time went before, between and after the pages."""
+    import sqlite3
+    from datetime import UTC, datetime
+
+    queries = {
+        "job_submitted": "SELECT MIN(created_at) FROM ocrjobs_job",
+        "pod_created": "SELECT MIN(created_at) FROM pods_pod",
+        "pod_ready": "SELECT MIN(ready_at) FROM pods_pod",
+        "first_page_started": "SELECT MIN(started_at) FROM ocrjobs_page",
+        "last_page_finished": "SELECT MAX(finished_at) FROM ocrjobs_page",
+        "job_finished": "SELECT MAX(finished_at) FROM ocrjobs_job",
+    }
+    steps = {}
+    with sqlite3.connect(database) as db:
+        for name, query in queries.items():
+            (value,) = db.execute(query).fetchone()
+            if value:
+                at = datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
+                steps[name] = round(at - started, 2)
+    steps["ocr_exited"] = round(seconds, 2)
+    return steps
 
 
 def _healthz(port: int) -> bool:
@@ -377,6 +403,7 @@ def main() -> None:
                     "pages_done_project": sum(1 for t in project["texts"].values() if t.strip()),
                     "ocr_exit_code": project["exit_code"],
                     "ocr_said": project["ocr_stderr_tail"],
+                    "timeline": project["timeline"],
                 }
             )
             _print_round(number, rounds[-1])
@@ -420,6 +447,7 @@ def _print_round(number: int, r: dict) -> None:
           f"(extra {r['extra_cpu_seconds']:+.2f} s); by process:")  # fmt: skip
     for name, cpu in r["cpu_by_process"].items():
         print(f"    {cpu:7.2f} s  {name}")
+    print("  timeline (s from manage.py ocr's start): " + ", ".join(f"{k} {v}" for k, v in r["timeline"].items()))
 
 
 if __name__ == "__main__":
