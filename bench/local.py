@@ -69,7 +69,7 @@ WORDS = (
 
 
 def make_pdf(path: Path, count: int, dpi: int = DPI) -> None:
-    """A scanned-like PDF of ``count`` letter pages at ``dpi``: 32 lines of text per page in
+    """A scanned-like PDF of ``count`` letter pages at ``dpi``: 24 lines of text per page in
     paragraphs, a grey paper, speckles and a slight blur, the same bytes on every run."""
     rng = random.Random(27)
     font = ImageFont.truetype(FONT, round(11 * dpi / 72))
@@ -81,8 +81,8 @@ def make_pdf(path: Path, count: int, dpi: int = DPI) -> None:
         y = round(0.8 * dpi)
         draw.text((round(0.9 * dpi), y), f"Report page {number + 1}", font=font, fill=20)
         y += round(0.4 * dpi)
-        for row in range(32):
-            if row % 8 == 7:
+        for row in range(26):
+            if row % 9 == 8:
                 y += round(0.15 * dpi)  # a paragraph break
                 continue
             line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(9, 12)))
