@@ -440,6 +440,7 @@ def main() -> None:
 
 
 def _print_round(number: int, r: dict) -> None:
+    sys.stdout.flush()  # (a round takes minutes: its lines are seen as they come)
     print(f"round {number + 1}: bare {r['bare_seconds']:.2f} s, project {r['project_seconds']:.2f} s, "
           f"ratio {r['ratio']:.3f}, char accuracy {r['char_accuracy']:.4%}, "
           f"pages {r['pages_done_project']}/{r['pages_read_bare']}")  # fmt: skip
@@ -448,6 +449,7 @@ def _print_round(number: int, r: dict) -> None:
     for name, cpu in r["cpu_by_process"].items():
         print(f"    {cpu:7.2f} s  {name}")
     print("  timeline (s from manage.py ocr's start): " + ", ".join(f"{k} {v}" for k, v in r["timeline"].items()))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
