@@ -8,8 +8,9 @@ Two runs of the same pages, one after the other, each round:
   per core, each rendering a page with pypdfium2 at the pod's DPI (``OCR_RENDER_DPI``, the pod's
   own render function) and reading it with the ``tesseract`` command (``OMP_THREAD_LIMIT=1``);
 - project: ``manage.py up`` (the front, the workers, local pods on demand) on a fresh temporary
-  var/ and SQLite database, started and left to settle, then ``manage.py ocr FILE`` timed from its
-  start to its exit, as a new user would run it.
+  var/ and SQLite database, started and left to settle (its idle CPU is measured for
+  ``--idle-seconds``: the clocks and polls), then ``manage.py ocr FILE`` timed from its start to
+  its exit, as a new user would run it.
 
 It prints both times, their ratio (bare seconds / project seconds: 1.0 is the engine's own speed),
 the text agreement (character accuracy of the project's text against the bare run's, whitespace
@@ -278,7 +279,7 @@ def _settled(sampler_pid: int, quiet_share: float = 0.1, window: float = 1.0) ->
     return total() - before < quiet_share * window
 
 
-def project_run(pdf: Path, work: Path, count: int, timeout: float) -> dict:
+def project_run(pdf: Path, work: Path, count: int, timeout: float, idle_seconds: float) -> dict:
     from pods.providers.local import free_port
 
     var_dir = work / "var"
@@ -289,6 +290,11 @@ def project_run(pdf: Path, work: Path, count: int, timeout: float) -> dict:
     try:
         wait_for(lambda: _healthz(port), 90, lambda: f"manage.py up did not answer:\n{up.tail()}", interval=0.3)
         wait_for(lambda: _settled(up.pid), 60, "manage.py up never settled", interval=0)
+        idle = CpuSampler(up.pid)
+        idle.begin()
+        time.sleep(idle_seconds)
+        idle_alive = idle.sample()
+        idle_by_process = {name: cpu / idle_seconds for name, cpu in idle.by_process(idle_alive).items()}
         sampler = CpuSampler(up.pid)
         sampler.begin()
         out = work / "out"
@@ -322,6 +328,7 @@ def project_run(pdf: Path, work: Path, count: int, timeout: float) -> dict:
             "by_process": dict(sorted(by_process.items(), key=lambda item: -item[1])),
             "texts": {number: text for number, text in enumerate(texts, 1)},
             "timeline": timeline(var_dir / "db.sqlite3", wall_started, seconds),
+            "idle_cpu_share": idle_by_process,
         }
     finally:
         up.stop(signal.SIGTERM, timeout=60)
@@ -371,6 +378,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="bare and project runs, alternating")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="bare processes")
     parser.add_argument("--timeout", type=float, default=900, help="the project run's limit (a guard)")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=10, help="the settled stack's idle CPU is measured this long"
+    )
     args = parser.parse_args()
     work_root = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-local-"))
     try:
@@ -384,7 +394,7 @@ def main() -> None:
             bare = bare_run(pdf, count, DPI, args.cores)
             work = work_root / f"round-{number}"
             work.mkdir()
-            project = project_run(pdf, work, count, args.timeout)
+            project = project_run(pdf, work, count, args.timeout, args.idle_seconds)
             bare_text = " ".join(fold(bare["texts"][p]) for p in range(1, count + 1))
             project_text = " ".join(fold(project["texts"].get(p, "")) for p in range(1, count + 1))
             accuracy = char_accuracy(project_text, bare_text)
@@ -404,6 +414,7 @@ def main() -> None:
                     "ocr_exit_code": project["exit_code"],
                     "ocr_said": project["ocr_stderr_tail"],
                     "timeline": project["timeline"],
+                    "idle_cpu_share": {name: round(share, 4) for name, share in project["idle_cpu_share"].items()},
                 }
             )
             _print_round(number, rounds[-1])
@@ -448,6 +459,11 @@ def _print_round(number: int, r: dict) -> None:
           f"(extra {r['extra_cpu_seconds']:+.2f} s); by process:")  # fmt: skip
     for name, cpu in r["cpu_by_process"].items():
         print(f"    {cpu:7.2f} s  {name}")
+    idle = sum(r["idle_cpu_share"].values())
+    print(
+        f"  idle, before the job: the stack used {idle:.1%} of a core: "
+        + ", ".join(f"{name} {share:.1%}" for name, share in r["idle_cpu_share"].items() if share >= 0.001)
+    )
     print("  timeline (s from manage.py ocr's start): " + ", ".join(f"{k} {v}" for k, v in r["timeline"].items()))
     sys.stdout.flush()
 
