@@ -63,11 +63,7 @@ PROBED_ELSEWHERE_SECONDS = 0.2
 # While its model loads, one step in this many asks the provider whether the pod still
 # exists; the others ask the pod whether its model answers.
 PROVIDER_CHECK_POLLS = 5
-# A local pod is polled this often at most while it boots: a look at a loopback port or /proc costs
-# a millisecond, and the boot of the embedded default's first pod is in every new user's first job
-# (its pod ready ~2 s after it starts, seen up to a POD_POLL_SECONDS later; issue 27). The workers'
-# clock asks for passes every PASS_INTERVAL_SECONDS: that is the grid the steps land on.
-LOCAL_POD_POLL_SECONDS = 0.25
+LOCAL_POD_POLL_SECONDS = 0.25  # a booting local pod's polls: cheap, in a new user's first job (issue 27)
 
 
 class BootFailed(Exception):
@@ -361,9 +357,8 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
 
 
 def _poll_seconds(pod: Pod) -> float:
-    if pod.pool.provider == "local":
-        return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS)
-    return settings.POD_POLL_SECONDS
+    local = pod.pool.provider == "local"
+    return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS) if local else settings.POD_POLL_SECONDS
 
 
 def _asks_the_provider(pod: Pod) -> bool:
