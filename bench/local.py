@@ -7,6 +7,8 @@ Two runs of the same pages, one after the other, each round:
 - bare: the engine alone on every core, as someone without fleetadmin would run it: one process
   per core, each rendering a page with pypdfium2 at the pod's DPI (``OCR_RENDER_DPI``, the pod's
   own render function) and reading it with the ``tesseract`` command (``OMP_THREAD_LIMIT=1``);
+  ``--bare-engine api`` reads through tesseract's C API instead (tesserocr, kept loaded in each
+  process, as the pod reads): the engine at its best, without the command's model load per page;
 - project: ``manage.py up`` (the front, the workers, local pods on demand) on a fresh temporary
   var/ and SQLite database, started and left to settle (its idle CPU is measured for
   ``--idle-seconds``: the clocks and polls), then ``manage.py ocr FILE`` timed from its start to
@@ -144,13 +146,33 @@ def _bare_page(job: tuple[str, int, int]) -> tuple[int, str]:
     return page, done.stdout.decode()
 
 
-def bare_run(pdf: Path, count: int, dpi: int, cores: int) -> dict:
+_API = None  # (bare_engine "api") each bare process's own loaded tesseract
+
+
+def _bare_page_api(job: tuple[str, int, int]) -> tuple[int, str]:
+    """Render page ``page`` as the pod does and read it with tesseract's C API (tesserocr), a
+    tesseract kept loaded in this process: the engine at its own best, as the pod now reads."""
+    global _API
+    import tesserocr
+
+    from podserver.engines.tesseract import tessdata_dir
+
+    path, page, dpi = job
+    img = pages.render_pdf_page(Path(path), page, dpi)
+    if _API is None:
+        _API = tesserocr.PyTessBaseAPI(path=tessdata_dir(), lang="eng")
+    _API.SetImageBytes(img.tobytes(), img.width, img.height, 1, img.width)
+    return page, _API.GetUTF8Text()
+
+
+def bare_run(pdf: Path, count: int, dpi: int, cores: int, engine: str = "command") -> dict:
     """Every page, ``cores`` at once; the pool's processes are started before the clock starts."""
+    read = _bare_page if engine == "command" else _bare_page_api
     with ProcessPoolExecutor(cores) as pool:
         list(pool.map(time.sleep, [0.05] * cores))  # the workers exist before the clock starts
         cpu0 = _children_cpu()
         started = time.perf_counter()
-        texts = dict(pool.map(_bare_page, [(str(pdf), page, dpi) for page in range(1, count + 1)]))
+        texts = dict(pool.map(read, [(str(pdf), page, dpi) for page in range(1, count + 1)]))
         seconds = time.perf_counter() - started
     return {"seconds": seconds, "cpu_seconds": _children_cpu() - cpu0, "texts": texts}
 
@@ -376,6 +398,12 @@ def main() -> None:
     parser.add_argument("--pdf", type=Path, help="a PDF to read (default: a scanned-like one made here)")
     parser.add_argument("--pages", type=int, default=24, help="pages of the PDF made here")
     parser.add_argument("--rounds", type=int, default=1, help="bare and project runs, alternating")
+    parser.add_argument(
+        "--bare-engine",
+        choices=["command", "api"],
+        default="command",
+        help="the bare run's tesseract: the command per page (the goal's reference), or its C API kept loaded",
+    )
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="bare processes")
     parser.add_argument("--timeout", type=float, default=900, help="the project run's limit (a guard)")
     parser.add_argument(
@@ -391,7 +419,7 @@ def main() -> None:
         count = pages.count_pages(pdf)
         rounds = []
         for number in range(args.rounds):
-            bare = bare_run(pdf, count, DPI, args.cores)
+            bare = bare_run(pdf, count, DPI, args.cores, args.bare_engine)
             work = work_root / f"round-{number}"
             work.mkdir()
             project = project_run(pdf, work, count, args.timeout, args.idle_seconds)
@@ -434,6 +462,7 @@ def main() -> None:
                     "benchmark": "local",
                     "pages": count,
                     "cores": args.cores,
+                    "bare_engine": args.bare_engine,
                     "dpi": DPI,
                     "rounds": rounds,
                     "ratio_best": max(ratios),
