@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tools.processes import REPO
 
-PACKAGES = ("accounts", "fleetadmin", "ocrjobs", "pods", "podserver", "tools")
+PACKAGES = ("accounts", "fleetadmin", "ocrjobs", "pods", "podserver", "runpodsim", "tools")
 MAX_LINES = 400
 REASON = "Length:"  # a paragraph of the module docstring that says why it is longer
 
