@@ -10,6 +10,7 @@ from django.utils import timezone
 from ocrjobs.dispatch.lanes import FleetCounts
 from ocrjobs.models import Dispatcher
 from ocrjobs.services.pages import PageResult, claims_renew, pages_assign_pods, pages_complete
+from pods import enqueue
 from pods.models import Pod
 from pods.services.lifecycle import pods_mark_busy
 
@@ -57,9 +58,7 @@ def store(*, token: str, assignments: list[tuple[int, int, int]], results: list[
 
 
 def nudge_scaler(*, pool_id: int) -> None:
-    from pods.tasks import nudge_scaler
-
-    nudge_scaler(pool_id)
+    enqueue.nudge_scaler(pool_id)
 
 
 def save_counts(*, dispatcher_id: int, done: int, failed: int) -> None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from ocrjobs.enqueue import enqueue_fetch, enqueue_split
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.jobs import _nudge, job_refresh
 from ocrjobs.services.pages import result_json
@@ -315,8 +316,6 @@ def documents_recover(*, pool_id: int) -> list[int]:
     splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
     log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
                 len(splits))  # fmt: skip
-    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
-
     for document_id in fetches:
         enqueue_fetch(document_id)
     for document_id in splits:

@@ -28,6 +28,7 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from ocrjobs.enqueue import enqueue_fetch, enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
@@ -382,8 +383,6 @@ def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    from ocrjobs.tasks import enqueue_fetch, enqueue_splits  # ocrjobs.tasks imports the services
-
     if split_ids:
         enqueue_splits(split_ids)
     for document_id in fetch_ids:

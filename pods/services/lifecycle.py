@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from pods.enqueue import nudge_scaler
 from pods.models import Pod, PoolPodTally
 from pods.providers import get_provider
 from pods.providers.base import Provider, ProviderError
@@ -109,8 +110,6 @@ def terminate_step(pod_id: int) -> None:
 def pod_drain(*, pod_id: int, error: str) -> bool:
     """A ready pod that fails gets no more pages; the scaler releases it once none of its pages
     runs, and hears of it now. False if the pod was not ready (drained already, or ended)."""
-    from pods.tasks import nudge_scaler
-
     updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
         state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
     )

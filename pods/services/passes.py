@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from ocrjobs.selectors import webhook_deliveries_due
+from pods.enqueue import enqueue_pass
 from pods.models import PassLease, Pod, Pool, ScaleRequest
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,6 @@ def pass_tick(*, now: datetime | None = None) -> bool:
 
 def pass_request() -> bool:
     """Have a pass run soon, unless one is queued or running already. True if one was sent."""
-    from pods.tasks import enqueue_pass
-
     now = timezone.now()
     row, _ = PassLease.objects.get_or_create(name=KIND)
     free = Q(task_lease_until__isnull=True) | Q(task_lease_until__lt=now)

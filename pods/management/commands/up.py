@@ -51,8 +51,8 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        from pods.enqueue import nudge_scaler
         from pods.models import Pool
-        from pods.tasks import nudge_scaler
 
         for pool in Pool.objects.all():
             nudge_scaler(pool.pk)  # pages left from a previous run start again now
