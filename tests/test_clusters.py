@@ -152,7 +152,8 @@ def due_pools(monkeypatch):
     """The kinds of work a pass runs, replaced by one: pools whose shed tick is due (the concern
     modules' own kinds are tested with them)."""
     ids: list[int] = []
-    work = passes.Work("stand-in", lambda *, now, limit: ids[:limit], lambda pool_id: None)
+    work = passes.Work("stand-in", lambda *, now, limit: ids[:limit], lambda pool_id: None,
+                       waiting=lambda now: Pool.objects.filter(shed_tick_at__lte=now))  # fmt: skip
     monkeypatch.setattr(passes, "kinds_of_work", lambda: [work])
     return ids
 
@@ -376,3 +377,13 @@ def test_every_task_an_enqueue_helper_names_is_a_function_of_its_tasks_module():
         assert names
         tasks_module = importlib.import_module(f"{app}.tasks")
         assert [name for name in sorted(names) if not callable(getattr(tasks_module, name, None))] == []
+
+
+def test_each_app_registers_its_kinds_of_work_for_the_passes():
+    assert [work.name for work in passes.kinds_of_work()] == [
+        "boot",
+        "terminate",
+        "shed tick",
+        "scale request",
+        "webhook",
+    ]

@@ -6,7 +6,7 @@ consumer:
 - ``jobs``: the API, the job pages and the CLI (who sees which jobs, texts, result downloads);
 - ``dashboard``: the dashboard's jobs, their progress, pods' pages in flight, the charts' minutes;
 - ``demand``: the scaler, the boots, the forecast, the spend report and the dispatcher;
-- ``status``: the fleet status, the metrics and the passes.
+- ``status``: the fleet status and the metrics.
 
 Each name is also importable from here (``from ocrjobs.selectors import pool_backlog``).
 """
@@ -45,7 +45,7 @@ from ocrjobs.selectors.jobs import (
     jobs_visible_to,
     page_text,
 )
-from ocrjobs.selectors.status import dispatchers_live, pools_page_totals, pools_pages, webhook_deliveries_due
+from ocrjobs.selectors.status import dispatchers_live, pools_page_totals, pools_pages
 
 __all__ = [
     "DASHBOARD_ACTIVE_JOBS",
@@ -77,5 +77,4 @@ __all__ = [
     "pool_seconds_per_page",
     "pools_page_totals",
     "pools_pages",
-    "webhook_deliveries_due",
 ]

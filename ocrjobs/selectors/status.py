@@ -1,5 +1,5 @@
-"""What the fleet status, the metrics and the passes read of pages, dispatchers and webhook
-deliveries: per-pool page counts and totals, live dispatchers, deliveries due.
+"""What the fleet status and the metrics read of pages and dispatchers: per-pool page counts
+and totals, live dispatchers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from ocrjobs.models import Dispatcher, Job, Page, PoolPageTally, WebhookDelivery
+from ocrjobs.models import Dispatcher, Job, Page, PoolPageTally
 
 
 def pools_pages(pool_ids: list[int], *, now: datetime, done_since: datetime) -> dict[int, dict[str, int]]:
@@ -79,11 +79,6 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
         for name in ("done", "failed", "waiting", "running"):
             totals[row["pool_id"]][name] += row[name] or 0
     return dict(totals)
-
-
-def webhook_deliveries_due(*, now: datetime):
-    """Webhook deliveries whose next attempt has come (what the passes' clock looks for)."""
-    return WebhookDelivery.objects.due(now=now)
 
 
 def dispatchers_live() -> list[tuple[int, str, str, int]]:
