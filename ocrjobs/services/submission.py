@@ -35,6 +35,7 @@ from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
+from pods.services.forecast import job_forecast
 
 log = logging.getLogger(__name__)
 
@@ -376,8 +377,6 @@ def job_submit(
 
 
 def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict:
-    from pods.services.forecast import job_forecast  # pods' services import the ocrjobs selectors
-
     pages = sum(item.page_count for item in staged)
     return job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
 

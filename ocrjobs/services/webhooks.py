@@ -40,6 +40,7 @@ from ocrjobs.enqueue import enqueue_delivery
 from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
 from ocrjobs.services import remote
 from ocrjobs.services.urls import check_url
+from pods.services.passes import pass_request
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +132,6 @@ def webhook_enqueue(*, job: Job) -> WebhookDelivery | None:
 
 
 def _ask_for_a_pass() -> None:
-    from pods.services.passes import pass_request
-
     pass_request()
 
 
