@@ -8,6 +8,7 @@ from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
 from ocrjobs.services.split import document_split, documents_split
 from ocrjobs.services.webhooks import delivery_attempt
+from ocrjobs.storage import staging_prune
 
 
 @retry_on_db_error
@@ -43,6 +44,4 @@ def deliver_webhook(delivery_id: int, lease: str) -> str:
 
 def prune_staging() -> int:
     """Staging directories a dead front left (run by the minute's scaler tick)."""
-    from ocrjobs.storage import staging_prune
-
     return staging_prune()

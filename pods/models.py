@@ -17,6 +17,7 @@ from django.db import models
 from django.utils import timezone
 
 from fleetadmin.leases import TaskLeased
+from pods.poolconfig import PoolConfigError, parse_config
 
 
 class PoolQuerySet(models.QuerySet):
@@ -72,8 +73,6 @@ class Pool(models.Model):
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
-
-        from pods.poolconfig import PoolConfigError, parse_config
 
         if self.min_pods > self.max_pods:
             raise ValidationError({"min_pods": "the warm floor cannot be above max pods"})

@@ -7,6 +7,7 @@ import logging
 
 from fleetadmin.clusters import task_results_prune
 from fleetadmin.db import retry_on_db_error
+from pods import capacity
 from pods.models import Pool
 from pods.providers.base import ProviderError
 from pods.services import passes, reconcile, scale_requests, scaler
@@ -33,6 +34,7 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
             reconcile.reconcile(provider_name=provider_name)
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.split import documents_recover
 
     for pool in pools:
@@ -42,6 +44,7 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
     if pool_id is None:  # the minute's schedule, not a nudge
         task_results_prune()
+        # function-level: the minute's tick also runs ocrjobs' housekeeping; ocrjobs imports pods
         from ocrjobs.tasks import prune_staging
 
         prune_staging()
@@ -54,8 +57,6 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
 
 @retry_on_db_error
 def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
-    from pods import capacity
-
     return len(capacity.catalogue_get(provider_name, fresh=fresh).offers)
 
 

@@ -307,7 +307,8 @@ def documents_recover(*, pool_id: int) -> list[int]:
     documents = list(lost.values_list("pk", "kind", "fetch_attempts"))
     if not documents:
         return []
-    from ocrjobs.services.fetch import fetches_exhausted  # fetch imports this module
+    # function-level: fetch imports this module (a cycle)
+    from ocrjobs.services.fetch import fetches_exhausted
 
     failed = fetches_exhausted(lost.filter(kind=Document.Kind.URL)) if any(n for _, _, n in documents) else set()
     documents = [(pk, kind) for pk, kind, _ in documents if pk not in failed]

@@ -135,6 +135,7 @@ def _terminate_quietly(provider: Provider, pod: Pod) -> None:
 
 
 def _requeue_pages_of(pod: Pod) -> int:
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.pages import pages_requeue_from_pod
 
     return pages_requeue_from_pod(pod_id=pod.pk)

@@ -213,6 +213,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     ready pods above the floor (``force_shed``: idle or not, but never one
     with a page running).
     """
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
 
     pool.refresh_from_db()
