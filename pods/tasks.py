@@ -35,7 +35,7 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
     # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.split import documents_recover
+    from ocrjobs.services.recover import documents_recover
 
     for pool in pools:
         # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted). Boots need
