@@ -385,6 +385,7 @@ def _join(pod: Pod, provider: Provider, engine: dict) -> None:
         pod.save(update_fields=["engine", "boot_stage", "step_at", "lanes"])
         pod.mark_ready(base_url=pod.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
 
     if selectors.pages_waiting(pool_id=pod.pool_id):

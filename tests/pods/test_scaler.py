@@ -65,8 +65,8 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
 @pytest.fixture
 def slow_loading_sim(monkeypatch, settings):
     """Pods whose model takes seconds to load: a shed lands while boots are in model load."""
-    from pods.simulator import SimConfig, SimulatorThread
-    from pods.simulator.config import GpuTypeConfig
+    from runpodsim import SimConfig, SimulatorThread
+    from runpodsim.config import GpuTypeConfig
 
     config = SimConfig(api_key="sim-key", boot_delay_s=0.1, model_load_s=4.0,
                        gpu_types=[GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30,
