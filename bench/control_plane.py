@@ -304,10 +304,10 @@ def run(args, children: Children, sim_url: str) -> None:
 
     from fleetadmin.schedules import setup_schedules
     from ocrjobs.models import Document, Job, Page
+    from pods.enqueue import nudge_scaler
     from pods.models import Pod, Pool, pod_name
     from pods.providers.base import Offer, PodSpec
     from pods.providers.runpod import RunPodProvider
-    from pods.tasks import nudge_scaler
 
     total = args.pods + args.booting
     pool = Pool.objects.create(

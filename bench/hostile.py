@@ -185,8 +185,8 @@ def run(args, children: Children) -> None:
 
     from accounts.models import ApiToken
     from ocrjobs.models import Document, Job, WebhookDelivery
+    from pods.enqueue import nudge_scaler
     from pods.models import Pod, Pool
-    from pods.tasks import nudge_scaler
     from tests import hostile
     from tests.factories import pdf_bytes
 

@@ -205,10 +205,10 @@ def run(args, children: Children, sim_url: str) -> None:
 
     from fleetadmin.schedules import setup_schedules
     from ocrjobs.models import Page
+    from pods.enqueue import nudge_scaler
     from pods.models import Alert, Pod, Pool
     from pods.services.lifecycle import pod_release_now
     from pods.spend import spend_report
-    from pods.tasks import nudge_scaler
 
     pool = Pool.objects.create(
         key="storm", provider="runpod", min_pods=0, max_pods=args.max_pods, lanes_per_pod=args.lanes,

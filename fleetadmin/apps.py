@@ -32,6 +32,7 @@ class FleetadminConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # function-level: it imports models, which load only once the app registry is ready
         from fleetadmin.deployment import check_pod_prefix
 
         checks.register(check_pod_prefix)

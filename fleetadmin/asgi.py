@@ -75,6 +75,7 @@ def _import_what_requests_use() -> None:
     TLS context). Django imports the URLconf when it resolves the first request, on the event
     loop: for 0.5-1.9 s after each start no request, /healthz included, was answered (the
     dashboard's loop panel showed the stall after `make run`). bench/ingest.py counted it too."""
+    # function-level: imported once the apps are loaded, before the first request (see above)
     import ocrjobs.tasks  # noqa: F401
 
     get_resolver().url_patterns  # noqa: B018  (the URLconf, imported on first use)

@@ -71,6 +71,7 @@ def pools_counted() -> int | None:
     """How many pools there are, or None when the database cannot say (not migrated, unreachable)."""
     from django.db import DatabaseError
 
+    # function-level: the platform reads an app only when asked; fleetadmin imports no app at module level
     from pods.models import Pool
 
     try:
@@ -126,6 +127,7 @@ class PassClock:
     def __call__(self) -> None:
         from django.db import connections
 
+        # function-level: the workers' clock runs pods' passes; fleetadmin imports no app at module level
         from fleetadmin.hosts import host_report
         from pods.services import passes
 

@@ -46,6 +46,7 @@ def stored_prefix() -> str:
 
     The migration that made the table wrote it; a database without the row (tests flush tables)
     gets a fresh one here, the same for every process that asks (one row, pk 1)."""
+    # function-level: pods.models imports this module while the app registry loads the models
     from fleetadmin.models import Deployment
 
     row, _ = Deployment.objects.get_or_create(pk=Deployment.ONLY, defaults={"pod_prefix": new_prefix()})
@@ -62,6 +63,7 @@ def forget() -> None:
 def renew_prefix() -> str:
     """Give the database a fresh prefix. Hosts that run go on with the one they read until they
     restart; the pods the database has stay recognised whatever their prefix (reconcile)."""
+    # function-level: pods.models imports this module while the app registry loads the models
     from fleetadmin.models import Deployment
 
     prefix = new_prefix()
@@ -94,6 +96,7 @@ def _legacy_warning() -> checks.Warning:
 
 
 def _stored_without_creating(alias: str) -> str:
+    # function-level: pods.models imports this module while the app registry loads the models
     from fleetadmin.models import Deployment
 
     connection = connections[alias]

@@ -274,6 +274,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from fleetadmin import front  # (the module's own classes, not a second copy as __main__)
+    from fleetadmin import front  # function-level: the module's own classes, not a second copy as __main__
 
     front.main()

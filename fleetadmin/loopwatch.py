@@ -248,6 +248,7 @@ def write_heartbeat(snapshot: dict[str, Any], *, last: bool = False) -> None:
     """Upsert the heartbeat row of one watch (runs on the watch's own thread)."""
     from django.db import IntegrityError, close_old_connections, connection
 
+    # function-level: models load with the app registry; this module is imported before it (asgi.py)
     from fleetadmin.models import LoopHeartbeat
 
     close_old_connections()  # a connection broken by a database restart is dropped, not reused

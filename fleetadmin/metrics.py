@@ -70,6 +70,7 @@ class FleetCollector(Collector):
         yield from (lag, worst, stalls, blocked, stale, age)
 
     def fleet(self) -> Iterator[Metric]:
+        # function-level: the platform reads the apps only when scraped; fleetadmin imports no app at module level
         from ocrjobs.selectors import pools_page_totals
         from pods.models import Alert, BootAttemptTally, CapacityVerdict, Pod, Pool, PoolPodTally
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fleetadmin.clusters import SHORT, cluster_name
+
 SCHEDULES = [
     {
         "name": "scaler tick",
@@ -15,8 +17,6 @@ SCHEDULES = [
 def setup_schedules() -> list[str]:
     """Upsert every schedule, pinned to the short tasks' cluster (fleetadmin/clusters.py)."""
     from django_q.models import Schedule
-
-    from fleetadmin.clusters import SHORT, cluster_name
 
     names = []
     for spec in SCHEDULES:

@@ -63,8 +63,10 @@ SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)  # a promise for the
 # through alone): anyone who reaches the front directly could claim HTTPS with it.
 SECURE_PROXY_SSL_HEADER = envproxyheader("SECURE_PROXY_SSL_HEADER")
 
+# Not "daphne": its app only swaps runserver for its own (the front is `python -m fleetadmin.front`)
+# and imports Twisted's server on start, 0.35 s of CPU in every manage.py process (manage.py ocr,
+# each worker cluster) for nothing they use (issue 27).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -5,3 +5,13 @@ class OcrjobsConfig(AppConfig):
     name = "ocrjobs"
     verbose_name = "OCR jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # function-level: the services import models, which load only once the app registry is ready
+        from ocrjobs.models import WebhookDelivery
+        from ocrjobs.services import webhooks
+        from pods.services.passes import Work, register
+
+        # Only claimed and sent to a short task of its own by a pass: a pass never waits on a receiver.
+        register(Work("webhook", webhooks.deliveries_due, webhooks.delivery_send,
+                      waiting=lambda now: WebhookDelivery.objects.due(now=now)))  # fmt: skip

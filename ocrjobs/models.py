@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleetadmin.leases import TaskLeased
+from ocrjobs.storage import documents
 from pods.models import Pod, Pool
 
 
@@ -247,8 +248,6 @@ class Document(TaskLeased):
     @property
     def source_path(self) -> Path:
         """Where the document is on this host's disk: only for a storage on the local filesystem."""
-        from ocrjobs.storage import documents
-
         return Path(documents().path(self.source))
 
     @property

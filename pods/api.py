@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, api_view, parse_json
 from ocrjobs.selectors import jobs_visible_to
-from pods import capacity, selectors, tasks
+from pods import capacity, enqueue, selectors
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
@@ -73,7 +73,7 @@ async def prices(request: HttpRequest) -> JsonResponse:
             and (asked_at - current.fetched_at).total_seconds() < (capacity.CATALOGUE_FRESH_SECONDS)
         ):
             return JsonResponse(_catalogue_dict(provider, current))  # fresh enough: no call on the provider
-        await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
+        await sync_to_async(enqueue.enqueue_fetch_catalogue)(provider)
     deadline = asyncio.get_running_loop().time() + (FRESH_PRICES_WAIT_SECONDS if fresh else 0)
     while True:
         catalogue = await sync_to_async(capacity.catalogue_cached)(provider)
@@ -83,7 +83,7 @@ async def prices(request: HttpRequest) -> JsonResponse:
         await asyncio.sleep(0.2)
     if catalogue is None:
         if not fresh:
-            await sync_to_async(tasks.enqueue_fetch_catalogue)(provider)
+            await sync_to_async(enqueue.enqueue_fetch_catalogue)(provider)
         raise ApiError("no price catalogue yet; a worker is fetching it, ask again shortly", 503)
     return JsonResponse(_catalogue_dict(provider, catalogue, refreshing=fresh and not fetched))
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
 
+from fleetadmin.models import LoopHeartbeat
 from ocrjobs.selectors import IdsOf, JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
 from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
@@ -158,8 +159,6 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
 
 
 def _loops(now):
-    from fleetadmin.models import LoopHeartbeat
-
     return list(
         LoopHeartbeat.objects.for_dashboard(now=now).order_by("stale", "kind", "name", "host", "pid")[:LOOP_ROWS]
     )

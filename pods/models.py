@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from fleetadmin.deployment import pod_prefix
 from fleetadmin.leases import TaskLeased
+from pods.poolconfig import PoolConfigError, parse_config
 
 
 class PoolQuerySet(models.QuerySet):
@@ -73,8 +74,6 @@ class Pool(models.Model):
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
-
-        from pods.poolconfig import PoolConfigError, parse_config
 
         if self.min_pods > self.max_pods:
             raise ValidationError({"min_pods": "the warm floor cannot be above max pods"})

@@ -85,6 +85,7 @@ def parse_config(provider: str, config: dict) -> RunPodPoolConfig | None:
         where = ".".join(str(part) for part in first["loc"]) or "config"
         raise PoolConfigError(f"{where}: {first['msg']}") from None
     # Refuse now what the SDK could not send safely, rather than at the first boot.
+    # function-level: the runpod SDK is imported only where a RunPod pool is configured
     from pods.providers.runpod import create_arguments
 
     for offer in parsed.offers():

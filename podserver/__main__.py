@@ -10,9 +10,12 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
+from PIL import Image
+
 from .config import Config
 from .config import load as load_config
 from .documents import CacheInUse
+from .pages import MAX_PIXELS
 from .server import make_server
 
 
@@ -22,10 +25,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    from PIL import Image
-
-    from .pages import MAX_PIXELS
-
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
     try:
         server = make_server(config, environ=os.environ)

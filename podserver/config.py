@@ -15,6 +15,8 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .engines import ENGINES
+
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 DEFAULT_PORT = 8000
 DEFAULT_CACHE_BYTES = 2 * 1024**3
@@ -22,7 +24,6 @@ DEFAULT_MAX_DOCUMENT_BYTES = 512 * 1024**2
 # RunPod's HTTP proxy cuts a request at 100 s (Cloudflare answers 524): a page in a pod must
 # end before that with an answer the dispatcher understands (504) rather than a cut.
 DEFAULT_PAGE_TIMEOUT, DEFAULT_PAGE_TIMEOUT_IN_RUNPOD = 120.0, 90.0
-ENGINES = ("tesseract", "rapidocr", "vlm")
 DEVICES = ("auto", "cpu", "cuda")
 
 

@@ -6,8 +6,10 @@ tests/e2e/test_worker_supervisor.py runs the clusters for real."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -32,8 +34,8 @@ from fleetadmin.clusters import (
     work_classes,
 )
 from fleetadmin.schedules import setup_schedules
-from ocrjobs.tasks import enqueue_delivery, enqueue_dispatch, enqueue_fetch, enqueue_split, enqueue_splits
-from pods import tasks
+from ocrjobs.enqueue import enqueue_delivery, enqueue_dispatch, enqueue_fetch, enqueue_split, enqueue_splits
+from pods import enqueue, tasks
 from pods.models import PassLease, Pod, Pool, ScaleRequest
 from pods.services import passes
 from tools.processes import REPO, child_env
@@ -100,9 +102,9 @@ def test_the_dispatch_class_has_a_worker_per_loop_that_may_run(db, settings):
 
 def test_each_task_goes_to_its_class_queue(queued, local_pool, django_capture_on_commit_callbacks):
     enqueue_dispatch(local_pool)
-    tasks.enqueue_pass()
+    enqueue.enqueue_pass()
     enqueue_split(1)
-    tasks.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)
 
     assert queued(DISPATCH) == ["ocrjobs.tasks.dispatch_pool"]
     assert queued(PASSES) == ["pods.tasks.advance_pods"]
@@ -150,7 +152,8 @@ def due_pools(monkeypatch):
     """The kinds of work a pass runs, replaced by one: pools whose shed tick is due (the concern
     modules' own kinds are tested with them)."""
     ids: list[int] = []
-    work = passes.Work("stand-in", lambda *, now, limit: ids[:limit], lambda pool_id: None)
+    work = passes.Work("stand-in", lambda *, now, limit: ids[:limit], lambda pool_id: None,
+                       waiting=lambda now: Pool.objects.filter(shed_tick_at__lte=now))  # fmt: skip
     monkeypatch.setattr(passes, "kinds_of_work", lambda: [work])
     return ids
 
@@ -204,37 +207,37 @@ def test_the_scaler_tick_asks_for_a_pass_too(queued, local_pool, due_pools, djan
 
 def test_nudges_coalesce_while_a_nudged_tick_waits_in_the_queue(queued, local_pool):
     other = Pool.objects.create(key="other", provider="local")
-    tasks.nudge_scaler(local_pool.pk)
-    tasks.nudge_scaler(local_pool.pk)  # the first one's tick has not started: it covers this one
-    tasks.nudge_scaler(other.pk)  # another pool's nudge is its own
+    enqueue.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)  # the first one's tick has not started: it covers this one
+    enqueue.nudge_scaler(other.pk)  # another pool's nudge is its own
     assert queued() == ["pods.tasks.scaler_tick"] * 2
 
 
 def test_a_nudge_after_the_tick_started_queues_another(queued, local_pool, monkeypatch):
-    tasks.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)
     seen = []
     monkeypatch.setattr(tasks.scaler, "pool_tick", lambda *, pool: seen.append(queued()) or pool)
     monkeypatch.setattr(tasks.passes, "pass_tick", lambda: None)
 
     tasks.scaler_tick(local_pool.pk)
     assert seen == [["pods.tasks.scaler_tick"]]  # the nudged one, running now
-    tasks.nudge_scaler(local_pool.pk)  # may come after the tick read what it is about
+    enqueue.nudge_scaler(local_pool.pk)  # may come after the tick read what it is about
     assert queued() == ["pods.tasks.scaler_tick"] * 2
 
 
 def test_the_minutes_tick_lets_the_next_nudge_through_too(queued, local_pool, monkeypatch):
     monkeypatch.setattr(tasks.passes, "pass_tick", lambda: None)
-    tasks.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)
     tasks.scaler_tick()
-    tasks.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)
     assert queued() == ["pods.tasks.scaler_tick"] * 2
 
 
 def test_a_nudged_tick_lost_in_the_queue_holds_back_no_nudge_after_a_few_seconds(queued, local_pool):
-    tasks.nudge_scaler(local_pool.pk)
-    queued_at = timezone.now() - timedelta(seconds=tasks.NUDGE_COALESCE_SECONDS + 1)
+    enqueue.nudge_scaler(local_pool.pk)
+    queued_at = timezone.now() - timedelta(seconds=enqueue.NUDGE_COALESCE_SECONDS + 1)
     Pool.objects.filter(pk=local_pool.pk).update(nudged_at=queued_at)  # its worker was killed with -9
-    tasks.nudge_scaler(local_pool.pk)
+    enqueue.nudge_scaler(local_pool.pk)
     assert queued() == ["pods.tasks.scaler_tick"] * 2
 
 
@@ -317,11 +320,11 @@ def test_the_high_volume_tasks_keep_no_success_and_keep_their_failures(db, queue
     from django_q.models import Failure, Success, Task
     from django_q.monitor import save_task
 
-    from ocrjobs.tasks import enqueue_splits
+    from ocrjobs.enqueue import enqueue_splits
 
     enqueue_splits([1, 2])  # one a submission
-    tasks.nudge_scaler(local_pool.pk)  # one with every burst of work
-    tasks.enqueue_pass()  # rare: kept
+    enqueue.nudge_scaler(local_pool.pk)  # one with every burst of work
+    enqueue.enqueue_pass()  # rare: kept
     packages = _packages(SHORT) + _packages(PASSES)
     assert [p["func"] for p in packages] == ["ocrjobs.tasks.split_documents", "pods.tasks.scaler_tick",
                                              "pods.tasks.advance_pods"]  # fmt: skip
@@ -365,3 +368,22 @@ def test_the_embedded_default_queues_through_the_cheaper_orm_broker(db, settings
     if settings.REDIS_URL:
         pytest.skip("Redis is the broker (REDIS_URL)")
     assert {type(broker) for broker in brokers().values()} == {OrmBroker}  # every class's queue
+
+
+def test_every_task_an_enqueue_helper_names_is_a_function_of_its_tasks_module():
+    for app in ("ocrjobs", "pods"):
+        source = (REPO / app / "enqueue.py").read_text()
+        names = set(re.findall(rf'"{app}\.tasks\.(\w+)"', source)) | set(re.findall(r'_send\(\s*"(\w+)"', source))
+        assert names
+        tasks_module = importlib.import_module(f"{app}.tasks")
+        assert [name for name in sorted(names) if not callable(getattr(tasks_module, name, None))] == []
+
+
+def test_each_app_registers_its_kinds_of_work_for_the_passes():
+    assert [work.name for work in passes.kinds_of_work()] == [
+        "boot",
+        "terminate",
+        "shed tick",
+        "scale request",
+        "webhook",
+    ]

@@ -1,8 +1,10 @@
-"""The layout holds: no module imports itself back through others, pods reads pages only
-through ocrjobs' selectors, and no product module grows past ~400 lines without saying why.
+"""The layout holds: no module imports itself back through others; imports run one way,
+fleetadmin (the platform) <- pods <- ocrjobs, but for the crossings named in CROSSINGS; pods
+reads pages only through ocrjobs' selectors; an import inside a function says why it is there;
+no product module grows past ~400 lines without saying why.
 
-Imports are read from the source (AST), module level only: an import inside a function
-runs when it is called, which is how a write that must cross apps does it.
+Imports are read from the source (AST). An import inside a function runs when it is called,
+which is how a write that must cross apps against the direction does it.
 """
 
 from __future__ import annotations
@@ -12,9 +14,20 @@ from pathlib import Path
 
 from tools.processes import REPO
 
-PACKAGES = ("accounts", "fleetadmin", "ocrjobs", "pods", "podserver", "tools")
+PACKAGES = ("accounts", "fleetadmin", "ocrjobs", "pods", "podserver", "runpodsim", "tools")
 MAX_LINES = 400
 REASON = "Length:"  # a paragraph of the module docstring that says why it is longer
+# An import inside a function carries this in a comment on its line or just above it (its block).
+FUNCTION_LEVEL = "function-level:"
+# Layers, lowest first: a module imports at module level only from its own layer or below.
+LAYERS = {"accounts": 0, "fleetadmin": 0, "pods": 1, "ocrjobs": 2}
+# (importer, imported) prefixes allowed to import upwards at module level, and why.
+CROSSINGS = {
+    ("fleetadmin.urls", "ocrjobs"): "the root URLconf routes to each app's views",
+    ("fleetadmin.urls", "pods"): "the root URLconf routes to each app's views",
+    ("fleetadmin.asgi", "pods"): "the ASGI entry serves pods' websockets and preloads the runpod SDK",
+    ("pods", "ocrjobs.selectors"): "pods reads pages and jobs through ocrjobs' selectors only",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -92,13 +105,17 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []
 
 
+def _is_selectors(module: str) -> bool:
+    return module == "ocrjobs.selectors" or module.startswith("ocrjobs.selectors.")
+
+
 def test_pods_reads_pages_only_through_the_ocrjobs_selectors_and_defers_the_writes_that_cross():
     at_import = {
         (module, target)
         for module, targets in _graph().items()
         if module.startswith("pods")
         for target in targets
-        if target.startswith("ocrjobs") and target != "ocrjobs.selectors"
+        if target.startswith("ocrjobs") and not _is_selectors(target)
     }
     assert at_import == set()
     # In a function too: a page is read through a selector, written through an ocrjobs service.
@@ -108,7 +125,7 @@ def test_pods_reads_pages_only_through_the_ocrjobs_selectors_and_defers_the_writ
         if module.startswith("pods")
         for target in targets
         if target.startswith("ocrjobs")
-        and target != "ocrjobs.selectors"
+        and not _is_selectors(target)
         and not target.startswith(("ocrjobs.services", "ocrjobs.tasks"))
     }
     assert reads == set()
@@ -122,3 +139,72 @@ def test_no_product_module_is_over_400_lines_without_a_reason_in_its_docstring()
         if lines > MAX_LINES and REASON not in docstring:
             long.append(f"{name}: {lines} lines")
     assert long == []
+
+
+def _crossing(module: str, target: str) -> bool:
+    return any(
+        (module == a or module.startswith(a + ".")) and (target == b or target.startswith(b + "."))
+        for a, b in CROSSINGS
+    )
+
+
+def _upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if LAYERS.get(target.split(".")[0], -1) > LAYERS.get(module.split(".")[0], 99) and not _crossing(module, target)
+    }
+
+
+def test_imports_run_one_way_fleetadmin_then_pods_then_ocrjobs_but_for_the_named_crossings():
+    assert _upward(_graph()) == set()
+
+
+def test_the_direction_check_finds_an_upward_import():
+    assert _upward({"pods.x": {"ocrjobs.services.y", "ocrjobs.selectors.z"}, "ocrjobs.a": {"pods.b"}}) == {
+        ("pods.x", "ocrjobs.services.y")
+    }
+
+
+def _unexplained_function_level_imports(path: Path) -> list[int]:
+    """Lines of the imports of project modules inside a function with no FUNCTION_LEVEL comment on
+    their line or in the comments, imports and blank lines just above them."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source, filename=str(path))
+    at_top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in at_top:
+            continue
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if not (getattr(node, "level", 0) or any(name.split(".")[0] in PACKAGES for name in names)):
+            continue
+        block = lines[node.lineno - 1 : node.end_lineno]
+        above = node.lineno - 2
+        while above >= 0 and (not lines[above].strip() or lines[above].strip().startswith(("#", "from ", "import "))):
+            block.append(lines[above])
+            above -= 1
+        if not any(FUNCTION_LEVEL in line for line in block):
+            found.append(node.lineno)
+    return found
+
+
+def test_every_import_inside_a_function_names_its_reason():
+    modules = _modules()
+    unexplained = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in modules.values()
+        for line in _unexplained_function_level_imports(path)
+    ]
+    assert unexplained == []
+
+
+def test_the_function_level_check_finds_an_unexplained_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f():\n    import json\n    from pods import models\n\n\n"
+        "def g():\n    # function-level: a reason\n    from pods import models\n    from ocrjobs import tasks\n"
+    )
+    assert _unexplained_function_level_imports(module) == [3]

@@ -30,8 +30,8 @@ from ocrjobs.models import Job, Page
 from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.services import lifecycle, reconcile
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
 from tests.pods.helpers import boot_until_settled

@@ -10,8 +10,9 @@ and never on the default executor. Every request to a pod carries its token.
 
 Length: one state machine (claims ahead, forwards in flight, results batched, beats,
 drains) whose races are tested as a whole (tests/ocrjobs/test_dispatch_races.py); the
-lane table (lanes.py) and the documents' routing (documents.py: affinity, which pods hold
-which documents, PUTs) are apart. Split further, each part would reach into the loop's
+lane table (lanes.py), the documents' routing (documents.py: affinity, which pods hold
+which documents, PUTs), the database calls (database.py) and what a pod's HTTP status makes
+of an attempt (outcomes.py) are apart. Split further, each part would reach into the loop's
 shared state.
 """
 
@@ -30,14 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 from django.conf import settings
-from django.db import close_old_connections, connection
-from django.utils import timezone
 
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
+from ocrjobs.dispatch import database
 from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, PageQueue, error_of
 from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
-from ocrjobs.dispatch.lanes import FleetCounts, LaneTable, PodLanes
+from ocrjobs.dispatch.lanes import LaneTable, PodLanes
+from ocrjobs.dispatch.outcomes import status_failure
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
 from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register
@@ -45,16 +46,12 @@ from ocrjobs.services.jobs import jobs_refresh
 from ocrjobs.services.pages import (
     ClaimedPage,
     PageResult,
-    claims_renew,
     page_attempt_failed,
-    pages_assign_pods,
     pages_claim,
-    pages_complete,
     pages_unclaim,
 )
 from ocrjobs.storage import document_bytes
-from pods.models import Pod
-from pods.services.lifecycle import pod_drain, pods_mark_busy
+from pods.services.lifecycle import pod_drain
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +73,6 @@ REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
 # A loop blocked this long while a page was out may itself have missed the pod's answer.
 BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
-# RunPod's HTTP proxy answers 524 once a request has taken 100 s; a page that fails so every time
-# fails with this, not with Cloudflare's HTML page.
-PROXY_TIMEOUT_ERROR = (
-    "the page took longer than RunPod's proxy allows (it cuts a request at 100 s; a pod there stops a "
-    "page at PAGE_TIMEOUT, 90 s at most): split it or use a faster engine or GPU"
-)
 # A pod that answers "document not cached" again right after it took the document (it evicts
 # at once: a cache smaller than the document) is asked this many times in all.
 DOCUMENT_SENDS = 3
@@ -132,7 +123,7 @@ class DispatchLoop(DocumentRoutes):
                 if attempt == 3:
                     raise
                 log.warning("dispatcher %s: database error (%s); again on a fresh connection", self.dispatcher.pk, exc)
-                await loop.run_in_executor(self._db, _close_connection)
+                await loop.run_in_executor(self._db, database.close_connection)
                 await asyncio.sleep(0.5 * attempt)
 
     async def io(self, fn, /, *args):
@@ -209,9 +200,9 @@ class DispatchLoop(DocumentRoutes):
                 self.queue.clear()
             await self.refresh_jobs()
             await self.db(dispatcher_end, dispatcher=self.dispatcher)
-            await self.db(_save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
-            await self.db(_nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
-            await self.db(_close_connection)
+            await self.db(database.save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
+            await self.db(database.nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
+            await self.db(database.close_connection)
             # Never join threads on the loop: queued work still finishes after this returns.
             self._db.shutdown(wait=False)
             self._io.shutdown(wait=False)
@@ -253,9 +244,9 @@ class DispatchLoop(DocumentRoutes):
         assignments = [row for row in assignments if (row[0], row[1]) not in answered]
         self.storing |= storing
         try:
-            stored = await self.db(_store, token=self.token, assignments=assignments, results=results)
+            stored = await self.db(database.store, token=self.token, assignments=assignments, results=results)
         except BaseException:
-            # The batch goes back, ahead of what came since (storing it again is safe: _store).
+            # The batch goes back, ahead of what came since (storing it again is safe: database.store).
             self.assignments[:0] = taken
             self.results[:0] = results
             raise
@@ -274,7 +265,7 @@ class DispatchLoop(DocumentRoutes):
         await self.db(dispatcher_end, dispatcher=self.dispatcher)
         if not await self.db(pages_waiting, pool_id=self.pool_id):
             return True
-        await self.db(_revive, dispatcher_id=self.dispatcher.pk)
+        await self.db(database.revive, dispatcher_id=self.dispatcher.pk)
         return False
 
     def start_forwards(self) -> None:
@@ -363,16 +354,8 @@ class DispatchLoop(DocumentRoutes):
                 await asyncio.sleep(0.2)
                 self.hand_back(page)
                 return
-            if status in (400, 413, 415):
-                await self.attempt_failed(page, lane, f"the pod refused the page: {error}", final=True)
-            elif status == 504:
-                await self.attempt_failed(page, lane, error)
-            elif status == 524:
-                # RunPod's proxy cut the request at 100 s: the pod is alive, the page too long for it
-                # (pods stop a page at 90 s there). An attempt like a 504, not the pod's fault.
-                await self.attempt_failed(page, lane, PROXY_TIMEOUT_ERROR)
-            else:
-                await self.attempt_failed(page, lane, f"HTTP {status}: {error}", pod_fault=True)
+            failure = status_failure(status, error)
+            await self.attempt_failed(page, lane, failure.error, final=failure.final, pod_fault=failure.pod_fault)
         except Exception as exc:
             log.exception("page %s: forward failed", page.id)
             await self.attempt_failed(page, lane, f"dispatch error: {exc!r}")
@@ -442,7 +425,7 @@ class DispatchLoop(DocumentRoutes):
             self.drained.add(pod_id)
             await self.db(pod_drain, pod_id=pod_id, error=f"refusing connections {refusals} times: {exc!r}")
         else:
-            await self.db(_nudge_scaler, pool_id=self.pool_id)
+            await self.db(database.nudge_scaler, pool_id=self.pool_id)
 
     async def attempt_failed(
         self, page: ClaimedPage, lane: PodLanes, error: str, *, final: bool = False, pod_fault: bool = False
@@ -466,7 +449,7 @@ class DispatchLoop(DocumentRoutes):
                 await self.db(pod_drain, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
 
     async def refresh_pods(self) -> None:
-        ready, counts = await self.db(_fleet, pool_id=self.pool_id)
+        ready, counts = await self.db(database.fleet, pool_id=self.pool_id)
         # A read that began before a drain was stored still lists the pod as ready.
         ready = [pod for pod in ready if pod[0] not in self.drained]
         if self.shunned:
@@ -491,9 +474,9 @@ class DispatchLoop(DocumentRoutes):
         if note and now - self._last_nudge >= SCALER_NUDGE_SECONDS:
             # Pages wait for lanes: the scaler hears it within seconds, not at its next schedule.
             self._last_nudge = now
-            await self.db(_nudge_scaler, pool_id=self.pool_id)
+            await self.db(database.nudge_scaler, pool_id=self.pool_id)
         queued = list(self.queue)
-        held = await self.db(_beat, dispatcher_id=self.dispatcher.pk, token=self.token,
+        held = await self.db(database.beat, dispatcher_id=self.dispatcher.pk, token=self.token,
                              page_ids=sorted(self.in_hand()), busy_pods=busy_pods, note=note, done=self.done,
                              failed=self.failed)  # fmt: skip
         self.drop_lost(queued, held)
@@ -517,64 +500,8 @@ class DispatchLoop(DocumentRoutes):
             await self.db(jobs_refresh, job_ids=jobs)
 
 
-def _close_connection() -> None:
-    connection.close()  # the database thread's own connection
-
-
 def _document_sha256(source: str) -> str:
     return hashlib.sha256(document_bytes(source)).hexdigest()
-
-
-def _fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int, str]], FleetCounts]:
-    """The pool's ready pods with the share of their lanes this dispatcher may use (dispatchers of
-    one pool split every pod's lanes between them) and their tokens."""
-    close_old_connections()
-    pods = Pod.objects.alive().filter(pool_id=pool_id).reachable_here()  # another host's local pods: not from here
-    pods = list(pods.values_list("pk", "state", "base_url", "lanes", "token"))
-    sharing = max(1, Dispatcher.objects.live().filter(pool_id=pool_id).count())
-    ready = [
-        (pk, url, max(1, lanes // sharing), token) for pk, state, url, lanes, token in pods if state == Pod.State.READY
-    ]
-    counts = FleetCounts(
-        booting=sum(1 for p in pods if p[1] == Pod.State.BOOTING),
-        ready=len(ready),
-        draining=sum(1 for p in pods if p[1] == Pod.State.DRAINING),
-    )
-    return ready, counts
-
-
-def _beat(
-    *, dispatcher_id: int, token: str, page_ids: list[int], busy_pods: list[int], note: str, done: int, failed: int
-) -> set[int]:
-    """The dispatcher's heartbeat: alive, its counts, its pages in hand renewed (the ids it still
-    holds are returned), its busy pods marked."""
-    now = timezone.now()
-    Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
-                                                       pages_failed=failed)  # fmt: skip
-    held = claims_renew(token=token, page_ids=page_ids)
-    pods_mark_busy(pod_ids=busy_pods, at=now)
-    return held
-
-
-def _store(*, token: str, assignments: list[tuple[int, int, int]], results: list[PageResult]) -> set[int]:
-    """A flush: where pages went, then the results (the ids stored). Safe to repeat, as each is."""
-    if assignments:
-        pages_assign_pods(token=token, assignments=assignments)
-    return pages_complete(token=token, items=results) if results else set()
-
-
-def _nudge_scaler(*, pool_id: int) -> None:
-    from pods.tasks import nudge_scaler
-
-    nudge_scaler(pool_id)
-
-
-def _save_counts(*, dispatcher_id: int, done: int, failed: int) -> None:
-    Dispatcher.objects.filter(pk=dispatcher_id).update(pages_done=done, pages_failed=failed)
-
-
-def _revive(*, dispatcher_id: int) -> None:
-    Dispatcher.objects.filter(pk=dispatcher_id).update(ended_at=None, heartbeat_at=timezone.now())
 
 
 async def _watched(loop: DispatchLoop, *, name: str) -> None:

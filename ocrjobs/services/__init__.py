@@ -6,8 +6,7 @@
   and webhooks.
 - ``fetch``: URL documents, fetched by a worker, pinned to the addresses that were checked.
 - ``split``: documents split into pages (counted and checked, or kept as their text layer; the
-  pods render them); lost fetches
-  and splits sent again (``documents_recover``).
+  pods render them); ``recover``: lost fetches and splits sent again (``documents_recover``).
 - ``idempotency``: Idempotency-Key submissions; ``schedule``: budget, deadline, priority;
   ``budgets``: what a user's jobs may still cost in a day;
   ``webhooks``: job events to callback URLs, delivered by passes.
@@ -18,4 +17,6 @@
 - ``pages``: claims, the pod of each page, results (the one writer of pods' results), failed
   attempts, pages given back.
 - ``dispatchers``: dispatcher slots, starting one.
+- ``outputs``: result.md, per-document downloads, asking for searchable PDFs when a job ends;
+  ``searchable_pdf``: building one (the original pages under an invisible text layer).
 """

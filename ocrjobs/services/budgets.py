@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from accounts.models import Budget
 from fleetadmin.api import ApiError
 from ocrjobs.models import Job
 from ocrjobs.services.schedule import Schedule
@@ -29,8 +30,6 @@ def daily_budget(owner) -> Decimal | None:
     """The owner's dollars per day, or None for no limit (the command line, staff by default)."""
     if owner is None or not owner.is_authenticated:
         return None
-    from accounts.models import Budget
-
     budget = Budget.objects.filter(user=owner).first()
     if budget is not None:
         return budget.dollars_per_day

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from ocrjobs.enqueue import enqueue_dispatch
 from ocrjobs.models import Dispatcher
 from pods.models import Pool
 
@@ -17,8 +18,6 @@ def dispatch_ensure(*, pool: Pool) -> bool:
     """Start a dispatcher for the pool unless enough are alive. True if one was enqueued."""
     if Dispatcher.objects.live().filter(pool=pool).count() >= settings.DISPATCHERS_PER_POOL:
         return False
-    from ocrjobs.tasks import enqueue_dispatch  # ocrjobs.tasks imports the services
-
     transaction.on_commit(lambda: enqueue_dispatch(pool))
     return True
 

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ocrjobs import storage
+from ocrjobs.enqueue import enqueue_searchable_pdfs
 from ocrjobs.models import Document, Job, Page, SearchablePdf
 
 ROWS_PER_QUERY = 500
@@ -41,13 +42,7 @@ def job_outputs_request(*, jobs: list[Job]) -> None:
             f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = ''",
             [pending, connection.ops.adapt_datetimefield_value(timezone.now()), *job_ids, split, pending],
         )
-    transaction.on_commit(lambda: _enqueue(job_ids))
-
-
-def _enqueue(job_ids: list[int]) -> None:
-    from ocrjobs.output_tasks import enqueue_searchable_pdfs  # (it imports the services)
-
-    enqueue_searchable_pdfs(job_ids=job_ids)
+    transaction.on_commit(lambda: enqueue_searchable_pdfs(job_ids=job_ids))
 
 
 def searchable_pdfs_pending(*, job_id: int) -> list[int]:

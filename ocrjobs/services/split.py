@@ -295,35 +295,6 @@ def _pages_made(pool_id: int) -> None:
         _nudge(pool_id)
 
 
-def documents_recover(*, pool_id: int) -> list[int]:
-    """Send again the fetch or split of every waiting document whose task never started or stopped
-    renewing its lease (worker killed, task lost); a URL one whose fetches lapsed too often fails."""
-    lost = leases.expired(
-        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING).exclude(
-            job__status=Job.Status.CANCELLED
-        )
-    )
-    documents = list(lost.values_list("pk", "kind", "fetch_attempts"))
-    if not documents:
-        return []
-    from ocrjobs.services.fetch import fetches_exhausted  # fetch imports this module
-
-    failed = fetches_exhausted(lost.filter(kind=Document.Kind.URL)) if any(n for _, _, n in documents) else set()
-    documents = [(pk, kind) for pk, kind, _ in documents if pk not in failed]
-    Document.objects.filter(pk__in=[pk for pk, _ in documents]).update(**leases.queued())
-    fetches = [pk for pk, kind in documents if kind == Document.Kind.URL]
-    splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
-    log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
-                len(splits))  # fmt: skip
-    from ocrjobs.tasks import enqueue_fetch, enqueue_split  # ocrjobs.tasks imports the services
-
-    for document_id in fetches:
-        enqueue_fetch(document_id)
-    for document_id in splits:
-        enqueue_split(document_id)
-    return [pk for pk, _ in documents]
-
-
 def _save_pages(document: Document, pages: list[Page], *, split: tuple[QuerySet, str, int] | None = None) -> bool:
     """Save a batch of pages, or nothing (False) once the job is cancelled. The job's status is
     read under its row lock in the transaction that saves the batch, as ``job_cancel`` takes it:

@@ -28,12 +28,14 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from ocrjobs.enqueue import enqueue_fetch, enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
+from pods.services.forecast import job_forecast
 
 log = logging.getLogger(__name__)
 
@@ -375,15 +377,11 @@ def job_submit(
 
 
 def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict:
-    from pods.services.forecast import job_forecast  # pods' services import the ocrjobs selectors
-
     pages = sum(item.page_count for item in staged)
     return job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
 
 
 def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    from ocrjobs.tasks import enqueue_fetch, enqueue_splits  # ocrjobs.tasks imports the services
-
     if split_ids:
         enqueue_splits(split_ids)
     for document_id in fetch_ids:

@@ -36,9 +36,11 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
+from ocrjobs.enqueue import enqueue_delivery
 from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
 from ocrjobs.services import remote
 from ocrjobs.services.urls import check_url
+from pods.services.passes import pass_request
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +132,6 @@ def webhook_enqueue(*, job: Job) -> WebhookDelivery | None:
 
 
 def _ask_for_a_pass() -> None:
-    from pods.services.passes import pass_request
-
     pass_request()
 
 
@@ -149,8 +149,6 @@ def delivery_send(delivery_id: int) -> str:
     """A pass's step for a due delivery: claim it (its lease, so it counts in flight until its
     attempt ends or the lease lapses) and send its attempt to a short task. Database only: the
     pass never waits on a receiver (review H1)."""
-    from ocrjobs.tasks import enqueue_delivery  # ocrjobs.tasks imports the services
-
     now = timezone.now()
     row = WebhookDelivery.objects.due(now=now).filter(pk=delivery_id)
     lease = leases.acquire(row, seconds=settings.TASK_START_GRACE_SECONDS)

@@ -41,7 +41,7 @@ POD_ENV_NAMES = frozenset(
         "CUDA_VISIBLE_DEVICES",
         # podserver/config.py and its engines
         "ENGINE", "MODEL", "DEVICE", "DOCUMENT_CACHE_DIR", "DOCUMENT_CACHE_BYTES", "MAX_DOCUMENT_BYTES",
-        "RAPIDOCR_THREADS", "CUDA_DEVICE_ID", "VLM_URL", "VLM_API_KEY", "VLM_START_TIMEOUT",
+        "RAPIDOCR_THREADS", "TESSERACT_API", "CUDA_DEVICE_ID", "VLM_URL", "VLM_API_KEY", "VLM_START_TIMEOUT",
     }
 )  # fmt: skip
 POD_ENV_PREFIXES = ("LC_", "OMP_")

@@ -63,6 +63,7 @@ PROBED_ELSEWHERE_SECONDS = 0.2
 # While its model loads, one step in this many asks the provider whether the pod still
 # exists; the others ask the pod whether its model answers.
 PROVIDER_CHECK_POLLS = 5
+LOCAL_POD_POLL_SECONDS = 0.25  # a booting local pod's polls: cheap, in a new user's first job (issue 27)
 
 
 class BootFailed(Exception):
@@ -341,7 +342,7 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
         return _enter(pod, Stage.MODEL, base_url=seen.base_url)
     if _past(pod.billed_from or pod.created_at, settings.POD_RUNNING_TIMEOUT_SECONDS):
         raise BootFailed(f"not running after {settings.POD_RUNNING_TIMEOUT_SECONDS:.0f} s")
-    _next_step(pod.pk, in_seconds=settings.POD_POLL_SECONDS)
+    _next_step(pod.pk, in_seconds=_poll_seconds(pod))
 
 
 def _model_step(pod: Pod, provider: Provider, token: str) -> None:
@@ -352,7 +353,12 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
         return _join(pod, provider, engine)
     if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
         raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
-    _next_step(pod.pk, in_seconds=settings.POD_POLL_SECONDS)
+    _next_step(pod.pk, in_seconds=_poll_seconds(pod))
+
+
+def _poll_seconds(pod: Pod) -> float:
+    local = pod.pool.provider == "local"
+    return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS) if local else settings.POD_POLL_SECONDS
 
 
 def _asks_the_provider(pod: Pod) -> bool:
@@ -361,8 +367,8 @@ def _asks_the_provider(pod: Pod) -> bool:
     The previous step ended a poll before this one was due."""
     if pod.stage_started_at is None or pod.step_at is None:
         return False
-    window = timedelta(seconds=settings.POD_POLL_SECONDS * PROVIDER_CHECK_POLLS)
-    previous = pod.step_at - timedelta(seconds=settings.POD_POLL_SECONDS)
+    window = timedelta(seconds=_poll_seconds(pod) * PROVIDER_CHECK_POLLS)
+    previous = pod.step_at - timedelta(seconds=_poll_seconds(pod))
     return (timezone.now() - pod.stage_started_at) // window > max(0, (previous - pod.stage_started_at) // window)
 
 
@@ -379,6 +385,7 @@ def _join(pod: Pod, provider: Provider, engine: dict) -> None:
         pod.save(update_fields=["engine", "boot_stage", "step_at", "lanes"])
         pod.mark_ready(base_url=pod.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
 
     if selectors.pages_waiting(pool_id=pod.pool_id):

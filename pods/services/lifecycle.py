@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from pods.enqueue import nudge_scaler
 from pods.models import Pod, PoolPodTally
 from pods.providers import get_provider
 from pods.providers.base import Provider, ProviderError
@@ -110,8 +111,6 @@ def terminate_step(pod_id: int) -> None:
 def pod_drain(*, pod_id: int, error: str) -> bool:
     """A ready pod that fails gets no more pages; the scaler releases it once none of its pages
     runs, and hears of it now. False if the pod was not ready (drained already, or ended)."""
-    from pods.tasks import nudge_scaler
-
     updated = Pod.objects.filter(pk=pod_id, state=Pod.State.READY).update(
         state=Pod.State.DRAINING, error=f"drained after {error}"[:2000]
     )
@@ -137,6 +136,7 @@ def _terminate_quietly(provider: Provider, pod: Pod) -> None:
 
 
 def _requeue_pages_of(pod: Pod) -> int:
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.pages import pages_requeue_from_pod
 
     return pages_requeue_from_pod(pod_id=pod.pk)

@@ -15,7 +15,9 @@ a django-q2 cluster of their own (fleetadmin/clusters.py): they never queue behi
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -24,12 +26,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import Exists, Q
+from django.db.models import Exists, Q, QuerySet
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs.selectors import webhook_deliveries_due
-from pods.models import PassLease, Pod, Pool, ScaleRequest
+from pods.enqueue import enqueue_pass
+from pods.models import PassLease, Pool
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +40,28 @@ KIND = "pods"
 
 @dataclass(frozen=True)
 class Work:
-    """One kind of row a pass advances: which are due now (at most ``limit``), and one step of one."""
+    """One kind of row a pass advances: which are due now (at most ``limit``), and one step of one.
+
+    ``waiting(now)``, if given, is a queryset of the rows that may be due (``rows_waiting`` asks
+    them all in one query); a kind whose rows another kind's ``waiting`` covers leaves it out."""
 
     name: str
     due: Callable[..., list[int]]  # due(*, now: datetime, limit: int) -> ids
     step: Callable[[int], object]  # step(id): one short step; handles its own failures
+    waiting: Callable[[datetime], QuerySet] | None = None
+
+
+# Filled by each app's AppConfig.ready() (pods/apps.py, ocrjobs/apps.py), in INSTALLED_APPS order.
+_KINDS: dict[str, Work] = {}
+
+
+def register(work: Work) -> None:
+    """Add a kind of work to every pass (again under the same name: replaced)."""
+    _KINDS[work.name] = work
 
 
 def kinds_of_work() -> list[Work]:
-    from ocrjobs.services import webhooks
-    from pods.services import boot, lifecycle, scale_requests, scaler
-
-    return [
-        Work("boot", boot.boots_due, boot.boot_step),
-        Work("terminate", lifecycle.terminations_due, lifecycle.terminate_step),
-        Work("shed tick", scaler.shed_ticks_due, scaler.shed_tick_step),
-        Work("scale request", scale_requests.scale_requests_due, scale_requests.scale_request_step),
-        # Only claimed and sent to a short task of its own here: a pass never waits on a receiver.
-        Work("webhook", webhooks.deliveries_due, webhooks.delivery_send),
-    ]
+    return list(_KINDS.values())
 
 
 @dataclass
@@ -73,16 +78,13 @@ def pass_due(*, now: datetime | None = None) -> bool:
 
 
 def rows_waiting(*, now: datetime) -> bool:
-    """Whether any row may be due a step, in one query: a pod whose step time has come (a boot
-    step, a terminate), a pool whose shed tick has, a scale request still pending, a webhook
-    delivery whose next attempt has. Every kind's
-    ``due`` picks among these rows only, so when this is False, nothing is due."""
-    pods = Pod.objects.filter(step_at__lte=now)
-    pools = Pool.objects.filter(shed_tick_at__lte=now)
-    requests = ScaleRequest.objects.filter(state=ScaleRequest.State.PENDING)
-    deliveries = webhook_deliveries_due(now=now)
+    """Whether any row may be due a step, in one query: each kind's ``waiting`` rows (a pod whose
+    step time has come, a pool whose shed tick has, a scale request still pending, a webhook
+    delivery whose next attempt has). Every kind's ``due`` picks among these rows only, so when
+    this is False, nothing is due."""
+    waiting = [Exists(work.waiting(now)) for work in kinds_of_work() if work.waiting is not None]
     # all belong to a pool (a delivery to a job of one)
-    return Pool.objects.filter(Exists(pods) | Exists(pools) | Exists(requests) | Exists(deliveries)).exists()
+    return bool(waiting) and Pool.objects.filter(functools.reduce(operator.or_, waiting)).exists()
 
 
 def pass_tick(*, now: datetime | None = None) -> bool:
@@ -95,8 +97,6 @@ def pass_tick(*, now: datetime | None = None) -> bool:
 
 def pass_request() -> bool:
     """Have a pass run soon, unless one is queued or running already. True if one was sent."""
-    from pods.tasks import enqueue_pass
-
     now = timezone.now()
     row, _ = PassLease.objects.get_or_create(name=KIND)
     free = Q(task_lease_until__isnull=True) | Q(task_lease_until__lt=now)

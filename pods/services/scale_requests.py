@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from pods.enqueue import enqueue_scale
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import passes
 from pods.services.scaler import TickResult, pool_tick
@@ -34,8 +35,6 @@ def boot_time_limit() -> timedelta:
 def scale_request_create(*, pool: Pool, pods: int | None = None, delta: int | None = None, by: str = ""):
     """Check a request to set the pool's size, store it (superseding the pool's older pending
     ones: two requests never fight over the warm floor) and have a worker start it."""
-    from pods.tasks import enqueue_scale
-
     if (pods is None) == (delta is None):
         raise ValueError("give exactly one of 'pods' (a number of pods) or 'delta' (a change)")
     if pods is None:

@@ -18,9 +18,11 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import pool_offers
+from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
+from pods.services.reconcile import reconcile
 from pods.spend import jobs_spend
 
 log = logging.getLogger(__name__)
@@ -211,6 +213,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     ready pods above the floor (``force_shed``: idle or not, but never one
     with a page running).
     """
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
 
     pool.refresh_from_db()
@@ -320,9 +323,6 @@ def shed_tick_step(pool_id: int) -> bool:
     """The pool's shed tick, once: its due time is cleared (by whichever pass gets there first),
     then the provider is reconciled and the pool ticked, as the schedule's tick does. False if
     it was not due (or another pass took it)."""
-    from pods.providers.base import ProviderError
-    from pods.services.reconcile import reconcile
-
     pool = Pool.objects.filter(pk=pool_id).first()
     at = pool.shed_tick_at if pool else None
     if at is None or at > timezone.now():

@@ -1,22 +1,30 @@
-"""The pod's OCR engines, chosen by ENGINE: tesseract (CPU), rapidocr (ONNX Runtime, CPU or CUDA), vlm (vLLM)."""
+"""The pod's OCR engines, chosen by ENGINE: tesseract (CPU), rapidocr (ONNX Runtime, CPU or CUDA), vlm (vLLM).
+
+``ENGINES`` is the one registry: a new engine is a module here and a line in it.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 from .base import Engine, PageTimeout
 
-__all__ = ["Engine", "PageTimeout", "create"]
+__all__ = ["ENGINES", "Engine", "PageTimeout", "create"]
+
+# name: (module in this package, class); a module is imported only by ``create``, so a pod needs
+# only its own engine's extra.
+ENGINES: dict[str, tuple[str, str]] = {
+    "tesseract": ("tesseract", "TesseractEngine"),
+    "rapidocr": ("rapidocr", "RapidOcrEngine"),
+    "vlm": ("vlm", "VlmEngine"),
+}
 
 
 def create(name: str, *, model: str = "", device: str = "auto", environ: Mapping[str, str] | None = None) -> Engine:
-    """The engine called ``name``; its own package is imported only here, so a pod needs only its engine's extra."""
-    if name == "tesseract":
-        from .tesseract import TesseractEngine as cls
-    elif name == "rapidocr":
-        from .rapidocr import RapidOcrEngine as cls
-    elif name == "vlm":
-        from .vlm import VlmEngine as cls
-    else:
+    """The engine called ``name``."""
+    if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}")
-    return cls(model=model, device=device, environ=environ)
+    module, cls = ENGINES[name]
+    engine = getattr(importlib.import_module(f".{module}", __name__), cls)
+    return engine(model=model, device=device, environ=environ)

@@ -1,8 +1,25 @@
-"""Tesseract through pytesseract: one tesseract process per page, killed at the page time limit."""
+"""Tesseract, in the pod's own process through its C API (tesserocr), or else one tesseract
+process per page (pytesseract).
+
+Through the API a lane keeps its own loaded tesseract between pages and hands it the page's
+pixels as they are: no PNG written and read back, no process started, no model loaded per page
+(issue 27: what the embedded default paid against the bare engine). tesserocr's wheels bundle
+libtesseract; the languages' data are the system's (the tesseract-ocr packages), found where the
+``tesseract`` command finds them. Where tesserocr cannot be imported, or ``TESSERACT_API=false``,
+pytesseract runs the command per page, killed at the page time limit.
+
+The time limits differ: a command is killed at the limit; the API's recognition stops at
+tesseract's own deadline, checked between words, so layout analysis (a fraction of a page's time)
+runs on past it. A page's render, where a crafted PDF spends its minutes, is killed either way
+(podserver/render.py).
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +28,9 @@ import pytesseract
 from PIL import Image
 
 from .base import Engine, PageTimeout, page_result, usable_cpus
+
+# pytesseract's word table, from the same TSV the command writes (GetTSVText is that writer).
+TSV_INTS = ("level", "page_num", "block_num", "par_num", "line_num", "word_num", "left", "top", "width", "height")
 
 
 class TesseractEngine(Engine):
@@ -31,6 +51,11 @@ class TesseractEngine(Engine):
         self.languages = sorted(pytesseract.get_languages())
         if not self.languages:
             raise RuntimeError("tesseract reports no installed languages")
+        self.api = None
+        if self.environ.get("TESSERACT_API", "true").lower() != "false":
+            self.api = _api_pool(tessdata_dir())
+        if self.api is not None:
+            self.version = self.api.version  # libtesseract's, which reads the pages (the wheel's own)
 
     def suggested_lanes(self) -> int:
         return usable_cpus()  # one single-threaded tesseract per CPU
@@ -38,15 +63,100 @@ class TesseractEngine(Engine):
     def ocr(self, img: Image.Image, lang: str, timeout: float) -> dict[str, Any]:
         """OCR one page; PageTimeout past the limit, other exceptions are engine errors."""
         started = time.monotonic()
-        try:
-            data = pytesseract.image_to_data(img, lang=lang, output_type=pytesseract.Output.DICT, timeout=timeout)
-        except RuntimeError as exc:
-            # pytesseract signals its own kill only through this message.
-            if "timeout" in str(exc).lower():
-                raise PageTimeout(str(exc)) from None
-            raise
+        if self.api is not None:
+            data = self.api.read(img, lang, timeout)
+        else:
+            data = _read_with_command(img, lang, timeout)
         text, lines, confidence = group_words(data)
         return page_result(self.name, img, text, lines, confidence, started)
+
+
+def _read_with_command(img: Image.Image, lang: str, timeout: float) -> dict[str, list]:
+    try:
+        return pytesseract.image_to_data(img, lang=lang, output_type=pytesseract.Output.DICT, timeout=timeout)
+    except RuntimeError as exc:
+        # pytesseract signals its own kill only through this message.
+        if "timeout" in str(exc).lower():
+            raise PageTimeout(str(exc)) from None
+        raise
+
+
+def tessdata_dir() -> str:
+    """Where the tesseract command reads its languages (TESSDATA_PREFIX, or its built-in path)."""
+    if os.environ.get("TESSDATA_PREFIX"):
+        return os.environ["TESSDATA_PREFIX"]
+    said = subprocess.run(["tesseract", "--list-langs"], capture_output=True, text=True, timeout=30)
+    found = re.search(r'"([^"]+)"', said.stdout + said.stderr)
+    if found is None:
+        raise RuntimeError(f"tesseract --list-langs named no directory: {said.stdout!r} {said.stderr!r}")
+    return found.group(1)
+
+
+class _ApiPool:
+    """Loaded tesseracts, one per lane and language at most: a lane takes one, reads a page with
+    it and gives it back (an API is used by one thread at a time; tesserocr lets go of the GIL
+    while it reads, so lanes read side by side)."""
+
+    def __init__(self, tesserocr, path: str) -> None:
+        self.tesserocr = tesserocr
+        self.path = path
+        self.version = tesserocr.tesseract_version().split()[1]
+        self.idle: dict[str, list] = {}
+        self.lock = threading.Lock()
+
+    def _take(self, lang: str):
+        with self.lock:
+            if self.idle.get(lang):
+                return self.idle[lang].pop()
+        try:
+            return self.tesserocr.PyTessBaseAPI(path=self.path, lang=lang)
+        except RuntimeError as exc:
+            raise RuntimeError(f"tesseract could not load {lang!r} from {self.path}: {exc}") from None
+
+    def read(self, img: Image.Image, lang: str, timeout: float) -> dict[str, list]:
+        if img.mode not in ("L", "RGB"):
+            img = img.convert("RGB")
+        bpp = 1 if img.mode == "L" else 3
+        api = self._take(lang)
+        try:
+            pixels = img.tobytes()
+            api.SetImageBytes(pixels, img.width, img.height, bpp, img.width * bpp)
+            started = time.monotonic()
+            if not api.Recognize(timeout=max(1, int(timeout * 1000))):
+                if time.monotonic() - started >= timeout:
+                    raise PageTimeout(f"tesseract ran past the page time limit of {timeout:g} s")
+                raise RuntimeError("tesseract could not read the page")
+            tsv = api.GetTSVText(0)
+            api.Clear()
+        except BaseException:
+            api.End()  # a tesseract that failed is not kept for the next page
+            raise
+        with self.lock:
+            self.idle.setdefault(lang, []).append(api)
+        return parse_tsv(tsv)
+
+
+def _api_pool(path: str) -> _ApiPool | None:
+    """The API pool, or None where tesserocr is not installed."""
+    try:
+        import tesserocr
+    except ImportError:
+        return None
+    return _ApiPool(tesserocr, path)
+
+
+def parse_tsv(tsv: str) -> dict[str, list]:
+    """Tesseract's TSV rows (no header, as GetTSVText writes them) as pytesseract's word table."""
+    data: dict[str, list] = {key: [] for key in (*TSV_INTS, "conf", "text")}
+    for row in tsv.splitlines():
+        fields = row.split("\t")
+        if len(fields) < 11:
+            continue
+        for key, value in zip(TSV_INTS, fields, strict=False):
+            data[key].append(int(value))
+        data["conf"].append(float(fields[10]))
+        data["text"].append(fields[11] if len(fields) > 11 else "")
+    return data
 
 
 def group_words(

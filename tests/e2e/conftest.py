@@ -9,7 +9,7 @@ import pytest
 
 from fleetadmin.clusters import brokers
 from pods.providers.local import LocalProvider
-from pods.simulator import SimConfig
+from runpodsim import SimConfig
 from tools.processes import Process, child_env, start_front, start_simulator, start_workers
 
 

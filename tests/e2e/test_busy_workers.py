@@ -22,8 +22,8 @@ import pytest
 from accounts.models import ApiToken
 from ocrjobs.models import Job
 from pods.models import Pod, Pool
-from pods.simulator import SimConfig
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig
+from runpodsim.config import GpuTypeConfig
 from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
 from tools.processes import wait_for

@@ -18,8 +18,8 @@ from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.assertions import assert_every_page_done_once
 from tests.factories import blank_pdf_bytes
 from tests.runpod import use_simulator

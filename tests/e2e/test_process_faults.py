@@ -42,9 +42,9 @@ from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers import get_provider
 from pods.services import lifecycle, passes, reconcile
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
 from pods.tasks import scaler_tick
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, blank_pdf_bytes, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes

@@ -10,8 +10,8 @@ from django_q.brokers import get_broker
 from accounts.models import ApiToken
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import lifecycle, passes
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.runpod import use_simulator
 from tools.processes import child_env, start_front, start_workers, wait_for
 

@@ -36,9 +36,9 @@ from accounts.models import ApiToken
 from fleetadmin.clusters import CLASSES, DISPATCH, PASSES, SHORT, brokers, cluster_name
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
+from pods.enqueue import enqueue_fetch_catalogue
 from pods.models import Pool
 from pods.services import passes
-from pods.tasks import enqueue_fetch_catalogue
 from tests.assertions import assert_every_page_done_once
 from tests.factories import pdf_bytes
 from tools.processes import Process, child_env, start_workers, wait_for

@@ -16,8 +16,8 @@ from django.utils import timezone
 from pods.models import Pod, Pool, new_pod_token
 from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.runpod import use_simulator
 
 

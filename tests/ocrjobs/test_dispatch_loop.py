@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from ocrjobs.dispatch import database
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.models import Job, Page
 from ocrjobs.services.dispatchers import dispatcher_register
@@ -76,7 +77,7 @@ def test_results_a_flush_could_not_store_are_stored_by_a_later_one_and_no_page_r
 
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()}, pool_key=sim_pool.pool.key)
     split(job)
-    store, failing = dispatch._store, {"left": 4}  # more than one flush's three tries
+    store, failing = database.store, {"left": 4}  # more than one flush's three tries
 
     def store_unless_away(**batch):
         if batch["results"] and failing["left"]:
@@ -84,7 +85,7 @@ def test_results_a_flush_could_not_store_are_stored_by_a_later_one_and_no_page_r
             raise OperationalError("the database went away")
         return store(**batch)
 
-    monkeypatch.setattr(dispatch, "_store", store_unless_away)
+    monkeypatch.setattr(database, "store", store_unless_away)
     monkeypatch.setattr(dispatch, "FLUSH_BACKOFF_MAX_SECONDS", 0.2)
 
     loop = run_dispatch_loop(sim_pool.pool)

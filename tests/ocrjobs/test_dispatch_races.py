@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from ocrjobs.dispatch import database
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.lanes import FleetCounts
 from ocrjobs.services.pages import ClaimedPage, PageResult, page_attempt_failed
@@ -151,7 +152,7 @@ def test_a_pod_this_loop_drained_is_not_brought_back_by_a_read_from_before_the_d
         loop.drained.add(7)
 
         async def db(fn, /, **kwargs):
-            assert fn is dispatch._fleet
+            assert fn is database.fleet
             return [(7, "http://pod-7", 1, ""), (8, "http://pod-8", 1, "")], FleetCounts(ready=2)
 
         loop.db = db
@@ -180,6 +181,6 @@ def test_a_flush_stores_results_and_the_other_pages_pods_in_one_trip_without_the
     asyncio.run(loop.flush())
 
     assert trips == [
-        (dispatch._store, {"token": "t", "assignments": [(2, 1, 7), (3, 2, 8)], "results": [answered, older]})
+        (database.store, {"token": "t", "assignments": [(2, 1, 7), (3, 2, 8)], "results": [answered, older]})
     ]
     assert loop.done == 2 and loop.touched_jobs == {10} and loop.assignments == loop.results == []

@@ -17,7 +17,8 @@ from django.utils import timezone
 from ocrjobs.models import Document, Job, Page
 from ocrjobs.services import fetch, remote
 from ocrjobs.services.fetch import document_fetch
-from ocrjobs.services.split import document_split, documents_recover, documents_split
+from ocrjobs.services.recover import documents_recover
+from ocrjobs.services.split import document_split, documents_split
 from ocrjobs.services.submission import Upload, job_submit
 from tests import hostile
 from tests.factories import pdf_bytes

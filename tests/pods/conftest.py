@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from pods.models import Pool
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 from tests.runpod import use_simulator
 
 KEY = "sim-key"

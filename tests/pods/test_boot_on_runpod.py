@@ -18,10 +18,10 @@ from django.utils import timezone
 from pods import capacity, podclient
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
 from pods.services import boot, lifecycle, passes, reconcile, scaler
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator import app as simulator_app
-from pods.simulator.config import GpuTypeConfig
-from pods.simulator.farm import Farm
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim import app as simulator_app
+from runpodsim.config import GpuTypeConfig
+from runpodsim.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
 from tests.pods.helpers import boot_until_settled, passes_until_settled
 from tests.runpod import use_simulator

@@ -21,6 +21,7 @@ from django_q.signing import SignedPackage
 from fleetadmin.models import LoopHeartbeat
 from ocrjobs import selectors
 from ocrjobs.models import Job, Page
+from ocrjobs.selectors.dashboard import _owners_jobs
 from pods import charts, dashboard, sections
 from pods.models import BootAttempt, Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
@@ -427,7 +428,7 @@ def test_on_postgresql_the_owners_jobs_are_three_walks_whatever_the_number_of_ow
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan, which does not depend on the table's size")
 def test_each_owners_jobs_are_read_by_short_walks_down_indexes_not_their_whole_history(db, ordinary_user, outsider):
-    query = selectors._owners_jobs(owner_ids=[ordinary_user.pk, outsider.pk]).query
+    query = _owners_jobs(owner_ids=[ordinary_user.pk, outsider.pk]).query
     sql, params = query.get_compiler(connection=connection).as_sql()
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + sql, params)

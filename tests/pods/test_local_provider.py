@@ -170,3 +170,11 @@ def test_a_local_pod_gets_none_of_the_control_planes_secrets_and_still_reads_a_p
                         headers={"Authorization": "Bearer the-pods-own-token"})  # fmt: skip
     assert answer.status_code == 200, answer.text
     assert "Allowed environment only" in answer.json()["text"]
+
+
+def test_a_local_pod_gets_the_engines_knobs_and_none_of_the_control_planes_secrets(monkeypatch):
+    monkeypatch.setenv("TESSERACT_API", "false")
+    monkeypatch.setenv("SECRET_KEY", "not-for-pods")
+    env = local.pod_environment({"POD_TOKEN": "t"})
+    assert env["TESSERACT_API"] == "false" and env["POD_TOKEN"] == "t" and env["OMP_THREAD_LIMIT"] == "1"
+    assert "SECRET_KEY" not in env

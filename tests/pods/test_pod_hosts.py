@@ -16,7 +16,7 @@ from django.utils import timezone
 from fleetadmin.clusters import PassClock
 from fleetadmin.hosts import host_report, hosts_silent
 from fleetadmin.models import WorkerHost
-from ocrjobs.dispatch.loop import _fleet
+from ocrjobs.dispatch.database import fleet
 from ocrjobs.models import Document, Job, Page
 from pods.models import Pod
 from pods.providers.local import LocalProvider
@@ -57,7 +57,7 @@ def test_a_local_pod_is_its_hosts_and_another_host_marks_it_lost_only_once_its_h
     assert (result.adopted, result.terminated, result.lost) == ([], [], [])
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.READY
     assert LocalProvider().get(pod.provider_id) is not None
-    assert _fleet(pool_id=local_pool.pk)[0] == []  # B's dispatchers cannot reach A's loopback port
+    assert fleet(pool_id=local_pool.pk)[0] == []  # B's dispatchers cannot reach A's loopback port
 
     WorkerHost.objects.filter(host="host-a").update(reported_at=timezone.now() - timedelta(seconds=61))
     result = reconcile.reconcile(provider_name="local")
@@ -69,7 +69,7 @@ def test_a_local_pod_is_its_hosts_and_another_host_marks_it_lost_only_once_its_h
     assert (page.status, page.claim_token) == (Page.Status.PENDING, "")
 
     settings.HOST_ID = "host-a"  # its own host still reaches it
-    assert [ready[0] for ready in _fleet(pool_id=local_pool.pk)[0]] == []  # lost: no lanes anywhere
+    assert [ready[0] for ready in fleet(pool_id=local_pool.pk)[0]] == []  # lost: no lanes anywhere
 
 
 def test_another_hosts_booting_and_ending_local_pods_are_not_stepped_here(local_pool, settings):

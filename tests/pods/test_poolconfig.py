@@ -88,8 +88,8 @@ def test_a_boot_on_the_simulator_passes_the_pools_settings_to_create_pod(sim, db
 
 def test_a_pod_joins_with_the_lanes_it_reports_not_only_the_pools(monkeypatch, settings, db):
     """GPU types differ: a pod image that sizes itself to its GPU reports its lanes in /v1/models."""
-    from pods.simulator import SimConfig, SimulatorThread
-    from pods.simulator.config import GpuTypeConfig
+    from runpodsim import SimConfig, SimulatorThread
+    from runpodsim.config import GpuTypeConfig
     from tests.pods.conftest import KEY
     from tests.runpod import use_simulator
 

@@ -19,8 +19,8 @@ import pytest
 from pods.providers import get_provider
 from pods.providers.base import AuthFailed, NoCapacity, Offer, PodSpec, Transient, UnknownOffer
 from pods.providers.runpod import RunPodProvider, UnsafeValue
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator.config import GpuTypeConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
 
 HANG_GUARD = 30.0
 KEY = "test-key"

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from ocrjobs.models import Job, Page
+from ocrjobs.models import Document, Job, Page
 from ocrjobs.services.jobs import job_cancel
 from pods.models import Alert, Pod, Pool, SpendEntry, pod_name
 from pods.services import lifecycle, passes, scaler
@@ -65,8 +65,8 @@ def test_a_stalled_pool_rents_nothing_and_says_so_in_status(pool, settings, clie
 @pytest.fixture
 def slow_loading_sim(monkeypatch, settings):
     """Pods whose model takes seconds to load: a shed lands while boots are in model load."""
-    from pods.simulator import SimConfig, SimulatorThread
-    from pods.simulator.config import GpuTypeConfig
+    from runpodsim import SimConfig, SimulatorThread
+    from runpodsim.config import GpuTypeConfig
 
     config = SimConfig(api_key="sim-key", boot_delay_s=0.1, model_load_s=4.0,
                        gpu_types=[GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30,
@@ -296,3 +296,25 @@ def test_a_guessed_page_time_grows_no_fleet_whose_ready_pods_are_about_to_measur
 
     Page.objects.filter(pk=pages[0].pk).update(status=Page.Status.DONE, seconds=2.0, finished_at=timezone.now())
     assert len(scaler.pool_tick(pool=pool).booted) == 3  # measured: it grows again
+
+
+def test_a_job_that_ends_ticks_its_pool_so_its_dry_pods_are_shed_once_idle(sim, pool, queued, transactional_db):
+    from ocrjobs.services.jobs import jobs_refresh
+
+    pool.idle_seconds = 10
+    pool.save()
+    last_busy = timezone.now() - timezone.timedelta(seconds=2)
+    pod = _pod(pool, state=Pod.State.READY, ready_at=last_busy, last_busy_at=last_busy, base_url="http://x")
+    pages = _pages(pool, 2)
+    Page.objects.filter(pk__in=[p.pk for p in pages]).update(
+        status=Page.Status.DONE, pod=pod, seconds=1.0, finished_at=last_busy
+    )
+    Document.objects.filter(job_id=pages[0].job_id).update(status=Document.Status.SPLIT)
+
+    assert jobs_refresh(job_ids=[pages[0].job_id]) == [pages[0].job_id]
+
+    assert Job.objects.get(pk=pages[0].job_id).status == Job.Status.DONE
+    assert "pods.tasks.scaler_tick" in queued()
+    scaler.pool_tick(pool=pool)  # the tick it asked for: the pod is due a shed tick when it has idled
+    pool.refresh_from_db()
+    assert pool.shed_tick_at == last_busy + timezone.timedelta(seconds=10.5)

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from ocrjobs.models import Document, Job
-from ocrjobs.services.split import document_split, documents_recover
+from ocrjobs.services.recover import documents_recover
+from ocrjobs.services.split import document_split
 from pods.models import BootAttempt, Pod, pod_name
 from pods.services import boot
 from tests.factories import pdf_bytes

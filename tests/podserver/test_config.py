@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+from podserver import config, engines
 from podserver.config import load
 
 RUNPOD = {"RUNPOD_POD_ID": "abc123xyz", "POD_TOKEN": "t0k3n"}
@@ -98,3 +102,13 @@ def test_the_token_can_come_from_a_file_and_stays_out_of_reprs(tmp_path) -> None
 def test_lanes_auto_leaves_the_choice_to_the_engine() -> None:
     assert load([], environ={"LANES": "auto"}).lanes == 0
     assert load(["--lanes", "auto"], environ={"LANES": "3"}).lanes == 0
+
+
+def test_each_registered_engine_names_a_class_of_its_module_and_the_flag_offers_exactly_those():
+    here = Path(engines.__file__).parent
+    for name, (module, cls) in engines.ENGINES.items():
+        tree = ast.parse((here / f"{module}.py").read_text())
+        assert cls in {node.name for node in tree.body if isinstance(node, ast.ClassDef)}, name
+    assert config.ENGINES is engines.ENGINES
+    with pytest.raises(ValueError, match="unknown engine"):
+        engines.create("nonesuch")

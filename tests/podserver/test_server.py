@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from podserver.__main__ import parse_args
+from podserver.engines import tesseract
 from podserver.engines.base import usable_cpus
 from podserver.engines.tesseract import TesseractEngine
 
@@ -148,7 +149,8 @@ def test_engine_error_is_500_and_frees_the_lane(start_server, page_png: bytes, m
         raise pytesseract.TesseractError(1, "simulated crash")
 
     server, url = start_server(lanes=1)
-    monkeypatch.setattr(pytesseract, "image_to_data", broken)
+    monkeypatch.setattr(pytesseract, "image_to_data", broken)  # the command, per page
+    monkeypatch.setattr(tesseract._ApiPool, "read", broken)  # the C API (tesserocr)
     response = httpx.post(f"{url}/v1/ocr", content=page_png)
     assert response.status_code == 500
     assert "simulated crash" in response.json()["error"]

@@ -1,14 +1,16 @@
-"""Tesseract's word grouping and the image normalisation, on their own."""
+"""Tesseract's word grouping, its two ways of reading a page (the C API and the command), and the
+image normalisation, on their own."""
 
 from __future__ import annotations
 
 import pytest
 from PIL import Image
 
-from podserver.engines.tesseract import group_words
+from podserver.engines import PageTimeout, create
+from podserver.engines.tesseract import group_words, parse_tsv
 from podserver.pages import BadImage, decode_image
 
-from .helpers import encode
+from .helpers import PAGE_LINES, accuracy, encode, render
 
 
 def table(
@@ -54,6 +56,53 @@ def test_group_words_builds_lines_and_paragraph_breaks() -> None:
 def test_group_words_without_words() -> None:
     assert group_words({}) == ("", [], 0.0)
     assert group_words(table((1, 0, 0, 0, 0, 9, 9, -1, ""))) == ("", [], 0.0)
+
+
+def test_parse_tsv_gives_the_commands_word_table() -> None:
+    # GetTSVText's rows: level page block par line word left top width height conf text.
+    tsv = "1\t1\t0\t0\t0\t0\t0\t0\t500\t400\t-1\t\n5\t1\t1\t1\t1\t1\t10\t20\t40\t10\t91.5\tHello\n"
+
+    data = parse_tsv(tsv)
+
+    assert data["block_num"] == [0, 1] and data["word_num"] == [0, 1]
+    assert data["conf"] == [-1.0, 91.5] and data["text"] == ["", "Hello"]
+    assert group_words(data)[0] == "Hello"
+
+
+@pytest.fixture(scope="module")
+def engines() -> dict[str, object]:
+    """The engine through the C API (tesserocr, the default) and through the command."""
+    through = {
+        "api": create("tesseract", environ={}),
+        "command": create("tesseract", environ={"TESSERACT_API": "false"}),
+    }
+    for engine in through.values():
+        engine.load()
+    return through
+
+
+def test_the_engine_reads_through_the_api_when_tesserocr_is_installed(engines) -> None:
+    import tesserocr
+
+    assert engines["api"].api is not None and engines["command"].api is None
+    assert engines["api"].version == tesserocr.tesseract_version().split()[1]
+
+
+def test_the_api_and_the_command_read_a_page_alike(engines) -> None:
+    page = render(PAGE_LINES)
+    texts = {way: engine.ocr(page, "eng", 60)["text"] for way, engine in engines.items()}
+    assert accuracy(texts["api"], "\n".join(PAGE_LINES)) > 0.95
+    assert accuracy(texts["api"], texts["command"]) > 0.99
+    again = engines["api"].ocr(render(["a second page on a tesseract kept loaded"]), "eng", 60)
+    assert accuracy(again["text"], "a second page on a tesseract kept loaded") > 0.9
+
+
+@pytest.mark.parametrize("way", ["api", "command"])
+def test_a_page_past_its_time_limit_is_a_page_timeout_either_way(engines, way: str) -> None:
+    page = render(PAGE_LINES * 8)
+    with pytest.raises(PageTimeout):
+        engines[way].ocr(page, "eng", 0.001)
+    assert engines[way].ocr(render(PAGE_LINES), "eng", 60)["text"]  # the engine reads on
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pydantic import ValidationError
 
-from pods.simulator import Endpoint, SimConfig
-from pods.simulator.runner import serve
+from runpodsim import Endpoint, SimConfig
+from runpodsim.runner import serve
 
 
 class Command(BaseCommand):

@@ -17,7 +17,8 @@ from django.core.management.base import BaseCommand
 
 from fleetadmin.deployment import pod_prefix
 from fleetadmin.workers import ended_with
-from pods.models import Pod
+from pods.enqueue import nudge_scaler
+from pods.models import Pod, Pool
 from pods.providers import get_provider
 from pods.services.lifecycle import pod_release, terminate_step
 
@@ -52,9 +53,6 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        from pods.models import Pool
-        from pods.tasks import nudge_scaler
-
         for pool in Pool.objects.all():
             nudge_scaler(pool.pk)  # pages left from a previous run start again now
         self.stdout.write(self.style.SUCCESS(f"fleetadmin is running at http://{host}:{port}/  (Ctrl-C stops it)"))

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pods.simulator import graphql
-from pods.simulator.config import (
+from runpodsim import graphql
+from runpodsim.config import (
     NO_CAPACITY_MESSAGE,
     NO_GPUS_ON_HOST_MESSAGE,
     BadKeyFault,
@@ -34,7 +34,7 @@ from pods.simulator.config import (
     SimConfig,
     SlowFault,
 )
-from pods.simulator.schema import RUNPOD_SCHEMA
+from runpodsim.schema import RUNPOD_SCHEMA
 
 LOADING, READY, FAILED = "loading", "ok", "failed"
 

@@ -27,10 +27,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from pods.simulator import graphql
-from pods.simulator.config import SOMETHING_WENT_WRONG_MESSAGE, FaultList, SimConfig
-from pods.simulator.farm import FAILED, LOADING, READY, Farm, VirtualPod
-from pods.simulator.schema import RUNPOD_SCHEMA
+from runpodsim import graphql
+from runpodsim.config import SOMETHING_WENT_WRONG_MESSAGE, FaultList, SimConfig
+from runpodsim.farm import FAILED, LOADING, READY, Farm, VirtualPod
+from runpodsim.schema import RUNPOD_SCHEMA
 
 FARM_KEY = web.AppKey("farm", Farm)
 ENGINE = "simulated"

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from pods.simulator.app import FARM_KEY, make_app
-from pods.simulator.config import SimConfig
+from runpodsim.app import FARM_KEY, make_app
+from runpodsim.config import SimConfig
 
 START_GUARD_S = 30.0
 

@@ -10,7 +10,7 @@ cost one process. Start it with ``python manage.py runpodsim`` or, in tests,
 
 from __future__ import annotations
 
-from pods.simulator.config import SimConfig
-from pods.simulator.runner import Endpoint, SimulatorThread
+from runpodsim.config import SimConfig
+from runpodsim.runner import Endpoint, SimulatorThread
 
 __all__ = ["Endpoint", "SimConfig", "SimulatorThread"]

@@ -1,22 +1,17 @@
-"""Reads shaped for screens and downloads.
-
-Length: pods reads pages and jobs only through this module (tests/test_layout.py), so the
-scaler's, the status's and the dashboard's reads all live here. Split by screen if it grows
-further.
+"""The dashboard's reads: its jobs (bounded walks down indexes, however many jobs were ever
+made), their progress and rate, pages in flight on each pod, and pages done by minute for
+the charts. They run every second, so each is a fixed number of queries.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
 from django.db.models import (
-    Avg,
     BigIntegerField,
     Case,
     Count,
@@ -24,10 +19,8 @@ from django.db.models import (
     Expression,
     F,
     Func,
-    Max,
     OuterRef,
     Q,
-    QuerySet,
     Subquery,
     Sum,
     Value,
@@ -37,69 +30,12 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ocrjobs.models import Dispatcher, Document, Job, Page, PoolPageTally, WebhookDelivery
+from ocrjobs.models import Document, Job, Page
 from pods.models import SpendEntry
 
 DASHBOARD_ACTIVE_JOBS = 20
 DASHBOARD_FINISHED_JOBS = 10
 JOB_RATE_WINDOW_SECONDS = 60
-
-
-def jobs_visible_to(user, scopes: set[str] | None = None):
-    jobs = Job.objects.select_related("pool")
-    if user.is_staff or (scopes and "admin" in scopes):
-        return jobs
-    return jobs.filter(owner=user)
-
-
-def _pages(job: Job):
-    return job.pages.select_related("document").order_by("document__position", "number")
-
-
-def document_text(document: Document) -> str:
-    """The text of a document's pages, a form feed between pages (as pdftotext does)."""
-    parts = []
-    for page in document.pages.order_by("number"):
-        result = page.read_result() if page.status == Page.Status.DONE else None
-        parts.append(result["text"] if result else "")
-    return "\f".join(parts)
-
-
-def page_text(page: Page) -> str:
-    """A done page's text ("" otherwise): reads that page's result only."""
-    result = page.read_result() if page.status == Page.Status.DONE else None
-    return result["text"] if result else ""
-
-
-RESULT_ROWS_PER_QUERY = 500
-
-
-def job_result_txt(job: Job) -> Iterator[str]:
-    """The job's text, document by document; rows are read a chunk at a time, never all at once."""
-    for document in job.documents.order_by("position").iterator(chunk_size=RESULT_ROWS_PER_QUERY):
-        yield f"==> {document.name} <==\n"
-        if document.status == Document.Status.FAILED:
-            yield f"[document failed: {document.error}]\n\n"
-            continue
-        for page in document.pages.order_by("number").iterator(chunk_size=RESULT_ROWS_PER_QUERY):
-            if page.status == Page.Status.DONE:
-                yield (page.read_result() or {}).get("text", "").rstrip("\n") + "\n"
-            else:
-                yield f"[page {page.number}: {page.status}{': ' + page.error if page.error else ''}]\n"
-            yield "\f\n"
-        yield "\n"
-
-
-def job_result_jsonl(job: Job) -> Iterator[str]:
-    for page in _pages(job).iterator(chunk_size=RESULT_ROWS_PER_QUERY):
-        yield json.dumps(page.to_record(), ensure_ascii=False) + "\n"
-    for document in job.documents.filter(status=Document.Status.FAILED):
-        record = {"document": document.name, "document_id": document.pk, "page": None, "status": "failed",
-                  "text": "", "lines": [], "confidence": None, "error": document.error}  # fmt: skip
-        yield json.dumps(record, ensure_ascii=False) + "\n"
-
-
-# --- the dashboard ------------------------------------------------------------
 
 
 def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
@@ -323,152 +259,6 @@ def _pages_of_jobs(job_ids, since):
     )
 
 
-# --- what pods needs of pages --------------------------------------------------------------------
-# The scaler, the spend report, the fleet status and the dashboard read pages only through these.
-
-
-@dataclass(frozen=True)
-class PoolBacklog:
-    waiting: int  # pages a dispatcher may claim (each page once, however often it was tried)
-    running: int  # pages out at pods under a live claim
-
-
-def pool_backlog(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> PoolBacklog:
-    """The pool's pages waiting and running, leaving out those of ``exclude_jobs``."""
-    pages = Page.objects.filter(pool_id=pool_id).exclude(job_id__in=list(exclude_jobs))
-    waiting = pages.waiting().count()
-    running = pages.filter(status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()).count()
-    return PoolBacklog(waiting, running)
-
-
-def pages_waiting(*, pool_id: int) -> int:
-    return Page.objects.waiting().filter(pool_id=pool_id).count()
-
-
-def pool_seconds_per_page(pool_id: int, *, last: int = 200) -> float | None:
-    """The mean seconds a pod took for each of the pool's ``last`` pages; None before any."""
-    recent = Page.objects.filter(pool_id=pool_id, status=Page.Status.DONE, seconds__isnull=False)
-    ids = list(recent.order_by("-finished_at").values_list("id", flat=True)[:last])
-    return Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
-
-
-def pool_last_start(pool_id: int) -> datetime | None:
-    """When a page of the pool last went out to a pod."""
-    return Page.objects.filter(pool_id=pool_id).aggregate(last=Max("started_at"))["last"]
-
-
-def pods_with_pages_running(pool_id: int) -> set[int]:
-    """The pool's pods holding a page now (claim live or not: the page is still theirs)."""
-    return set(Page.objects.filter(pod__pool_id=pool_id, status=Page.Status.RUNNING).values_list("pod_id", flat=True))
-
-
-def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
-    """(id, max dollars) of the pool's unfinished jobs with a budget and pages waiting."""
-    capped = Job.objects.filter(pool_id=pool_id, max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
-    capped = capped.filter(pk__in=Page.objects.waiting().filter(pool_id=pool_id).values("job_id"))
-    return list(capped.values_list("pk", "max_dollars"))
-
-
-def pool_scheduled_jobs(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> list[tuple[int, datetime | None, str]]:
-    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running, or
-    documents still being split: what the scaler sizes for. Bounded by the work in hand."""
-    busy = Page.objects.filter(pool_id=pool_id, status__in=[Page.Status.PENDING, Page.Status.RUNNING])
-    splitting = Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
-    jobs = Job.objects.filter(pool_id=pool_id).exclude(status__in=Job.FINISHED).exclude(pk__in=list(exclude_jobs))
-    jobs = jobs.filter(Q(pk__in=busy.values("job_id")) | Q(pk__in=splitting.values("job_id"))).order_by("pk")
-    return list(jobs.values_list("pk", "deadline", "priority"))
-
-
-def pool_pages_not_split(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> int:
-    """Pages of the pool's documents still being split that have no row yet (counted at
-    submission; a URL document's only once fetched): work a deadline must already plan for,
-    since the split tells the scaler only of its first batch."""
-    splitting = (
-        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
-        .exclude(job__status__in=Job.FINISHED)
-        .exclude(job_id__in=list(exclude_jobs))
-        .annotate(made=Count("pages"))
-        .values_list("page_count", "made")
-    )
-    return sum(max(0, count - made) for count, made in splitting)
-
-
-def busy_seconds(
-    *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
-) -> dict[tuple[int, int], float]:
-    """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
-    since ``since``): what a job's share of a pod is priced on."""
-    pod_ids = pod_ids if isinstance(pod_ids, QuerySet) else list(pod_ids)  # a queryset stays a subquery
-    pages = Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.DONE, seconds__isnull=False)
-    if job_ids is not None:
-        pages = pages.filter(job_id__in=list(job_ids))
-    if since is not None:
-        pages = pages.filter(finished_at__gte=since)
-    rows = pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
-    return {(pod_id, job_id): busy for pod_id, job_id, busy in rows}
-
-
-def pools_pages(pool_ids: list[int], *, now: datetime, done_since: datetime) -> dict[int, dict[str, int]]:
-    """{pool id: {"waiting", "running", "done"}}: pages waiting, running under a live claim, and
-    done since ``done_since``; in two queries whatever the number of pools."""
-    if not pool_ids:
-        return {}
-    # One row each, counted per pool by filters rather than GROUP BY pool: grouped, SQLite walks the
-    # (pool, status, ...) index over every page ever made for its order; this way both reads are
-    # ranges of the (status, finished_at) index (bench/status_history.py).
-    in_flight = Page.objects.filter(status__in=[Page.Status.PENDING, Page.Status.RUNNING]).aggregate(
-        **{f"waiting_{pk}": Count("id", filter=Q(pool_id=pk) & (Q(status=Page.Status.PENDING)
-                                                                | Q(claim_expires_at__lt=now)))
-           for pk in pool_ids},
-        **{f"running_{pk}": Count("id", filter=Q(pool_id=pk, status=Page.Status.RUNNING, claim_expires_at__gte=now))
-           for pk in pool_ids},
-    )  # fmt: skip
-    done = Page.objects.filter(status=Page.Status.DONE, finished_at__gte=done_since).aggregate(
-        **{f"done_{pk}": Count("id", filter=Q(pool_id=pk)) for pk in pool_ids}
-    )
-    return {
-        pk: {"waiting": in_flight[f"waiting_{pk}"], "running": in_flight[f"running_{pk}"], "done": done[f"done_{pk}"]}
-        for pk in pool_ids
-    }
-
-
-def _pages_of_job(*conditions: Q, **filters) -> Coalesce:
-    """How many of the outer job's pages match: a range of the (job, status) index."""
-    pages = Page.objects.filter(*conditions, job=OuterRef("pk"), **filters).order_by().values("job")
-    return Coalesce(Subquery(pages.annotate(n=Count("id")).values("n")), 0)
-
-
-def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
-    """{pool id: {"done", "failed", "waiting", "running"}}: the metrics' counters and gauges.
-
-    Bounded by the work in hand, not by history (it counted every page ever made): done and
-    failed are the pools' tallies, maintained as jobs finish, plus what the unfinished jobs'
-    pages did since they were last tallied; waiting and running are the unfinished jobs' pages
-    (a finished job has none). Two queries whatever the history."""
-    totals: dict[int, dict[str, int]] = defaultdict(lambda: {"done": 0, "failed": 0, "waiting": 0, "running": 0})
-    for pool_id, done, failed in PoolPageTally.objects.values_list("pool_id", "done", "failed"):
-        totals[pool_id]["done"] += done
-        totals[pool_id]["failed"] += failed
-    live_claim = Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)
-    unfinished = (
-        Job.objects.exclude(status__in=Job.FINISHED)
-        .order_by()
-        .values("pool_id")
-        .annotate(
-            done=Sum(_pages_of_job(status=Page.Status.DONE) - F("tallied_done")),
-            failed=Sum(_pages_of_job(status=Page.Status.FAILED) - F("tallied_failed")),
-            # as in the status endpoint: a running page whose claim expired waits again
-            waiting=Sum(_pages_of_job(Q(status=Page.Status.PENDING)
-                                      | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now))),
-            running=Sum(_pages_of_job(live_claim)),
-        )
-    )  # fmt: skip
-    for row in unfinished:
-        for name in ("done", "failed", "waiting", "running"):
-            totals[row["pool_id"]][name] += row[name] or 0
-    return dict(totals)
-
-
 class _Minute(Func):
     """A timestamp's minute in SQL: on PostgreSQL the minutes since 1970 (date_trunc converts each row to
     the session's time zone), on SQLite the stored text's "YYYY-MM-DD HH:MM" (TruncMinute calls Python)."""
@@ -525,13 +315,3 @@ def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, in
         .annotate(n=Count("id"))
         .values_list("pod_id", "n")
     )
-
-
-def webhook_deliveries_due(*, now: datetime):
-    """Webhook deliveries whose next attempt has come (what the passes' clock looks for)."""
-    return WebhookDelivery.objects.due(now=now)
-
-
-def dispatchers_live() -> list[tuple[int, str, str, int]]:
-    """(pool id, note, host, pid) of every live dispatcher."""
-    return list(Dispatcher.objects.live().values_list("pool_id", "note", "host", "pid"))

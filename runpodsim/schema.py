@@ -7,7 +7,7 @@ typo in fleetadmin's own queries shows up in tests.
 
 from __future__ import annotations
 
-from pods.simulator.graphql import Schema
+from runpodsim.graphql import Schema
 
 _POD_FIELDS: dict[str, str | None] = {
     name: None

@@ -18,11 +18,11 @@ import pytest
 from pydantic import ValidationError
 from runpod.api.mutations.pods import generate_pod_deployment_mutation
 
-from pods.simulator import SimConfig, SimulatorThread
-from pods.simulator import graphql as gql
-from pods.simulator.config import NO_CAPACITY_MESSAGE, NO_GPUS_ON_HOST_MESSAGE, FaultList, GpuTypeConfig
-from pods.simulator.farm import LOADING, READY, Farm
-from pods.simulator.schema import RUNPOD_SCHEMA
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim import graphql as gql
+from runpodsim.config import NO_CAPACITY_MESSAGE, NO_GPUS_ON_HOST_MESSAGE, FaultList, GpuTypeConfig
+from runpodsim.farm import LOADING, READY, Farm
+from runpodsim.schema import RUNPOD_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD = 30.0

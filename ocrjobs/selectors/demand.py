@@ -1,0 +1,103 @@
+"""What the scaler, the boots, the forecast, the spend report and the dispatcher need of pages:
+backlog, measured page time, budgets and deadlines, pages not split yet, busy seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import (
+    Avg,
+    Count,
+    Max,
+    Q,
+    QuerySet,
+    Sum,
+)
+from django.utils import timezone
+
+from ocrjobs.models import Document, Job, Page
+
+
+@dataclass(frozen=True)
+class PoolBacklog:
+    waiting: int  # pages a dispatcher may claim (each page once, however often it was tried)
+    running: int  # pages out at pods under a live claim
+
+
+def pool_backlog(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> PoolBacklog:
+    """The pool's pages waiting and running, leaving out those of ``exclude_jobs``."""
+    pages = Page.objects.filter(pool_id=pool_id).exclude(job_id__in=list(exclude_jobs))
+    waiting = pages.waiting().count()
+    running = pages.filter(status=Page.Status.RUNNING, claim_expires_at__gte=timezone.now()).count()
+    return PoolBacklog(waiting, running)
+
+
+def pages_waiting(*, pool_id: int) -> int:
+    return Page.objects.waiting().filter(pool_id=pool_id).count()
+
+
+def pool_seconds_per_page(pool_id: int, *, last: int = 200) -> float | None:
+    """The mean seconds a pod took for each of the pool's ``last`` pages; None before any."""
+    recent = Page.objects.filter(pool_id=pool_id, status=Page.Status.DONE, seconds__isnull=False)
+    ids = list(recent.order_by("-finished_at").values_list("id", flat=True)[:last])
+    return Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
+
+
+def pool_last_start(pool_id: int) -> datetime | None:
+    """When a page of the pool last went out to a pod."""
+    return Page.objects.filter(pool_id=pool_id).aggregate(last=Max("started_at"))["last"]
+
+
+def pods_with_pages_running(pool_id: int) -> set[int]:
+    """The pool's pods holding a page now (claim live or not: the page is still theirs)."""
+    return set(Page.objects.filter(pod__pool_id=pool_id, status=Page.Status.RUNNING).values_list("pod_id", flat=True))
+
+
+def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
+    """(id, max dollars) of the pool's unfinished jobs with a budget and pages waiting."""
+    capped = Job.objects.filter(pool_id=pool_id, max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
+    capped = capped.filter(pk__in=Page.objects.waiting().filter(pool_id=pool_id).values("job_id"))
+    return list(capped.values_list("pk", "max_dollars"))
+
+
+def pool_scheduled_jobs(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> list[tuple[int, datetime | None, str]]:
+    """(id, deadline, priority) of the pool's unfinished jobs with pages waiting or running, or
+    documents still being split: what the scaler sizes for. Bounded by the work in hand."""
+    busy = Page.objects.filter(pool_id=pool_id, status__in=[Page.Status.PENDING, Page.Status.RUNNING])
+    splitting = Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
+    jobs = Job.objects.filter(pool_id=pool_id).exclude(status__in=Job.FINISHED).exclude(pk__in=list(exclude_jobs))
+    jobs = jobs.filter(Q(pk__in=busy.values("job_id")) | Q(pk__in=splitting.values("job_id"))).order_by("pk")
+    return list(jobs.values_list("pk", "deadline", "priority"))
+
+
+def pool_pages_not_split(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> int:
+    """Pages of the pool's documents still being split that have no row yet (counted at
+    submission; a URL document's only once fetched): work a deadline must already plan for,
+    since the split tells the scaler only of its first batch."""
+    splitting = (
+        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING)
+        .exclude(job__status__in=Job.FINISHED)
+        .exclude(job_id__in=list(exclude_jobs))
+        .annotate(made=Count("pages"))
+        .values_list("page_count", "made")
+    )
+    return sum(max(0, count - made) for count, made in splitting)
+
+
+def busy_seconds(
+    *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
+) -> dict[tuple[int, int], float]:
+    """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
+    since ``since``): what a job's share of a pod is priced on."""
+    pod_ids = pod_ids if isinstance(pod_ids, QuerySet) else list(pod_ids)  # a queryset stays a subquery
+    pages = Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.DONE, seconds__isnull=False)
+    if job_ids is not None:
+        pages = pages.filter(job_id__in=list(job_ids))
+    if since is not None:
+        pages = pages.filter(finished_at__gte=since)
+    rows = pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
+    return {(pod_id, job_id): busy for pod_id, job_id, busy in rows}

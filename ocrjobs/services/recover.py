@@ -1,0 +1,39 @@
+"""Documents whose fetch or split task was lost (a worker killed, the broker restarted) are sent
+again; a URL document whose fetches lapsed too often fails. Run by the scaler tick (pods/tasks.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fleetadmin import leases
+from ocrjobs.enqueue import enqueue_fetch, enqueue_split
+from ocrjobs.models import Document, Job
+from ocrjobs.services.fetch import fetches_exhausted
+
+log = logging.getLogger(__name__)
+
+
+def documents_recover(*, pool_id: int) -> list[int]:
+    """Send again the fetch or split of every waiting document whose task never started or stopped
+    renewing its lease (worker killed, task lost); a URL one whose fetches lapsed too often fails."""
+    lost = leases.expired(
+        Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING).exclude(
+            job__status=Job.Status.CANCELLED
+        )
+    )
+    documents = list(lost.values_list("pk", "kind", "fetch_attempts"))
+    if not documents:
+        return []
+    failed = fetches_exhausted(lost.filter(kind=Document.Kind.URL)) if any(n for _, _, n in documents) else set()
+    documents = [(pk, kind) for pk, kind, _ in documents if pk not in failed]
+    Document.objects.filter(pk__in=[pk for pk, _ in documents]).update(**leases.queued())
+    fetches = [pk for pk, kind in documents if kind == Document.Kind.URL]
+    splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
+    log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
+                len(splits))  # fmt: skip
+    for document_id in fetches:
+        enqueue_fetch(document_id)
+    for document_id in splits:
+        enqueue_split(document_id)
+    return [pk for pk, _ in documents]
