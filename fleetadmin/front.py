@@ -29,7 +29,7 @@ as ``FrontHTTPFactory``, whose protocol is ``FrontHTTPChannel`` (Twisted's publi
 ``Factory.protocol``: plain HTTP/1.1, which is what the front speaks behind its TLS-terminating
 proxy; Twisted's HTTP/2-over-TLS negotiation wrapper is not used), whose requests are
 ``FrontRequest`` (Twisted's public ``HTTPChannel.requestFactory``). Start-up raises (``FrontServer.check_hooks``, before the reactor
-runs) if daphne listens with any other factory. tests/test_front.py shows the first parse off and
+runs) if daphne listens with any other factory. tests/fleetadmin/test_front.py shows the first parse off and
 the 413 before the body.
 """
 

@@ -2,7 +2,7 @@
 
 Built from the routes themselves (every path under ``/v1/`` and the methods its ``api_view``
 allows) and from the pydantic models that validate the bodies; this module adds only the
-words. tests/test_openapi.py checks that every route is described and nothing else is.
+words. tests/fleetadmin/test_openapi.py checks that every route is described and nothing else is.
 """
 
 from __future__ import annotations

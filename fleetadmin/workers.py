@@ -139,7 +139,7 @@ def run_cluster(*, supervisor: int | None = None, grace_seconds: float = 10.0) -
     # No public hook: django-q2 has no setting for its Sentinel class, and its defect (a worker
     # killed while it holds the task queue's lock stops the cluster for good, django-q2 issue #23)
     # has no fix upstream. Cluster.start() looks the name up in its module when it forks the
-    # Sentinel; tests/test_workers.py fails if it no longer does, and the end-to-end tests look for
+    # Sentinel; tests/fleetadmin/test_workers.py fails if it no longer does, and the end-to-end tests look for
     # the GuardedSentinel's "guards the cluster" line in each cluster's log.
     django_q.cluster.Sentinel = guarded_sentinel_class()
     cluster = django_q.cluster.Cluster()  # installs its SIGTERM and SIGINT handlers
@@ -298,7 +298,7 @@ def ended_with(parent: int):
     supervisor would start a second one beside it. SIGTERM is what ``stop()`` sends too: django-q2
     lets each worker finish its task and the cluster exits. Linux only (prctl); elsewhere, nothing.
     ctypes because the standard library has no prctl (and python-prctl, unmaintained, needs a
-    compiler); tests/test_workers.py::test_a_child_started_with_ended_with_ends_when_its_parent_is_killed
+    compiler); tests/fleetadmin/test_workers.py::test_a_child_started_with_ended_with_ends_when_its_parent_is_killed
     fails if the call stops taking effect.
     """
     try:

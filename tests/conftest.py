@@ -17,7 +17,7 @@ def media_root(settings, tmp_path):
 @pytest.fixture(autouse=True)
 def plain_http(settings):
     # The test client speaks plain HTTP. With DATABASE_URL set (CI's PostgreSQL run) the settings
-    # redirect it to HTTPS, as a deployment should; tests/test_settings.py shows that. The
+    # redirect it to HTTPS, as a deployment should; tests/fleetadmin/test_settings.py shows that. The
     # servers tests start are told the same by child_env (FLEETADMIN_HTTPS=false).
     settings.SECURE_SSL_REDIRECT = False
 

@@ -41,7 +41,7 @@ Length: a test tool, not part of the product, and one module of ~690 lines on pu
 tables of what blocks, the module context that types receivers, the scanner and the entry
 points are one analysis whose private helpers call each other both ways (the scanner asks the
 module which local functions block; the module runs scanners to find out). Split, every part
-would import the others' underscored names; tests/test_blocking_check.py pins what it does.
+would import the others' underscored names; tests/tools/test_blocking_check.py pins what it does.
 """
 
 from __future__ import annotations

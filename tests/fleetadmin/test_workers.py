@@ -33,6 +33,7 @@ from fleetadmin.workers import (
     process_tree,
     restart_delay,
 )
+from tools.processes import REPO as ROOT
 from tools.processes import wait_for
 
 GUARD = 60  # seconds, against hangs only
@@ -153,7 +154,7 @@ STAND_IN = textwrap.dedent(
 )
 
 
-REPO = str(Path(__file__).resolve().parents[1])
+REPO = str(ROOT)
 
 
 def stand_in_cluster(tmp_path: Path, record: Path, behaviours: tuple[str, ...]) -> Path:

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetadmin.env import EnvError, envbool, envfloat, envint, envproxyheader, envsecret, envstr
-
-REPO = Path(__file__).resolve().parents[1]
+from tools.processes import REPO
 
 
 @pytest.mark.parametrize(("value", "expected"), [("true", True), ("false", False), ("TRUE", True), (" False ", False)])

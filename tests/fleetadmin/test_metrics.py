@@ -17,7 +17,7 @@ from fleetadmin.models import LoopHeartbeat
 from ocrjobs.models import Document, Job, Page
 from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
 from pods.services.lifecycle import pod_end
-from tests.test_loopwatch import next_sample, no_garbage_collection_pauses, until  # noqa: F401  (an autouse fixture)
+from tests.fleetadmin.test_loopwatch import next_sample, no_garbage_collection_pauses, until  # noqa: F401  (an autouse fixture)
 
 SECRET = "rpa_TESTSECRET0123456789abcdefNEVERSHOWN"
 

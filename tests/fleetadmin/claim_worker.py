@@ -15,7 +15,7 @@ import uuid
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 django.setup()
 
 from ocrjobs.services.pages import claims_renew, page_complete, pages_claim  # noqa: E402

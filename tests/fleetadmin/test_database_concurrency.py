@@ -24,7 +24,7 @@ def test_concurrent_claimers_finish_every_page_once_without_lock_errors(transact
     go = tmp_path / "go"
     procs = [
         subprocess.Popen(
-            [sys.executable, "tests/claim_worker.py", str(local_pool.pk), "3", str(go)],
+            [sys.executable, "tests/fleetadmin/claim_worker.py", str(local_pool.pk), "3", str(go)],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
