@@ -19,6 +19,12 @@ from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pool
 
 
+def reload(obj):
+    """The model instance, read again from its row."""
+    obj.refresh_from_db()
+    return obj
+
+
 def files_under(root: Path) -> list[Path]:
     """Every file below root (empty directories are allowed to stay)."""
     return sorted(p for p in root.rglob("*") if not p.is_dir())

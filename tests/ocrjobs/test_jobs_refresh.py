@@ -10,14 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from ocrjobs.models import Document, Job, Page, PoolPageTally
 from ocrjobs.services.jobs import job_refresh, jobs_refresh
 from tests.factories import image_bytes
-from tests.ocrjobs.helpers import split, submit
+from tests.ocrjobs.helpers import reload, split, submit
 
 pytestmark = pytest.mark.usefixtures("local_pool")
-
-
-def reload(obj):
-    obj.refresh_from_db()
-    return obj
 
 
 def two_page_jobs(owner, count: int) -> list[Job]:
