@@ -29,16 +29,13 @@ from django_q.brokers import get_broker
 from ocrjobs.models import Document
 from pods.models import Pod, ScaleRequest
 from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.helpers import auth
 from tests.ocrjobs.helpers import assert_nothing_made, files_under
 from tests.ocrjobs.test_submit_api import assert_refused, raw_multipart
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # --- image bombs: headers that claim 10^10 pixels, a few hundred bytes on disk --------------------

@@ -15,15 +15,12 @@ import pytest
 from axes.models import AccessAttempt
 from django.test import Client
 
+from tests.helpers import auth
 from tools.processes import REPO, child_env, start_front
 
 ATTACKER = "198.51.100.7"
 ELSEWHERE = "203.0.113.9"
 LOGINS = ["/login/", "/admin/login/"]
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def _log_in(address: str, login: str, username: str, password: str) -> int:

@@ -6,11 +6,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from django_q.conf import Conf
 
 from fleetadmin.clusters import brokers
 from pods.providers.local import LocalProvider
-from runpodsim import SimConfig
+from runpodsim import SimConfig, SimulatorThread
+from runpodsim.config import GpuTypeConfig
+from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_simulator, start_workers
+
+SIM_GPU = "NVIDIA SIM 1"
 
 
 @dataclass
@@ -59,6 +64,18 @@ def live_system(transactional_db, local_pool, deployment, tmp_path, live_system_
         print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}")
 
 
+def queues_of_its_own(monkeypatch, prefix: str) -> str:
+    """A django-q2 cluster name of the test's own (``prefix``-…), as this process's too, with every
+    queue emptied: on a Redis shared with other runs nobody else takes these tasks, and the tasks
+    this process enqueues (a stand-in tick) are signed and queued as the children's are."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(Conf, "PREFIX", name)
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", name)
+    for broker in brokers().values():
+        broker.purge_queue()
+    return name
+
+
 @contextlib.contextmanager
 def system_on_simulator(config: SimConfig, tmp_path, **env: str) -> Iterator[tuple[str, Process, str]]:
     """The RunPod simulator, and daphne and ``manage.py workers`` pointed at it (with ``env``), on the
@@ -77,3 +94,21 @@ def system_on_simulator(config: SimConfig, tmp_path, **env: str) -> Iterator[tup
         workers.stop()
         sim.stop()
         print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")
+
+
+def simulator(monkeypatch, settings, *, boot_delay_s: float, page_latency_s: float):
+    """The RunPod simulator in this process, eight SIM_GPU in one data center, set as the RunPod
+    this process and its children (child_env) reach."""
+    config = SimConfig(
+        api_key="fault-key", boot_delay_s=boot_delay_s, model_load_s=0.2, page_latency_s=page_latency_s,
+        gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.5, capacity={"SECURE": {"DC-1": 8}})],
+    )  # fmt: skip
+    with SimulatorThread(config) as running:
+        # For this process (reconcile, the stand-in tick) and, through child_env, the children.
+        use_simulator(running, monkeypatch, settings, api_key=config.api_key)
+        yield running
+
+
+@pytest.fixture
+def sim(monkeypatch, settings):
+    yield from simulator(monkeypatch, settings, boot_delay_s=0.2, page_latency_s=0.3)

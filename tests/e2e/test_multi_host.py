@@ -14,23 +14,21 @@ import hashlib
 import json
 import os
 import signal
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from django_q.conf import Conf
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import brokers
 from ocrjobs.models import Dispatcher, Job, Page
 from pods.models import Pod
 from pods.services import lifecycle
 from pods.tasks import scaler_tick
 from tests.assertions import assert_every_page_done_once
-from tests.e2e.test_process_faults import GUARD, LEASES, frames, kill_tree, sim_pool, simulator
+from tests.e2e.conftest import queues_of_its_own
+from tests.e2e.test_process_faults import GUARD, LEASES, frames, kill_tree, sim_pool
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import files_under
 from tools.processes import Process, child_env, start_front, start_s3_server, start_workers, wait_for
@@ -92,20 +90,11 @@ class Cluster:
 
 
 @pytest.fixture
-def sim(monkeypatch, settings):
-    yield from simulator(monkeypatch, settings, boot_delay_s=0.2, page_latency_s=0.3)
-
-
-@pytest.fixture
 def cluster(sim, transactional_db, deployment, tmp_path, admin_user, monkeypatch, settings):
     settings.PAGE_CLAIM_SECONDS = float(LEASES["PAGE_CLAIM_SECONDS"])
     settings.DISPATCHER_STALE_SECONDS = float(LEASES["DISPATCHER_STALE_SECONDS"])
     # Queues of their own on the shared Redis; the stand-in tick below enqueues on them too.
-    name = f"hosts-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(Conf, "PREFIX", name)
-    monkeypatch.setattr(Conf, "CLUSTER_NAME", name)
-    for broker in brokers().values():
-        broker.purge_queue()
+    name = queues_of_its_own(monkeypatch, "hosts")
     s3, s3_env = start_s3_server(tmp_path / "s3", tmp_path)
     hosts = []
     for host in ("host-a", "host-b"):

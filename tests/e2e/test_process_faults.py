@@ -34,27 +34,22 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
-from django_q.conf import Conf
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import brokers
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from pods.models import Pod, Pool
 from pods.providers import get_provider
 from pods.services import lifecycle, passes, reconcile
 from pods.tasks import scaler_tick
-from runpodsim import SimConfig, SimulatorThread
-from runpodsim.config import GpuTypeConfig
 from tests.assertions import assert_every_page_done_once
+from tests.e2e.conftest import SIM_GPU, queues_of_its_own, simulator
 from tests.factories import PAGES_TRUTH, blank_pdf_bytes, pdf_bytes
 from tests.ocrjobs.helpers import tiff_bytes
-from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_workers, wait_for
 
 pytestmark = pytest.mark.e2e
 
 GUARD = 120  # seconds, against hangs only
-SIM_GPU = "NVIDIA SIM 1"
 LEASES = {"PAGE_CLAIM_SECONDS": "5", "DISPATCHER_STALE_SECONDS": "4", "Q_TIMEOUT": "30"}
 
 
@@ -102,22 +97,6 @@ class System:
         return living
 
 
-def simulator(monkeypatch, settings, *, boot_delay_s: float, page_latency_s: float):
-    config = SimConfig(
-        api_key="fault-key", boot_delay_s=boot_delay_s, model_load_s=0.2, page_latency_s=page_latency_s,
-        gpu_types=[GpuTypeConfig(id=SIM_GPU, display_name="sim", secure_price=0.5, capacity={"SECURE": {"DC-1": 8}})],
-    )  # fmt: skip
-    with SimulatorThread(config) as running:
-        # For this process (reconcile, the stand-in tick) and, through child_env, the children.
-        use_simulator(running, monkeypatch, settings, api_key=config.api_key)
-        yield running
-
-
-@pytest.fixture
-def sim(monkeypatch, settings):
-    yield from simulator(monkeypatch, settings, boot_delay_s=0.2, page_latency_s=0.3)
-
-
 @pytest.fixture
 def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch, settings):
     """Start daphne and a qcluster on the test database, with a broker queue of their own."""
@@ -126,11 +105,7 @@ def start_system(transactional_db, deployment, tmp_path, admin_user, monkeypatch
     settings.DISPATCHER_STALE_SECONDS = float(LEASES["DISPATCHER_STALE_SECONDS"])
     # A cluster name of its own: on a Redis shared with other runs, nobody else takes these tasks.
     # Tasks this process enqueues (the stand-in tick) must be signed and queued the same way.
-    cluster = f"faults-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(Conf, "PREFIX", cluster)
-    monkeypatch.setattr(Conf, "CLUSTER_NAME", cluster)
-    for broker in brokers().values():
-        broker.purge_queue()
+    cluster = queues_of_its_own(monkeypatch, "faults")
     systems: list[System] = []
 
     def start(**extra: str) -> System:

@@ -1,6 +1,6 @@
 """Fixtures for the ocrjobs tests that send pages to a pod: a pool with one ready pod on the
 RunPod simulator (its token in its environment, as a boot puts it), which counts the pages and
-documents it received."""
+documents it received; hostile peers; a logged-in client."""
 
 from __future__ import annotations
 
@@ -78,3 +78,10 @@ def hostile_peer(settings):
     yield make
     for server in made:
         server.close()
+
+
+@pytest.fixture
+def bob(client, ordinary_user):
+    """The test client, logged in as an ordinary user."""
+    client.force_login(ordinary_user)
+    return client

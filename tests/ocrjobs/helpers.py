@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import uuid
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ocrjobs.services.pages import page_attempt_failed, page_complete, pages_cla
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pool
+from tests.helpers import auth
 
 
 def reload(obj):
@@ -45,9 +47,18 @@ def tiff_bytes(sizes: list[tuple[int, int]]) -> bytes:
     return buffer.getvalue()
 
 
-def submit(owner, files: dict[str, bytes], pool_key: str = "local") -> Job:
+def submit(owner, files: dict[str, bytes], pool_key: str = "local", **options) -> Job:
+    """The job of ``files`` (name: bytes), submitted as the form or the API would (``options``: job_submit's)."""
     uploads = [Upload(name=name, file=io.BytesIO(data)) for name, data in files.items()]
-    return job_submit(owner=owner, uploads=uploads, pool_key=pool_key)
+    return job_submit(owner=owner, uploads=uploads, pool_key=pool_key, **options)
+
+
+def post_json(client, token: str, body: dict, key: str | None = None):
+    """POST /v1/jobs with a JSON ``body`` (and an Idempotency-Key when ``key``)."""
+    headers = auth(token)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return client.post("/v1/jobs", json.dumps(body), content_type="application/json", headers=headers)
 
 
 def split(job: Job) -> None:
@@ -68,13 +79,18 @@ def result_for(text: str) -> dict:
 
 
 def complete_all(
-    job: Job, texts: dict[tuple[int, int], str] | None = None, failures: dict[tuple[int, int], str] | None = None
+    job: Job,
+    texts: dict[tuple[int, int], str] | None = None,
+    failures: dict[tuple[int, int], str] | None = None,
+    *,
+    results: dict[tuple[int, int], dict] | None = None,
 ) -> None:
     """Claim every waiting page of the job's pool and finish it as a dispatcher would.
 
     texts maps (document position, page number) to the page's made-up text (the
     default says where the page came from); failures maps them to an error, and
-    those pages fail for good instead.
+    those pages fail for good instead; results maps every page to the whole result a pod
+    would answer (instead of texts).
     """
     token = uuid.uuid4().hex
     claimed = pages_claim(pool_id=job.pool_id, token=token, limit=10_000)
@@ -90,8 +106,11 @@ def complete_all(
             outcome = page_attempt_failed(page_id=claim.id, token=token, pod_id=None, error=failures[key], final=True)
             assert outcome == "failed"
             continue
-        text = (texts or {}).get(key, f"document {key[0]} page {key[1]}")
-        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result_for(text))
+        if results is not None:
+            result = results[key]
+        else:
+            result = result_for((texts or {}).get(key, f"document {key[0]} page {key[1]}"))
+        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
     job_refresh(job_id=job.pk)
 
 

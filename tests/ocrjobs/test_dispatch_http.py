@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
-import socket
 import ssl
 import threading
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
 from ocrjobs.dispatch.lanes import FleetCounts
+from pods.providers.local import free_port
 
 GUARD = 20
 
@@ -251,12 +251,6 @@ def test_an_answer_that_closes_its_connection_is_not_reused():
     answers, peers = posts(handler, 3)
     assert answers == [(200, b"ok")] * 3
     assert len(set(peers)) == 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nobody listens once it is closed
 
 
 def test_no_connection_is_pod_refused():

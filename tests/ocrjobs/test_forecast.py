@@ -16,15 +16,12 @@ from ocrjobs.models import Job, Page, SubmissionKey
 from ocrjobs.services.pages import page_complete, pages_claim
 from pods.models import Pool, PriceCatalogue
 from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.helpers import auth
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, result_for, split, submit
 from tests.ocrjobs.test_submit_api import assert_refused
 from tests.pods.conftest import GOOD
 
 pytestmark = pytest.mark.usefixtures("local_pool")
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture

@@ -16,20 +16,13 @@ from accounts.models import ApiToken
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services import idempotency
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import files_under
+from tests.ocrjobs.helpers import files_under, post_json
 from tests.ocrjobs.test_submit_api import assert_refused
 from tools.processes import child_env, start_front
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
 URLS = {"urls": ["https://example.org/a.pdf"], "languages": "eng"}
-
-
-def post_json(client, token: str, body: dict, key: str | None):
-    headers = {"Authorization": f"Bearer {token}"}
-    if key is not None:
-        headers["Idempotency-Key"] = key
-    return client.post("/v1/jobs", json.dumps(body), content_type="application/json", headers=headers)
 
 
 def post_file(client, token: str, content: bytes, key: str, **fields):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -16,17 +14,12 @@ from tests.factories import (
     pdf_bytes,
     zero_page_pdf_bytes,
 )
+from tests.helpers import page_text
 from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
 NEW = "/jobs/new"
-
-
-@pytest.fixture
-def bob(client, ordinary_user):
-    client.force_login(ordinary_user)
-    return client
 
 
 def upload(*files: tuple[str, bytes], **fields) -> dict:
@@ -36,10 +29,6 @@ def upload(*files: tuple[str, bytes], **fields) -> dict:
         "languages": "eng",
         **fields,
     }
-
-
-def page_text(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 def test_the_form_offers_the_pools(bob):

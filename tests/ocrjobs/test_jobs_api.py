@@ -13,11 +13,8 @@ from ocrjobs import api
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_cancel
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
+from tests.helpers import auth
 from tests.ocrjobs.helpers import complete_all, result_for, split, submit
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def body_of(response) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 import zipfile
 from pathlib import Path
 
@@ -17,22 +16,17 @@ from reportlab.pdfgen import canvas
 
 from accounts.models import ApiToken
 from ocrjobs import downloads
-from ocrjobs.models import Job, Page, SearchablePdf
+from ocrjobs.models import Job, SearchablePdf
 from ocrjobs.output_tasks import request_searchable_pdfs
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.outputs import page_markdown
-from ocrjobs.services.pages import page_complete, pages_claim
 from ocrjobs.services.searchable_pdf import searchable_pdf_build
-from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.storage import documents
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import split
+from tests.helpers import auth
+from tests.ocrjobs.helpers import complete_all, split, submit
 
 WIDTH, HEIGHT = 1000, 500  # the pixels the made-up pod read each page at
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def boxed(lines: list[str], *, width: int = WIDTH, height: int = HEIGHT, engine: str = "tesseract") -> dict:
@@ -48,23 +42,6 @@ def boxed(lines: list[str], *, width: int = WIDTH, height: int = HEIGHT, engine:
         "height": height,
         "engine": engine,
     }
-
-
-def finish(job: Job, results: dict[tuple[int, int], dict]) -> None:
-    """Split the job and store ``results`` for (document position, page) as a dispatcher would."""
-    split(job)
-    token = uuid.uuid4().hex
-    claimed = pages_claim(pool_id=job.pool_id, token=token, limit=1000)
-    rows = Page.objects.filter(pk__in=[c.id for c in claimed]).values_list("pk", "document__position", "number")
-    where = {pk: (position, number) for pk, position, number in rows}
-    for claim in claimed:
-        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=results[where[claim.id]])
-    job_refresh(job_id=job.pk)
-
-
-def submit(owner, files: dict[str, bytes], *, skip_text_pages: bool = False) -> Job:
-    uploads = [Upload(name=name, file=io.BytesIO(data)) for name, data in files.items()]
-    return job_submit(owner=owner, uploads=uploads, pool_key="local", skip_text_pages=skip_text_pages)
 
 
 def built_pdf(job: Job, position: int = 0) -> bytes:
@@ -113,7 +90,11 @@ def render_modes(pdf: bytes) -> set[int]:
 @pytest.fixture
 def own_pdf_job(ordinary_user, local_pool) -> Job:
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])})
-    finish(job, {(0, 1): boxed(["Water levels rose", "in March 中文 Größe"]), (0, 2): boxed(["Three pumps serviced"])})
+    split(job)
+    complete_all(
+        job,
+        results={(0, 1): boxed(["Water levels rose", "in March 中文 Größe"]), (0, 2): boxed(["Three pumps serviced"])},
+    )
     return job
 
 
@@ -146,7 +127,8 @@ def test_an_image_document_becomes_a_page_at_its_dpi(ordinary_user, local_pool):
     buffer = io.BytesIO()
     Image.new("L", (WIDTH, HEIGHT), 255).save(buffer, format="PNG", dpi=(200, 200))
     job = submit(ordinary_user, {"scan.png": buffer.getvalue()})
-    finish(job, {(0, 1): boxed(["a scanned line"])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["a scanned line"])})
 
     pdf = built_pdf(job)
 
@@ -212,7 +194,8 @@ def test_the_job_ending_asks_a_worker_for_its_pdfs(
 ):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
     with django_capture_on_commit_callbacks(execute=True):
-        finish(job, {(0, 1): boxed(["one line"])})
+        split(job)
+        complete_all(job, results={(0, 1): boxed(["one line"])})
 
     assert "ocrjobs.output_tasks.request_searchable_pdfs" in queued()
     assert SearchablePdf.objects.get().status == SearchablePdf.Status.PENDING
@@ -399,7 +382,8 @@ def test_tesseract_read_pages_come_back_searchable_with_the_same_text(ordinary_u
     engine.load()
     results = {(0, n): engine.ocr(render_page(tmp_path / "scan.pdf", n, 200), "eng", 60) for n in (1, 2)}
     job = submit(ordinary_user, {"scan.pdf": original})
-    finish(job, results)
+    split(job)
+    complete_all(job, results=results)
 
     pdf = built_pdf(job)
 

@@ -8,12 +8,9 @@ import pytest
 from accounts.models import ApiToken
 from ocrjobs.models import Job, Page
 from tests.factories import pdf_bytes
+from tests.helpers import auth
 from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
 from tests.ocrjobs.test_submit_api import assert_refused
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def walk(client, token: str, url: str, key: str) -> list[list[dict]]:

@@ -3,7 +3,6 @@ command line, checked the same way everywhere."""
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 
 import pytest
@@ -13,7 +12,7 @@ from django.utils import timezone
 
 from ocrjobs.models import Job
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import assert_nothing_made
+from tests.ocrjobs.helpers import assert_nothing_made, post_json
 from tests.ocrjobs.test_submit_api import assert_refused
 
 pytestmark = pytest.mark.usefixtures("local_pool")
@@ -21,14 +20,13 @@ pytestmark = pytest.mark.usefixtures("local_pool")
 SOON = (timezone.now() + timezone.timedelta(hours=2)).replace(microsecond=0)
 
 
-def post_json(client, token: str, **fields):
-    body = {"urls": ["https://example.org/a.pdf"], **fields}
-    return client.post("/v1/jobs", json.dumps(body), content_type="application/json",
-                       headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+URLS = {"urls": ["https://example.org/a.pdf"]}
 
 
 def test_json_sets_budget_and_deadline(client, submit_token):
-    response = post_json(client, submit_token, max_dollars=12.5, deadline=SOON.isoformat().replace("+00:00", "Z"))
+    response = post_json(
+        client, submit_token, {**URLS, "max_dollars": 12.5, "deadline": SOON.isoformat().replace("+00:00", "Z")}
+    )
 
     assert response.status_code == 201, response.content
     job = Job.objects.get()
@@ -64,7 +62,7 @@ def test_multipart_sets_budget_and_priority(client, submit_token):
     ],
 )
 def test_a_bad_budget_deadline_or_priority_is_a_400(client, submit_token, media_root, fields, words):
-    assert_refused(post_json(client, submit_token, **fields), 400, *words)
+    assert_refused(post_json(client, submit_token, {**URLS, **fields}), 400, *words)
     assert_nothing_made(media_root)
 
 

@@ -117,12 +117,6 @@ def test_a_multipart_dry_run_answers_the_forecast_and_stores_nothing(client, sub
     assert not Job.objects.exists()
 
 
-@pytest.fixture
-def bob(client, ordinary_user):
-    client.force_login(ordinary_user)
-    return client
-
-
 def form_post(client, **fields):
     upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
     return client.post("/jobs/new", {"files": [upload], "pool": "local", "languages": "eng", **fields})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -14,28 +13,15 @@ from django.conf import settings
 from django.test import AsyncClient
 
 from ocrjobs import storage
-from ocrjobs.models import Page
-from ocrjobs.services.jobs import job_refresh
-from ocrjobs.services.pages import page_complete, pages_claim
 from ocrjobs.viewer import VIEWER_BATCH, confidence_band, viewer_batch
 from tests.factories import image_bytes, pdf_bytes
-from tests.ocrjobs.helpers import split, submit, tiff_bytes
+from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
 
 
 def result(confidence: float, *, text: str = "a line", lines: list | None = None, **extra) -> dict:
     return {"text": text, "confidence": confidence, "width": 1700, "height": 2200, "dpi": 200, "engine": "tesseract",
             "lines": lines if lines is not None else [{"text": text, "bbox": [170, 220, 850, 330],
                                                        "confidence": confidence}], **extra}  # fmt: skip
-
-
-def finish(job, results: dict[int, dict]) -> None:
-    """Every page of the job done with ``results[page number]`` (a one-document job)."""
-    token = uuid.uuid4().hex
-    claimed = pages_claim(pool_id=job.pool_id, token=token, limit=10_000)
-    numbers = dict(Page.objects.filter(job=job).values_list("pk", "number"))
-    for claim in claimed:
-        assert page_complete(page_id=claim.id, token=token, pod_id=None, result=results[numbers[claim.id]])
-    job_refresh(job_id=job.pk)
 
 
 def shown(html: str) -> list[int]:
@@ -48,8 +34,8 @@ def report(ordinary_user, local_pool):
     """A three-page PDF read with confidences 95, 42 and 71 (two under the default 80)."""
     job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
     split(job)
-    finish(job, {1: result(95.0, text="Water levels rose"), 2: result(42.0, text="Three pumps"),
-                 3: result(71.0, text="Budget")})  # fmt: skip
+    complete_all(job, results={(0, 1): result(95.0, text="Water levels rose"), (0, 2): result(42.0, text="Three pumps"),
+                               (0, 3): result(71.0, text="Budget")})  # fmt: skip
     return job
 
 
@@ -59,7 +45,7 @@ def long_job(ordinary_user, local_pool):
     job = submit(ordinary_user, {"scan.tif": tiff_bytes([(60, 40)] * 60)})
     split(job)
     low = {7, 20, 33, 46, 59}
-    finish(job, {n: result(50.0 if n in low else 99.0, text=f"frame {n}") for n in range(1, 61)})
+    complete_all(job, results={(0, n): result(50.0 if n in low else 99.0, text=f"frame {n}") for n in range(1, 61)})
     return job
 
 
@@ -129,7 +115,7 @@ def test_each_line_is_boxed_at_its_share_of_the_pages_pixels_and_coloured_by_con
     lines = [{"text": "Sharp <b>words</b>", "bbox": [170, 220, 850, 330], "confidence": 96.0},
              {"text": "faint", "bbox": [0, 1100, 1700, 2200], "confidence": 30.0},
              {"text": "no box", "bbox": None, "confidence": 85.0}]  # fmt: skip
-    finish(job, {1: result(70.0, lines=lines)})
+    complete_all(job, results={(0, 1): result(70.0, lines=lines)})
     client.force_login(ordinary_user)
 
     html = client.get(f"/jobs/{job.pk}").content.decode()
@@ -155,8 +141,8 @@ def test_a_vlm_pages_markdown_is_left_for_the_browser_to_render_and_escaped(clie
     job = submit(ordinary_user, {"note.png": image_bytes(["a table"])})
     split(job)
     markdown = "# Results\n\n<table><tr><td>4</td></tr></table>\n<script>alert(1)</script>"
-    finish(job, {1: result(88.0, text=markdown, engine="vlm", dpi=None,
-                           lines=[{"text": markdown, "bbox": None, "confidence": 88.0}])})  # fmt: skip
+    complete_all(job, results={(0, 1): result(88.0, text=markdown, engine="vlm", dpi=None,
+                                         lines=[{"text": markdown, "bbox": None, "confidence": 88.0}])})  # fmt: skip
     client.force_login(ordinary_user)
 
     html = client.get(f"/jobs/{job.pk}").content.decode()

@@ -1,4 +1,5 @@
-"""Fixtures for the pods tests: a RunPod simulator and a pool of its GPUs."""
+"""Fixtures for the pods tests: a RunPod simulator and a pool of its GPUs, a deployment prefix of
+the test's own for local pods (stopped after it), and the dashboard's fleet."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import uuid
 import pytest
 
 from pods.models import Pool
+from pods.providers.local import LocalProvider
 from runpodsim import SimConfig, SimulatorThread
 from runpodsim.config import GpuTypeConfig
+from tests.pods.dashboard_fixtures import make_fleet
 from tests.runpod import use_simulator
 
 KEY = "sim-key"
@@ -51,3 +54,18 @@ def pool(db):
             ],
         },
     )
+
+
+@pytest.fixture
+def prefix(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+    yield settings.DEPLOYMENT_PREFIX
+    provider = LocalProvider()
+    for pod in provider.list(prefix=settings.DEPLOYMENT_PREFIX):
+        provider.terminate(pod.provider_id)
+
+
+@pytest.fixture
+def fleet(admin_user, ordinary_user, outsider):
+    return make_fleet(admin=admin_user, bob=ordinary_user, mallory=outsider)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 from django.db.models import Min, QuerySet
 from django.utils import timezone
 
-from pods.models import Pod
+from pods.models import Pod, Pool, pod_name
 from pods.services import boot, passes
 from pods.services.passes import PassResult
 
@@ -56,3 +57,14 @@ def terminate_what_ended() -> int:
     for pod_id in pending:
         lifecycle.terminate_step(pod_id)
     return len(pending)
+
+
+def new_pod(pool: Pool) -> Pod:
+    """A pod row of the pool's, as the scaler stages a boot (boot_until_settled drives it)."""
+    return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
+
+
+def api_get(client, path: str, token: str | None = None):
+    """GET ``path`` with the test client, carrying ``token`` when given."""
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return client.get(path, **headers)

@@ -10,15 +10,11 @@ from django.utils import timezone
 from pods import api as pods_api
 from pods import selectors
 from pods.models import Alert, CapacityVerdict, Pod, PriceCatalogue
-
-
-def _get(client, path, token=None):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-    return client.get(path, **headers)
+from tests.pods.helpers import api_get
 
 
 def test_status_needs_credentials(client, db):
-    response = _get(client, "/v1/runpod/status")
+    response = api_get(client, "/v1/runpod/status")
     assert response.status_code == 401
     assert "error" in response.json()
 
@@ -34,7 +30,7 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, admin_token
     from tests.pods.test_pod_services import _pages
 
     _pages(local_pool, 5)
-    body = _get(client, "/v1/runpod/status", admin_token).json()
+    body = api_get(client, "/v1/runpod/status", admin_token).json()
     pool = next(p for p in body["pools"] if p["key"] == "local")
     assert pool["pods"] == {"booting": 1, "ready": 1, "draining": 0}
     assert pool["lanes"] == {"used": 0, "total": 2}
@@ -51,8 +47,8 @@ def test_status_shows_alerts_only_to_staff_and_admin_tokens(client, read_token, 
     # alerts from non-staff too.
     Alert.raise_(pool=local_pool, kind=Alert.Kind.DEADLINE, message="job 7's deadline cannot be met")
 
-    ordinary = _get(client, "/v1/runpod/status", read_token).json()
-    staff = _get(client, "/v1/runpod/status", admin_token).json()
+    ordinary = api_get(client, "/v1/runpod/status", read_token).json()
+    staff = api_get(client, "/v1/runpod/status", admin_token).json()
 
     assert ordinary["alerts"] == [] and all(pool["alerts"] == [] for pool in ordinary["pools"])
     assert [a["message"] for a in staff["alerts"]] == ["job 7's deadline cannot be met"]
@@ -60,7 +56,7 @@ def test_status_shows_alerts_only_to_staff_and_admin_tokens(client, read_token, 
 
 
 def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token, queued):
-    response = _get(client, "/v1/runpod/prices", read_token)
+    response = api_get(client, "/v1/runpod/prices", read_token)
     assert response.status_code == 503
     assert queued() == ["pods.tasks.fetch_catalogue"]  # the fetch went to a worker, not done by the front
 
@@ -68,7 +64,7 @@ def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_t
 def test_prices_answers_the_cached_catalogue(client, read_token):
     PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now(), offers=[
         {"gpu_type": "H100", "cloud_type": "SECURE", "data_center": "", "cost_per_hr": "2.99"}])  # fmt: skip
-    body = _get(client, "/v1/runpod/prices", read_token).json()
+    body = api_get(client, "/v1/runpod/prices", read_token).json()
     assert body["offers"] == [{"gpu_type": "H100", "cloud_type": "SECURE", "cost_per_hr": 2.99}]
     assert body["stale"] is False and body["refreshing"] is False
 
@@ -79,7 +75,7 @@ def test_fresh_prices_are_fetched_by_a_worker_and_the_answer_says_when_still_ref
     monkeypatch.setattr(pods_api, "FRESH_PRICES_WAIT_SECONDS", 0.3)
     minute_ago = timezone.now() - timezone.timedelta(seconds=60)
     PriceCatalogue.objects.create(provider="runpod", fetched_at=minute_ago, offers=[])
-    body = _get(client, "/v1/runpod/prices?fresh=1", read_token).json()
+    body = api_get(client, "/v1/runpod/prices?fresh=1", read_token).json()
     assert body["refreshing"] is True  # no worker runs in this test: the old list comes back, marked
     assert queued() == ["pods.tasks.fetch_catalogue"]
 
@@ -89,21 +85,21 @@ def test_fresh_prices_asked_again_within_seconds_call_nobody(client, read_token,
     PriceCatalogue.objects.create(provider="runpod", fetched_at=timezone.now() - timezone.timedelta(seconds=2),
                                   offers=[])  # fmt: skip
 
-    bodies = [_get(client, "/v1/runpod/prices?fresh=1", read_token).json() for _ in range(3)]
+    bodies = [api_get(client, "/v1/runpod/prices?fresh=1", read_token).json() for _ in range(3)]
 
     assert [body["refreshing"] for body in bodies] == [False] * 3
     assert queued() == []
 
 
 def test_unknown_provider_is_404(client, read_token):
-    assert _get(client, "/v1/runpod/prices?provider=aws", read_token).status_code == 404
+    assert api_get(client, "/v1/runpod/prices?provider=aws", read_token).status_code == 404
 
 
 def test_status_shows_why_dispatch_has_no_lane(client, read_token, local_pool):
     from ocrjobs.models import Dispatcher
 
     Dispatcher.objects.create(pool=local_pool, token="t1", host="w1", pid=7, note="none healthy (2 booting)")
-    body = _get(client, "/v1/runpod/status", read_token).json()
+    body = api_get(client, "/v1/runpod/status", read_token).json()
     pool = next(p for p in body["pools"] if p["key"] == "local")
     assert pool["dispatch"] == {"dispatchers": ["w1:7"], "no_lane_reason": "none healthy (2 booting)"}
 
@@ -116,7 +112,7 @@ def test_status_answers_from_a_snapshot_at_most_a_second_old(client, read_token,
     computed_before = selectors.fleet_status_snapshot.computations
 
     def pods_seen() -> set[str]:
-        body = _get(client, "/v1/runpod/status", read_token).json()
+        body = api_get(client, "/v1/runpod/status", read_token).json()
         return {p["name"] for p in next(p for p in body["pools"] if p["key"] == "local")["pod_list"]}
 
     assert pods_seen() == set()

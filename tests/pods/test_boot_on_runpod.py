@@ -23,17 +23,13 @@ from runpodsim import app as simulator_app
 from runpodsim.config import GpuTypeConfig
 from runpodsim.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
-from tests.pods.helpers import boot_until_settled, passes_until_settled
+from tests.pods.helpers import boot_until_settled, new_pod, passes_until_settled
 from tests.runpod import use_simulator
 from tools.processes import REPO, child_env, wait_for
 
 
-def _new_pod(pool: Pool) -> Pod:
-    return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
-
-
 def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, pool):
-    pod = boot_until_settled(_new_pod(pool).pk)
+    pod = boot_until_settled(new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center) == (GOOD, "EU-RO-1")
     assert podclient.pod_is_serving(pod.base_url, token=pod.token)
@@ -47,9 +43,9 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
 
 
 def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
-    boot_until_settled(_new_pod(pool).pk)
+    boot_until_settled(new_pod(pool).pk)
     creates_before = sim.stats()["create_calls"]
-    second = boot_until_settled(_new_pod(pool).pk)
+    second = boot_until_settled(new_pod(pool).pk)
     assert second.state == Pod.State.READY
     assert sim.stats()["create_calls"] == creates_before + 1  # straight to the candidate with capacity
     blocked = capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1", f"runpod|{GOOD}|SECURE|EU-RO-1"])
@@ -58,7 +54,7 @@ def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
 
 def test_a_verdict_ends_after_its_ttl_and_a_success_clears_it(sim, pool, settings):
     settings.CAPACITY_VERDICT_TTL_SECONDS = 0.001
-    boot_until_settled(_new_pod(pool).pk)
+    boot_until_settled(new_pod(pool).pk)
     assert capacity.blocked_keys([f"runpod|{EMPTY}|SECURE|EU-RO-1"]) == set()  # expired
     key = f"runpod|{GOOD}|SECURE|EU-RO-1"
     CapacityVerdict.objects.filter(key=key).update(reason="old", blocked_until=timezone.now() + timedelta(hours=1))
@@ -128,7 +124,7 @@ def test_boots_due_together_create_on_an_open_candidate_in_rounds_that_double(si
     out doubling each pass while the candidate keeps giving pods."""
     settings.PASS_CONCURRENCY = 8
     sim.set_capacity(GOOD, "SECURE", "EU-RO-1", 9)
-    boot_until_settled(_new_pod(pool).pk)  # opens the candidate with capacity (9 pods, 1 taken)
+    boot_until_settled(new_pod(pool).pk)  # opens the candidate with capacity (9 pods, 1 taken)
     pods = [
         Pod.objects.create(pool=pool, name=pod_name(pool, f"side{i}"), lanes=2, **boot.staged(Pod.BootStage.CREATE))
         for i in range(7)
@@ -155,7 +151,7 @@ def test_boots_due_together_create_on_an_open_candidate_in_rounds_that_double(si
 
 def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
     settings.RUNPOD_API_KEY = "wrong-key"
-    pod = boot_until_settled(_new_pod(pool).pk)
+    pod = boot_until_settled(new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED
     alert = Alert.objects.get(kind=Alert.Kind.AUTH, resolved_at__isnull=True)
     assert "wrong-key" not in alert.message
@@ -169,7 +165,7 @@ def test_a_bad_key_stops_boots_and_raises_an_alert(sim, pool, settings):
 def test_a_pod_that_never_runs_is_terminated_and_its_spend_recorded(sim, pool, settings):
     settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
     sim.set_faults([{"kind": "boot_stuck", "count": 1}])
-    pod = boot_until_settled(_new_pod(pool).pk)
+    pod = boot_until_settled(new_pod(pool).pk)
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.billed_from is not None and pod.ended_at >= pod.billed_from
     assert pod.spend() > 0
@@ -286,7 +282,7 @@ def test_reconcile_terminates_a_stranger_pod_no_pool_wants_and_marks_lost_ones(s
 
     stranger = RunPodProvider().create(PodSpec(name=f"{settings.DEPLOYMENT_PREFIX}-nopool-abc", lanes=1,
                                                offer=Offer(GOOD, "SECURE", "EU-RO-1"), image="img:1"))  # fmt: skip
-    ready = boot_until_settled(_new_pod(pool).pk)
+    ready = boot_until_settled(new_pod(pool).pk)
     RunPodProvider().terminate(ready.provider_id)  # gone behind our back
 
     result = reconcile.reconcile(provider_name="runpod")
@@ -346,7 +342,7 @@ def test_a_boot_asks_how_its_pod_is_doing_every_pod_poll_seconds(boot_clock, poo
 
     monkeypatch.setattr(boot, "boot_step", timed_step)
 
-    pod = boot_until_settled(_new_pod(pool).pk, sleep=sleep)
+    pod = boot_until_settled(new_pod(pool).pk, sleep=sleep)
 
     assert pod.state == Pod.State.READY, pod.error
     assert {stage for stage, *_ in polls} == {Pod.BootStage.RUNNING, Pod.BootStage.MODEL}, polls  # it waited for both
@@ -424,7 +420,7 @@ def test_a_pod_released_while_its_create_call_is_out_is_terminated_not_joined(si
 
     monkeypatch.setattr(RunPodProvider, "create", create_while_released)
 
-    pod = boot_until_settled(_new_pod(pool).pk)
+    pod = boot_until_settled(new_pod(pool).pk)
 
     assert (pod.state, pod.error, pod.ready_at) == (Pod.State.TERMINATED, "released: asked meanwhile", None)
     assert pod.provider_id and pod.terminate_pending  # what the create made is known, and the next pass stops it
@@ -477,7 +473,7 @@ def test_a_boot_whose_candidates_other_boots_keep_probing_waits_without_a_call_t
 
 def test_a_pod_whose_model_never_answers_fails_at_the_ready_limit_and_is_terminated(sim, pool, settings):
     sim.set_faults([{"kind": "model_fail", "count": 1}])
-    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    pod = _step_until_stage(new_pod(pool), Pod.BootStage.MODEL)
     boot.boot_step(pod.pk)  # the model does not answer: still loading
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.BOOTING
 
@@ -498,7 +494,7 @@ def test_while_its_model_loads_a_boot_asks_the_provider_once_a_window_and_fails_
     from pods.providers.runpod import RunPodProvider
 
     sim.set_faults([{"kind": "model_fail", "count": 1}])
-    pod = _step_until_stage(_new_pod(pool), Pod.BootStage.MODEL)
+    pod = _step_until_stage(new_pod(pool), Pod.BootStage.MODEL)
     settings.POD_POLL_SECONDS = 10.0  # polls far longer than a step takes, here or on any machine
     window = timedelta(seconds=settings.POD_POLL_SECONDS * boot.PROVIDER_CHECK_POLLS)
 
@@ -538,8 +534,8 @@ def _pod_env(sim, provider_id: str) -> dict[str, str]:
 def test_a_boot_passes_the_pods_own_token_in_its_environment_and_asks_with_it(sim, pool):
     import httpx
 
-    first = boot_until_settled(_new_pod(pool).pk)
-    second = boot_until_settled(_new_pod(pool).pk)
+    first = boot_until_settled(new_pod(pool).pk)
+    second = boot_until_settled(new_pod(pool).pk)
 
     assert first.state == second.state == Pod.State.READY, (first.error, second.error)
     assert len(first.token) >= 40 and first.token != second.token
@@ -560,7 +556,7 @@ def test_a_pods_token_is_never_shown(sim, pool, admin_client, caplog):
     import json as json_module
 
     caplog.set_level("DEBUG")
-    pod = boot_until_settled(_new_pod(pool).pk)
+    pod = boot_until_settled(new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
 
     shown = [json_module.dumps(pod.to_dict())]

@@ -19,7 +19,7 @@ from fleetadmin.asgi import application
 from ocrjobs.models import Page
 from pods import broadcast, dashboard
 from pods.sections import RowsSection
-from tests.pods.dashboard_fixtures import make_fleet, make_job
+from tests.pods.dashboard_fixtures import make_job
 from tools.processes import child_env, start_front
 
 # The websocket stack exactly as the front serves it (origin check, session auth, routing),
@@ -29,11 +29,6 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 GUARD = 10  # seconds, against hangs only
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
-
-
-@pytest.fixture
-def fleet(admin_user, ordinary_user, outsider):
-    return make_fleet(admin=admin_user, bob=ordinary_user, mallory=outsider)
 
 
 def session_cookie(user) -> tuple[bytes, bytes]:

@@ -13,17 +13,13 @@ from django.utils import timezone
 from pods import tasks
 from pods.models import Pod, ScaleRequest, SpendEntry
 from pods.services import lifecycle, passes
-from tests.pods.helpers import boot_until_settled
+from tests.pods.helpers import api_get, boot_until_settled
 from tools.processes import wait_for
 
 
 def _post(client, path, body, token, content_type="application/json"):
     data = body if isinstance(body, (str, bytes)) else json.dumps(body)
     return client.post(path, data=data, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {token}")
-
-
-def _get(client, path, token):
-    return client.get(path, HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
 @pytest.mark.parametrize(
@@ -75,13 +71,13 @@ def test_scale_answers_pending_with_an_id_then_the_result(client, transactional_
         pod = Pod.objects.get(state=Pod.State.BOOTING)
         boot_until_settled(pod.pk)  # what passes do with the boot it started
         passes.pass_run()  # what a worker does with the second
-        detail = _get(client, body["url"], token).json()
+        detail = api_get(client, body["url"], token).json()
         assert detail["state"] == "done", detail
         assert detail["result"]["ready"] == 1 and detail["result"]["booted"] == 1
     finally:
         for pod in Pod.objects.alive():
             lifecycle.pod_release_now(pod=pod, reason="test over")
-    assert _get(client, "/v1/runpod/scale/999999", token).status_code == 404
+    assert api_get(client, "/v1/runpod/scale/999999", token).status_code == 404
 
 
 def test_scale_waits_for_the_result_on_the_row_and_answers_it_within_wait_s(
@@ -129,14 +125,14 @@ def test_release_is_admin_only_idempotent_and_attributes_spend_first(
 def test_spend_reports_by_pool_pod_and_job_and_refuses_a_bad_since(client, read_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-live", state=Pod.State.READY, cost_per_hr=Decimal("3.60"),
                        billed_from=timezone.now() - timezone.timedelta(seconds=100))  # fmt: skip
-    body = _get(client, "/v1/runpod/spend", read_token).json()
+    body = api_get(client, "/v1/runpod/spend", read_token).json()
     assert body["dollars_per_hour"] == pytest.approx(3.6)
     assert body["by_pool"]["local"] == pytest.approx(0.1, rel=0.05)
     assert "fa-local-live" in body["by_pod"]
     since = (timezone.now() - timezone.timedelta(seconds=10)).isoformat()
     recent = client.get("/v1/runpod/spend", {"since": since}, HTTP_AUTHORIZATION=f"Bearer {read_token}").json()
     assert recent["by_pool"]["local"] == pytest.approx(0.01, rel=0.2)
-    assert _get(client, "/v1/runpod/spend?since=yesterday", read_token).status_code == 400
+    assert api_get(client, "/v1/runpod/spend?since=yesterday", read_token).status_code == 400
 
 
 def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_token, admin_token, ordinary_user,
@@ -151,8 +147,8 @@ def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_
         )
     SpendEntry.objects.create(pod=pod, pool=local_pool, job=None, dollars=Decimal("0.5"), seconds=30, at=timezone.now())
 
-    own = _get(client, "/v1/runpod/spend", read_token).json()
-    everyone = _get(client, "/v1/runpod/spend", admin_token).json()
+    own = api_get(client, "/v1/runpod/spend", read_token).json()
+    everyone = api_get(client, "/v1/runpod/spend", admin_token).json()
 
     assert own["by_job"] == {str(jobs[ordinary_user].pk): 0.25}
     assert everyone["by_job"] == {str(job.pk): 0.25 for job in jobs.values()}
@@ -163,6 +159,6 @@ def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_
 def test_models_lists_what_ready_pods_reported(client, read_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-m", state=Pod.State.READY, lanes=2,
                        engine={"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "ready": True})  # fmt: skip
-    body = _get(client, "/v1/models", read_token).json()
+    body = api_get(client, "/v1/models", read_token).json()
     [pool] = [p for p in body["pools"] if p["pool"] == "local"]
     assert pool["models"] == [{"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "pods": 1, "lanes": 2}]

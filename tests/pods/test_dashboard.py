@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import re
 from contextlib import nullcontext
 from datetime import timedelta
@@ -27,7 +26,8 @@ from pods.models import BootAttempt, Pod, SpendEntry, pod_name
 from pods.providers.runpod import RunPodProvider
 from pods.selectors import fleet_status_snapshot
 from pods.services import lifecycle, passes
-from tests.pods.dashboard_fixtures import make_fleet, make_job
+from tests.helpers import page_text
+from tests.pods.dashboard_fixtures import make_job
 from tests.pods.helpers import boot_until_settled
 
 SECTION_IDS = ["dash-live", "dash-pools", "dash-charts", "dash-pods", "dash-jobs"]
@@ -48,11 +48,6 @@ def empty_queue(db):
 
 
 @pytest.fixture
-def fleet(admin_user, ordinary_user, outsider):
-    return make_fleet(admin=admin_user, bob=ordinary_user, mallory=outsider)
-
-
-@pytest.fixture
 def alice(admin_user):
     client = Client()
     client.force_login(admin_user)
@@ -68,10 +63,6 @@ def bob(ordinary_user):
 
 def words(fragment: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", fragment))
-
-
-def text_of(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 def release_url(pod: Pod) -> str:
@@ -100,7 +91,7 @@ def test_an_anonymous_visitor_is_sent_to_log_in(client, db):
 
 
 def test_staff_see_a_release_button_on_every_live_pod_and_no_other(alice, fleet):
-    page = text_of(alice.get("/"))
+    page = page_text(alice.get("/"))
 
     assert f'action="{release_url(fleet.ready)}"' in page
     assert f'action="{release_url(fleet.booting)}"' in page
@@ -111,7 +102,7 @@ def test_staff_see_a_release_button_on_every_live_pod_and_no_other(alice, fleet)
 
 
 def test_a_non_staff_user_sees_the_pods_but_no_release_button(bob, fleet):
-    page = text_of(bob.get("/"))
+    page = page_text(bob.get("/"))
 
     assert f'id="pod-{fleet.ready.pk}"' in page
     assert "fa-gpu-ready1" in page
@@ -120,7 +111,7 @@ def test_a_non_staff_user_sees_the_pods_but_no_release_button(bob, fleet):
 
 
 def test_the_page_shows_pods_jobs_alerts_verdicts_boots_and_loops(alice, fleet):
-    page = text_of(alice.get("/"))
+    page = page_text(alice.get("/"))
 
     for section in SECTION_IDS + STAFF_SECTION_IDS:
         assert f'id="{section}" hx-swap-oob="true"' in page
@@ -156,14 +147,14 @@ def test_the_page_shows_pods_jobs_alerts_verdicts_boots_and_loops(alice, fleet):
 def test_a_loop_that_stopped_reporting_is_shown_as_such(alice, fleet):
     type(fleet.heartbeat).objects.filter(pk=fleet.heartbeat.pk).update(updated_at=timezone.now() - timedelta(minutes=2))
 
-    loops = section_html(text_of(alice.get("/")), "dash-loops")
+    loops = section_html(page_text(alice.get("/")), "dash-loops")
 
     assert "stopped reporting" in loops
     assert "2m 0" in loops
 
 
 def test_a_non_staff_user_sees_only_their_own_jobs_and_no_staff_sections(bob, fleet):
-    page = text_of(bob.get("/"))
+    page = page_text(bob.get("/"))
 
     assert f'id="job-{fleet.bobs_job.pk}"' in page
     assert f'id="job-{fleet.mallorys_job.pk}"' not in page
@@ -175,8 +166,8 @@ def test_a_non_staff_user_sees_only_their_own_jobs_and_no_staff_sections(bob, fl
 
 
 def test_the_fallback_fragments_are_the_sections_for_that_user(alice, bob, fleet):
-    staff = text_of(alice.get("/dashboard/sections"))
-    other = text_of(bob.get("/dashboard/sections"))
+    staff = page_text(alice.get("/dashboard/sections"))
+    other = page_text(bob.get("/dashboard/sections"))
 
     for section in SECTION_IDS + STAFF_SECTION_IDS:
         assert f'id="{section}" hx-swap-oob="true"' in staff
@@ -190,8 +181,8 @@ def test_the_fallback_fragments_are_the_sections_for_that_user(alice, bob, fleet
 
 def test_the_pod_list_is_paged_and_only_staff_get_release_buttons(alice, bob, fleet, monkeypatch):
     monkeypatch.setattr(dashboard, "POD_PAGE_SIZE", 1)
-    first, second = text_of(alice.get("/dashboard/pods?page=1")), text_of(alice.get("/dashboard/pods?page=2"))
-    beyond = text_of(alice.get("/dashboard/pods?page=9"))
+    first, second = page_text(alice.get("/dashboard/pods?page=1")), page_text(alice.get("/dashboard/pods?page=2"))
+    beyond = page_text(alice.get("/dashboard/pods?page=9"))
 
     assert first.startswith('<section id="dash-pod-list"') and "1–1 of 2" in first
     assert f'id="pod-{fleet.ready.pk}"' in first and f'id="pod-{fleet.booting.pk}"' not in first
@@ -199,12 +190,12 @@ def test_the_pod_list_is_paged_and_only_staff_get_release_buttons(alice, bob, fl
     assert 'hx-get="/dashboard/pods?page=2"' in first and 'hx-get="/dashboard/pods?page=1"' in second
     assert "2–2 of 2" in beyond and f'id="pod-{fleet.booting.pk}"' in beyond  # past the end: the last
     assert f'action="{release_url(fleet.booting)}"' in second and 'name="csrfmiddlewaretoken"' in second
-    others = text_of(bob.get("/dashboard/pods?page=2"))
+    others = page_text(bob.get("/dashboard/pods?page=2"))
     assert f'id="pod-{fleet.booting.pk}"' in others and "Release" not in others
 
 
 def test_the_pushed_pod_section_is_a_summary_by_pool_state_and_gpu(alice, fleet):
-    pods = section_html(text_of(alice.get("/dashboard/sections")), "dash-pods")
+    pods = section_html(page_text(alice.get("/dashboard/sections")), "dash-pods")
 
     assert "fa-gpu-ready1" not in pods and "Release" not in pods
     assert re.search(r"state-ready.*?NVIDIA A40.*?>1<", pods, re.S), pods
@@ -351,7 +342,7 @@ def test_the_dashboard_the_job_api_and_the_spend_report_give_a_job_the_same_cost
     assert report["by_job"][str(job.pk)] == float(progress.cost)
     assert shown["dollars"] == float(progress.cost)
     assert [j["dollars"] for j in listed if j["id"] == job.pk] == [float(progress.cost)]
-    assert "$0.0400" in words(section_html(text_of(alice.get("/")), "dash-jobs"))
+    assert "$0.0400" in words(section_html(page_text(alice.get("/")), "dash-jobs"))
 
 
 def test_the_dashboard_lists_the_recent_active_jobs_and_the_last_finished_ones(local_pool, ordinary_user, outsider):
@@ -553,7 +544,7 @@ def test_staff_release_ends_the_pod_now_and_leaves_the_provider_to_a_pass(
     tasks = queued_tasks(empty_queue)
     assert [t["func"] for t in tasks] == ["pods.tasks.advance_pods"]  # one pass asked for, not one per release
     assert fleet.ready.terminate_pending
-    page = text_of(alice.get("/"))
+    page = page_text(alice.get("/"))
     assert "fa-gpu-ready1: release requested." in page and "fa-gpu-ready1 is already terminated." in page
     assert release_url(fleet.ready) not in section_html(page, "dash-pod-list")  # gone from the table at once
 
@@ -566,7 +557,7 @@ def test_the_release_button_has_a_pass_terminate_the_pod_at_the_provider(
 
     response = alice.post(release_url(pod), HTTP_HX_REQUEST="true")
 
-    assert "release requested" in text_of(response)
+    assert "release requested" in page_text(response)
     pod.refresh_from_db()
     assert pod.state == Pod.State.TERMINATED and SpendEntry.objects.filter(pod=pod).exists()
     assert sim.stats()["terminate_calls"] == 0  # the front never calls the provider
@@ -580,7 +571,7 @@ def test_an_htmx_release_answers_with_a_fragment(alice, fleet, empty_queue, djan
         response = alice.post(release_url(fleet.booting), HTTP_HX_REQUEST="true")
 
     assert response.status_code == 200
-    assert "release requested" in text_of(response)
+    assert "release requested" in page_text(response)
     assert len(queued_tasks(empty_queue)) == 1
 
 
@@ -591,7 +582,7 @@ def test_releasing_a_pod_that_already_ended_enqueues_nothing(
         response = alice.post(release_url(fleet.terminated), HTTP_HX_REQUEST="true")
 
     assert response.status_code == 200
-    assert "already terminated" in text_of(response)
+    assert "already terminated" in page_text(response)
     assert queued_tasks(empty_queue) == []
 
 

@@ -7,10 +7,8 @@ A starts is a process host B can see, which is the harder case for B's reconcile
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
 from fleetadmin.clusters import PassClock
@@ -22,16 +20,6 @@ from pods.models import Pod
 from pods.providers.local import LocalProvider
 from pods.services import boot, lifecycle, reconcile
 from tests.pods.helpers import boot_until_settled
-
-
-@pytest.fixture
-def prefix(settings, tmp_path):
-    settings.VAR_DIR = tmp_path
-    settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
-    yield settings.DEPLOYMENT_PREFIX
-    provider = LocalProvider()
-    for pod in provider.list(prefix=settings.DEPLOYMENT_PREFIX):
-        provider.terminate(pod.provider_id)
 
 
 def _running_page(pool, pod: Pod) -> Page:

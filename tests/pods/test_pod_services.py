@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import httpx
-import pytest
 from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
@@ -15,16 +13,6 @@ from pods.models import Pod
 from pods.providers.local import LocalProvider
 from pods.services import boot, lifecycle, passes, reconcile, scaler
 from tests.pods.helpers import boot_until_settled
-
-
-@pytest.fixture
-def prefix(settings, tmp_path):
-    settings.VAR_DIR = tmp_path
-    settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
-    yield settings.DEPLOYMENT_PREFIX
-    provider = LocalProvider()
-    for pod in provider.list(prefix=settings.DEPLOYMENT_PREFIX):
-        provider.terminate(pod.provider_id)
 
 
 def _pages(pool, count: int) -> list[Page]:

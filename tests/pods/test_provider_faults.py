@@ -10,16 +10,15 @@ finds nothing to clean up).
 from __future__ import annotations
 
 import time
-import uuid
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, pod_name
+from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool
 from pods.services import lifecycle, reconcile, scaler
 from tests.pods.conftest import EMPTY, GOOD
-from tests.pods.helpers import boot_until_settled, terminate_what_ended
+from tests.pods.helpers import boot_until_settled, new_pod, terminate_what_ended
 from tests.pods.test_pod_services import _pages
 
 CREATE = "podFindAndDeployOnDemand"
@@ -40,17 +39,13 @@ def good_pool(db):
     )
 
 
-def _new_pod(pool: Pool) -> Pod:
-    return Pod.objects.create(pool=pool, name=pod_name(pool, uuid.uuid4().hex[:8]), lanes=pool.lanes_per_pod)
-
-
 def _tick_and_boot(pool: Pool) -> list[Pod]:
     """One scaler tick, then the boots it started, stepped here as passes would step them."""
     booted = scaler.pool_tick(pool=pool).booted
     return [boot_until_settled(pod_id) for pod_id in booted]
 
 
-def assert_no_pod_unaccounted(sim, settings) -> None:
+def assert_sim_and_rows_agree(sim, settings) -> None:
     """Every pod alive at the simulator is an alive row, and every alive row with a provider id
     is at the simulator; reconcile (run as the schedule would) has nothing to clean up."""
     settings.RECONCILE_GRACE_SECONDS = 0
@@ -69,36 +64,36 @@ def assert_no_pod_unaccounted(sim, settings) -> None:
 def test_a_create_answered_with_5xx_is_retried_and_the_boot_succeeds(sim, good_pool, settings, body):
     sim.set_faults([{"kind": "http_error", "status": 502, "body": body, "count": 2, "operation": CREATE}])
 
-    pod = boot_until_settled(_new_pod(good_pool).pk)
+    pod = boot_until_settled(new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     stats = sim.stats()
     assert stats["http_errors_injected"] == 2
     assert stats["create_calls"] == 3 and stats["pods_created"] == 1
     assert list(BootAttempt.objects.values_list("outcome", flat=True)) == [BootAttempt.Outcome.CREATED]
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 def test_a_create_whose_answer_was_lost_to_a_5xx_makes_one_pod_not_two(sim, good_pool, settings):
     # The create took effect at RunPod; only its answer was a 502. The retry must find that pod.
     sim.set_faults([{"kind": "http_error", "status": 502, "count": 1, "operation": CREATE, "after_execute": True}])
 
-    pod = boot_until_settled(_new_pod(good_pool).pk)
+    pod = boot_until_settled(new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert sim.stats()["pods_created"] == 1
     assert [p["id"] for p in sim.pods()] == [pod.provider_id]
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 def test_5xx_while_waiting_for_the_pod_to_run_are_retried(sim, good_pool, settings):
     sim.set_faults([{"kind": "http_error", "status": 503, "count": 2, "operation": "pod"}])
 
-    pod = boot_until_settled(_new_pod(good_pool).pk)
+    pod = boot_until_settled(new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert sim.stats()["http_errors_injected"] == 2
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 def test_5xx_that_outlast_a_boots_retries_fail_it_cleanly_and_the_next_tick_boots(sim, good_pool, settings):
@@ -119,7 +114,7 @@ def test_5xx_that_outlast_a_boots_retries_fail_it_cleanly_and_the_next_tick_boot
 
     assert ready.state == Pod.State.READY, ready.error
     assert sim.stats()["pods_created"] == 1
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 # --- slow answers --------------------------------------------------------------------------------
@@ -130,13 +125,13 @@ def test_slow_answers_within_the_limits_still_boot(sim, good_pool, settings):
     sim.set_faults([{"kind": "slow", "delay_s": 0.4, "count": 10}])
     started = time.monotonic()
 
-    pod = boot_until_settled(_new_pod(good_pool).pk)
+    pod = boot_until_settled(new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.READY, pod.error
     assert time.monotonic() - started >= 1.2  # the answers really were slow
     stats = sim.stats()
     assert stats["create_calls"] == 1 and stats["pods_created"] == 1
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 def test_a_slow_create_past_the_stage_limit_still_leaves_no_pod_running(sim, good_pool, settings):
@@ -145,13 +140,13 @@ def test_a_slow_create_past_the_stage_limit_still_leaves_no_pod_running(sim, goo
     sim.set_faults([{"kind": "slow", "delay_s": 0.5, "count": 1, "operation": CREATE},
                     {"kind": "boot_stuck", "count": 1}])  # fmt: skip
 
-    pod = boot_until_settled(_new_pod(good_pool).pk)
+    pod = boot_until_settled(new_pod(good_pool).pk)
 
     assert pod.state == Pod.State.FAILED and "not running" in pod.error
     assert pod.spend() > 0
     assert terminate_what_ended() == 1  # what the next pass does
     assert sim.stats()["pods_total"] == 0
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 # --- no capacity anywhere ------------------------------------------------------------------------
@@ -181,7 +176,7 @@ def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_
 
     assert second.state == Pod.State.FAILED
     assert sim.stats()["create_calls"] == creates
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
     # Capacity comes back; once the verdicts expire, the next tick boots without a person.
     # Their end is moved into the past rather than waited for: the test does not race the TTL.
@@ -190,7 +185,7 @@ def test_no_capacity_anywhere_fails_the_boot_cleanly_and_every_booter_skips_the_
     [third] = _tick_and_boot(pool)
 
     assert third.state == Pod.State.READY, third.error
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 # --- a refused key -------------------------------------------------------------------------------
@@ -200,7 +195,7 @@ def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim,
     settings.SCALE_SECONDS_PER_PAGE_GUESS = 1.0
     good_pool.max_pods = 1
     good_pool.save()
-    ready = boot_until_settled(_new_pod(good_pool).pk)  # the catalogue is cached by now
+    ready = boot_until_settled(new_pod(good_pool).pk)  # the catalogue is cached by now
     assert ready.state == Pod.State.READY
     lifecycle.pod_release_now(pod=ready, reason="test")  # terminated here, as a pass would
     _pages(good_pool, 2)
@@ -228,7 +223,7 @@ def test_a_revoked_key_raises_an_alert_and_stops_boots_until_it_works_again(sim,
 
     assert booted.state == Pod.State.READY, booted.error
     assert not Alert.objects.filter(kind=Alert.Kind.AUTH, resolved_at__isnull=True).exists()
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)
 
 
 def test_a_key_refused_before_any_catalogue_fails_the_boot_with_an_alert_and_no_create(sim, good_pool, settings):
@@ -243,4 +238,4 @@ def test_a_key_refused_before_any_catalogue_fails_the_boot_with_an_alert_and_no_
     assert _tick_and_boot(good_pool) == []
     assert sim.stats()["create_calls"] == 0
     sim.set_faults([])
-    assert_no_pod_unaccounted(sim, settings)
+    assert_sim_and_rows_agree(sim, settings)

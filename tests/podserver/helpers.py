@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import io
 import struct
 import zlib
@@ -33,14 +32,6 @@ def encode(img: Image.Image, fmt: str = "PNG", **params: object) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format=fmt, **params)
     return buf.getvalue()
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.split())
-
-
-def accuracy(got: str, truth: str) -> float:
-    return difflib.SequenceMatcher(None, normalise(got), normalise(truth)).ratio()
 
 
 def png_header_only(width: int, height: int) -> bytes:

@@ -10,14 +10,11 @@ import pytest
 
 from podserver.config import ConfigError
 from tests.factories import pdf_bytes
+from tests.helpers import auth
 
 from .conftest import HANG_GUARD
 
 TOKEN = "pod-token-3f9a1c7e5b2d4086"
-
-
-def auth(token: str = TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -54,7 +51,7 @@ def test_the_right_token_opens_every_route(guarded, page_png: bytes) -> None:
     _, url = guarded
     data = pdf_bytes([["Authorised page."]])
     name = hashlib.sha256(data).hexdigest()
-    with httpx.Client(headers=auth(), timeout=HANG_GUARD) as client:
+    with httpx.Client(headers=auth(TOKEN), timeout=HANG_GUARD) as client:
         assert client.get(f"{url}/v1/models").json()["ready"] is True
         assert client.put(f"{url}/v1/documents/{name}", content=data).status_code == 201
         assert client.post(f"{url}/v1/ocr", json={"document": name, "page": 1}).status_code == 200

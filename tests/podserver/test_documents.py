@@ -17,6 +17,7 @@ from podserver.documents import CacheFull, CacheInUse, DocumentCache, DocumentEr
 from podserver.pages import BadImage, count_pages
 from tests.factories import (
     PAGES_TRUTH,
+    accuracy,
     corrupt_pdf_bytes,
     encrypted_pdf_bytes,
     image_bytes,
@@ -26,7 +27,6 @@ from tests.factories import (
 )
 
 from .conftest import HANG_GUARD
-from .helpers import accuracy
 
 
 def on_disk(directory: Path) -> list[str]:

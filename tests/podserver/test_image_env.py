@@ -17,7 +17,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,10 +25,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import PAGES_TRUTH, pdf_bytes
+from pods.providers.local import free_port
+from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
 
 from .conftest import HANG_GUARD, REPO, Pod
-from .helpers import accuracy
 
 pytestmark = [
     pytest.mark.e2e,
@@ -186,7 +185,7 @@ def vlm_pod(run_image, image_env: Path, tmp_path: Path) -> Iterator[tuple[Entryp
         ENGINE="vlm",
         MODEL="allenai/olmOCR-2-7B-1025-FP8",
         MODEL_PATH=str(weights),
-        VLM_PORT=str(_free_port()),
+        VLM_PORT=str(free_port()),
         PATH=f"{fake.parent}:{image_env / 'bin'}:/usr/bin:/bin",
     )
     yield pod, weights, calls
@@ -218,9 +217,3 @@ def test_when_vllm_dies_the_pod_stops_instead_of_answering_loading_forever(vlm_p
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{pod.url}/healthz")  # the pod server went with it
     assert "exited on its own" in pod.log.read_text()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

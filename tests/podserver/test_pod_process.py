@@ -11,8 +11,10 @@ import sys
 import httpx
 import pytest
 
+from tests.factories import accuracy
+
 from .conftest import HANG_GUARD, REPO, Pod
-from .helpers import PAGE_LINES, accuracy
+from .helpers import PAGE_LINES
 
 
 def test_recognises_rendered_page(pod: Pod, page_png: bytes) -> None:

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from podserver.server import make_server
-from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
 
 from .conftest import HANG_GUARD
-from .helpers import PAGE_LINES, accuracy
+from .helpers import PAGE_LINES
 
 # The pod server never touches the database: one run of the suite (the embedded one) is enough.
 pytestmark = pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="no database involved; runs on SQLite")

@@ -15,9 +15,10 @@ from podserver.__main__ import parse_args
 from podserver.engines import tesseract
 from podserver.engines.base import usable_cpus
 from podserver.engines.tesseract import TesseractEngine
+from tests.factories import accuracy
 
 from .conftest import HANG_GUARD
-from .helpers import accuracy, encode, png_header_only, render
+from .helpers import encode, png_header_only, render
 
 
 def models(url: str) -> dict:

@@ -9,8 +9,9 @@ from PIL import Image
 from podserver.engines import PageTimeout, create
 from podserver.engines.tesseract import group_words, parse_tsv
 from podserver.pages import BadImage, decode_image
+from tests.factories import accuracy
 
-from .helpers import PAGE_LINES, accuracy, encode, render
+from .helpers import PAGE_LINES, encode, render
 
 
 def table(

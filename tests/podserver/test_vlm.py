@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from podserver.engines.vlm import OLMOCR_PROMPT, split_front_matter, token_confidence
+from tests.factories import accuracy
 
 from .conftest import HANG_GUARD
-from .helpers import PAGE_LINES, accuracy
+from .helpers import PAGE_LINES
 from .vlm_standin import MODEL, StandIn
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 from aiohttp import web
 
+from pods.providers.local import free_port
 from tools.loadprobe import main, percentile, probe
 
 
@@ -34,12 +34,6 @@ async def _serve(release: asyncio.Event, seen_headers: list[str]) -> tuple[web.A
     return runner, f"http://127.0.0.1:{port}"
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nothing listens once the socket is closed
-
-
 def test_probe_counts_answers_unanswered_and_non_2xx():
     seen: list[str] = []
 
@@ -47,7 +41,7 @@ def test_probe_counts_answers_unanswered_and_non_2xx():
         release = asyncio.Event()
         runner, base = await _serve(release, seen)
         try:
-            refused = f"http://127.0.0.1:{_closed_port()}/healthz"
+            refused = f"http://127.0.0.1:{free_port()}/healthz"
             urls = [f"{base}/fast", f"{base}/never", f"{base}/broken", refused]
             return await probe(urls, rate=20, seconds=0.5, headers={"Authorization": "Bearer t0k"}, request_timeout=0.5)
         finally:
@@ -94,7 +88,7 @@ def test_percentile_is_nearest_rank():
 
 
 def test_command_line_prints_a_table_and_ends_with_one_json_line(capsys):
-    refused = f"http://127.0.0.1:{_closed_port()}/x"
+    refused = f"http://127.0.0.1:{free_port()}/x"
     main(["--rate", "10", "--seconds", "0.3", "--timeout", "0.5", "--header", "Authorization: Bearer abc", refused])
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
