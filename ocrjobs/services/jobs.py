@@ -10,7 +10,7 @@ from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs.enqueue import enqueue_fetch, enqueue_split
+from ocrjobs.enqueue import enqueue_documents
 from ocrjobs.models import Document, Job, Page, PoolPageTally
 from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
@@ -156,15 +156,8 @@ def job_retry(*, job: Job) -> tuple[int, int]:
             job.save(update_fields=["status", "finished_at", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
         if documents:
-            transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
+            transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))
     return retried, documents
-
-
-def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    for document_id in split_ids:
-        enqueue_split(document_id)
-    for document_id in fetch_ids:
-        enqueue_fetch(document_id)
 
 
 def _tally(job: Job, counts: dict[str, int], *, save: bool = True) -> None:

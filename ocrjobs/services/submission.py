@@ -28,7 +28,7 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.enqueue import enqueue_fetch, enqueue_splits
+from ocrjobs.enqueue import enqueue_documents
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
@@ -363,7 +363,7 @@ def job_submit(
                 SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
             split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
             fetch_ids = [d.pk for d in documents if d.kind == Document.Kind.URL]
-            transaction.on_commit(lambda: _enqueue_documents(split_ids, fetch_ids))
+            transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))
             job.submitted_documents = documents
     except BaseException:
         for name in stored:
@@ -379,13 +379,6 @@ def job_submit(
 def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict:
     pages = sum(item.page_count for item in staged)
     return job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
-
-
-def _enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    if split_ids:
-        enqueue_splits(split_ids)
-    for document_id in fetch_ids:
-        enqueue_fetch(document_id)
 
 
 def name_from_url(url: str) -> str:
