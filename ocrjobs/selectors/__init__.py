@@ -43,7 +43,6 @@ from ocrjobs.selectors.jobs import (
     job_result_jsonl,
     job_result_txt,
     jobs_visible_to,
-    page_text,
 )
 from ocrjobs.selectors.status import dispatchers_live, pools_page_totals, pools_pages
 
@@ -64,7 +63,6 @@ __all__ = [
     "job_result_txt",
     "jobs_for_dashboard",
     "jobs_visible_to",
-    "page_text",
     "pages_done_by_minute",
     "pages_done_in_minutes",
     "pages_in_flight_by_pod",

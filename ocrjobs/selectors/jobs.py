@@ -30,12 +30,6 @@ def document_text(document: Document) -> str:
     return "\f".join(parts)
 
 
-def page_text(page: Page) -> str:
-    """A done page's text ("" otherwise): reads that page's result only."""
-    result = page.read_result() if page.status == Page.Status.DONE else None
-    return result["text"] if result else ""
-
-
 RESULT_ROWS_PER_QUERY = 500
 
 
