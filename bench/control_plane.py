@@ -76,18 +76,12 @@ def bench_document(pages: int) -> tuple[str, str, int]:
     """A blank PDF of ``pages`` pages under MEDIA_ROOT, for documents a benchmark stores directly in the
     database (pods read pages of real documents, by hash): (source, sha256, size)."""
     import hashlib
-    import io
 
-    import pypdfium2 as pdfium
     from django.conf import settings
 
-    pdf = pdfium.PdfDocument.new()
-    for _ in range(pages):
-        pdf.new_page(612, 792).close()
-    out = io.BytesIO()
-    pdf.save(out)
-    pdf.close()
-    data = out.getvalue()
+    from tests.factories import blank_pdf_bytes
+
+    data = blank_pdf_bytes(pages)
     source = f"bench/blank-{pages}.pdf"
     (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
     (settings.MEDIA_ROOT / source).write_bytes(data)
