@@ -12,6 +12,18 @@ from pods.providers.local import LocalProvider
 from runpodsim import SimConfig
 from tools.processes import Process, child_env, start_front, start_simulator, start_workers
 
+# Debian's chromium, driven by Playwright (never `playwright install`).
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
 
 @dataclass
 class LiveSystem:
@@ -77,3 +89,14 @@ def system_on_simulator(config: SimConfig, tmp_path, **env: str) -> Iterator[tup
         workers.stop()
         sim.stop()
         print(f"--- workers ---\n{workers.tail(150)}\n--- daphne ---\n{front.tail()}")
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium for the browser tests (tests/e2e/test_*browser.py)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
