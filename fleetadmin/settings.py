@@ -254,6 +254,11 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "documents": _documents_storage,
 }
+# A read of a document from object storage on the request path (the viewer's bytes and ranges,
+# their size): a total time spent waiting on the storage server, connect, headers and body
+# together (the time a slow browser takes to take the bytes is its own), and never more bytes
+# than asked for (ocrjobs/storage.py).
+STORAGE_READ_TIMEOUT_SECONDS = envfloat("STORAGE_READ_TIMEOUT_SECONDS", 60.0, minimum=1.0)
 
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024

@@ -27,11 +27,8 @@ from tests.ocrjobs.helpers import files_under, split, submit
 from tools.processes import REPO, child_env, start_s3_server
 
 
-@pytest.fixture
-def s3(tmp_path, settings):
-    """The S3 server, and this process's documents storage pointed at it (as STORAGE_S3_* does)."""
-    root = tmp_path / "s3"
-    server, env = start_s3_server(root, tmp_path)
+def documents_on_s3(settings, env: dict[str, str]) -> None:
+    """This process's documents storage pointed at an S3 server, as STORAGE_S3_* in ``env`` do."""
     settings.STORAGES = {
         **settings.STORAGES,
         "documents": {
@@ -49,6 +46,14 @@ def s3(tmp_path, settings):
             },
         },
     }
+
+
+@pytest.fixture
+def s3(tmp_path, settings):
+    """The S3 server, and this process's documents storage pointed at it (as STORAGE_S3_* does)."""
+    root = tmp_path / "s3"
+    server, env = start_s3_server(root, tmp_path)
+    documents_on_s3(settings, env)
     yield root / env["STORAGE_S3_BUCKET"], env
     server.stop()
 
