@@ -1,6 +1,7 @@
-"""A finished job's downloads in a real browser (Debian's chromium driven by Playwright): the job
-page offers each document's .txt, .md, .jsonl and searchable .pdf and the job's .zip; clicking
-them downloads files whose contents are the pages' results (issue 25, item 5)."""
+"""A finished job's downloads in a real browser (Debian's chromium driven by Playwright) from the
+real front (daphne): the job page offers each document's .txt, .md, .jsonl and searchable .pdf
+and the job's .zip; clicking them downloads files whose contents are the pages' results (issue
+25, item 5). The pages are read and the PDFs built here, as the viewer's browser test does."""
 
 from __future__ import annotations
 
@@ -18,11 +19,23 @@ from tests.e2e.test_viewer_browser import DPI, read_every_page, session_context
 from tests.factories import PAGES_TRUTH, accuracy, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import split, submit
 from tests.ocrjobs.test_outputs import text_of
+from tools.processes import child_env, start_front
 
 pytestmark = pytest.mark.e2e
 
 SUFFIXES = ("txt", "md", "jsonl", "pdf")
 DOCUMENTS = {"report.pdf": pdf_bytes(PAGES_TRUTH[:2]), "note.png": image_bytes(["A photographed note."])}
+
+
+@pytest.fixture
+def front(transactional_db, tmp_path) -> str:
+    """daphne alone on the test database, as deployed: the downloads stream under ASGI, on either
+    database (the in-process live_server keeps the HTTPS redirect of the PostgreSQL run's
+    settings, which the test's own settings cannot turn off). Its URL."""
+    process, url = start_front(child_env(tmp_path), tmp_path)
+    yield url
+    process.stop()
+    print(f"--- daphne ---\n{process.tail()}")
 
 
 def download(page, link) -> tuple[str, bytes]:
@@ -49,7 +62,7 @@ def page_texts(document_name: str) -> list[str]:
 
 @closing_its_connections
 def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
-    live_server, client, ordinary_user, local_pool, browser, monkeypatch
+    front, client, ordinary_user, local_pool, browser, monkeypatch
 ):
     # Playwright's sync API keeps an event loop on this thread, so Django would refuse the test's ORM calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -60,9 +73,9 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
     assert len(pending) == 2
     build_searchable_pdfs(pending)  # the worker's task, run here
     client.force_login(ordinary_user)
-    context = session_context(browser, client, live_server.url)
+    context = session_context(browser, client, front)
     page = context.new_page()
-    page.goto(f"{live_server.url}/jobs/{job.pk}")
+    page.goto(f"{front}/jobs/{job.pk}")
 
     files: dict[str, bytes] = {}
     for name in DOCUMENTS:
@@ -107,6 +120,6 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         assert zipped[member] == files[member.removeprefix("documents/")], member
     # result.txt and result.jsonl open in the browser (inline): the zip's are the same bytes.
     for member in ("result.txt", "result.jsonl"):
-        assert zipped[member] == linked(context, page, live_server.url, member), member
+        assert zipped[member] == linked(context, page, front, member), member
     assert "Water levels rose" in zipped["result.txt"].decode()
     context.close()
