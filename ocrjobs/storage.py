@@ -154,12 +154,14 @@ def _s3_chunks(storage, name: str, start: int, end: int | None) -> Iterator[byte
         # server that ignores the range sends none, and the object from its first byte.
         first = re.match(r"bytes (\d+)-", answer.header("content-range"))
         if answer.status not in (200, 206) or (int(first.group(1)) if first else 0) != start:
-            raise StorageError(f"the documents' storage answered {answer.status} "
-                               f"({answer.header('content-range') or 'no range'}) to a read of {name} from {start}")  # fmt: skip
+            shown = answer.header("content-range") or "no Content-Range"
+            raise StorageError(
+                f"the documents' storage answered {answer.status} ({shown}) to a read of {name} from {start}"
+            )
         for chunk in _rechunked(answer.chunks, CHUNK):
             held = time.monotonic()
             yield chunk
-            deadline.at += time.monotonic() - held
+            deadline.extend(time.monotonic() - held)
 
 
 def _rechunked(parts: Iterator[bytes], size: int) -> Iterator[bytes]:

@@ -50,6 +50,10 @@ class Deadline:
         self.at = time.monotonic() + seconds
         self.cut = False  # the last operation was given what was left, not its phase's limit
 
+    def extend(self, seconds: float) -> None:
+        """Give back time the exchange spent not waiting on its peer (its reader held a chunk)."""
+        self.at += seconds
+
     def left(self, phase: float | None = None) -> float:
         """Seconds an operation may take now: what is left, at most ``phase``; DeadlinePassed at 0."""
         left = self.at - time.monotonic()

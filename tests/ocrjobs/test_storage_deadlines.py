@@ -6,6 +6,7 @@ S3 endpoint is configured; reads from a real one (rclone serve s3) are in test_s
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -14,9 +15,9 @@ from ocrjobs import storage
 from ocrjobs.storage import StorageError, document_chunks, document_size
 from tests import hostile
 from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.hostile import in_a_thread
+from tests.ocrjobs.conftest import documents_on_s3
 from tests.ocrjobs.helpers import submit
-from tests.ocrjobs.test_remote import _in_a_thread
-from tests.ocrjobs.test_storage import documents_on_s3
 
 DEADLINE = 1.5
 NAME = "documents/ab/source.pdf"
@@ -45,7 +46,7 @@ def storage_at(hostile_peer, settings):
 def test_a_storage_server_that_trickles_or_stalls_a_range_is_cut_off_at_the_total_deadline(storage_at, behave):
     server = storage_at(behave)
 
-    [outcome] = _in_a_thread(lambda: b"".join(document_chunks(NAME, 0, 1_000_000)))
+    [outcome] = in_a_thread(lambda: b"".join(document_chunks(NAME, 0, 1_000_000)))
 
     # The server would go on for ever (a byte every 0.5 s resets any per-read timeout): only the
     # total deadline can have ended it.
@@ -59,7 +60,7 @@ def test_a_storage_server_that_trickles_or_stalls_a_range_is_cut_off_at_the_tota
 def test_a_storage_server_that_stalls_the_size_is_cut_off_at_the_total_deadline(storage_at):
     server = storage_at(hostile.silent)
 
-    [outcome] = _in_a_thread(lambda: document_size(NAME))
+    [outcome] = in_a_thread(lambda: document_size(NAME))
 
     assert isinstance(outcome, StorageError) and f"within {DEADLINE:g} s" in str(outcome), outcome
     assert server.requests[-1].startswith(b"HEAD ")
@@ -68,7 +69,7 @@ def test_a_storage_server_that_stalls_the_size_is_cut_off_at_the_total_deadline(
 def test_more_bytes_than_were_asked_for_are_refused_as_they_stream(storage_at):
     storage_at(hostile.endless)  # a body without end, as fast as it is read
 
-    [outcome] = _in_a_thread(lambda: b"".join(document_chunks(NAME, 0, 1000)))
+    [outcome] = in_a_thread(lambda: b"".join(document_chunks(NAME, 0, 1000)))
 
     assert isinstance(outcome, StorageError) and "larger than the limit of 1000 bytes" in str(outcome), outcome
 
@@ -79,8 +80,8 @@ def test_a_range_answered_from_the_first_byte_is_refused(storage_at):
 
     storage_at(whole)
 
-    assert _in_a_thread(lambda: document_size(NAME)) == [5]
-    [outcome] = _in_a_thread(lambda: b"".join(document_chunks(NAME, 2, 5)))
+    assert in_a_thread(lambda: document_size(NAME)) == [5]
+    [outcome] = in_a_thread(lambda: b"".join(document_chunks(NAME, 2, 5)))
 
     assert isinstance(outcome, StorageError) and "answered 200" in str(outcome), outcome
 
@@ -100,7 +101,7 @@ def test_the_deadline_counts_the_servers_waits_not_the_time_a_reader_holds_a_chu
             got.append(chunk)
             time.sleep(DEADLINE / 2)  # a slow browser: four chunks take longer than the deadline
 
-    assert _in_a_thread(slow_reader) == [None]
+    assert in_a_thread(slow_reader) == [None]
     assert b"".join(got) == body and [len(chunk) for chunk in got] == [64 * 1024] * 4
 
 
@@ -112,3 +113,16 @@ def test_the_viewer_answers_502_with_why_when_the_storage_does_not_answer_in_tim
     answer = client.get(f"/jobs/{job.pk}/documents/{job.documents.get().pk}")
 
     assert answer.status_code == 502 and f"within {DEADLINE:g} s".encode() in answer.content
+
+
+def test_a_real_s3_server_is_read_whole_from_an_offset_and_in_a_range_within_the_limits(s3):
+    bucket, _ = s3
+    data = os.urandom(3 * storage.CHUNK + 5)
+    (bucket / NAME).parent.mkdir(parents=True)
+    (bucket / NAME).write_bytes(data)
+
+    assert document_size(NAME) == len(data)
+    whole = list(document_chunks(NAME))
+    assert b"".join(whole) == data and [len(chunk) for chunk in whole] == [storage.CHUNK] * 3 + [5]
+    assert b"".join(document_chunks(NAME, 1000)) == data[1000:]
+    assert b"".join(document_chunks(NAME, 10, 2010)) == data[10:2010]
