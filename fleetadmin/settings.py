@@ -291,6 +291,9 @@ DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
+# Local pods each local pool keeps ready without work (a floor under its min pods, within max
+# pods): a job's first page then waits for no boot. `manage.py up` (the embedded default) sets 1.
+LOCAL_WARM_PODS = envint("LOCAL_WARM_PODS", 0, minimum=0)
 # Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
 # every HOST_REPORT_SECONDS; one silent for HOST_LOST_AFTER_SECONDS has its local pods marked lost
 # by whichever host reconciles, and their pages wait again.
