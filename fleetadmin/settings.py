@@ -254,6 +254,11 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "documents": _documents_storage,
 }
+# A read of a document from object storage on the request path (the viewer's bytes and ranges,
+# their size): a total time spent waiting on the storage server, connect, headers and body
+# together (the time a slow browser takes to take the bytes is its own), and never more bytes
+# than asked for (ocrjobs/storage.py).
+STORAGE_READ_TIMEOUT_SECONDS = envfloat("STORAGE_READ_TIMEOUT_SECONDS", 60.0, minimum=1.0)
 
 # Uploads above this size go to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
@@ -286,6 +291,9 @@ DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 DEPLOYMENT_PREFIX = envstr("FLEETADMIN_DEPLOYMENT", "")
 LOCAL_POD_LANES = envint("LOCAL_POD_LANES", max(1, (os.cpu_count() or 1)), minimum=1)
 LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
+# Local pods each local pool keeps ready without work (a floor under its min pods, within max
+# pods): a job's first page then waits for no boot. `manage.py up` (the embedded default) sets 1.
+LOCAL_WARM_PODS = envint("LOCAL_WARM_PODS", 0, minimum=0)
 # Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
 # every HOST_REPORT_SECONDS; one silent for HOST_LOST_AFTER_SECONDS has its local pods marked lost
 # by whichever host reconciles, and their pages wait again.

@@ -328,7 +328,9 @@ class Page(models.Model):
         return json.loads(self.result)
 
     def to_record(self) -> dict:
-        """One line of result.jsonl."""
+        """One line of result.jsonl. ``dpi``, ``width`` and ``height`` are as the pod reported them:
+        the DPI a PDF's page was rendered at (None for an image, read as it is) and the pixel size
+        it read, which each line's ``bbox`` is in."""
         result = self.read_result() or {}
         return {
             "document": self.document.name,
@@ -340,6 +342,7 @@ class Page(models.Model):
             "confidence": result.get("confidence"),
             "width": result.get("width"),
             "height": result.get("height"),
+            "dpi": result.get("dpi"),
             "error": self.error,
         }
 

@@ -103,6 +103,17 @@ def submission_from_form(
             errors.append((name, "the field was sent more than once"))
         elif sent[0] != "" or _takes_text(field.annotation):
             values[name] = sent[0]
+    return submission_from_values(values, model=model, errors=errors)
+
+
+def submission_from_values(
+    values: dict, *, model: type[SubmissionFields] = SubmissionFields, errors: list[tuple[str, str]] | None = None
+) -> SubmissionFields:
+    """The model's fields from values of any type each parses from (text, as a form or the
+    command line sends them); ``errors`` found before are answered with the model's, in field
+    order. Raises SubmissionInvalid."""
+    errors = list(errors or [])
+    fields = None
     try:
         fields = model.model_validate(values, strict=False)
     except ValidationError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -21,15 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import httpx
 from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
+from fleetadmin.api import ApiError
+from ocrjobs.services import remote
+
 CHUNK = 1024 * 1024
 
 log = logging.getLogger(__name__)
+
+
+class StorageError(Exception):
+    """The documents' storage did not answer a read as it should: not within
+    STORAGE_READ_TIMEOUT_SECONDS of waiting, more bytes than were asked for, or an error."""
 
 
 def documents() -> Storage:
@@ -80,7 +88,15 @@ def document_bytes(name: str) -> bytes:
 
 
 def document_size(name: str) -> int:
-    return documents().size(name)
+    storage = documents()
+    if not hasattr(storage, "bucket"):
+        return storage.size(name)
+    deadline = remote.Deadline(settings.STORAGE_READ_TIMEOUT_SECONDS)
+    with _s3_exchange("HEAD", storage, name, deadline=deadline, max_bytes=0) as answer:
+        length = answer.header("content-length")
+        if answer.status != 200 or not length.isdigit():
+            raise StorageError(f"the documents' storage answered {answer.status} to the size of {name}")
+        return int(length)
 
 
 def document_chunks(name: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
@@ -88,24 +104,8 @@ def document_chunks(name: str, start: int = 0, end: int | None = None) -> Iterat
     at a time and never the whole file in memory: the job page's viewer streams a document to the
     browser this way, and pdf.js asks for ranges of a long PDF."""
     storage = documents()
-    if hasattr(storage, "bucket") and not start and end is None:  # S3: the body as it arrives
-        body = storage.bucket.Object(_s3_key(storage, name)).get()["Body"]  # (open() spools it whole first)
-        try:
-            yield from body.iter_chunks(CHUNK)
-        finally:
-            body.close()
-        return
     if hasattr(storage, "bucket"):
-        # A range through a presigned URL: boto3 checks the whole object's checksum against a
-        # ranged body when a server sends it (rclone serve s3 does), and no call turns that off.
-        client = storage.bucket.meta.client
-        url = client.generate_presigned_url(
-            "get_object", Params={"Bucket": storage.bucket.name, "Key": _s3_key(storage, name)}, ExpiresIn=300
-        )
-        last = "" if end is None else end - 1
-        with httpx.stream("GET", url, headers={"Range": f"bytes={start}-{last}"}, timeout=30) as answer:
-            answer.raise_for_status()
-            yield from answer.iter_bytes(CHUNK)
+        yield from _s3_chunks(storage, name, start, end)
         return
     with storage.open(name, "rb") as f:
         f.seek(start)
@@ -117,6 +117,63 @@ def document_chunks(name: str, start: int = 0, end: int | None = None) -> Iterat
             if left is not None:
                 left -= len(block)
             yield block
+
+
+@contextlib.contextmanager
+def _s3_exchange(method: str, storage, name: str, *, deadline: remote.Deadline, max_bytes: int,
+                 headers: dict[str, str] | None = None) -> Iterator[remote.Answer]:  # fmt: skip
+    """One request for the object ``name`` through a presigned URL, with the total deadline and
+    the size cap of an exchange with any other machine (ocrjobs/services/remote.py: enforced
+    outside httpx's read loop, which limits each read, not their sum); its failures, the body's
+    included, as StorageError. boto3 has per-read timeouts only, and retries them."""
+    operation = {"GET": "get_object", "HEAD": "head_object"}[method]
+    url = storage.bucket.meta.client.generate_presigned_url(
+        operation, Params={"Bucket": storage.bucket.name, "Key": _s3_key(storage, name)}, ExpiresIn=300
+    )
+    try:
+        with remote.exchange(method, url, deadline=deadline, max_bytes=max_bytes, headers=headers,
+                             any_address=True) as answer:  # fmt: skip
+            yield answer
+    except ApiError as exc:
+        raise StorageError(f"the documents' storage, reading {name}: {exc.message}") from None
+
+
+def _s3_chunks(storage, name: str, start: int, end: int | None) -> Iterator[bytes]:
+    """The object's bytes from ``start`` to ``end``, CHUNK at a time, never more than asked for (a
+    whole object: never more than a document may be). A GET through a presigned URL: boto3 checks
+    the whole object's checksum against a ranged body when a server sends it (rclone serve s3
+    does), and no call turns that off. The deadline counts the waits on the storage server only:
+    its clock stops while the consumer holds a chunk (a slow browser's time is the front's
+    concern, fleetadmin/front.py)."""
+    ranged = bool(start) or end is not None
+    asked = settings.OCR_MAX_FILE_BYTES if end is None else max(0, end - start)
+    headers = {"Range": f"bytes={start}-{'' if end is None else end - 1}"} if ranged else None
+    deadline = remote.Deadline(settings.STORAGE_READ_TIMEOUT_SECONDS)
+    with _s3_exchange("GET", storage, name, deadline=deadline, max_bytes=asked, headers=headers) as answer:
+        # Where the body starts: its Content-Range says (rclone serve s3 sends one with a 200); a
+        # server that ignores the range sends none, and the object from its first byte.
+        first = re.match(r"bytes (\d+)-", answer.header("content-range"))
+        if answer.status not in (200, 206) or (int(first.group(1)) if first else 0) != start:
+            shown = answer.header("content-range") or "no Content-Range"
+            raise StorageError(
+                f"the documents' storage answered {answer.status} ({shown}) to a read of {name} from {start}"
+            )
+        for chunk in _rechunked(answer.chunks, CHUNK):
+            held = time.monotonic()
+            yield chunk
+            deadline.extend(time.monotonic() - held)
+
+
+def _rechunked(parts: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """The bytes of ``parts`` in pieces of ``size`` (the last shorter)."""
+    buffer = bytearray()
+    for part in parts:
+        buffer += part
+        while len(buffer) >= size:
+            yield bytes(buffer[:size])
+            del buffer[:size]
+    if buffer:
+        yield bytes(buffer)
 
 
 def document_file(name: str) -> BinaryIO | None:

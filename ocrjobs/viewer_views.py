@@ -89,7 +89,10 @@ def job_document(request: HttpRequest, job_id: int, document_id: int) -> HttpRes
     if document is None or not document_source(document):
         raise Http404("no such document")
     content_type = "application/pdf" if document_source(document) == "pdf" else image_type(document)
-    size = storage.document_size(document.source)
+    try:
+        size = storage.document_size(document.source)
+    except storage.StorageError as exc:
+        return HttpResponse(str(exc), status=502, content_type="text/plain; charset=utf-8")
     start, end, status = 0, size, 200
     match = RANGE.match(request.headers.get("Range", ""))
     if match and any(match.groups()):

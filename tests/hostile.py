@@ -131,3 +131,20 @@ def endless(peer: HostilePeer, conn: socket.socket) -> None:
     chunk = b" " * 65536
     while not peer.stop.is_set():
         peer.send(conn, chunk)
+
+
+def in_a_thread(call) -> list:
+    """Run ``call`` on a thread and wait for it (no longer than a minute: a hang fails the test)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:  # the test reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the exchange did not end at its deadline"
+    return outcome

@@ -50,6 +50,10 @@ class Deadline:
         self.at = time.monotonic() + seconds
         self.cut = False  # the last operation was given what was left, not its phase's limit
 
+    def extend(self, seconds: float) -> None:
+        """Give back time the exchange spent not waiting on its peer (its reader held a chunk)."""
+        self.at += seconds
+
     def left(self, phase: float | None = None) -> float:
         """Seconds an operation may take now: what is left, at most ``phase``; DeadlinePassed at 0."""
         left = self.at - time.monotonic()
@@ -105,10 +109,11 @@ class _Backend(httpcore.NetworkBackend):
         time.sleep(min(seconds, self.deadline.left()))
 
 
-def resolve(url: str, deadline: Deadline) -> list[str]:
+def resolve(url: str, deadline: Deadline, *, any_address: bool = False) -> list[str]:
     """The addresses ``url``'s host resolves to, each of them allowed (public, unless
-    URL_FETCH_ALLOW_PRIVATE), looked up within the deadline."""
-    check_url(url)
+    URL_FETCH_ALLOW_PRIVATE or ``any_address``), looked up within the deadline."""
+    if not any_address:
+        check_url(url)
     parts = urllib.parse.urlsplit(url)
     answer: dict = {}
     done = threading.Event()
@@ -129,7 +134,7 @@ def resolve(url: str, deadline: Deadline) -> list[str]:
         reason = getattr(answer["error"], "strerror", None) or answer["error"]
         raise ApiError(f"{parts.hostname}: the name does not resolve ({reason})")
     addresses = [info[4][0] for info in answer["infos"]]
-    if not addresses or not all(address_allowed(address) for address in addresses):
+    if not addresses or not (any_address or all(address_allowed(address) for address in addresses)):
         raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
     return addresses
 
@@ -169,14 +174,17 @@ class Answer:
 
 @contextlib.contextmanager
 def exchange(method: str, url: str, *, deadline: Deadline, max_bytes: int, headers: dict[str, str] | None = None,
-             content: bytes = b"", progress: Callable[[], None] | None = None) -> Iterator[Answer]:  # fmt: skip
+             content: bytes = b"", progress: Callable[[], None] | None = None,
+             any_address: bool = False) -> Iterator[Answer]:  # fmt: skip
     """Send one request to ``url`` (checked, resolved, pinned; redirects are the caller's) and
     yield its answer once the headers are in. ``progress`` is called after every read from the
-    network (headers and body): a caller renews its lease there. Every failure, the deadline's
-    included, is an ApiError that says what happened."""
+    network (headers and body): a caller renews its lease there. ``any_address``: a server the
+    operator configured (the documents' storage, ocrjobs/storage.py), not one a user named, may
+    be private or loopback; its deadline and size cap hold the same. Every failure, the
+    deadline's included, is an ApiError that says what happened."""
     what = shown(url)
     try:
-        target, pinning = pinned(url, resolve(url, deadline)[0])
+        target, pinning = pinned(url, resolve(url, deadline, any_address=any_address)[0])
         sent = {"Accept-Encoding": "identity", **(headers or {}), **pinning["headers"]}
         extensions = {
             **pinning["extensions"],

@@ -77,6 +77,13 @@ def _jobs_over_budget(pool: Pool) -> list[int]:
     return [job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars]
 
 
+def pool_floor(pool: Pool) -> int:
+    """Pods the pool keeps even without work: its min pods, and for a local pool at least
+    LOCAL_WARM_PODS (what ``manage.py up`` keeps warm); never above max pods."""
+    warm = settings.LOCAL_WARM_PODS if pool.provider == Pool.Provider.LOCAL else 0
+    return min(max(pool.min_pods, warm), pool.max_pods)
+
+
 def pool_demand(pool: Pool) -> Demand:
     """Pods wanted: the work waiting (pages × measured seconds per page), spread over the
     lanes of a pod, drained within SCALE_TARGET_SECONDS; but no more pods than the work
@@ -122,7 +129,7 @@ def pool_demand(pool: Pool) -> Demand:
                 f"at {per_page:.2f} s each on at most {pool.max_pods} pods of {pool.lanes_per_pod} lanes; "
                 f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
             )
-    wanted = min(max(wanted, pool.min_pods), pool.max_pods)
+    wanted = min(max(wanted, pool_floor(pool)), pool.max_pods)
     return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed)
 
 
@@ -232,7 +239,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
             # bench/storm.py, 6 pods where 1 did the work): the ready pods measure a page within seconds,
             # so wait for it. A pool with no ready pod boots on the guess, or nothing would start;
             # the warm floor (a scale request's target) is not a guess and is still booted to.
-            to_boot = min(to_boot, pool.min_pods - len(serving))
+            to_boot = min(to_boot, pool_floor(pool) - len(serving))
         if demand.missed_deadline:
             Alert.raise_(pool=pool, kind=Alert.Kind.DEADLINE, message=demand.missed_deadline)
         else:

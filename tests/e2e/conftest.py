@@ -16,6 +16,17 @@ from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_simulator, start_workers
 
 SIM_GPU = "NVIDIA SIM 1"
+# Debian's chromium, driven by Playwright (never `playwright install`).
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @dataclass
@@ -112,3 +123,14 @@ def simulator(monkeypatch, settings, *, boot_delay_s: float, page_latency_s: flo
 @pytest.fixture
 def sim(monkeypatch, settings):
     yield from simulator(monkeypatch, settings, boot_delay_s=0.2, page_latency_s=0.3)
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium for the browser tests (tests/e2e/test_*browser.py)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()

@@ -19,29 +19,9 @@ from tools.processes import REPO, wait_for
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = REPO / "test-artifacts"
 GUARD_MS = 180_000  # against hangs only: a job on a cold local pod takes tens of seconds
 SHORT_MS = 30_000
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

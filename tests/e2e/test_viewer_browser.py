@@ -20,7 +20,7 @@ from ocrjobs.services.pages import page_complete, pages_claim
 from ocrjobs.storage import document_local
 from podserver.engines.tesseract import TesseractEngine
 from podserver.pages import render_page
-from tests.e2e.test_browser import CHROMIUM, LAUNCH_ARGS, closing_its_connections
+from tests.e2e.test_browser import closing_its_connections
 from tests.factories import image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import split, submit
 
@@ -71,16 +71,6 @@ def session_context(browser, client, url: str):
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
     context.add_cookies([{"name": django_settings.SESSION_COOKIE_NAME, "value": cookie, "url": url}])
     return context
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 @closing_its_connections

@@ -1,6 +1,7 @@
 """Fixtures for the ocrjobs tests that send pages to a pod: a pool with one ready pod on the
 RunPod simulator (its token in its environment, as a boot puts it), which counts the pages and
-documents it received; hostile peers; a logged-in client."""
+documents it received; a hostile HTTP peer; a real S3 server for the documents' storage; a
+logged-in client."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pods.providers.runpod import RunPodProvider
 from runpodsim import SimConfig, SimulatorThread
 from runpodsim.config import GpuTypeConfig
 from tests.runpod import use_simulator
+from tools.processes import start_s3_server
 
 
 @dataclass
@@ -85,3 +87,34 @@ def bob(client, ordinary_user):
     """The test client, logged in as an ordinary user."""
     client.force_login(ordinary_user)
     return client
+
+
+def documents_on_s3(settings, env: dict[str, str]) -> None:
+    """This process's documents storage pointed at an S3 server, as STORAGE_S3_* in ``env`` do."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "documents": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": env["STORAGE_S3_BUCKET"],
+                "endpoint_url": env["STORAGE_S3_ENDPOINT_URL"],
+                "access_key": env["AWS_ACCESS_KEY_ID"],
+                "secret_key": env["AWS_SECRET_ACCESS_KEY"],
+                "region_name": env["STORAGE_S3_REGION"],
+                "addressing_style": env["STORAGE_S3_ADDRESSING_STYLE"],
+                "signature_version": "s3v4",
+                "default_acl": None,
+                "file_overwrite": True,
+            },
+        },
+    }
+
+
+@pytest.fixture
+def s3(tmp_path, settings):
+    """The S3 server, and this process's documents storage pointed at it (as STORAGE_S3_* does)."""
+    root = tmp_path / "s3"
+    server, env = start_s3_server(root, tmp_path)
+    documents_on_s3(settings, env)
+    yield root / env["STORAGE_S3_BUCKET"], env
+    server.stop()

@@ -188,6 +188,7 @@ def test_result_jsonl_keeps_a_failed_pages_error(client, submit_token, own_job):
             "confidence": None,
             "width": None,
             "height": None,
+            "dpi": None,
             "error": "the pod did not answer in time",
         }
     ]

@@ -10,6 +10,7 @@ import pytest
 from fleetadmin.api import ApiError
 from ocrjobs.services import remote
 from tests import hostile
+from tests.hostile import in_a_thread
 
 DEADLINE = 1.5
 
@@ -19,28 +20,11 @@ def _get(url: str, *, max_bytes: int = 10_000_000, seconds: float = DEADLINE) ->
         return answer.status, b"".join(answer.chunks)
 
 
-def _in_a_thread(call) -> list:
-    """Run ``call`` on a thread and wait for it (no longer than a minute: a hang fails the test)."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as exc:  # the test reads it
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the exchange did not end at its deadline"
-    return outcome
-
-
 @pytest.mark.parametrize("behave", [hostile.trickled_headers, hostile.trickled_body, hostile.silent])
 def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(hostile_peer, behave):
     server = hostile_peer(behave)
 
-    [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf")))
+    [outcome] = in_a_thread(lambda: _get(server.url("/x.pdf")))
 
     # The peer would go on for ever (a byte every 0.5 s resets any per-read timeout): only the
     # total deadline can have ended it.
@@ -53,7 +37,7 @@ def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(hostile
 def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(hostile_peer, encoding):
     server = hostile_peer(hostile.bomb(encoding))
 
-    [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf")))
+    [outcome] = in_a_thread(lambda: _get(server.url("/x.pdf")))
 
     assert isinstance(outcome, ApiError) and f"Content-Encoding: {encoding}" in outcome.message
     assert server.header("Accept-Encoding") == "identity"
@@ -62,7 +46,7 @@ def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(hostile_
 def test_a_body_past_the_cap_is_refused_as_it_streams(hostile_peer):
     server = hostile_peer(hostile.endless)
 
-    [outcome] = _in_a_thread(lambda: _get(server.url("/x.pdf"), max_bytes=1_000_000, seconds=60))
+    [outcome] = in_a_thread(lambda: _get(server.url("/x.pdf"), max_bytes=1_000_000, seconds=60))
 
     assert isinstance(outcome, ApiError) and outcome.status == 413 and "1000000 bytes" in outcome.message
 
@@ -87,7 +71,7 @@ def test_a_name_that_does_not_answer_in_time_ends_at_the_deadline(monkeypatch, s
 
     monkeypatch.setattr(remote.socket, "getaddrinfo", resolver_that_hangs)
     try:
-        [outcome] = _in_a_thread(lambda: _get("http://files.example.org/x.pdf", seconds=0.5))
+        [outcome] = in_a_thread(lambda: _get("http://files.example.org/x.pdf", seconds=0.5))
     finally:
         release.set()
 
@@ -98,7 +82,7 @@ def test_an_error_never_shows_the_urls_credentials_or_query(hostile_peer):
     server = hostile_peer(hostile.silent)
     url = server.url("/x.pdf?X-Amz-Signature=s3cr3t").replace("http://", "http://user:pa55@")
 
-    [outcome] = _in_a_thread(lambda: _get(url, seconds=0.5))
+    [outcome] = in_a_thread(lambda: _get(url, seconds=0.5))
 
     assert isinstance(outcome, ApiError) and f"127.0.0.1:{server.port}/x.pdf" in outcome.message
     assert "s3cr3t" not in outcome.message and "pa55" not in outcome.message

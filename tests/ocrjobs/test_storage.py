@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from ocrjobs import storage
 from ocrjobs.models import Page
 from ocrjobs.storage import (
@@ -24,33 +22,7 @@ from ocrjobs.storage import (
 )
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import files_under, split, submit
-from tools.processes import REPO, child_env, start_s3_server
-
-
-@pytest.fixture
-def s3(tmp_path, settings):
-    """The S3 server, and this process's documents storage pointed at it (as STORAGE_S3_* does)."""
-    root = tmp_path / "s3"
-    server, env = start_s3_server(root, tmp_path)
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "documents": {
-            "BACKEND": "storages.backends.s3.S3Storage",
-            "OPTIONS": {
-                "bucket_name": env["STORAGE_S3_BUCKET"],
-                "endpoint_url": env["STORAGE_S3_ENDPOINT_URL"],
-                "access_key": env["AWS_ACCESS_KEY_ID"],
-                "secret_key": env["AWS_SECRET_ACCESS_KEY"],
-                "region_name": env["STORAGE_S3_REGION"],
-                "addressing_style": env["STORAGE_S3_ADDRESSING_STYLE"],
-                "signature_version": "s3v4",
-                "default_acl": None,
-                "file_overwrite": True,
-            },
-        },
-    }
-    yield root / env["STORAGE_S3_BUCKET"], env
-    server.stop()
+from tools.processes import REPO, child_env
 
 
 def test_a_large_document_goes_to_s3_in_parts_and_every_reader_gets_it_whole(s3, tmp_path):

@@ -33,16 +33,23 @@ class Command(BaseCommand):
     def handle(self, *args, port: int, host: str, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("bootstrap")
+        # One local pod kept ready while this runs: a first job's pages wait for no boot (~1 s of
+        # its ~13 s in bench/local.py); the workers' scaler keeps it (LOCAL_WARM_PODS, settings).
+        env = {**os.environ, "LOCAL_WARM_PODS": os.environ.get("LOCAL_WARM_PODS", "1")}
         # Both end with this process, also when it is killed with -9 (they get SIGTERM).
         children = {
             "front": subprocess.Popen(
                 [sys.executable, "-m", "fleetadmin.front", "-b", host, "-p", str(port), "fleetadmin.asgi:application"],
+                env=env,
                 preexec_fn=ended_with(os.getpid()),
             ),
             # The supervisor: it starts the django-q2 cluster afresh when a worker is killed, and ends
             # every process of the cluster when it stops.
             "workers": subprocess.Popen(
-                [sys.executable, "manage.py", "workers"], cwd=settings.BASE_DIR, preexec_fn=ended_with(os.getpid())
+                [sys.executable, "manage.py", "workers"],
+                cwd=settings.BASE_DIR,
+                env=env,
+                preexec_fn=ended_with(os.getpid()),
             ),
         }
         stopping = False
