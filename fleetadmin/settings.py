@@ -3,6 +3,9 @@
 Every value a deployment may change is read from the environment through the
 strict helpers in ``fleetadmin.env``. The embedded default (SQLite, the ORM
 broker, the in-memory channel layer, local pods) needs none of them.
+
+Length: Django reads one settings module, and each setting sits beside the others it is
+checked against; split by topic, a reader would hunt for a value across files.
 """
 
 from __future__ import annotations
