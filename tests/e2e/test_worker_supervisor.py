@@ -225,7 +225,7 @@ def wait_for_an_answer(port: int) -> None:
         connection.recv(1)
 
 
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="processes, not the database: runs once, on SQLite")
+@pytest.mark.once_sqlite  # processes, not the database
 @pytest.mark.parametrize("end", ["ctrl-c", "sigterm", "kill-9", "ctrl-c-then-kill-9"])
 @pytest.mark.timeout(300)
 def test_every_cluster_process_ends_within_the_grace_however_the_supervisor_ends_with_a_task_hung(

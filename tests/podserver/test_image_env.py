@@ -33,7 +33,7 @@ from .helpers import accuracy
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="no database involved; runs on SQLite"),
+    pytest.mark.once_sqlite,  # no database involved
 ]
 
 ENTRYPOINT = REPO / "deploy" / "pod" / "entrypoint.sh"
