@@ -13,6 +13,9 @@ from tests.factories import pdf_bytes
 
 from .conftest import HANG_GUARD
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 TOKEN = "pod-token-3f9a1c7e5b2d4086"
 
 

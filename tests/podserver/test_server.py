@@ -19,6 +19,9 @@ from podserver.engines.tesseract import TesseractEngine
 from .conftest import HANG_GUARD
 from .helpers import accuracy, encode, png_header_only, render
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def models(url: str) -> dict:
     return httpx.get(f"{url}/v1/models").json()

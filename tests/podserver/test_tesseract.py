@@ -12,6 +12,9 @@ from podserver.pages import BadImage, decode_image
 
 from .helpers import PAGE_LINES, accuracy, encode, render
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def table(
     *rows: tuple[int, int, int, int, int, int, int, float, str],
