@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -134,3 +136,25 @@ def queued(db):
         return found
 
     return tasks
+
+
+# CI runs the suite twice (.ci/run): on the embedded default, then with DATABASE_URL (PostgreSQL)
+# and REDIS_URL. A slow test whose subject is not the database runs on one of them only: the
+# browser, local pods and benchmarks at a small size on SQLite (once_sqlite), what only the
+# scaled-out setup has on PostgreSQL (once_postgres). tests/test_ci_markers.py shows the hook.
+ONCE_MARKERS = {
+    "once_sqlite": (False, "runs once, on the SQLite run (once_sqlite)"),
+    "once_postgres": (True, "runs once, on the PostgreSQL + Redis run (once_postgres)"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    postgres_run = bool(os.environ.get("DATABASE_URL"))
+    for item in items:
+        marked = [name for name in ONCE_MARKERS if item.get_closest_marker(name)]
+        if len(marked) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(marked)}: it would never run")
+        for name in marked:
+            runs_on_postgres, reason = ONCE_MARKERS[name]
+            if runs_on_postgres != postgres_run:
+                item.add_marker(pytest.mark.skip(reason=reason))

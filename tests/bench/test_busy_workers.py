@@ -9,6 +9,9 @@ from tests.bench.conftest import assert_goals, run_bench
 
 
 @pytest.mark.e2e
+# Worker occupancy, once: tests/e2e/test_busy_workers.py holds the same goal (a job done while boots
+# are in flight) on both runs.
+@pytest.mark.once_sqlite
 @pytest.mark.timeout(300)
 def test_boots_in_flight_hold_no_short_task_worker_and_every_job_is_done():
     figures = run_bench(

@@ -9,6 +9,7 @@ from tests.bench.conftest import assert_goals, run_bench
 
 
 @pytest.mark.e2e
+@pytest.mark.once_sqlite  # the pod server and the engines: no database
 @pytest.mark.timeout(300)
 def test_each_engine_reads_the_page_alike_through_the_pod_server_and_directly():
     figures = run_bench("gpu_engine.py", "--engines", "tesseract,rapidocr", "--pages", "1", "--rounds", "1",

@@ -4,14 +4,12 @@ document ends failed at its deadline, and the receiver's attempt is recorded (ne
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.bench.conftest import assert_goals, run_bench
 
 # The run is about the front, the workers and remote peers, not the database: once, on the SQLite run.
-pytestmark = pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="runs once, on the SQLite run")
+pytestmark = pytest.mark.once_sqlite
 
 
 @pytest.mark.e2e

@@ -4,8 +4,6 @@ the job came. Never its time or ratio."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.bench.conftest import assert_goals, run_bench
@@ -13,7 +11,7 @@ from tests.bench.conftest import assert_goals, run_bench
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="the embedded default is SQLite's; runs on SQLite")
+@pytest.mark.once_sqlite  # the embedded default is SQLite's
 def test_the_embedded_default_reads_every_page_with_the_bare_engines_text():
     figures = run_bench("local.py", "--pages", "2", database=False)
     assert_goals(figures, "every_page_read", "same_text", "warm_pod")

@@ -8,6 +8,7 @@ import pytest
 from tests.bench.conftest import assert_goals, run_bench
 
 
+@pytest.mark.once_sqlite  # the PDF built from stored results: the database only holds them
 @pytest.mark.timeout(300)
 def test_a_built_searchable_pdf_keeps_the_pages_and_reads_as_the_results():
     figures = run_bench("searchable_pdf.py", "--pages", "30", "--lines", "10")

@@ -17,7 +17,8 @@ from pods.providers.local import LocalProvider
 from tests.factories import pdf_bytes
 from tools.processes import REPO, wait_for
 
-pytestmark = pytest.mark.e2e
+# The browser, not the database: once, on SQLite (fronts sharing Redis: tests/pods/test_consumers.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 ARTIFACTS = REPO / "test-artifacts"
 GUARD_MS = 180_000  # against hangs only: a job on a cold local pod takes tens of seconds

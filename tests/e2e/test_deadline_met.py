@@ -27,7 +27,8 @@ from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
 from tools.processes import wait_for
 
-pytestmark = pytest.mark.e2e
+# The scaler's sizing against the simulator's clock, not the database: once, on SQLite.
+pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 GUARD = 180
 BOOT_S = 3.0

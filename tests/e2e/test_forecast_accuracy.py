@@ -22,7 +22,8 @@ from tests.e2e.conftest import system_on_simulator
 from tests.factories import pdf_bytes
 from tools.processes import wait_for
 
-pytestmark = pytest.mark.e2e
+# The forecast against the simulator's clock and prices, not the database: once, on SQLite.
+pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 GUARD = 300
 PRICE = 3.60  # $/h: a cent a second

@@ -20,7 +20,9 @@ from tests.assertions import assert_every_page_done_once
 from tests.factories import PAGES_TRUTH, accuracy, pdf_bytes
 from tools.processes import REPO, wait_for
 
-pytestmark = pytest.mark.e2e
+# Local tesseract pods, the embedded default: once, on SQLite. The scaled-out run submits over HTTP in
+# test_multi_host.py, and kills processes mid-job on PostgreSQL + Redis in test_process_faults.py.
+pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 TRUTH = ["\n".join(lines) for lines in PAGES_TRUTH]
 GUARD = 180  # against hangs only

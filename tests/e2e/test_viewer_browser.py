@@ -5,7 +5,6 @@ boxed over the words, and a line is highlighted in the page and in the text toge
 from __future__ import annotations
 
 import io
-import os
 import re
 import uuid
 
@@ -26,9 +25,7 @@ from tests.ocrjobs.helpers import split, submit
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(
-        bool(os.environ.get("DATABASE_URL")), reason="the browser, not the database: runs once, on SQLite"
-    ),
+    pytest.mark.once_sqlite,  # the browser, not the database
 ]
 
 DPI = 200

@@ -112,6 +112,7 @@ def submit_and_finish(system, headers: dict[str, str], name: str) -> Job:
     return job
 
 
+@pytest.mark.once_sqlite  # processes (django-q2's own task queue), not the database or the broker
 @pytest.mark.timeout(900)
 def test_an_idle_worker_killed_with_9_restarts_its_own_cluster_and_the_others_run_on(live_system, admin_user):
     headers = {"Authorization": f"Bearer {ApiToken.issue(user=admin_user, name='e2e', scopes=['submit'])[1]}"}
@@ -173,6 +174,7 @@ def test_the_clock_asks_for_a_pass_while_something_is_due(transactional_db, loca
         workers.stop()
 
 
+@pytest.mark.once_sqlite  # processes, not the database
 @pytest.mark.timeout(300)
 def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_every_cluster_with_them(
     transactional_db, local_pool, tmp_path
@@ -225,7 +227,7 @@ def wait_for_an_answer(port: int) -> None:
         connection.recv(1)
 
 
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="processes, not the database: runs once, on SQLite")
+@pytest.mark.once_sqlite  # processes, not the database
 @pytest.mark.parametrize("end", ["ctrl-c", "sigterm", "kill-9", "ctrl-c-then-kill-9"])
 @pytest.mark.timeout(300)
 def test_every_cluster_process_ends_within_the_grace_however_the_supervisor_ends_with_a_task_hung(

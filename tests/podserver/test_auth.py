@@ -14,6 +14,9 @@ from tests.helpers import auth
 
 from .conftest import HANG_GUARD
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 TOKEN = "pod-token-3f9a1c7e5b2d4086"
 
 

@@ -10,6 +10,9 @@ import pytest
 from podserver import config, engines
 from podserver.config import load
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 RUNPOD = {"RUNPOD_POD_ID": "abc123xyz", "POD_TOKEN": "t0k3n"}
 
 

@@ -28,6 +28,9 @@ from tests.factories import (
 
 from .conftest import HANG_GUARD
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def on_disk(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir() if path.name != ".lock")

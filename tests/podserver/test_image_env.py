@@ -32,7 +32,7 @@ from .conftest import HANG_GUARD, REPO, Pod
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="no database involved; runs on SQLite"),
+    pytest.mark.once_sqlite,  # no database involved
 ]
 
 ENTRYPOINT = REPO / "deploy" / "pod" / "entrypoint.sh"

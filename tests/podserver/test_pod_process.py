@@ -16,6 +16,9 @@ from tests.factories import accuracy
 from .conftest import HANG_GUARD, REPO, Pod
 from .helpers import PAGE_LINES
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def test_recognises_rendered_page(pod: Pod, page_png: bytes) -> None:
     response = httpx.post(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Iterator
 
@@ -17,7 +16,7 @@ from .conftest import HANG_GUARD
 from .helpers import PAGE_LINES
 
 # The pod server never touches the database: one run of the suite (the embedded one) is enough.
-pytestmark = pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="no database involved; runs on SQLite")
+pytestmark = pytest.mark.once_sqlite
 
 # An environment made before rapidocr joined requirements.txt skips rather than fails to collect;
 # CI cannot skip: bin/install stops when `import rapidocr, onnxruntime` fails.

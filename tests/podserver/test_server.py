@@ -20,6 +20,9 @@ from tests.factories import accuracy
 from .conftest import HANG_GUARD
 from .helpers import encode, png_header_only, render
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def models(url: str) -> dict:
     return httpx.get(f"{url}/v1/models").json()

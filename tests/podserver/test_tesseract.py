@@ -13,6 +13,9 @@ from tests.factories import accuracy
 
 from .helpers import PAGE_LINES, encode, render
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 def table(
     *rows: tuple[int, int, int, int, int, int, int, float, str],

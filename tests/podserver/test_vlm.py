@@ -20,6 +20,9 @@ from .conftest import HANG_GUARD
 from .helpers import PAGE_LINES
 from .vlm_standin import MODEL, StandIn
 
+# The pod server touches no database: once, on the SQLite run.
+pytestmark = pytest.mark.once_sqlite
+
 
 @pytest.fixture
 def standin() -> Iterator[StandIn]:
