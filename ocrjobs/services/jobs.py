@@ -120,6 +120,7 @@ def job_cancel(*, job: Job) -> Job:
         job.save(update_fields=["status", "finished_at"])
         _tally(job, job.page_counts())
         webhook_enqueue(job=job)
+        job_outputs_request(jobs=[job])  # the pages read so far, as a finished job's (partial)
         # Its pages no longer count as demand: a tick now stops the boots only they wanted.
         transaction.on_commit(lambda: _nudge(job.pool_id))
     return job

@@ -112,10 +112,11 @@ class Update:
     """An incremental update appended to a copy of a PDF: ``append`` objects (new ones numbered
     from the original's /Size, or an original's number to replace it), then ``close``."""
 
-    def __init__(self, out: BinaryIO, *, size: int, previous: int, stream_xref: bool, trailer: dict[str, bytes]):
+    def __init__(self, out: BinaryIO, *, size: int, previous: int | None, stream_xref: bool, trailer: dict[str, bytes]):
         self.out, self.next_number, self.previous = out, size, previous
         self.stream_xref, self.trailer = stream_xref, trailer
         self.numbers, self.generations, self.offsets = array("q"), array("l"), array("q")
+        self.kids = array("q")  # a new file's pages (new_pdf), in order
 
     def new_number(self) -> int:
         self.next_number += 1
@@ -135,7 +136,12 @@ class Update:
         self.out.write(b"\nendstream\nendobj\n")
 
     def close(self) -> None:
-        """The cross-reference section (a table, or a stream when the original's last one was)."""
+        """The cross-reference section (a table, or a stream when the original's last one was);
+        for a new file (``new_pdf``), its page tree and catalogue first."""
+        if self.previous is None:
+            kids = b" ".join(b"%d 0 R" % kid for kid in self.kids)
+            self.append(PAGES, b"<</Type/Pages/Kids[%s]/Count %d>>" % (kids, len(self.kids)))
+            self.append(CATALOG, b"<</Type/Catalog/Pages %d 0 R>>" % PAGES)
         if self.stream_xref:
             own = self.new_number()
             self.numbers.append(own)
@@ -149,7 +155,12 @@ class Update:
                 runs[-1][1].append(index)
             elif not runs or runs[-1][0] + len(runs[-1][1]) < number:
                 runs.append((number, [index]))  # (a number appended twice keeps its first: never done here)
-        trailer = {**self.trailer, "/Size": b"%d" % self.next_number, "/Prev": b"%d" % self.previous}
+        trailer = {**self.trailer, "/Size": b"%d" % self.next_number}
+        if self.previous is None:
+            runs.insert(0, (0, [-1]))  # object 0, the head of the free list
+            trailer["/Root"] = b"%d 0 R" % CATALOG
+        else:
+            trailer["/Prev"] = b"%d" % self.previous
         start = self.out.tell()
         if self.stream_xref:
             rows = b"".join(b"\x01" + self.offsets[i].to_bytes(5, "big") + self.generations[i].to_bytes(2, "big")
@@ -164,7 +175,8 @@ class Update:
             self.out.write(b"xref\n")
             for first, indexes in runs:
                 self.out.write(b"%d %d\n" % (first, len(indexes)))
-                self.out.write(b"".join(b"%010d %05d n\r\n" % (self.offsets[i], self.generations[i]) for i in indexes))
+                self.out.write(b"".join(b"%010d %05d n\r\n" % (self.offsets[i], self.generations[i]) if i >= 0
+                                        else b"0000000000 65535 f\r\n" for i in indexes))  # fmt: skip
             entries = b"".join(pikepdf.Name(k).unparse() + b" " + v for k, v in trailer.items())
             self.out.write(b"trailer\n<<" + entries + b">>\n")
         self.out.write(b"startxref\n%d\n%%%%EOF\n" % start)
@@ -195,6 +207,15 @@ def open_update(source: Path, pdf: pikepdf.Pdf, out: BinaryIO) -> Update:
     return Update(out, size=int(pdf.trailer.Size), previous=previous, stream_xref=stream_xref, trailer=trailer)
 
 
+CATALOG, PAGES = 1, 2  # a new file's first objects, written last
+
+
+def new_pdf(out: BinaryIO) -> Update:
+    """A new PDF written a page at a time (``Copier.add_page``), its page tree at the end."""
+    out.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    return Update(out, size=PAGES + 1, previous=None, stream_xref=False, trailer={})
+
+
 class Copier:
     """Copies objects of another PDF (the text layer's) into an update, each once, renumbered."""
 
@@ -208,11 +229,12 @@ class Copier:
             self.waiting.append(obj)
         return b"%d 0 R" % self.numbers[key]
 
-    def write(self, obj, *, stream: bytes | None = None, number: int | None = None) -> bytes:
-        """Write ``obj`` (a dictionary, or a stream's, with ``stream`` its encoded bytes) as a new
-        object, and every object it refers to that is not written yet; its ``n 0 R``."""
-        number = self.update.new_number() if number is None else number
-        self.update.append(number, serialize(obj, self.ref), stream=stream)
+    def write(self, obj, *, stream: bytes | None = None, replace: dict[str, bytes] | None = None) -> bytes:
+        """Write ``obj`` (a dictionary, or a stream's, with ``stream`` its encoded bytes; ``replace``:
+        as ``serialize``'s) as a new object, and every object it refers to that is not written
+        yet; its ``n 0 R``."""
+        number = self.update.new_number()
+        self.update.append(number, serialize(obj, self.ref, replace=replace, itself=True), stream=stream)
         while self.waiting:
             other = self.waiting.pop()
             if isinstance(other, pikepdf.Stream):
@@ -222,3 +244,12 @@ class Copier:
             else:
                 self.update.append(self.numbers[other.objgen], serialize(other, self.ref, itself=True))
         return b"%d 0 R" % number
+
+    def add_page(self, page: pikepdf.Dictionary) -> None:
+        """Copy a page of another PDF as the next page of a new file (``new_pdf``), with what it
+        inherits from its page tree made its own."""
+        replace = {"/Parent": b"%d 0 R" % PAGES}
+        for key in ("/Resources", "/MediaBox", "/CropBox", "/Rotate"):
+            if key not in page and (value := inherited(page, key)) is not None:
+                replace[key] = serialize(value, self.ref)
+        self.update.kids.append(int(self.write(page, replace=replace).split()[0]))

@@ -42,7 +42,6 @@ from pathlib import Path
 
 import pikepdf
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 from PIL import Image, ImageOps
 from reportlab.lib.utils import ImageReader
@@ -94,14 +93,22 @@ def _keep_every_character(font: TTFont, text: str) -> None:
 
 def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
     """Build (or build again) the document's searchable PDF and store it; None for a document
-    that has no pages to build from (not split). Safe to run twice, at once too: each build
-    stores a file of its own name, the last to finish is kept and the one before it removed.
-    A build that fails marks the row ``failed`` with the error (the job is not touched)."""
+    that has no pages to build from (not split). Pages not read (failed, cancelled) keep their
+    original page without a text layer, counted in ``pages_missing``.
+
+    Safe to run twice, at once too: a build takes the row's ``generation`` when it starts and
+    stores its file only if no later request for a build (a retry's end, a rebuild) has changed
+    it since; an overtaken build removes its own file and leaves the row to the later one. A
+    build that fails marks the row ``failed`` with the error (the job is not touched)."""
     document = Document.objects.select_related("job").filter(pk=document_id).first()
     if document is None or document.status != Document.Status.SPLIT:
         return None
-    row, _ = SearchablePdf.objects.get_or_create(document=document)
-    SearchablePdf.objects.filter(pk=row.pk).update(builds=F("builds") + 1, updated_at=timezone.now())
+    SearchablePdf.objects.get_or_create(document=document)
+    with transaction.atomic():
+        row = SearchablePdf.objects.select_for_update().get(pk=document.pk)
+        generation = row.generation
+        row.status, row.builds, row.updated_at = SearchablePdf.Status.BUILDING, row.builds + 1, timezone.now()
+        row.save(update_fields=["status", "builds", "updated_at"])
     fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
     os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
     try:
@@ -117,15 +124,21 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         Path(temporary).unlink(missing_ok=True)
         log.exception("document %s: the searchable PDF failed", document.pk)
         error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-        SearchablePdf.objects.filter(pk=row.pk).update(status=SearchablePdf.Status.FAILED, error=error,
-                                                       updated_at=timezone.now())  # fmt: skip
+        SearchablePdf.objects.filter(pk=row.pk, generation=generation).update(
+            status=SearchablePdf.Status.FAILED, error=error, updated_at=timezone.now()
+        )
         row.refresh_from_db()
         return row
+    missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
     with transaction.atomic():
         row = SearchablePdf.objects.select_for_update().get(pk=row.pk)
+        if row.generation != generation:  # overtaken: the later build's file is the one to keep
+            log.info("document %s: build of generation %s overtaken by %s", document.pk, generation, row.generation)
+            transaction.on_commit(lambda: storage.document_delete(name))
+            return row
         previous = row.name
         row.status, row.name, row.size_bytes, row.error = SearchablePdf.Status.BUILT, name, size, ""
-        row.updated_at = timezone.now()
+        row.pages_missing, row.updated_at = missing, timezone.now()
         row.save()
         if previous and previous != name:
             transaction.on_commit(lambda: storage.document_delete(previous))
@@ -273,27 +286,36 @@ def _wants_layer(result: dict | None) -> bool:
 
 
 def _image_pdf(source: Path, document: Document, target: Path) -> None:
+    """A PDF page per frame, ``IMAGES_PER_LAYER`` at a time drawn by reportlab into a file of
+    their own, whose pages are copied into the new file as they come (pdf_update.new_pdf): a
+    build holds a chunk of frames, never the document."""
     results = _Results(document)
-    out = pikepdf.new()
-    with Image.open(source) as image, contextlib.ExitStack() as chunks:
+    with Image.open(source) as image, target.open("wb") as out:
+        writer = pdf_update.new_pdf(out)
         frames = getattr(image, "n_frames", 1)
         passthrough = image.format == "JPEG" and frames == 1 and image.getexif().get(0x0112, 1) == 1
         for start in range(0, frames, IMAGES_PER_LAYER):
-            path = Path(chunks.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "pages.pdf"
-            page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
-            for frame in range(start, min(frames, start + IMAGES_PER_LAYER)):
-                image.seek(frame)
-                size = _image_page_size(image)
-                page_canvas.setPageSize(size)
-                drawn = str(source) if passthrough else ImageReader(_upright(image))
-                page_canvas.drawImage(drawn, 0, 0, width=size[0], height=size[1])
-                result = results.get(frame + 1)
-                if _wants_layer(result):
-                    _draw_text(page_canvas, result, size)
-                page_canvas.showPage()
-            page_canvas.save()
-            out.pages.extend(chunks.enter_context(pikepdf.open(path)).pages)
-        out.save(target)
+            stop = min(frames, start + IMAGES_PER_LAYER)
+            with tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
+                path = Path(tmp) / "pages.pdf"
+                page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
+                for frame in range(start, stop):
+                    image.seek(frame)
+                    size = _image_page_size(image)
+                    page_canvas.setPageSize(size)
+                    drawn = str(source) if passthrough else ImageReader(_upright(image))
+                    page_canvas.drawImage(drawn, 0, 0, width=size[0], height=size[1])
+                    result = results.get(frame + 1)
+                    if _wants_layer(result):
+                        _draw_text(page_canvas, result, size)
+                    page_canvas.showPage()
+                page_canvas.save()
+                with pikepdf.open(path) as pages:
+                    copier = pdf_update.Copier(writer)
+                    for page in pages.pages:
+                        copier.add_page(page.obj)
+            log.debug("document %s: pages %d to %d layered", document.pk, start + 1, stop)
+        writer.close()
 
 
 def _upright(image: Image.Image) -> Image.Image:

@@ -15,7 +15,7 @@ import pytest
 from ocrjobs.services import searchable_pdf
 from ocrjobs.services.pdf_update import Unsuitable, open_update
 from tests.factories import pdf_bytes
-from tests.ocrjobs.test_outputs import boxed, built_pdf, finish, submit, text_of
+from tests.ocrjobs.test_outputs import boxed, built_pdf, finish, sizes_of, submit, text_of
 
 LINES = [["Water levels rose"], ["Three pumps serviced"], ["Budget report north"], ["River gauge spring"]]
 
@@ -174,3 +174,23 @@ def test_a_build_holds_a_chunk_of_pages_not_the_document(ordinary_user, local_po
     built = built_pdf(job)
     assert len(opened) == 1 + 2 * 2  # the first look, then the original and a layer for each chunk
     assert [text for text, _ in placed(built)] == [line[0] for line in LINES]
+
+
+def test_a_many_frame_image_is_written_a_chunk_of_frames_at_a_time(ordinary_user, local_pool):
+    """A TIFF of 20 frames (three chunks of IMAGES_PER_LAYER): a new file written page by page,
+    every page its frame's size with its own text, read by qpdf without a warning."""
+    from PIL import Image
+
+    frames = [Image.new("L", (400, 200 + 10 * i), 255) for i in range(20)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:], dpi=(100, 100))
+    job = submit(ordinary_user, {"scans.tiff": buffer.getvalue()})
+    finish(job, {(0, n): boxed([f"frame number {n}"], width=400, height=200 + 10 * (n - 1)) for n in range(1, 21)})
+
+    built = built_pdf(job)
+
+    with pikepdf.open(io.BytesIO(built)) as pdf:
+        assert pdf.get_warnings() == [] and pdf.check_pdf_syntax() == []
+        assert len(pdf.pages) == 20
+    assert [text.strip() for text in text_of(built)] == [f"frame number {n}" for n in range(1, 21)]
+    assert sizes_of(built) == [(288.0, round((200 + 10 * i) * 0.72, 2)) for i in range(20)]
