@@ -6,14 +6,16 @@ its searchable PDF is built as the worker builds it (``searchable_pdf_build``), 
 of the pages, then for all. Printed: CPU seconds per 100 pages, and the peak growth of the
 process's resident memory during each build (sampled every 5 ms from /proc/self/statm).
 
-    python bench/searchable_pdf.py [--pages 1000] [--lines 40] [--database-url postgres://…]
+    python bench/searchable_pdf.py [--pages 1000] [--lines 40] [--pages-per-chunk N] [--database-url postgres://…]
 
 Ends with one JSON line. Its "goal": ``text_matches`` (pdfium's text of sampled pages equals
 their lines, >= 99% of characters), ``pages_and_sizes_kept`` (page count and sizes are the
 original's), ``heap_bounded_by_a_chunk`` (the C heap in use, read when each chunk of pages is
 written, grows less than ``HEAP_GROWTH_PER_PAGE_MAX`` bytes a page from a fifth of the pages to
-the end) — counted, asserted at a small size by tests/bench/test_searchable_pdf.py and
-test_searchable_pdf_memory.py — and, for a reader on this machine, ``cpu_under_1s_per_100_pages``
+the end; the chunk is the worker's, or a fifth of --pages when smaller; from a few hundred pages
+on: below, the allocator's few kB of slack are divided by too few pages) — counted, asserted at a
+small size by tests/bench/test_searchable_pdf.py and test_searchable_pdf_memory.py (300 pages:
+~140 bytes a page) — and, for a reader on this machine, ``cpu_under_1s_per_100_pages``
 and ``memory_bounded`` (the full build's sampled peak RSS growth under twice the tenth's plus 16 MB).
 
 Measured here (2 cores, shared), 1,000 pages of 40 lines: 0.39 s of CPU per 100 pages, the peak
@@ -186,8 +188,15 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--lines", type=int, default=40)
     parser.add_argument("--database-url", default="")
+    parser.add_argument("--pages-per-chunk", type=int, default=0,
+                        help="the build's chunk (PAGES_PER_LAYER); default: the worker's, or a fifth of "
+                        "--pages when that is smaller, so that the heap is read at five chunks at least")  # fmt: skip
     args = parser.parse_args()
     django_for_bench("searchable-pdf", database_url=args.database_url)
+    from ocrjobs.services import searchable_pdf
+
+    chunk = args.pages_per_chunk or min(searchable_pdf.PAGES_PER_LAYER, max(1, args.pages // 5))
+    searchable_pdf.PAGES_PER_LAYER = chunk
     from django.db import connection
 
     tenth_document, _ = make_document(max(1, args.pages // 10), args.lines)
@@ -196,7 +205,7 @@ def main() -> None:
     full = build(document)
     match, kept = check(document, original, full["name"], args.lines)
     cpu_per_100 = round(full["cpu_s"] * 100 / args.pages, 3)
-    figures = {"pages": args.pages, "lines_per_page": args.lines, "document_mb": round(len(original) / 2**20, 1),
+    figures = {"pages": args.pages, "pages_per_chunk": chunk, "lines_per_page": args.lines, "document_mb": round(len(original) / 2**20, 1),
                "cpu_s": full["cpu_s"], "wall_s": full["wall_s"], "cpu_s_per_100_pages": cpu_per_100,
                "peak_growth_mb": full["peak_growth_mb"], "tenth_peak_growth_mb": tenth["peak_growth_mb"],
                "heap_growth_per_page_bytes": full["heap_growth_per_page_bytes"], "text_match": match}  # fmt: skip

@@ -88,9 +88,12 @@ def test_a_failed_page_keeps_its_original_page_without_a_text_layer(three_pages)
     assert SearchablePdf.objects.get(document__job=job).pages_missing == 1
 
 
-def test_a_cancelled_job_with_nothing_split_asks_for_nothing(three_pages):
-    job_cancel(job=three_pages)  # before its split: no document to build from
+def test_a_cancelled_job_with_nothing_read_asks_for_nothing(three_pages, queued, django_capture_on_commit_callbacks):
+    read_some(three_pages, set())
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job=three_pages)
     assert not SearchablePdf.objects.exists()
+    assert "ocrjobs.output_tasks.request_searchable_pdfs" not in queued()
 
 
 # --- rebuilding, and the race it must not lose ----------------------------------------------------
