@@ -314,8 +314,7 @@ class Page(models.Model):
         indexes = [
             # status first: also the in-flight count of every pool at once (status) reads only its range
             models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
-            # confidence third: the viewer's "to check" list (done, under the threshold) reads its range
-            models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),
+            models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),  # to-check too
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
         ]
@@ -375,9 +374,8 @@ class Dispatcher(models.Model):
 
 
 class SearchablePdf(models.Model):
-    """A document's searchable PDF (issue 25): its original pages with an invisible text layer,
-    built by a worker when the job ends (ocrjobs/services/searchable_pdf.py). A failed build
-    fails nothing else: it is shown with its error, and the next build tries again."""
+    """A document's searchable PDF (issue 25), built by a worker when the job ends (services/searchable_pdf.py).
+    A failed build fails nothing else: it is shown with its error, and the next build tries again."""
 
     class Status(models.TextChoices):
         PENDING = "pending"  # asked for (the job's end, a retry's, a rebuild), not built yet
