@@ -69,6 +69,13 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "content": "application/pdf",
     },
     ("api-jobs-cancel", "post"): {"summary": "Cancel a job"},
+    ("api-jobs-outputs-rebuild", "post"): {
+        "summary": "Build a job's searchable PDFs again (202)",
+        "description": "The job's owner only (403 otherwise), once the job is done, partial or cancelled "
+        "(409 before). A build under way is overtaken: it stores nothing. The body is the job, each "
+        "document's `outputs.pdf.state` back to `pending`.",
+        "scope": "submit",
+    },
     ("api-jobs-retry", "post"): {"summary": "Retry a partial or failed job's failed pages and documents"},
     ("api-webhooks-secret", "get"): {"summary": "The caller's webhook signing secret"},
     ("api-webhooks-secret-rotate", "post"): {

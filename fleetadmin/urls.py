@@ -73,6 +73,7 @@ urlpatterns = [
     path("jobs/<int:job_id>", jobs_views.job_detail, name="jobs-detail"),
     path("jobs/<int:job_id>/progress", jobs_views.job_progress, name="jobs-progress"),
     path("jobs/<int:job_id>/cancel", jobs_views.job_cancel, name="jobs-cancel"),
+    path("jobs/<int:job_id>/outputs/rebuild", jobs_views.job_outputs_rebuild, name="jobs-outputs-rebuild"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
     path("jobs/<int:job_id>/viewer", viewer_views.job_viewer_batch, name="jobs-viewer"),
     path("jobs/<int:job_id>/documents/<int:document_id>", viewer_views.job_document, name="jobs-document"),
@@ -114,5 +115,6 @@ urlpatterns = [
         name="api-documents-result-pdf",
     ),
     path("v1/jobs/<int:job_id>/cancel", jobs_api.job_cancel, name="api-jobs-cancel"),
+    path("v1/jobs/<int:job_id>/outputs/rebuild", jobs_api.job_outputs_rebuild, name="api-jobs-outputs-rebuild"),
     path("v1/jobs/<int:job_id>/retry", jobs_api.job_retry, name="api-jobs-retry"),
 ]

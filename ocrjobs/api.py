@@ -19,6 +19,7 @@ from ocrjobs import selectors
 from ocrjobs.models import Job
 from ocrjobs.schemas import JobSubmission, SubmissionFields, job_submit_arguments, submission_from_form
 from ocrjobs.services import jobs as job_services
+from ocrjobs.services import outputs
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import webhook_secret_rotate, webhook_secret_row
@@ -36,8 +37,12 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
     """The job as the API shows it; ``dollars``: its cost so far, when the caller has it already."""
     if dollars is None:
         dollars = jobs_spend([job.pk])[job.pk]
+    documents = list(job.documents.select_related("searchable_pdf"))
+    body = job.to_dict(documents=documents)
+    for shown, document in zip(body["documents"], documents, strict=True):
+        shown["outputs"] = outputs.document_outputs_dict(job, document)
     return {
-        **job.to_dict(),
+        **body,
         "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
         **_job_links(job, dollars),
     }
@@ -243,6 +248,18 @@ def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse
 def job_cancel(request: HttpRequest, job_id: int) -> JsonResponse:
     job = job_services.job_cancel(job=_job_for(request, job_id))
     return JsonResponse(_job_dict(job))
+
+
+@api_view(scope="submit", methods=("POST",))
+def job_outputs_rebuild(request: HttpRequest, job_id: int) -> JsonResponse:
+    """Build the job's searchable PDFs again (202): its owner's only, once the job has ended."""
+    job = _job_for(request, job_id)
+    if job.owner_id != request.api_user.pk:
+        raise ApiError(f"only the owner of job {job.pk} may rebuild its outputs", 403)
+    if job.status not in outputs.WITH_OUTPUTS:
+        raise ApiError(f"job {job.pk} is {job.status}: outputs are built once it is done, partial or cancelled", 409)
+    documents = outputs.job_outputs_rebuild(job=job)
+    return JsonResponse({**_job_dict(job), "rebuilding_documents": documents}, status=202)
 
 
 @api_view(scope="submit", methods=("POST",))

@@ -112,13 +112,15 @@ def document_result_pdf(request: HttpRequest, job_id: int, document_id: int) -> 
     """The searchable PDF: 409 while it is being built, or when its build failed (with why)."""
     document = _document_for(request, job_id, document_id)
     pdf = outputs.document_searchable_pdf(document)
-    if pdf is None or pdf.status == SearchablePdf.Status.PENDING:
+    if pdf is None or pdf.status in (SearchablePdf.Status.PENDING, SearchablePdf.Status.BUILDING):
         state = "is not built yet: its job has not ended" if pdf is None else "is being built"
         raise ApiError(f"the searchable PDF of document {document.pk} {state}", 409)
     if pdf.status == SearchablePdf.Status.FAILED:
         raise ApiError(f"the searchable PDF of document {document.pk} could not be built: {pdf.error}", 409)
-    return _stream(request, outputs.searchable_pdf_chunks(pdf), content_type="application/pdf",
-                   filename=f"{_document_stem(document)}.pdf")  # fmt: skip
+    response = _stream(request, outputs.searchable_pdf_chunks(pdf), content_type="application/pdf",
+                       filename=f"{_document_stem(document)}.pdf")  # fmt: skip
+    response["X-Pages-Missing"] = str(pdf.pages_missing)  # (pages kept without text: failed, cancelled)
+    return response
 
 
 def job_zip(job: Job) -> ZipStream:

@@ -314,7 +314,7 @@ class Page(models.Model):
         indexes = [
             # status first: also the in-flight count of every pool at once (status) reads only its range
             models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
-            models.Index(fields=["job", "status"], name="page_job_status_idx"),
+            models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),  # to-check too
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
         ]
@@ -377,12 +377,12 @@ class Dispatcher(models.Model):
 
 
 class SearchablePdf(models.Model):
-    """A document's searchable PDF (issue 25): its original pages with an invisible text layer,
-    built by a worker when the job ends (ocrjobs/services/searchable_pdf.py). A failed build
-    fails nothing else: it is shown with its error, and the next build tries again."""
+    """A document's searchable PDF (issue 25), built by a worker when the job ends (services/searchable_pdf.py).
+    A failed build fails nothing else: it is shown with its error, and the next build tries again."""
 
     class Status(models.TextChoices):
-        PENDING = "pending"  # asked for, not built yet (or being rebuilt after a retry)
+        PENDING = "pending"  # asked for (the job's end, a retry's, a rebuild), not built yet
+        BUILDING = "building"
         BUILT = "built"
         FAILED = "failed"
 
@@ -392,6 +392,8 @@ class SearchablePdf(models.Model):
     size_bytes = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
     builds = models.PositiveIntegerField(default=0, help_text="builds started")
+    generation = models.PositiveIntegerField(default=0, help_text="builds asked for: the last one asked stores")
+    pages_missing = models.PositiveIntegerField(default=0, help_text="pages without text: failed, cancelled")
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

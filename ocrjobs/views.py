@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -15,6 +16,7 @@ from ocrjobs.forms import JobForm
 from ocrjobs.models import Job
 from ocrjobs.schemas import job_submit_arguments
 from ocrjobs.services import jobs as job_services
+from ocrjobs.services import outputs
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
 from pods.spend import jobs_spend
@@ -92,6 +94,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _job_context(job)
     context["documents"] = list(job.documents.select_related("searchable_pdf"))
     context["deliveries"] = list(job.webhook_deliveries.all())
+    context["outputs_statuses"] = outputs.WITH_OUTPUTS
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 
@@ -129,6 +132,20 @@ def job_progress(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_services.job_cancel(job=_job_for(request, job_id))
     messages.info(request, f"Job {job.pk} cancelled.")
+    return redirect(job)
+
+
+@login_required
+@require_POST
+def job_outputs_rebuild(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_for(request, job_id)
+    if job.owner_id != request.user.pk:
+        raise PermissionDenied("only the job's owner may rebuild its outputs")
+    documents = outputs.job_outputs_rebuild(job=job)
+    if documents:
+        messages.info(request, f"The searchable PDFs of {documents} documents are being built again.")
+    else:
+        messages.error(request, f"Job {job.pk} is {job.status}: its outputs are built once it has ended.")
     return redirect(job)
 
 

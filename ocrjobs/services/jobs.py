@@ -118,8 +118,11 @@ def job_cancel(*, job: Job) -> Job:
         job.status = Job.Status.CANCELLED
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
-        _tally(job, job.page_counts())
+        counts = job.page_counts()
+        _tally(job, counts)
         webhook_enqueue(job=job)
+        if counts["done"]:
+            job_outputs_request(jobs=[job])  # the pages read so far, as a finished job's (partial)
         # Its pages no longer count as demand: a tick now stops the boots only they wanted.
         transaction.on_commit(lambda: _nudge(job.pool_id))
     return job

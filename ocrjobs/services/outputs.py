@@ -23,26 +23,49 @@ ROWS_PER_QUERY = 500
 # --- asking for the searchable PDFs --------------------------------------------------------------
 
 
+# Jobs whose outputs are built: a cancelled job's pages that were read are worth as much as a
+# finished job's (the others keep their original page, without text).
+WITH_OUTPUTS = (Job.Status.DONE, Job.Status.PARTIAL, Job.Status.CANCELLED)
+
+
 def job_outputs_request(*, jobs: list[Job]) -> None:
-    """When jobs end (in the transaction that ends them): the split documents of those done or
-    partial get a pending searchable PDF, built by a worker once this is committed; a job that
-    ends again after a retry has them built again. One statement whatever the number of jobs
-    (the dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
-    job_ids = [job.pk for job in jobs if job.status in (Job.Status.DONE, Job.Status.PARTIAL)]
+    """When jobs end (in the transaction that ends them): the split documents of those done,
+    partial or cancelled get a pending searchable PDF, built by a worker once this is committed;
+    a job that ends again after a retry has them built again. One statement whatever the number
+    of jobs (the dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
+    _request_builds([job.pk for job in jobs if job.status in WITH_OUTPUTS])
+
+
+def job_outputs_rebuild(*, job: Job) -> int:
+    """Build the job's searchable PDFs again (the job page's button, ``POST
+    /v1/jobs/{id}/outputs/rebuild``): the number of documents asked for. A build still running
+    is overtaken: it stores nothing (searchable_pdf_build)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status not in WITH_OUTPUTS:
+            return 0
+        return _request_builds([job.pk])
+
+
+def _request_builds(job_ids: list[int]) -> int:
+    """Each split document of the jobs: a pending searchable PDF of a new generation; enqueued
+    once committed. The number of documents."""
     if not job_ids:
-        return
+        return 0
     rows, documents = SearchablePdf._meta.db_table, Document._meta.db_table
     pending, split = SearchablePdf.Status.PENDING, Document.Status.SPLIT
     with connection.cursor() as cursor:
         # (SQLite reads ON CONFLICT after a SELECT only when the SELECT has a WHERE: it has.)
         cursor.execute(
-            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, updated_at) "
-            f"SELECT id, %s, '', 0, '', 0, %s FROM {documents} "
+            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, generation, pages_missing, "
+            f"updated_at) SELECT id, %s, '', 0, '', 0, 1, 0, %s FROM {documents} "
             f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s "
-            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = ''",
+            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = '', generation = {rows}.generation + 1",
             [pending, connection.ops.adapt_datetimefield_value(timezone.now()), *job_ids, split, pending],
         )
+        count = cursor.rowcount
     transaction.on_commit(lambda: enqueue_searchable_pdfs(job_ids=job_ids))
+    return count
 
 
 def searchable_pdfs_pending(*, job_id: int) -> list[int]:
@@ -123,6 +146,30 @@ def document_result_jsonl(document: Document) -> Iterator[str]:
         return
     for page in document.pages.select_related("document").order_by("number").iterator(chunk_size=ROWS_PER_QUERY):
         yield json.dumps(page.to_record(), ensure_ascii=False) + "\n"
+
+
+PDF_STATES = {SearchablePdf.Status.PENDING: "pending", SearchablePdf.Status.BUILDING: "building",
+              SearchablePdf.Status.BUILT: "ready", SearchablePdf.Status.FAILED: "failed"}  # fmt: skip
+
+
+def document_outputs_dict(job: Job, document: Document) -> dict:
+    """A document's outputs as the API shows them: the text downloads' URLs (they stream what is
+    read so far), and the searchable PDF's state: ``pending`` (until its job ends, or asked for
+    again), ``building``, ``ready`` (with its URL; ``pages_missing``: pages kept without text),
+    ``failed`` (with the error), ``none`` (its job ended without one: no page read, not split).
+    ``document.searchable_pdf`` is best selected with it (select_related)."""
+    base = f"/v1/jobs/{job.pk}/documents/{document.pk}"
+    pdf = document.searchable_pdf_or_none
+    if pdf is None:
+        state = {"state": "none" if job.is_finished else "pending"}
+    else:
+        state = {"state": PDF_STATES[pdf.status], "builds": pdf.builds}
+        if pdf.status == SearchablePdf.Status.BUILT:
+            state.update(url=f"{base}/result.pdf", size_bytes=pdf.size_bytes, pages_missing=pdf.pages_missing,
+                         partial=pdf.pages_missing > 0)  # fmt: skip
+        elif pdf.status == SearchablePdf.Status.FAILED:
+            state["error"] = pdf.error
+    return {"pdf": state, "txt": f"{base}/result.txt", "md": f"{base}/result.md", "jsonl": f"{base}/result.jsonl"}
 
 
 def document_searchable_pdf(document: Document) -> SearchablePdf | None:

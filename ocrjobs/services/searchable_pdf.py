@@ -22,9 +22,12 @@ Coordinates: the pod reports each page's pixel size (``width``, ``height``) and 
 need not be known. Lines without a box (the ``vlm`` engine's) are stacked down the page: search
 and copy find them, their place on the page is not theirs.
 
-Memory: the layer is made ``PAGES_PER_LAYER`` pages at a time into a temporary file that pikepdf
-reads back lazily; qpdf copies the original's page images from its file while it writes, so a
-build holds a chunk of text layer and qpdf's object table, never the document's pixels.
+Memory: the layer is made ``PAGES_PER_LAYER`` pages at a time, and each chunk's pages are
+appended to a copy of the original as an incremental update (ocrjobs/services/pdf_update.py): the
+original's bytes stay as they are, and a build holds one chunk of pages in qpdf, never the
+document (bench/searchable_pdf.py: 77 bytes a page of heap growth at 1,000 pages, where overlaying
+them all in one pikepdf.Pdf held ~16 kB a page). A file an update cannot take (encrypted, repaired
+by qpdf) is overlaid and written whole by qpdf as before.
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ import logging
 import os
 import tempfile
 import uuid
+import zlib
 from pathlib import Path
 
 import pikepdf
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 from PIL import Image, ImageOps
 from reportlab.lib.utils import ImageReader
@@ -48,6 +51,7 @@ from reportlab.pdfgen import canvas
 
 from ocrjobs import storage
 from ocrjobs.models import Document, Page, SearchablePdf
+from ocrjobs.services import pdf_update
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +93,22 @@ def _keep_every_character(font: TTFont, text: str) -> None:
 
 def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
     """Build (or build again) the document's searchable PDF and store it; None for a document
-    that has no pages to build from (not split). Safe to run twice, at once too: each build
-    stores a file of its own name, the last to finish is kept and the one before it removed.
-    A build that fails marks the row ``failed`` with the error (the job is not touched)."""
+    that has no pages to build from (not split). Pages not read (failed, cancelled) keep their
+    original page without a text layer, counted in ``pages_missing``.
+
+    Safe to run twice, at once too: a build takes the row's ``generation`` when it starts and
+    stores its file only if no later request for a build (a retry's end, a rebuild) has changed
+    it since; an overtaken build removes its own file and leaves the row to the later one. A
+    build that fails marks the row ``failed`` with the error (the job is not touched)."""
     document = Document.objects.select_related("job").filter(pk=document_id).first()
     if document is None or document.status != Document.Status.SPLIT:
         return None
-    row, _ = SearchablePdf.objects.get_or_create(document=document)
-    SearchablePdf.objects.filter(pk=row.pk).update(builds=F("builds") + 1, updated_at=timezone.now())
+    SearchablePdf.objects.get_or_create(document=document)
+    with transaction.atomic():
+        row = SearchablePdf.objects.select_for_update().get(pk=document.pk)
+        generation = row.generation
+        row.status, row.builds, row.updated_at = SearchablePdf.Status.BUILDING, row.builds + 1, timezone.now()
+        row.save(update_fields=["status", "builds", "updated_at"])
     fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
     os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
     try:
@@ -112,15 +124,21 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         Path(temporary).unlink(missing_ok=True)
         log.exception("document %s: the searchable PDF failed", document.pk)
         error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-        SearchablePdf.objects.filter(pk=row.pk).update(status=SearchablePdf.Status.FAILED, error=error,
-                                                       updated_at=timezone.now())  # fmt: skip
+        SearchablePdf.objects.filter(pk=row.pk, generation=generation).update(
+            status=SearchablePdf.Status.FAILED, error=error, updated_at=timezone.now()
+        )
         row.refresh_from_db()
         return row
+    missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
     with transaction.atomic():
         row = SearchablePdf.objects.select_for_update().get(pk=row.pk)
+        if row.generation != generation:  # overtaken: the later build's file is the one to keep
+            log.info("document %s: build of generation %s overtaken by %s", document.pk, generation, row.generation)
+            transaction.on_commit(lambda: storage.document_delete(name))
+            return row
         previous = row.name
         row.status, row.name, row.size_bytes, row.error = SearchablePdf.Status.BUILT, name, size, ""
-        row.updated_at = timezone.now()
+        row.pages_missing, row.updated_at = missing, timezone.now()
         row.save()
         if previous and previous != name:
             transaction.on_commit(lambda: storage.document_delete(previous))
@@ -147,6 +165,93 @@ class _Results:
 
 
 def _overlay_pdf(source: Path, document: Document, target: Path) -> None:
+    try:
+        _update_pdf(source, document, target)
+    except pdf_update.Unsuitable as exc:
+        log.info("document %s: %s; its searchable PDF is written whole by qpdf", document.pk, exc)
+        _rewrite_pdf(source, document, target)
+
+
+def _update_pdf(source: Path, document: Document, target: Path) -> None:
+    """The original's bytes, then each layered page appended as an incremental update
+    (ocrjobs/services/pdf_update.py), ``PAGES_PER_LAYER`` pages at a time: the original and the
+    layer are opened anew for each chunk, so that qpdf's object cache never holds more than one."""
+    results = _Results(document)
+    with pikepdf.open(source) as pdf, target.open("wb") as out:
+        update = pdf_update.open_update(source, pdf, out)
+        count = int(pdf.Root.Pages.get("/Count", 0))
+        push = b"%d 0 R" % update.new_number()
+        update.append(update.next_number - 1, b"<<>>", stream=b"q\n")
+        for start in range(0, count, PAGES_PER_LAYER):
+            stop = min(count, start + PAGES_PER_LAYER)
+            with pikepdf.open(source) as pdf, tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
+                pages = [pikepdf.Page(page) for page in pdf_update.page_dicts(pdf, start, stop)]
+                if len(pages) != stop - start:
+                    raise pdf_update.Unsuitable("fewer pages than its page tree counts")
+                sizes = [_shown_size(page) for page in pages]
+                chunk = [results.get(n) for n in range(start + 1, stop + 1)]
+                wanted = [_wants_layer(result) for result in chunk]
+                if not any(wanted):
+                    continue
+                _draw_layer(Path(tmp) / "layer.pdf", sizes, chunk, wanted)
+                with pikepdf.open(Path(tmp) / "layer.pdf") as layer:
+                    copier = pdf_update.Copier(update)
+                    for page, layer_page, want in zip(pages, layer.pages, wanted, strict=True):
+                        if want:
+                            _append_layered_page(update, copier, pdf, page, layer_page, push)
+                if warnings := pdf.get_warnings():
+                    raise pdf_update.Unsuitable(f"qpdf repaired it: {warnings[0]}")
+            log.debug("document %s: pages %d to %d layered", document.pk, start + 1, stop)  # (bench: memory)
+        update.close()
+
+
+def _draw_layer(path: Path, sizes: list, chunk: list, wanted: list[bool]) -> None:
+    """A PDF of the chunk's text layers, a page each (blank where none is wanted)."""
+    page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
+    for size, result, want in zip(sizes, chunk, wanted, strict=True):
+        page_canvas.setPageSize(size)
+        if want:
+            _draw_text(page_canvas, result, size)
+        page_canvas.showPage()
+    page_canvas.save()
+
+
+def _append_layered_page(update: pdf_update.Update, copier: pdf_update.Copier, pdf: pikepdf.Pdf,
+                         page: pikepdf.Page, layer_page: pikepdf.Page, push: bytes) -> None:  # fmt: skip
+    """The page again, its contents between q and Q, then the layer placed over it as a form
+    XObject, as ``add_overlay`` does it (qpdf's placement: the page's crop box and /Rotate)."""
+    width, height = (float(v) for v in layer_page.mediabox[2:])
+    contents = layer_page.obj.Contents
+    data = b"\n".join(part.read_bytes() for part in (contents if isinstance(contents, pikepdf.Array) else [contents]))
+    form = pikepdf.Dictionary(Type=pikepdf.Name.XObject, Subtype=pikepdf.Name.Form, BBox=[0, 0, width, height],
+                              Resources=layer_page.obj.get("/Resources", pikepdf.Dictionary()),
+                              Filter=pikepdf.Name.FlateDecode)  # fmt: skip
+    form_ref = copier.write(form, stream=zlib.compress(data))
+    resources = pdf_update.inherited(page.obj, "/Resources") or pikepdf.Dictionary()
+    xobjects = resources.get("/XObject") or pikepdf.Dictionary()
+    name, n = "/FleetadminOcr", 1
+    while name in xobjects:
+        name, n = f"/FleetadminOcr{n}", n + 1
+    probe = pikepdf.Stream(pdf, b"", BBox=[0, 0, width, height])
+    placement = page.calc_form_xobject_placement(probe, pikepdf.Name(name), pikepdf.Rectangle(page.trimbox),
+                                                 allow_shrink=True, allow_expand=True)  # fmt: skip
+    pop = b"%d 0 R" % update.new_number()
+    update.append(update.next_number - 1, b"<<>>", stream=b"Q\n" + placement)
+    ref = pdf_update.same_ref
+    original = page.obj.get("/Contents")
+    parts = original if isinstance(original, pikepdf.Array) else [original] if original is not None else []
+    listed = b" ".join([push, *(ref(part) for part in parts if isinstance(part, pikepdf.Object) and part.is_indirect),
+                        pop])  # fmt: skip
+    xobjects_pdf = pdf_update.serialize(xobjects, ref, replace={name: form_ref}, itself=True)
+    resources_pdf = pdf_update.serialize(resources, ref, replace={"/XObject": xobjects_pdf}, itself=True)
+    body = pdf_update.serialize(page.obj, ref, replace={"/Contents": b"[" + listed + b"]", "/Resources": resources_pdf},
+                                itself=True)  # fmt: skip
+    number, generation = page.obj.objgen
+    update.append(number, body, generation=generation)
+
+
+def _rewrite_pdf(source: Path, document: Document, target: Path) -> None:
+    """The whole file written anew by qpdf, the layers overlaid (files the update cannot take)."""
     results = _Results(document)
     with pikepdf.open(source) as pdf, contextlib.ExitStack() as layers:
         count = len(pdf.pages)
@@ -158,13 +263,7 @@ def _overlay_pdf(source: Path, document: Document, target: Path) -> None:
             if not any(wanted):
                 continue
             path = Path(layers.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "layer.pdf"
-            page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
-            for size, result, want in zip(sizes, chunk, wanted, strict=True):
-                page_canvas.setPageSize(size)
-                if want:
-                    _draw_text(page_canvas, result, size)
-                page_canvas.showPage()
-            page_canvas.save()
+            _draw_layer(path, sizes, chunk, wanted)
             layer = layers.enter_context(pikepdf.open(path))
             for index, number in enumerate(numbers):
                 if wanted[index]:
@@ -177,7 +276,7 @@ def _shown_size(page: pikepdf.Page) -> tuple[float, float]:
     turned by its /Rotate."""
     box = page.cropbox
     width, height = abs(float(box[2]) - float(box[0])), abs(float(box[3]) - float(box[1]))
-    rotate = int(page.obj.get("/Rotate", 0)) % 360
+    rotate = int(pdf_update.inherited(page.obj, "/Rotate") or 0) % 360
     return (height, width) if rotate in (90, 270) else (width, height)
 
 
@@ -187,27 +286,36 @@ def _wants_layer(result: dict | None) -> bool:
 
 
 def _image_pdf(source: Path, document: Document, target: Path) -> None:
+    """A PDF page per frame, ``IMAGES_PER_LAYER`` at a time drawn by reportlab into a file of
+    their own, whose pages are copied into the new file as they come (pdf_update.new_pdf): a
+    build holds a chunk of frames, never the document."""
     results = _Results(document)
-    out = pikepdf.new()
-    with Image.open(source) as image, contextlib.ExitStack() as chunks:
+    with Image.open(source) as image, target.open("wb") as out:
+        writer = pdf_update.new_pdf(out)
         frames = getattr(image, "n_frames", 1)
         passthrough = image.format == "JPEG" and frames == 1 and image.getexif().get(0x0112, 1) == 1
         for start in range(0, frames, IMAGES_PER_LAYER):
-            path = Path(chunks.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "pages.pdf"
-            page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
-            for frame in range(start, min(frames, start + IMAGES_PER_LAYER)):
-                image.seek(frame)
-                size = _image_page_size(image)
-                page_canvas.setPageSize(size)
-                drawn = str(source) if passthrough else ImageReader(_upright(image))
-                page_canvas.drawImage(drawn, 0, 0, width=size[0], height=size[1])
-                result = results.get(frame + 1)
-                if _wants_layer(result):
-                    _draw_text(page_canvas, result, size)
-                page_canvas.showPage()
-            page_canvas.save()
-            out.pages.extend(chunks.enter_context(pikepdf.open(path)).pages)
-        out.save(target)
+            stop = min(frames, start + IMAGES_PER_LAYER)
+            with tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
+                path = Path(tmp) / "pages.pdf"
+                page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
+                for frame in range(start, stop):
+                    image.seek(frame)
+                    size = _image_page_size(image)
+                    page_canvas.setPageSize(size)
+                    drawn = str(source) if passthrough else ImageReader(_upright(image))
+                    page_canvas.drawImage(drawn, 0, 0, width=size[0], height=size[1])
+                    result = results.get(frame + 1)
+                    if _wants_layer(result):
+                        _draw_text(page_canvas, result, size)
+                    page_canvas.showPage()
+                page_canvas.save()
+                with pikepdf.open(path) as pages:
+                    copier = pdf_update.Copier(writer)
+                    for page in pages.pages:
+                        copier.add_page(page.obj)
+            log.debug("document %s: pages %d to %d layered", document.pk, start + 1, stop)
+        writer.close()
 
 
 def _upright(image: Image.Image) -> Image.Image:

@@ -136,9 +136,12 @@ class Command(BaseCommand):
             time.sleep(END_POLL_SECONDS)
 
     def wait_for_pdfs(self, job: Job, timeout: float) -> bool:
-        """Wait until no searchable PDF of the job is pending (a worker builds them); False on time-out."""
+        """Wait until no searchable PDF of the job is pending or building (a worker builds them);
+        False on time-out."""
         started = time.monotonic()
-        pending = SearchablePdf.objects.filter(document__job=job, status=SearchablePdf.Status.PENDING)
+        pending = SearchablePdf.objects.filter(
+            document__job=job, status__in=(SearchablePdf.Status.PENDING, SearchablePdf.Status.BUILDING)
+        )
         while pending.exists():
             if timeout and time.monotonic() - started > timeout:
                 return False
