@@ -48,6 +48,7 @@ from pods.providers.base import (
     UnknownOffer,
 )
 from pods.services.lifecycle import pod_end, pod_terminate_later
+from pods.services.preemption import pod_preempted
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
             return _walk_later(pod)
         catalogue = fetched.offers
     candidates = capacity.priced(offers, catalogue)
+    if config is not None and config.on_demand_floor and _below_on_demand_floor(pod, config.on_demand_floor):
+        candidates = [offer for offer in candidates if not offer.interruptible]
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     tried = _tried_in_this_walk(pod)
     errors = {key: error for key, (outcome, error) in tried.items() if outcome == BootAttempt.Outcome.TRANSIENT}
@@ -190,6 +193,13 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
     if not probed_elsewhere:
         raise BootFailed(_none_created(len(candidates), errors))
     _walk_later(pod)
+
+
+def _below_on_demand_floor(pod: Pod, floor: int) -> bool:
+    """Whether the pool has fewer on-demand pods than its floor: then this boot rents one, and only
+    the pods above the floor are interruptible. Counted: alive pods whose create is out or done."""
+    others = Pod.objects.alive().filter(pool_id=pod.pool_id, interruptible=False).exclude(pk=pod.pk)
+    return others.exclude(boot_stage=Stage.CREATE).count() < floor
 
 
 def _walk_later(pod: Pod) -> None:
@@ -218,7 +228,7 @@ def _create_on(
     try:
         # Committed before the call: a step that dies inside it leaves "creating", and the next
         # step looks for the pod by its name before it creates anything (a local pod: on this host).
-        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod)}
+        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible}
         if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(**creating):
             raise leases.LeaseLost(pod.name)
         created = provider.create(spec)
@@ -306,8 +316,9 @@ def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     fields.append("host")
     if offer is not None:
         pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
-        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr
-        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr"]
+        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr  # an interruptible pod's: its bid
+        pod.interruptible = offer.interruptible
+        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr", "interruptible"]
     pod.save(update_fields=fields)
 
 
@@ -338,6 +349,8 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
     seen = provider.get(pod.provider_id)
     if seen is None:
         raise BootFailed("the pod went away while booting")
+    if _preempted(pod, seen):
+        return
     if seen.running and seen.base_url:
         return _enter(pod, Stage.MODEL, base_url=seen.base_url)
     if _past(pod.billed_from or pod.created_at, settings.POD_RUNNING_TIMEOUT_SECONDS):
@@ -347,13 +360,24 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
 
 def _model_step(pod: Pod, provider: Provider, token: str) -> None:
     if _asks_the_provider(pod):
-        if provider.get(pod.provider_id) is None:
+        seen = provider.get(pod.provider_id)
+        if seen is None:
             raise BootFailed("the pod went away while loading its model")
+        if _preempted(pod, seen):
+            return
     elif (engine := pod_engine(pod.base_url, token=pod.token)) is not None:
         return _join(pod, provider, engine)
     if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
         raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
     _next_step(pod.pk, in_seconds=_poll_seconds(pod))
+
+
+def _preempted(pod: Pod, seen: ProviderPod) -> bool:
+    """An interruptible pod the provider stopped while it booted was preempted: ended as such."""
+    if not (pod.interruptible and seen.stopped):
+        return False
+    pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
+    return True
 
 
 def _poll_seconds(pod: Pod) -> float:
