@@ -12,6 +12,8 @@ Routes:
   GET  /pods/{id}/v1/models          (the pod's POD_TOKEN as a bearer token, when its env has one)
   PUT  /pods/{id}/v1/documents/{sha256}   its document cache (LRU under document_cache_bytes)
   POST /pods/{id}/v1/ocr             a cached document's page (JSON), or a raw image body
+
+Length: a test and benchmark tool, not the product; every route RunPod and its pods answer, in one place.
 """
 
 from __future__ import annotations

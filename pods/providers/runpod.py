@@ -12,6 +12,9 @@ What this module adds to the SDK:
   auth, transient) and transient ones are retried with bounded back-off;
 - a pod's base URL comes from ``RUNPOD_POD_URL_TEMPLATE``.
 
+Length: every call of the SDK and the checks that guard it stay together, the interruptible
+mutation the SDK lacks (``interruptible_query``) included: one place to read what reaches RunPod.
+
 Settings (read from the environment in fleetadmin/settings.py): ``RUNPOD_API_KEY``
 (or ``RUNPOD_API_KEY_FILE``), ``RUNPOD_POD_URL_TEMPLATE`` (the simulator prints the
 one to use, ``http://127.0.0.1:PORT/pods/{pod_id}``) and ``RUNPOD_RETRY_DELAYS``.

@@ -16,6 +16,9 @@ so no worker is held while a pod comes up (invariant 15). The stages:
 
 Steps block (provider calls, HTTP to pods): they run on a pass's threads in django-q2
 workers, never in the front's request path.
+
+Length: one state machine, its stages side by side; what interruptible pods add (their floor,
+a preemption seen while booting) is a call each into pods/services/preemption.py.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from pods.providers.base import (
     UnknownOffer,
 )
 from pods.services.lifecycle import pod_end, pod_terminate_later
-from pods.services.preemption import pod_preempted
+from pods.services.preemption import on_demand_floor_unmet, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +178,7 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
             return _walk_later(pod)
         catalogue = fetched.offers
     candidates = capacity.priced(offers, catalogue)
-    if config is not None and config.on_demand_floor and _below_on_demand_floor(pod, config.on_demand_floor):
+    if config is not None and on_demand_floor_unmet(pod, config.on_demand_floor):
         candidates = [offer for offer in candidates if not offer.interruptible]
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     tried = _tried_in_this_walk(pod)
@@ -193,13 +196,6 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
     if not probed_elsewhere:
         raise BootFailed(_none_created(len(candidates), errors))
     _walk_later(pod)
-
-
-def _below_on_demand_floor(pod: Pod, floor: int) -> bool:
-    """Whether the pool has fewer on-demand pods than its floor: then this boot rents one, and only
-    the pods above the floor are interruptible. Counted: alive pods whose create is out or done."""
-    others = Pod.objects.alive().filter(pool_id=pod.pool_id, interruptible=False).exclude(pk=pod.pk)
-    return others.exclude(boot_stage=Stage.CREATE).count() < floor
 
 
 def _walk_later(pod: Pod) -> None:
@@ -349,7 +345,7 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
     seen = provider.get(pod.provider_id)
     if seen is None:
         raise BootFailed("the pod went away while booting")
-    if _preempted(pod, seen):
+    if preempted_if_stopped(pod, seen):
         return
     if seen.running and seen.base_url:
         return _enter(pod, Stage.MODEL, base_url=seen.base_url)
@@ -360,24 +356,13 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
 
 def _model_step(pod: Pod, provider: Provider, token: str) -> None:
     if _asks_the_provider(pod):
-        seen = provider.get(pod.provider_id)
-        if seen is None:
+        if provider.get(pod.provider_id) is None:
             raise BootFailed("the pod went away while loading its model")
-        if _preempted(pod, seen):
-            return
     elif (engine := pod_engine(pod.base_url, token=pod.token)) is not None:
         return _join(pod, provider, engine)
     if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
         raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
     _next_step(pod.pk, in_seconds=_poll_seconds(pod))
-
-
-def _preempted(pod: Pod, seen: ProviderPod) -> bool:
-    """An interruptible pod the provider stopped while it booted was preempted: ended as such."""
-    if not (pod.interruptible and seen.stopped):
-        return False
-    pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
-    return True
 
 
 def _poll_seconds(pod: Pod) -> float:

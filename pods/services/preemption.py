@@ -22,7 +22,7 @@ from django.utils import timezone
 from pods import capacity
 from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
-from pods.providers.base import Offer
+from pods.providers.base import Offer, ProviderPod
 from pods.services.lifecycle import pod_end
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,25 @@ def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
     _skip_candidate(current)
     log.warning("pod %s preempted at %s", current.name, at.isoformat())
     return True
+
+
+def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> bool:
+    """An interruptible pod the provider stopped (we never stop pods) was preempted, at its last
+    status change: recorded as such. False for any other pod."""
+    if not (pod.interruptible and seen.stopped):
+        return False
+    pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
+    return True
+
+
+def on_demand_floor_unmet(pod: Pod, floor: int) -> bool:
+    """Whether the pool has fewer on-demand pods than its floor: then this boot rents one, and only
+    the pods above the floor are interruptible. Counted: alive pods whose create is out or done
+    (a boot's kind is written before its create call)."""
+    if floor <= 0:
+        return False
+    others = Pod.objects.alive().filter(pool_id=pod.pool_id, interruptible=False).exclude(pk=pod.pk)
+    return others.exclude(boot_stage=Pod.BootStage.CREATE).count() < floor
 
 
 def _requeue_pages(pod: Pod) -> int:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from fleetadmin.deployment import pod_prefix
 from fleetadmin.hosts import hosts_silent, is_this_host
@@ -17,7 +15,7 @@ from pods.providers import get_provider
 from pods.services import passes
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
-from pods.services.preemption import pod_preempted
+from pods.services.preemption import preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +61,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             if not pod.is_alive:
                 _terminate_quietly(provider, pod)
                 result.terminated.append(seen.name)
-            elif pod.interruptible and seen.stopped:
-                # Stopped by the provider, not by us (we never stop pods): preempted, since its
-                # last status change. Ended here; the next pass terminates it there.
-                pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
+            elif preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
                 result.preempted.append(seen.name)
             continue
         if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:

@@ -22,6 +22,7 @@ from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
+from pods.services.preemption import preemption_rate, redo_seconds
 from pods.services.reconcile import reconcile
 from pods.spend import jobs_spend
 
@@ -87,7 +88,7 @@ def pool_demand(pool: Pool) -> Demand:
     backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
     waiting, running = backlog.waiting, backlog.running
     per_page, guessed = _seconds_per_page(pool)
-    work = (waiting + running) * per_page  # lane-seconds
+    work = (waiting + running) * per_page * preemption_overhead(pool, per_page)  # lane-seconds
     wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
     affordable = None
     fixed = boot_seconds(pool) + pool.idle_seconds  # pod-seconds each pod costs beyond its pages
@@ -124,6 +125,15 @@ def pool_demand(pool: Pool) -> Demand:
             )
     wanted = min(max(wanted, pool.min_pods), pool.max_pods)
     return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed)
+
+
+def preemption_overhead(pool: Pool, per_page: float) -> float:
+    """How much more pod time the work takes for the preemptions measured over the pool's last
+    hours: each one costs a replacement's boot and the pages in flight again (1.0: none)."""
+    rate = preemption_rate(pool).per_pod_hour
+    if not rate:
+        return 1.0
+    return 1.0 + rate * redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) / 3600
 
 
 def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
