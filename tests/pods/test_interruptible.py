@@ -7,6 +7,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import runpod
 from django.utils import timezone
 
 from ocrjobs.models import Document, Job, Page
@@ -16,11 +17,10 @@ from pods.poolconfig import PoolConfigError, parse_config
 from pods.providers.base import Offer, PodSpec
 from pods.providers.runpod import RunPodProvider, UnsafeValue, interruptible_query
 from pods.services import forecast, preemption, reconcile, scaler
-from runpodsim import SimConfig, SimulatorThread
+from runpodsim import SimConfig
 from runpodsim.config import GpuTypeConfig
-from tests.pods.conftest import GOOD, KEY
+from tests.pods.conftest import GOOD, KEY, simulated
 from tests.pods.helpers import boot_until_settled
-from tests.runpod import use_simulator
 
 SPOT = "NVIDIA SPOT 3"
 IMAGE = "ghcr.io/example/fleetadmin-pod:1"
@@ -45,10 +45,7 @@ def spot_sim(monkeypatch, settings):
             ),  # fmt: skip
         ],
     )
-    with SimulatorThread(config) as simulator:
-        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
-        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
-        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+    with simulated(config, monkeypatch, settings) as simulator:
         yield simulator
 
 
@@ -186,7 +183,7 @@ def test_an_on_demand_pod_the_provider_stops_is_not_taken_for_preempted(spot_sim
     pool = spot_pool()
     Pool.objects.filter(pk=pool.pk).update(config={**pool.config, "candidates": [{"gpu_types": [GOOD]}]})
     pod = boot_until_settled(new_pod(Pool.objects.get(pk=pool.pk)).pk)
-    RunPodProvider()._call("stop", __import__("runpod").stop_pod, pod.provider_id)
+    RunPodProvider()._call("stop", runpod.stop_pod, pod.provider_id)
     assert reconcile.reconcile(provider_name="runpod").preempted == []
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.READY
 
