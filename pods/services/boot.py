@@ -178,7 +178,7 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
             return _walk_later(pod)
         catalogue = fetched.offers
     candidates = capacity.priced(offers, catalogue)
-    if config is not None and on_demand_floor_unmet(pod, config.on_demand_floor):
+    if config is not None and (pod.on_demand_only or on_demand_floor_unmet(pod, config.on_demand_floor)):
         candidates = [offer for offer in candidates if not offer.interruptible]
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     tried = _tried_in_this_walk(pod)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
-from pods.poolconfig import pool_offers
+from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
@@ -44,6 +44,7 @@ class Demand:
     sized_for: str = "balanced"  # what set `wanted`: balanced, fastest, cheapest, or "deadline of job N"
     missed_deadline: str = ""  # a deadline that max pods cannot meet, and the earliest it could be met
     per_page_guessed: bool = False  # no page measured yet: seconds_per_page is the setting's guess
+    on_demand_only: bool = False  # a deadline interruptible pods would put at risk: boots rent on demand
 
 
 def seconds_per_page(pool: Pool) -> float:
@@ -97,7 +98,7 @@ def pool_demand(pool: Pool) -> Demand:
         wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
-    sized_for, missed = "balanced", ""
+    sized_for, missed, on_demand_only = "balanced", "", False
     scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
     priorities = {priority for _, deadline, priority in scheduled if deadline is None}
     deadlines = sorted((deadline, job_id) for job_id, deadline, _ in scheduled if deadline is not None)
@@ -117,6 +118,7 @@ def pool_demand(pool: Pool) -> Demand:
         needed, earliest = pods_for_deadline(pool, work=planned_work, deadline=deadline)
         if needed > wanted:
             wanted, sized_for = needed, f"deadline of job {job_id}"
+        on_demand_only = _deadline_at_risk_from_preemption(pool, planned_work, deadline, wanted, per_page)
         if earliest is not None:
             missed = (
                 f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {planned} pages "
@@ -124,7 +126,7 @@ def pool_demand(pool: Pool) -> Demand:
                 f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
             )
     wanted = min(max(wanted, pool.min_pods), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed)
+    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed, on_demand_only)
 
 
 def preemption_overhead(pool: Pool, per_page: float) -> float:
@@ -134,6 +136,21 @@ def preemption_overhead(pool: Pool, per_page: float) -> float:
     if not rate:
         return 1.0
     return 1.0 + rate * redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) / 3600
+
+
+def _deadline_at_risk_from_preemption(pool: Pool, work: float, deadline: datetime, pods: int, per_page: float) -> bool:
+    """Whether the deadline has no room for one preemption on each of the pods it needs (a
+    replacement's boot and the pages in flight read again): then the rest of the work goes to
+    on-demand pods. Only for pools that rent interruptible pods."""
+    try:
+        config = pool_offers(pool)[1]
+    except PoolConfigError:
+        return False
+    if config is None or not config.has_interruptible:
+        return False
+    redo = redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) * pool.lanes_per_pod
+    _, earliest = pods_for_deadline(pool, work=work + max(pods, 1) * redo, deadline=deadline)
+    return earliest is not None
 
 
 def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
@@ -268,6 +285,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 name=pod_name(pool, uuid.uuid4().hex[:8]),
                 lanes=pool.lanes_per_pod,
                 reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
+                on_demand_only=demand.on_demand_only,
                 **staged(Pod.BootStage.CREATE),
             )
             booted.append(pod.pk)

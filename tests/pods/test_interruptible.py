@@ -21,6 +21,7 @@ from runpodsim import SimConfig
 from runpodsim.config import GpuTypeConfig
 from tests.pods.conftest import GOOD, KEY, simulated
 from tests.pods.helpers import boot_until_settled
+from tests.pods.test_deadlines import _job_with, in_seconds
 
 SPOT = "NVIDIA SPOT 3"
 IMAGE = "ghcr.io/example/fleetadmin-pod:1"
@@ -227,3 +228,25 @@ def test_the_forecast_prices_interruptible_pods_at_their_bid_and_counts_preempti
     floored = spot_pool("floored", on_demand_floor=4)
     on_demand = forecast.pool_forecast(floored, pages=2000)["sizings"]["fastest"]
     assert on_demand["dollars"] > stormy["sizings"]["fastest"]["dollars"]  # every pod at $0.30, not $0.15
+
+
+# -- a deadline interruptible pods would put at risk ---------------------------------------------------
+
+
+def test_a_deadline_without_room_for_a_preemption_moves_the_rest_to_on_demand_pods(spot_sim, db, settings):
+    settings.SCALE_SECONDS_PER_PAGE_GUESS = 2.0
+    settings.SCALE_BOOT_SECONDS_GUESS = 60.0
+    pool = spot_pool()
+    _job_with(pool, 200, deadline=in_seconds(3600))  # 400 lane-s on up to 4 two-lane pods: an hour is ample
+    assert not scaler.pool_demand(pool).on_demand_only
+    Job.objects.update(deadline=in_seconds(125))  # met by 4 pods after a 60 s boot, but not after a second one
+    demand = scaler.pool_demand(pool)
+    assert demand.on_demand_only and not demand.missed_deadline
+    result = scaler.pool_tick(pool=pool)
+    booted = Pod.objects.filter(pk__in=result.booted)
+    assert booted.count() == 4 and all(booted.values_list("on_demand_only", flat=True))
+    assert boot_until_settled(booted.first().pk).gpu_type == GOOD  # not the cheaper bid
+    on_demand = Pool.objects.create(key="od", provider="runpod", max_pods=4, lanes_per_pod=2,
+                                    config={"image": IMAGE, "candidates": [{"gpu_types": [GOOD]}]})  # fmt: skip
+    _job_with(on_demand, 200, deadline=in_seconds(125))
+    assert not scaler.pool_demand(on_demand).on_demand_only  # nothing interruptible to move away from
