@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/storm.py [--database-url postgres://...] [--docs 2000 --pages-per-doc 4]
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
+        [--interruptible [--preempt-rate 0.05] [--preempt-seed 1] [--on-demand-floor 0]]
 
 Thousands of documents of several pages (stored directly in the database, as split already,
 every document a small blank PDF; or, with ``--real-path``, each uploaded as a PDF of its own
@@ -33,6 +34,10 @@ Figures:
   under the page's current claim);
 - growth while stalled: STALL alerts raised and pods created while one was open.
 
+With ``--interruptible`` (bench/spot.py) the pool rents interruptible pods at a bid, the simulator
+preempts them at ``--preempt-rate`` per pod-hour, and the same run on on-demand pods goes first:
+dollars per page and makespan against it (goals <= 0.6 × and <= 1.25 ×), nothing lost or done twice.
+
 Goals (the JSON's "goal", by name): paid ÷ busy <= 1.15 (wall time), nothing lost or duplicated,
 no growth while dispatch is stalled, every ready pod read pages, create calls <= candidates +
 pods booted, at most one catalogue fetch per 60 s, the status endpoint answered every probe, every
@@ -54,6 +59,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import spot
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
@@ -85,6 +91,7 @@ def sim_config(args) -> dict:
              "communityPrice": round(price * 0.6, 2), "capacity": {"SECURE": {dc: free for dc in DATA_CENTERS}}}
             for gpu, price, free in CATALOGUE
         ],
+        **spot.sim_options(args),
     }  # fmt: skip
 
 
@@ -114,11 +121,13 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--small", action="store_true", help=f"CI's size (what is not given): {SMALL}")
+    spot.add_flags(parser)
     args = parser.parse_args()
     if args.small:
         parser.set_defaults(**SMALL)
         args = parser.parse_args()
     raise_on_sigterm()
+    args.on_demand = spot.on_demand_run(args, sys.argv[1:]) if args.interruptible else None
     children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-storm-logs-")))
     try:
         sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
@@ -213,9 +222,9 @@ def run(args, children: Children, sim_url: str) -> None:
     pool = Pool.objects.create(
         key="storm", provider="runpod", min_pods=0, max_pods=args.max_pods, lanes_per_pod=args.lanes,
         max_parallel_boots=args.parallel_boots, idle_seconds=args.idle_seconds,
-        config={"image": "ghcr.io/example/fleetadmin-pod:1",
+        config=spot.pool_config(args, {"image": "ghcr.io/example/fleetadmin-pod:1",
                 "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
-                                "data_centers": DATA_CENTERS}]},
+                                "data_centers": DATA_CENTERS}]}),
     )  # fmt: skip
     if not args.real_path:
         create_pages(args, pool)
@@ -402,6 +411,8 @@ def run(args, children: Children, sim_url: str) -> None:
         "goal": goal,
         "goal_met": all(goal.values()),
     }
+    if args.interruptible:
+        result["interruptible"] = spot.section(args, result, pool, stats_after, args.on_demand)
     print(f"{pages_total} pages ({args.docs} documents × {args.pages_per_doc}) on {connection.vendor}: "
           f"{args.latency} s/page, {args.lanes} lanes/pod, ≤ {args.max_pods} pods, boot {result['boot_s']:g} s, "
           f"idle {args.idle_seconds} s, tick every {args.tick_seconds:g} s")  # fmt: skip
@@ -424,6 +435,8 @@ def run(args, children: Children, sim_url: str) -> None:
           f"{grown_while_stalled} pods created while one was open")  # fmt: skip
     print(f"pods not shed        {len(not_shed)} (released by the benchmark)")
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
+    if args.interruptible:
+        spot.print_section(result["interruptible"])
     print_pod_timeline(pods, pages, started_wall)
     print(json.dumps(result))
 

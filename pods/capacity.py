@@ -32,7 +32,22 @@ CATALOGUE_FRESH_SECONDS = 10
 
 
 def candidate_key(provider: str, offer: Offer) -> str:
-    return f"{provider}|{offer.gpu_type}|{offer.cloud_type}|{offer.data_center or '*'}"
+    spot = "|spot" if offer.interruptible else ""
+    return f"{provider}|{offer.gpu_type}|{offer.cloud_type}|{offer.data_center or '*'}{spot}"
+
+
+def candidate_block(key: str, *, seconds: float, reason: str) -> None:
+    """Every boot skips the candidate for ``seconds`` (as after "no capacity"): e.g. its
+    interruptible pod was just preempted, so its market is outbid now."""
+    if seconds <= 0:
+        return
+    try:
+        CapacityVerdict.objects.get_or_create(key=key)
+    except IntegrityError:
+        pass  # created by another booter at the same moment
+    until = timezone.now() + timedelta(seconds=seconds)
+    CapacityVerdict.objects.filter(key=key).update(blocked_until=until, open_until=None, open_slots=0,
+                                                   reason=reason[:500])  # fmt: skip
 
 
 def blocked_keys(keys: list[str]) -> set[str]:
@@ -120,6 +135,7 @@ def _to_json(offers: list[Offer]) -> list[dict]:
             "cloud_type": o.cloud_type,
             "data_center": o.data_center,
             "cost_per_hr": str(o.cost_per_hr),
+            "min_bid": None if o.min_bid is None else str(o.min_bid),
         }
         for o in offers
     ]
@@ -133,6 +149,7 @@ def _from_json(rows: list[dict]) -> list[Offer]:
             cloud_type=r["cloud_type"],
             data_center=r["data_center"],
             cost_per_hr=Decimal(r["cost_per_hr"]),
+            min_bid=Decimal(r["min_bid"]) if r.get("min_bid") is not None else None,  # (lists stored before bids)
         )  # fmt: skip
         for r in copy.deepcopy(rows)
     ]
@@ -199,18 +216,37 @@ def _wait_for_fetch(row: PriceCatalogue) -> Catalogue:
     raise ProviderError(f"the {row.provider} catalogue is not available yet")
 
 
+def bid(offer: Offer, on_demand: Decimal, min_bid: Decimal | None) -> Decimal | None:
+    """An interruptible candidate's bid per GPU: the catalogue's minimum bid plus the pool's
+    margin, never over the on-demand price (then on-demand is as cheap and never preempted).
+    None when the catalogue names no minimum bid: it rents no interruptible pods."""
+    if min_bid is None or min_bid <= 0:
+        return None
+    return min(min_bid + offer.bid_margin, on_demand).quantize(Decimal("0.0001"))
+
+
 def priced(offers: list[Offer], catalogue: list[Offer]) -> list[Offer]:
-    """The pool's candidates with catalogue prices, cheapest first; unpriced ones last, in pool order."""
-    prices = {(o.gpu_type, o.cloud_type): o.cost_per_hr for o in catalogue}
+    """The pool's candidates with catalogue prices (an interruptible one's: its bid), cheapest
+    first; unpriced ones last, in pool order. An interruptible candidate the catalogue has no
+    minimum bid for is left out: nothing could be bid on it."""
+    listed = {(o.gpu_type, o.cloud_type): o for o in catalogue}
     known, unknown = [], []
     for offer in offers:
-        price = prices.get((offer.gpu_type, offer.cloud_type))
+        entry = listed.get((offer.gpu_type, offer.cloud_type))
+        price = entry.cost_per_hr if entry is not None else None
         if price is None and offer.cloud_type in ("", "LOCAL"):
             price = offer.cost_per_hr
+        if offer.interruptible and entry is not None:
+            price = bid(offer, entry.cost_per_hr, entry.min_bid)
+            if price is None:
+                continue
         if price is None:
             unknown.append(offer)
         else:
-            known.append(Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price))
+            known.append(
+                Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price, offer.interruptible,
+                      offer.bid_margin, entry.min_bid if entry is not None else None)
+            )  # fmt: skip
     known.sort(key=lambda o: o.cost_per_hr)  # stable: equal prices keep the pool's order
     return known + unknown
 

@@ -147,6 +147,12 @@ class Pod(TaskLeased):
     cloud_type = models.CharField(max_length=20, blank=True)
     data_center = models.CharField(max_length=40, blank=True)
     cost_per_hr = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
+    interruptible = models.BooleanField(default=False, help_text="rented at a bid: the provider may preempt it")
+    preempted_at = models.DateTimeField(null=True, blank=True, help_text="when the provider took it back")
+    on_demand_only = models.BooleanField(
+        default=False,
+        help_text="booted for a deadline that interruptible pods would put at risk: never rented at a bid",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     billed_from = models.DateTimeField(null=True, blank=True, help_text="when the provider created it")
     ready_at = models.DateTimeField(null=True, blank=True)

@@ -4,6 +4,7 @@ of RunPod's create settings (disk, volumes, CUDA versions, docker args)."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,6 +19,9 @@ class CandidateGroup(BaseModel):
     gpu_types: list[str] = Field(min_length=1)
     cloud_type: Literal["SECURE", "COMMUNITY"] = "SECURE"
     data_centers: list[str] = Field(default_factory=list, description="empty: any data centre")
+    interruptible: bool = Field(False, description="rent these as interruptible (spot) pods, at a bid")
+    # The bid: the catalogue's minimum bid plus this margin ($/h per GPU), capped at the on-demand price.
+    bid_margin: Decimal = Field(Decimal("0.01"), ge=0, le=100, max_digits=8, decimal_places=4)
 
 
 class RunPodPoolConfig(BaseModel):
@@ -36,6 +40,12 @@ class RunPodPoolConfig(BaseModel):
     docker_args: str = Field("", max_length=2000)
     ssh: bool = Field(False, description="start RunPod's SSH service in each pod")
     public_ip: bool = Field(False, description="give each pod a public IP (needed when pods are reached by IP)")
+    # Interruptible candidates are skipped while fewer than this many on-demand pods are alive.
+    on_demand_floor: int = Field(0, ge=0, le=10000)
+    # A candidate whose interruptible pod was preempted is skipped by every boot this long.
+    preempted_skip_seconds: float = Field(600.0, ge=0, le=86400)
+    # The scaler and the forecast count the pool's preemptions over its last this many hours.
+    preemption_window_hours: float = Field(6.0, gt=0, le=24 * 30)
 
     @field_validator("allowed_cuda_versions")
     @classmethod
@@ -57,13 +67,23 @@ class RunPodPoolConfig(BaseModel):
             public_ip=self.public_ip,
         )
 
+    @property
+    def has_interruptible(self) -> bool:
+        return any(group.interruptible for group in self.candidates)
+
     def offers(self) -> list[Offer]:
         """Every (GPU type, cloud, data centre) the pool may boot on, in the order written."""
         seen: dict[str, Offer] = {}
         for group in self.candidates:
             for gpu in group.gpu_types:
                 for data_center in group.data_centers or [""]:
-                    offer = Offer(gpu_type=gpu, cloud_type=group.cloud_type, data_center=data_center)
+                    offer = Offer(
+                        gpu_type=gpu,
+                        cloud_type=group.cloud_type,
+                        data_center=data_center,
+                        interruptible=group.interruptible,
+                        bid_margin=group.bid_margin if group.interruptible else Decimal("0"),
+                    )
                     seen.setdefault(offer.key, offer)
         return list(seen.values())
 

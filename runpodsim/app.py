@@ -7,10 +7,13 @@ Routes:
   GET  /sim/pods/{id}/documents      what one virtual pod's document cache holds, oldest use first
   GET|POST /sim/faults               the injected faults ({"faults": [...], "append": false})
   POST /sim/capacity                 {"gpu": id, "cloud": "SECURE", "data_center": "EU-RO-1", "free": 3}
+  POST /sim/preempt                  {"pod_id": id}: the provider takes an interruptible pod back now
   GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
   GET  /pods/{id}/v1/models          (the pod's POD_TOKEN as a bearer token, when its env has one)
   PUT  /pods/{id}/v1/documents/{sha256}   its document cache (LRU under document_cache_bytes)
   POST /pods/{id}/v1/ocr             a cached document's page (JSON), or a raw image body
+
+Length: a test and benchmark tool, not the product; every route RunPod and its pods answer, in one place.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def make_app(config: SimConfig) -> web.Application:
             web.get("/sim/faults", sim_faults),
             web.post("/sim/faults", sim_set_faults),
             web.post("/sim/capacity", sim_set_capacity),
+            web.post("/sim/preempt", sim_preempt),
             web.get("/pods/{pod_id}/healthz", pod_healthz),
             web.get("/pods/{pod_id}/v1/models", pod_models),
             web.post("/pods/{pod_id}/v1/ocr", pod_ocr),
@@ -163,6 +167,19 @@ async def sim_set_capacity(request: web.Request) -> web.Response:
         return web.json_response({"error": "unknown gpu or cloud, or negative count"}, status=400)
     farm.free[key] = free
     return web.json_response({"free": free})
+
+
+async def sim_preempt(request: web.Request) -> web.Response:
+    farm = request.app[FARM_KEY]
+    try:
+        pod_id = str((await request.json())["pod_id"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return web.json_response({"error": f"expected pod_id: {exc}"}, status=400)
+    pod = farm.pods.get(pod_id)
+    if pod is None or not pod.interruptible:
+        return web.json_response({"error": "no such interruptible pod"}, status=404)
+    farm.preempt(pod)
+    return web.json_response(farm.pod_summary(pod))
 
 
 # -- virtual pods --------------------------------------------------------------------------------
@@ -340,6 +357,8 @@ async def pod_ocr(request: web.Request) -> web.Response:
         await asyncio.sleep(farm.config.page_latency_s)
     finally:
         pod.busy -= 1
+    if not farm.runtime_up(pod):
+        return _preempted_meanwhile(farm)
     pod.pages_done += 1
     farm.stats["ocr_pages"] += 1
     return web.json_response(_page_result(body, farm.config.page_latency_s))
@@ -374,11 +393,19 @@ async def _ocr_document_page(request: web.Request, farm: Farm, pod: VirtualPod) 
     finally:
         pod.busy -= 1
         document.in_use -= 1
+    if not farm.runtime_up(pod):
+        return _preempted_meanwhile(farm)
     pod.pages_done += 1
     farm.stats["ocr_pages"] += 1
     result = _page_result(f"{sha256}:{number}".encode(), farm.config.page_latency_s)
     result["render_seconds"] = 0.0
     return web.json_response(result)
+
+
+def _preempted_meanwhile(farm: Farm) -> web.Response:
+    """The pod was taken back while it read the page: its work is lost, as the proxy says."""
+    farm.stats["ocr_pages_lost_to_preemption"] += 1
+    return _pod_error(502, "pod is not running")
 
 
 def _page_result(body: bytes, seconds: float) -> dict[str, Any]:

@@ -38,9 +38,17 @@ class GpuTypeConfig(_Strict):
     capacity: dict[Cloud, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
     # Lanes its pods report whatever LANES says, as a pod image that sizes itself to its GPU does.
     pod_lanes: int | None = Field(None, alias="podLanes", ge=1, le=256)
+    # The lowest bid per GPU ($/h) an interruptible pod is rented at (lowestPrice.minimumBidPrice);
+    # absent: 60 % of the community price (none without one: no interruptible pods of this type).
+    minimum_bid_price: float | None = Field(None, alias="minimumBidPrice", gt=0)
 
     def price(self, cloud: str) -> float | None:
         return self.secure_price if cloud == "SECURE" else self.community_price
+
+    def minimum_bid(self) -> float | None:
+        if self.minimum_bid_price is not None:
+            return self.minimum_bid_price
+        return None if self.community_price is None else round(self.community_price * 0.6, 4)
 
 
 class Trigger(_Strict):
@@ -186,6 +194,11 @@ class SimConfig(_Strict):
     max_document_bytes: int = Field(512 * 1024**2, ge=1)
     gpu_types: list[GpuTypeConfig] = Field(default_factory=_default_gpu_types)
     faults: list[Fault] = Field(default_factory=list)
+    # Interruptible pods are preempted at this rate per pod-hour (a Poisson process on the
+    # simulator's clock: each pod's moment is drawn when it is rented, from preempt_seed's
+    # generator, so a run with a seed preempts the same pods at the same ages).
+    preempt_rate_per_hour: float = Field(0.0, ge=0, le=3600)
+    preempt_seed: int | None = None
 
     @field_validator("gpu_types")
     @classmethod

@@ -11,6 +11,7 @@ operation the SDK sends against one account's state, so its handlers stay togeth
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from collections import Counter, OrderedDict
@@ -72,6 +73,9 @@ class VirtualPod:
     docker_args: str = ""
     network_volume_id: str = ""
     allowed_cuda_versions: list[str] = field(default_factory=list)
+    interruptible: bool = False
+    preempt_at: float | None = None  # the simulator's clock: when the provider takes it back
+    preempted: bool = False
     busy: int = 0
     pages_done: int = 0
     pages_failed: int = 0
@@ -140,6 +144,7 @@ class Farm:
             for dc, count in centres.items()
         }
         self.faults: list[Fault] = list(self.config.faults)
+        self.preemptions = random.Random(self.config.preempt_seed)
 
     # -- faults and auth ------------------------------------------------------------------------
 
@@ -194,18 +199,22 @@ class Farm:
                 # The unfiltered list is what a price catalogue fetch looks like.
                 if not selected.args.get("input"):
                     self.stats["catalogue_calls"] += 1
-            elif selected.name == "podFindAndDeployOnDemand":
+            elif selected.name in ("podFindAndDeployOnDemand", "podRentInterruptable"):
                 self.stats["create_calls"] += 1
+                if selected.name == "podRentInterruptable":
+                    self.stats["interruptible_create_calls"] += 1
             elif selected.name == "podTerminate":
                 self.stats["terminate_calls"] += 1
 
     def execute(self, operation: graphql.Operation) -> dict[str, Any]:
         """Run a validated operation; GraphQLError becomes the answer's error message."""
+        self.preempt_due()
         resolvers = {
             "gpuTypes": self._gpu_types,
             "myself": self._myself,
             "pod": self._pod,
             "podFindAndDeployOnDemand": self._deploy,
+            "podRentInterruptable": self._rent_interruptible,
             "podTerminate": self._terminate,
             "podStop": self._stop,
             "podResume": self._resume,
@@ -237,7 +246,7 @@ class Farm:
             cheapest = min(prices) * count if prices else None
             stock = sum(n for (gpu_id, _, _), n in self.free.items() if gpu_id == gpu.id)
             return {
-                "minimumBidPrice": None if gpu.community_price is None else round(gpu.community_price * 0.6 * count, 4),
+                "minimumBidPrice": None if gpu.minimum_bid() is None else round(gpu.minimum_bid() * count, 4),
                 "uninterruptablePrice": cheapest,
                 "minVcpu": 8,
                 "minMemory": 32,
@@ -270,7 +279,18 @@ class Farm:
         pod = self.pods.get(filters["podId"])
         return None if pod is None else self.pod_dict(pod)
 
-    def _deploy(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def _rent_interruptible(self, spec: dict[str, Any]) -> dict[str, Any]:
+        gpu = self.gpus.get(spec.get("gpuTypeId") or "")
+        bid = spec["bidPerGpu"]
+        minimum = gpu.minimum_bid() if gpu is not None else None
+        if gpu is not None and minimum is None:
+            raise graphql.GraphQLError(f"{gpu.id} is not offered as an interruptible pod.")
+        if minimum is not None and bid < minimum:
+            self.stats["bids_refused"] += 1
+            raise graphql.GraphQLError(f"Your bid of ${bid}/hr is below the minimum bid price of ${minimum}/hr.")
+        return self._deploy(spec, bid=bid)
+
+    def _deploy(self, spec: dict[str, Any], *, bid: float | None = None) -> dict[str, Any]:
         gpu_id = spec.get("gpuTypeId")
         gpu = self.gpus.get(gpu_id or "")
         if gpu is None:
@@ -307,7 +327,7 @@ class Farm:
             cloud=cloud,
             data_center=dc,
             gpu_count=gpu_count,
-            cost_per_hr=round(price * gpu_count, 4),
+            cost_per_hr=round((price if bid is None else bid) * gpu_count, 4),
             ports=spec.get("ports") or "",
             lanes=gpu.pod_lanes or _lanes(env, self.config.default_lanes),
             created_wall=now_wall,
@@ -321,7 +341,10 @@ class Farm:
             docker_args=spec.get("dockerArgs") or "",
             network_volume_id=spec.get("networkVolumeId") or "",
             allowed_cuda_versions=list(spec.get("allowedCudaVersions") or []),
+            interruptible=bid is not None,
         )
+        if bid is not None and self.config.preempt_rate_per_hour > 0:
+            pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
         self.pods[pod.id] = pod
         self.stats["pods_created"] += 1
         return self.pod_dict(pod)
@@ -347,6 +370,7 @@ class Farm:
             # A stopped RunPod pod gives its GPUs back; resuming may then find none.
             self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
         pod.started_at = None
+        pod.preempt_at = None
         pod.desired_status = "EXITED"
         pod.status_event = "Stopped by User"
         pod.status_changed_wall = self.wall_clock()
@@ -373,9 +397,37 @@ class Farm:
             raise graphql.GraphQLError("Pod not found.")
         return pod
 
+    # -- preemption ----------------------------------------------------------------------------------
+
+    def preempt_due(self) -> None:
+        """Preempt every interruptible pod whose moment has come on the simulator's clock."""
+        now = self.clock()
+        for pod in self.pods.values():
+            if pod.preempt_at is not None and pod.started_at is not None and now >= pod.preempt_at:
+                self.preempt(pod, at=pod.preempt_at)
+
+    def preempt(self, pod: VirtualPod, *, at: float | None = None) -> None:
+        """The provider takes the pod back, as RunPod does an outbid interruptible pod: it stops
+        (desiredStatus EXITED, its GPUs freed for the higher bidder), pages in flight are lost, and
+        it stays listed until its owner terminates it."""
+        if pod.started_at is None:
+            return
+        now = self.clock()
+        at = now if at is None else min(at, now)
+        self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
+        pod.started_at = None
+        pod.preempt_at = None
+        pod.preempted = True
+        pod.desired_status = "EXITED"
+        pod.status_event = "Preempted by a higher bid"
+        pod.status_changed_wall = self.wall_clock() - (now - at)
+        self.stats["pods_preempted"] += 1
+
     # -- pod state ---------------------------------------------------------------------------------
 
     def runtime_up(self, pod: VirtualPod) -> bool:
+        if pod.preempt_at is not None and self.clock() >= pod.preempt_at:
+            self.preempt(pod, at=pod.preempt_at)
         return (
             pod.started_at is not None and not pod.stuck and self.clock() - pod.started_at >= self.config.boot_delay_s
         )
@@ -405,7 +457,7 @@ class Farm:
             "lastStatusChange": f"{pod.status_event}: {_js_date(pod.status_changed_wall)}",
             "machineId": machine_id,
             "memoryInGb": 62 * pod.gpu_count,
-            "podType": "RESERVED",
+            "podType": "INTERRUPTABLE" if pod.interruptible else "RESERVED",
             "port": None,
             "ports": pod.ports,
             "uptimeSeconds": uptime,
@@ -452,6 +504,10 @@ class Farm:
             "pods_created": 0,
             "pods_terminated": 0,
             "no_capacity_answers": 0,
+            "interruptible_create_calls": 0,
+            "bids_refused": 0,
+            "pods_preempted": 0,
+            "ocr_pages_lost_to_preemption": 0,  # pages whose pod was preempted while it read them
             "auth_failures": 0,
             "http_errors_injected": 0,
             "proxy_timeouts_injected": 0,  # pages cut by "RunPod's proxy" (524)
@@ -489,6 +545,8 @@ class Farm:
             "busy": pod.busy,
             "pages_done": pod.pages_done,
             "cost_per_hr": pod.cost_per_hr,
+            "interruptible": pod.interruptible,
+            "preempted": pod.preempted,
             "create_settings": {  # what create_pod asked for, as tests check it arrived
                 "image": pod.image,
                 "ports": pod.ports,

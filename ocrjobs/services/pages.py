@@ -217,6 +217,18 @@ def page_attempt_failed(
     return "retry"
 
 
+def pages_requeue_preempted(*, pod_id: int) -> int:
+    """The provider took an interruptible pod back: the attempts it cost its pages are given back.
+    Those running on it wait again; those whose attempt on it already failed (the dispatcher saw
+    the pod vanish first) and wait, not yet claimed again, keep waiting with the attempt returned.
+    A late answer from the pod finds no claim and is not stored. Returns the pages given back."""
+    running = Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
+        status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
+    )
+    failed_there = Page.objects.filter(pod_id=pod_id, status=Page.Status.PENDING, attempts__gt=0)
+    return running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+
+
 def pages_unclaim(*, token: str, page_ids: list[int]) -> int:
     """Give pages back without spending an attempt (no lane for them, or shutting down)."""
     return Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING).update(

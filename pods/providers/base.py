@@ -38,11 +38,15 @@ class Offer:
     gpu_type: str
     cloud_type: str = ""
     data_center: str = ""
-    cost_per_hr: Decimal = Decimal("0")
+    cost_per_hr: Decimal = Decimal("0")  # an interruptible candidate's: its bid (pods.capacity.priced)
+    # Interruptible (spot): rented at a bid, taken back by the provider when someone pays more.
+    interruptible: bool = False
+    bid_margin: Decimal = Decimal("0")  # $/h over the catalogue's minimum bid (the pool's bid rule)
+    min_bid: Decimal | None = None  # the catalogue's minimum bid per GPU ($/h); None: unknown
 
     @property
     def key(self) -> str:
-        return f"{self.gpu_type}|{self.cloud_type}|{self.data_center}"
+        return f"{self.gpu_type}|{self.cloud_type}|{self.data_center}" + ("|spot" if self.interruptible else "")
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ class ProviderPod:
     running: bool  # the provider says it runs and its HTTP port is reachable
     base_url: str = ""  # empty until the provider exposes the port
     cost_per_hr: Decimal = Decimal("0")
-    age_seconds: float = 0.0
+    age_seconds: float = 0.0  # since it was created, or since its last status change when stopped
+    stopped: bool = False  # the provider stopped it (an interruptible pod: preempted)
 
 
 class Provider(Protocol):

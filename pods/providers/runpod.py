@@ -12,6 +12,9 @@ What this module adds to the SDK:
   auth, transient) and transient ones are retried with bounded back-off;
 - a pod's base URL comes from ``RUNPOD_POD_URL_TEMPLATE``.
 
+Length: every call of the SDK and the checks that guard it stay together, the interruptible
+mutation the SDK lacks (``interruptible_query``) included: one place to read what reaches RunPod.
+
 Settings (read from the environment in fleetadmin/settings.py): ``RUNPOD_API_KEY``
 (or ``RUNPOD_API_KEY_FILE``), ``RUNPOD_POD_URL_TEMPLATE`` (the simulator prints the
 one to use, ``http://127.0.0.1:PORT/pods/{pod_id}``) and ``RUNPOD_RETRY_DELAYS``.
@@ -69,13 +72,23 @@ query GpuTypes {
     communityCloud
     securePrice
     communityPrice
+    lowestPrice(input: {gpuCount: 1}) {
+      minimumBidPrice
+      uninterruptablePrice
+    }
   }
 }
 """
 
+# The SDK has no call for interruptible pods: this mutation goes through its run_graphql_query
+# with values checked as create_pod's are (interruptible_query builds it).
+INTERRUPTIBLE_FIELDS = "id imageName machineId costPerHr"
+MAX_BID_PER_GPU = Decimal("1000")
+
 NO_CAPACITY_PHRASES = (
     "no longer any instances available",
     "not enough free gpus",
+    "below the minimum bid",  # outbid since the catalogue was read: as no capacity, for a while
 )
 TRANSIENT_PHRASES = ("something went wrong", "please try again later", "internal server error", "timed out")
 
@@ -163,6 +176,47 @@ def create_arguments(spec: PodSpec) -> dict[str, Any]:
         "start_ssh": options.ssh,
         "support_public_ip": options.public_ip or needs_public_ip(),
     }
+
+
+def _graphql_string(value: str | None) -> str:
+    # Safe to quote as is: every string here passed check_text (no quote, backslash or control).
+    return "null" if value is None else f'"{value}"'
+
+
+def interruptible_query(spec: PodSpec) -> str:
+    """The ``podRentInterruptable`` mutation for ``spec`` at its offer's bid, every value checked
+    as for ``create_pod`` (``create_arguments``), the bid a plain positive decimal."""
+    arguments = create_arguments(spec)
+    bid = spec.offer.cost_per_hr
+    if not isinstance(bid, Decimal) or not bid.is_finite() or not (0 < bid <= MAX_BID_PER_GPU):
+        raise UnsafeValue(f"the bid per GPU must be a positive number of dollars up to {MAX_BID_PER_GPU}, not {bid!r}")
+    env = ", ".join(f'{{key: "{key}", value: "{value}"}}' for key, value in arguments["env"].items())
+    fields = [
+        f"bidPerGpu: {format(bid.normalize(), 'f')}",
+        f"cloudType: {arguments['cloud_type']}",
+        f"gpuCount: {arguments['gpu_count']}",
+        f"gpuTypeId: {_graphql_string(arguments['gpu_type_id'])}",
+        f"name: {_graphql_string(arguments['name'])}",
+        f"imageName: {_graphql_string(arguments['image_name'])}",
+        f"ports: {_graphql_string(arguments['ports'])}",
+        f"volumeInGb: {arguments['volume_in_gb'] or 0}",
+        f"volumeMountPath: {_graphql_string(arguments['volume_mount_path'])}",
+        f"startSsh: {'true' if arguments['start_ssh'] else 'false'}",
+        f"supportPublicIp: {'true' if arguments['support_public_ip'] else 'false'}",
+        f"env: [{env}]",
+    ]
+    if arguments["data_center_id"]:
+        fields.append(f"dataCenterId: {_graphql_string(arguments['data_center_id'])}")
+    if arguments["container_disk_in_gb"] is not None:
+        fields.append(f"containerDiskInGb: {arguments['container_disk_in_gb']}")
+    if arguments["network_volume_id"]:
+        fields.append(f"networkVolumeId: {_graphql_string(arguments['network_volume_id'])}")
+    if arguments["allowed_cuda_versions"]:
+        versions = ", ".join(_graphql_string(v) for v in arguments["allowed_cuda_versions"])
+        fields.append(f"allowedCudaVersions: [{versions}]")
+    if arguments["docker_args"]:
+        fields.append(f"dockerArgs: {_graphql_string(arguments['docker_args'])}")
+    return f"mutation {{ podRentInterruptable(input: {{ {', '.join(fields)} }}) {{ {INTERRUPTIBLE_FIELDS} }} }}"
 
 
 def needs_public_ip() -> bool:
@@ -276,6 +330,8 @@ class RunPodProvider:
     # -- the Provider protocol -----------------------------------------------------------------------
 
     def create(self, spec: PodSpec) -> ProviderPod:
+        # Interruptible pods: the SDK has no call for them, its run_graphql_query sends our mutation.
+        query = interruptible_query(spec) if spec.offer.interruptible else None
         arguments = create_arguments(spec)
         tries = 0
 
@@ -289,6 +345,8 @@ class RunPodProvider:
                     if pod.get("name") == spec.name:
                         log.warning("create of %s: found the pod an earlier try made (%s)", spec.name, pod["id"])
                         return pod
+            if query is not None:
+                return run_graphql_query(query, api_key=self.api_key)["data"]["podRentInterruptable"]
             return runpod.create_pod(**arguments)
 
         created = self._call("create", deploy)
@@ -331,12 +389,15 @@ class RunPodProvider:
 
         offers = []
         for gpu in self._call("catalogue", fetch):
+            min_bid = _decimal((gpu.get("lowestPrice") or {}).get("minimumBidPrice")) or None
             for cloud, available, price in (
                 ("SECURE", gpu.get("secureCloud"), gpu.get("securePrice")),
                 ("COMMUNITY", gpu.get("communityCloud"), gpu.get("communityPrice")),
             ):
                 if available and price:
-                    offers.append(Offer(gpu_type=gpu["id"], cloud_type=cloud, cost_per_hr=_decimal(price)))
+                    offers.append(
+                        Offer(gpu_type=gpu["id"], cloud_type=cloud, cost_per_hr=_decimal(price), min_bid=min_bid)
+                    )
         return sorted(offers, key=lambda offer: (offer.cost_per_hr, offer.gpu_type, offer.cloud_type))
 
     # -- helpers -------------------------------------------------------------------------------------
@@ -377,4 +438,5 @@ class RunPodProvider:
             base_url=base_url,
             cost_per_hr=_decimal(pod.get("costPerHr")),
             age_seconds=age,
+            stopped=pod.get("desiredStatus") == "EXITED",
         )

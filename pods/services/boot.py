@@ -16,6 +16,9 @@ so no worker is held while a pod comes up (invariant 15). The stages:
 
 Steps block (provider calls, HTTP to pods): they run on a pass's threads in django-q2
 workers, never in the front's request path.
+
+Length: one state machine, its stages side by side; what interruptible pods add (their floor,
+a preemption seen while booting) is a call each into pods/services/preemption.py.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pods.providers.base import (
     UnknownOffer,
 )
 from pods.services.lifecycle import pod_end, pod_terminate_later
+from pods.services.preemption import on_demand_floor_unmet, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +178,8 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
             return _walk_later(pod)
         catalogue = fetched.offers
     candidates = capacity.priced(offers, catalogue)
+    if config is not None and (pod.on_demand_only or on_demand_floor_unmet(pod, config.on_demand_floor)):
+        candidates = [offer for offer in candidates if not offer.interruptible]
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     tried = _tried_in_this_walk(pod)
     errors = {key: error for key, (outcome, error) in tried.items() if outcome == BootAttempt.Outcome.TRANSIENT}
@@ -218,7 +224,7 @@ def _create_on(
     try:
         # Committed before the call: a step that dies inside it leaves "creating", and the next
         # step looks for the pod by its name before it creates anything (a local pod: on this host).
-        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod)}
+        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible}
         if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(**creating):
             raise leases.LeaseLost(pod.name)
         created = provider.create(spec)
@@ -306,8 +312,9 @@ def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     fields.append("host")
     if offer is not None:
         pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
-        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr
-        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr"]
+        pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr  # an interruptible pod's: its bid
+        pod.interruptible = offer.interruptible
+        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr", "interruptible"]
     pod.save(update_fields=fields)
 
 
@@ -338,6 +345,8 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
     seen = provider.get(pod.provider_id)
     if seen is None:
         raise BootFailed("the pod went away while booting")
+    if preempted_if_stopped(pod, seen):
+        return
     if seen.running and seen.base_url:
         return _enter(pod, Stage.MODEL, base_url=seen.base_url)
     if _past(pod.billed_from or pod.created_at, settings.POD_RUNNING_TIMEOUT_SECONDS):

@@ -21,19 +21,32 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Pool
 from pods.poolconfig import PoolConfigError, pool_offers
+from pods.services.preemption import PreemptionRate, preemption_rate, redo_seconds
 from pods.services.scaler import boot_seconds, boot_times
 
 SIZINGS = ("fastest", "balanced", "cheapest")
 
 
-def _price(pool: Pool) -> tuple[Decimal | None, dict]:
-    """The cheapest known $/h of one of the pool's pods, and where it comes from."""
+@dataclass(frozen=True)
+class _Interruptible:
+    """What an interruptible pool's forecast adds: the on-demand price its floor pays, how many
+    pods that floor keeps, and the preemptions measured over its last hours."""
+
+    on_demand_price: Decimal | None
+    floor: int
+    rate: PreemptionRate
+
+
+def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
+    """The cheapest known $/h of one of the pool's pods (an interruptible one's: its bid), where it
+    comes from, and what an interruptible pool's forecast adds (None: on-demand pods only)."""
     try:
         offers, config = pool_offers(pool)
     except PoolConfigError as exc:  # a pool the scaler cannot boot on either: no price, said why
-        return None, {"source": f"none: the pool's configuration is refused ({exc})", "fetched_at": None}
+        return None, {"source": f"none: the pool's configuration is refused ({exc})", "fetched_at": None}, None
     if config is None:  # local pods: what the pool's offer says (nothing, on this machine)
-        return min((o.cost_per_hr for o in offers), default=Decimal(0)), {"source": "local pods", "fetched_at": None}
+        local = min((o.cost_per_hr for o in offers), default=Decimal(0))
+        return local, {"source": "local pods", "fetched_at": None}, None
     cached = capacity.catalogue_cached(pool.provider)
     priced = capacity.priced(offers, cached.offers if cached else [])
     known = [o for o in priced if o.cost_per_hr]
@@ -42,7 +55,12 @@ def _price(pool: Pool) -> tuple[Decimal | None, dict]:
         "fetched_at": cached.fetched_at.isoformat() if cached else None,
         "gpu_type": known[0].gpu_type if known else None,
     }
-    return (known[0].cost_per_hr if known else None), based
+    spot = None
+    if known and known[0].interruptible:
+        on_demand = next((o.cost_per_hr for o in known if not o.interruptible), None)
+        spot = _Interruptible(on_demand, config.on_demand_floor, preemption_rate(pool))
+        based["interruptible"] = True
+    return (known[0].cost_per_hr if known else None), based, spot
 
 
 def pods_for(sizing: str, *, pool: Pool, work: float, pages: int, boot: float) -> int:
@@ -73,6 +91,7 @@ class _Basis:
     measured_boot: bool
     price: Decimal | None
     price_based: dict
+    interruptible: _Interruptible | None = None
 
 
 # Every submission's forecast read each pool's last pages, last boots and price: about a tenth of
@@ -90,10 +109,10 @@ def _basis(pool: Pool) -> _Basis:
         return cached[1]
     mean = selectors.pool_seconds_per_page(pool.pk)
     times = boot_times(pool)
-    price, price_based = _price(pool)
+    price, price_based, spot = _price(pool)
     basis = _Basis(per_page=float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS,
                    measured_per_page=bool(mean), boot=boot_seconds(pool, times), measured_boot=bool(times),
-                   price=price, price_based=price_based)  # fmt: skip
+                   price=price, price_based=price_based, interruptible=spot)  # fmt: skip
     if ttl > 0:
         for old in [k for k, (at, _) in _bases.items() if now - at >= ttl]:
             _bases.pop(old, None)
@@ -107,12 +126,19 @@ def pool_forecast(pool: Pool, *, pages: int) -> dict:
     price, price_based = basis.price, dict(basis.price_based)
     work = pages * per_page
     sizings = {}
+    spot = basis.interruptible
     for sizing in SIZINGS:
         pods = pods_for(sizing, pool=pool, work=work, pages=pages, boot=boot)
         busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
         seconds = boot + busy if pods else 0.0
         billed = pods * (seconds + pool.idle_seconds) if pods else 0.0
         dollars = None if price is None else round(float(price) * billed / 3600, 4)
+        if spot is not None and pods and price is not None:
+            seconds, dollars, lost = _with_preemptions(spot, price, pods=pods, seconds=seconds, basis=basis,
+                                                       idle=pool.idle_seconds)  # fmt: skip
+            sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars,
+                               "preemptions": round(lost, 2)}  # fmt: skip
+            continue
         sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars}
     return {
         "pool": pool.key,
@@ -129,8 +155,31 @@ def pool_forecast(pool: Pool, *, pages: int) -> dict:
             "boot_seconds": round(boot, 1),
             "boot_seconds_source": "measured over the pool's last boots" if measured_boot else "guess (no boot yet)",
             "idle_seconds": pool.idle_seconds,
+            **(
+                {"preemptions": basis.interruptible.rate.to_dict(), "on_demand_floor": basis.interruptible.floor}
+                if basis.interruptible is not None
+                else {}
+            ),
         },
     }
+
+
+def _with_preemptions(
+    spot: _Interruptible, bid: Decimal, *, pods: int, seconds: float, basis: _Basis, idle: float
+) -> tuple[float, float | None, float]:
+    """(seconds, dollars, expected preemptions) of ``pods`` pods for ``seconds``, the pool's floor
+    on-demand and the rest interruptible at ``bid``: each preemption measured over the pool's last
+    hours costs a replacement's boot and the pages in flight again (preemption.redo_seconds),
+    spread over the pods."""
+    floor = min(spot.floor, pods)
+    interruptible = pods - floor
+    preemptions = spot.rate.per_pod_hour * interruptible * seconds / 3600
+    redo = preemptions * redo_seconds(seconds_per_page=basis.per_page, boot_seconds=basis.boot)
+    seconds += redo / pods
+    on_demand = spot.on_demand_price if spot.on_demand_price is not None else bid
+    per_pod = seconds + idle
+    dollars = (float(on_demand) * floor + float(bid) * interruptible) * per_pod / 3600
+    return seconds, round(dollars, 4), preemptions
 
 
 def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=None) -> dict:

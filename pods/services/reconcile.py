@@ -15,6 +15,7 @@ from pods.providers import get_provider
 from pods.services import passes
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
+from pods.services.preemption import preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class ReconcileResult:
     adopted: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
 
 
 def reconcile(*, provider_name: str) -> ReconcileResult:
@@ -59,6 +61,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             if not pod.is_alive:
                 _terminate_quietly(provider, pod)
                 result.terminated.append(seen.name)
+            elif preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
+                result.preempted.append(seen.name)
             continue
         if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
             continue  # its create may be saving right now
@@ -80,7 +84,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             result.lost.append(pod.name)
     if result.adopted:
         transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
-    if result.adopted or result.terminated or result.lost:
+    if result.adopted or result.terminated or result.lost or result.preempted:
         log.warning("reconcile %s: %s", provider_name, result)
     return result
 

@@ -17,11 +17,12 @@ from django.utils import timezone
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
-from pods.poolconfig import pool_offers
+from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
+from pods.services.preemption import preemption_rate, redo_seconds
 from pods.services.reconcile import reconcile
 from pods.spend import jobs_spend
 
@@ -43,6 +44,7 @@ class Demand:
     sized_for: str = "balanced"  # what set `wanted`: balanced, fastest, cheapest, or "deadline of job N"
     missed_deadline: str = ""  # a deadline that max pods cannot meet, and the earliest it could be met
     per_page_guessed: bool = False  # no page measured yet: seconds_per_page is the setting's guess
+    on_demand_only: bool = False  # a deadline interruptible pods would put at risk: boots rent on demand
 
 
 def seconds_per_page(pool: Pool) -> float:
@@ -94,7 +96,7 @@ def pool_demand(pool: Pool) -> Demand:
     backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
     waiting, running = backlog.waiting, backlog.running
     per_page, guessed = _seconds_per_page(pool)
-    work = (waiting + running) * per_page  # lane-seconds
+    work = (waiting + running) * per_page * preemption_overhead(pool, per_page)  # lane-seconds
     wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
     affordable = None
     fixed = boot_seconds(pool) + pool.idle_seconds  # pod-seconds each pod costs beyond its pages
@@ -103,7 +105,7 @@ def pool_demand(pool: Pool) -> Demand:
         wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
-    sized_for, missed = "balanced", ""
+    sized_for, missed, on_demand_only = "balanced", "", False
     scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
     priorities = {priority for _, deadline, priority in scheduled if deadline is None}
     deadlines = sorted((deadline, job_id) for job_id, deadline, _ in scheduled if deadline is not None)
@@ -123,6 +125,7 @@ def pool_demand(pool: Pool) -> Demand:
         needed, earliest = pods_for_deadline(pool, work=planned_work, deadline=deadline)
         if needed > wanted:
             wanted, sized_for = needed, f"deadline of job {job_id}"
+        on_demand_only = _deadline_at_risk_from_preemption(pool, planned_work, deadline, wanted, per_page)
         if earliest is not None:
             missed = (
                 f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {planned} pages "
@@ -130,7 +133,31 @@ def pool_demand(pool: Pool) -> Demand:
                 f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
             )
     wanted = min(max(wanted, pool_floor(pool)), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed)
+    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed, on_demand_only)
+
+
+def preemption_overhead(pool: Pool, per_page: float) -> float:
+    """How much more pod time the work takes for the preemptions measured over the pool's last
+    hours: each one costs a replacement's boot and the pages in flight again (1.0: none)."""
+    rate = preemption_rate(pool).per_pod_hour
+    if not rate:
+        return 1.0
+    return 1.0 + rate * redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) / 3600
+
+
+def _deadline_at_risk_from_preemption(pool: Pool, work: float, deadline: datetime, pods: int, per_page: float) -> bool:
+    """Whether the deadline has no room for one preemption on each of the pods it needs (a
+    replacement's boot and the pages in flight read again): then the rest of the work goes to
+    on-demand pods. Only for pools that rent interruptible pods."""
+    try:
+        config = pool_offers(pool)[1]
+    except PoolConfigError:
+        return False
+    if config is None or not config.has_interruptible:
+        return False
+    redo = redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) * pool.lanes_per_pod
+    _, earliest = pods_for_deadline(pool, work=work + max(pods, 1) * redo, deadline=deadline)
+    return earliest is not None
 
 
 def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
@@ -265,6 +292,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
                 name=pod_name(pool, uuid.uuid4().hex[:8]),
                 lanes=pool.lanes_per_pod,
                 reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
+                on_demand_only=demand.on_demand_only,
                 **staged(Pod.BootStage.CREATE),
             )
             booted.append(pod.pk)

@@ -4,6 +4,8 @@ the test's own for local pods (stopped after it), and the dashboard's fleet."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -16,6 +18,16 @@ from tests.runpod import use_simulator
 
 KEY = "sim-key"
 EMPTY, GOOD = "NVIDIA EMPTY 1", "NVIDIA GOOD 2"
+
+
+@contextmanager
+def simulated(config: SimConfig, monkeypatch, settings) -> Iterator[SimulatorThread]:
+    """A simulator of ``config`` that the provider (and the processes a test starts) talks to."""
+    with SimulatorThread(config) as simulator:
+        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
+        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
+        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+        yield simulator
 
 
 @pytest.fixture
@@ -32,10 +44,7 @@ def sim(monkeypatch, settings):
             GpuTypeConfig(id=GOOD, display_name="good", secure_price=0.30, capacity={"SECURE": {"EU-RO-1": 3}}),
         ],
     )
-    with SimulatorThread(config) as simulator:
-        use_simulator(simulator, monkeypatch, settings, api_key=KEY)
-        settings.RUNPOD_RETRY_DELAYS = (0.01, 0.01)
-        settings.DEPLOYMENT_PREFIX = f"t{uuid.uuid4().hex[:6]}"
+    with simulated(config, monkeypatch, settings) as simulator:
         yield simulator
 
 

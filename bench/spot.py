@@ -1,0 +1,146 @@
+"""What ``bench/storm.py --interruptible`` adds: an interruptible pool, preemptions in the simulator,
+the same run on on-demand pods to compare with, and the section of output that compares them.
+
+Not run on its own: storm.py calls these. The on-demand run is storm.py itself, in a process of its
+own with the same arguments but ``--interruptible`` (and its own flags), run first, on its own
+database (each run empties the database it is given), before this run starts its processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DOLLARS_PER_PAGE_GOAL = 0.6  # × the on-demand run's
+MAKESPAN_GOAL = 1.25  # × the on-demand run's
+# Flags of the interruptible run only: the on-demand run is given every other argument.
+OWN_FLAGS = {"--interruptible": 0, "--preempt-rate": 1, "--preempt-seed": 1, "--on-demand-floor": 1, "--bid-margin": 1}
+
+
+def add_flags(parser) -> None:
+    parser.add_argument(
+        "--interruptible", action="store_true",
+        help="rent interruptible pods at a bid (on-demand above no floor), against the same run on on-demand pods",
+    )  # fmt: skip
+    parser.add_argument("--preempt-rate", type=float, default=0.05, help="preemptions per pod-hour (simulator)")
+    parser.add_argument("--preempt-seed", type=int, default=1, help="the simulator's preemption draws repeat with it")
+    parser.add_argument("--on-demand-floor", type=int, default=0, help="on-demand pods kept below the interruptible")
+    parser.add_argument("--bid-margin", default="0.01", help="$/h over the catalogue's minimum bid")
+
+
+def sim_options(args) -> dict:
+    if not args.interruptible:
+        return {}
+    return {"preempt_rate_per_hour": args.preempt_rate, "preempt_seed": args.preempt_seed}
+
+
+def pool_config(args, config: dict) -> dict:
+    """The storm pool's config; with --interruptible its candidates are rented interruptible first,
+    the same ones on demand after them (when no bid gets a pod, and for the floor)."""
+    if not args.interruptible:
+        return config
+    spot = [{**group, "interruptible": True, "bid_margin": args.bid_margin} for group in config["candidates"]]
+    return {**config, "candidates": spot + config["candidates"], "on_demand_floor": args.on_demand_floor}
+
+
+def on_demand_argv(argv: list[str]) -> list[str]:
+    """storm.py's arguments without the interruptible run's own flags."""
+    kept, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in OWN_FLAGS:
+            skip = OWN_FLAGS[name] if "=" not in arg else 0
+            continue
+        kept.append(arg)
+    return kept
+
+
+def on_demand_run(args, argv: list[str]) -> dict:
+    """The same storm on on-demand pods, in a process of its own: its closing JSON line."""
+    script = Path(__file__).resolve().parent / "storm.py"
+    command = [sys.executable, str(script), *on_demand_argv(argv)]
+    print(f"on-demand run first: {' '.join(command[1:])}", file=sys.stderr)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=args.max_seconds * 2 + 600, env=dict(os.environ), check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise SystemExit(f"the on-demand run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def section(args, result: dict, pool, sim_stats: dict, on_demand: dict | None) -> dict:
+    """The interruptible run's figures beside the on-demand run's, and its goals."""
+    from django.db.models import Sum
+
+    from ocrjobs.models import Page
+    from pods.models import Pod
+
+    pods = Pod.objects.filter(pool=pool, billed_from__isnull=False)
+    done = result["pages_by_status"].get(Page.Status.DONE, 0)
+    per_page = result["dollars"] / done if done else None
+    attempts = Page.objects.filter(pool=pool).aggregate(n=Sum("attempts"))["n"] or 0
+    interruptible_hours = sum(
+        ((pod.ended_at or pod.billed_from) - pod.billed_from).total_seconds() / 3600
+        for pod in pods.filter(interruptible=True)
+    )
+    figures = {
+        "preempt_rate_per_pod_hour": args.preempt_rate,
+        "preempt_seed": args.preempt_seed,
+        "on_demand_floor": args.on_demand_floor,
+        "pods_interruptible": pods.filter(interruptible=True).count(),
+        "pods_on_demand": pods.filter(interruptible=False).count(),
+        "interruptible_pod_hours": round(interruptible_hours, 3),
+        "preemptions_expected": round(args.preempt_rate * interruptible_hours, 3),
+        "preemptions": pods.filter(preempted_at__isnull=False).count(),
+        "preemptions_at_simulator": sim_stats.get("pods_preempted", 0),
+        "pages_lost_in_flight": sim_stats.get("ocr_pages_lost_to_preemption", 0),
+        "attempts_beyond_one_per_page": attempts - result["pages"],
+        "dollars_per_page": round(per_page, 8) if per_page is not None else None,
+    }
+    goal = {
+        "nothing_lost": result["pages_lost"] == 0,
+        "nothing_duplicated": result["ocr_forwards_beyond_pages_done"] <= 0,
+    }
+    if on_demand is not None:
+        base_done = on_demand["pages_by_status"].get(Page.Status.DONE, 0)
+        base_per_page = on_demand["dollars"] / base_done if base_done else None
+        ratio = per_page / base_per_page if per_page is not None and base_per_page else None
+        makespan = (
+            result["makespan_s"] / on_demand["makespan_s"]
+            if result["makespan_s"] and on_demand.get("makespan_s")
+            else None
+        )
+        figures.update(
+            on_demand_dollars_per_page=round(base_per_page, 8) if base_per_page is not None else None,
+            on_demand_makespan_s=on_demand.get("makespan_s"),
+            on_demand_pages_lost=on_demand["pages_lost"],
+            dollars_per_page_ratio=round(ratio, 3) if ratio is not None else None,
+            makespan_ratio=round(makespan, 3) if makespan is not None else None,
+        )
+        goal.update(
+            dollars_per_page=ratio is not None and ratio <= DOLLARS_PER_PAGE_GOAL,
+            makespan=makespan is not None and makespan <= MAKESPAN_GOAL,
+        )
+    figures["goal"] = goal
+    figures["goal_met"] = all(goal.values())
+    return figures
+
+
+def print_section(figures: dict) -> None:
+    print(f"interruptible        {figures['pods_interruptible']} interruptible pods, {figures['pods_on_demand']} on "
+          f"demand (floor {figures['on_demand_floor']}); {figures['preemptions']} preemptions "
+          f"({figures['preemptions_expected']} expected at {figures['preempt_rate_per_pod_hour']:g}/pod-hour over "
+          f"{figures['interruptible_pod_hours']} pod-hours), {figures['pages_lost_in_flight']} pages lost in flight "
+          f"and read again, {figures['attempts_beyond_one_per_page']} attempts beyond one a page")  # fmt: skip
+    if "dollars_per_page_ratio" in figures:
+        print(f"vs on-demand         ${figures['dollars_per_page']}/page against ${figures['on_demand_dollars_per_page']}"
+              f"/page: {figures['dollars_per_page_ratio']} × (goal <= {DOLLARS_PER_PAGE_GOAL}); makespan "
+              f"{figures['makespan_ratio']} × of {figures['on_demand_makespan_s']} s (goal <= {MAKESPAN_GOAL})")  # fmt: skip
+    print(f"interruptible goals  {figures['goal']}")

@@ -1,0 +1,138 @@
+"""Interruptible (spot) pods: what happens when the provider takes one back, and how often it does.
+
+A preempted pod is lost to us: it ends (its spend runs to the preemption, not to when we
+noticed), its pages wait again without spending an attempt (the page did nothing wrong), and
+its candidate is skipped by every boot for the pool's ``preempted_skip_seconds``, as a "no
+capacity" answer is: the market there has just outbid us. The pass that notices is reconcile
+(every scaler tick) or a boot step; the dispatcher, seeing the pod stop answering, drains it and
+nudges the scaler, whose tick reconciles.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from pods import capacity
+from pods.models import Pod, Pool
+from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
+from pods.providers.base import Offer, ProviderPod
+from pods.services.lifecycle import pod_end
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW_HOURS = 6.0
+PREEMPTED_ERROR = "preempted: the provider took this interruptible pod back"
+
+
+def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
+    """Record that the provider preempted ``pod`` at ``at`` (default now). False if it had ended
+    already (a release, a loss or an earlier preemption came first: it is ended once)."""
+    now = timezone.now()
+    at = min(at or now, now)
+    if pod.billed_from is not None:
+        at = max(at, pod.billed_from)
+    with transaction.atomic():
+        current = Pod.objects.select_for_update().select_related("pool").filter(pk=pod.pk).first()
+        if current is None or not current.is_alive:
+            return False
+        current.preempted_at = current.ended_at = at  # mark_ended keeps it: the spend runs to here
+        current.save(update_fields=["preempted_at", "ended_at"])
+        _requeue_pages(current)  # before pod_end's own requeue, which would keep the attempts
+        pod_end(pod=current, state=Pod.State.FAILED, error=PREEMPTED_ERROR)
+        pod.refresh_from_db()
+    _skip_candidate(current)
+    log.warning("pod %s preempted at %s", current.name, at.isoformat())
+    return True
+
+
+def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> bool:
+    """An interruptible pod the provider stopped (we never stop pods) was preempted, at its last
+    status change: recorded as such. False for any other pod."""
+    if not (pod.interruptible and seen.stopped):
+        return False
+    pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
+    return True
+
+
+def on_demand_floor_unmet(pod: Pod, floor: int) -> bool:
+    """Whether the pool has fewer on-demand pods than its floor: then this boot rents one, and only
+    the pods above the floor are interruptible. Counted: alive pods whose create is out or done
+    (a boot's kind is written before its create call)."""
+    if floor <= 0:
+        return False
+    others = Pod.objects.alive().filter(pool_id=pod.pool_id, interruptible=False).exclude(pk=pod.pk)
+    return others.exclude(boot_stage=Pod.BootStage.CREATE).count() < floor
+
+
+def _requeue_pages(pod: Pod) -> int:
+    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
+    from ocrjobs.services.pages import pages_requeue_preempted
+
+    return pages_requeue_preempted(pod_id=pod.pk)
+
+
+def _config(pool: Pool) -> RunPodPoolConfig | None:
+    try:
+        return parse_config(pool.provider, pool.config)
+    except PoolConfigError:
+        return None
+
+
+def _skip_candidate(pod: Pod) -> None:
+    config = _config(pod.pool)
+    seconds = config.preempted_skip_seconds if config is not None else settings.CAPACITY_VERDICT_TTL_SECONDS
+    offer = Offer(pod.gpu_type, pod.cloud_type, pod.data_center, interruptible=True)
+    capacity.candidate_block(
+        capacity.candidate_key(pod.pool.provider, offer), seconds=seconds, reason=f"{pod.name} was preempted"
+    )
+
+
+@dataclass(frozen=True)
+class PreemptionRate:
+    preemptions: int
+    pod_hours: float  # interruptible pods' billed hours in the window
+    hours: float  # the window
+
+    @property
+    def per_pod_hour(self) -> float:
+        return self.preemptions / self.pod_hours if self.pod_hours > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "preemptions": self.preemptions,
+            "interruptible_pod_hours": round(self.pod_hours, 3),
+            "per_pod_hour": round(self.per_pod_hour, 4),
+            "over_hours": self.hours,
+        }
+
+
+def preemption_rate(pool: Pool, *, hours: float | None = None, now: datetime | None = None) -> PreemptionRate:
+    """Preemptions per pod-hour of the pool's interruptible pods, measured over its last ``hours``
+    (its config's ``preemption_window_hours``): preempted pods ÷ the hours its interruptible pods
+    were billed then."""
+    if hours is None:
+        config = _config(pool)
+        hours = config.preemption_window_hours if config is not None else DEFAULT_WINDOW_HOURS
+    now = now or timezone.now()
+    since = now - timedelta(hours=hours)
+    pods = Pod.objects.filter(pool_id=pool.pk, interruptible=True, billed_from__isnull=False).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=since)
+    )
+    preemptions, seconds = 0, 0.0
+    for billed_from, ended_at, preempted_at in pods.values_list("billed_from", "ended_at", "preempted_at"):
+        seconds += max(0.0, ((ended_at or now) - max(billed_from, since)).total_seconds())
+        preemptions += preempted_at is not None and preempted_at > since
+    return PreemptionRate(preemptions, seconds / 3600, hours)
+
+
+def redo_seconds(*, seconds_per_page: float, boot_seconds: float) -> float:
+    """Pod-seconds one preemption costs beyond the pod's pages: a replacement's boot, and the
+    pages in flight on it (each lane half a page on average, so half a page of pod time)."""
+    return boot_seconds + seconds_per_page / 2
