@@ -303,6 +303,15 @@ class Page(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The cascade (issue 26): a page read below its pool's escalation threshold moves to the
+    # escalation pool (``pool``) in the UPDATE that would have stored it, its first reading kept
+    # here. ``escalated_from`` set: escalated (at most once, never again from the second pool).
+    escalated_from = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    first_result = models.TextField(blank=True, help_text="the first pool's answer, as JSON text")
+    first_confidence = models.FloatField(null=True, blank=True)
+    first_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    first_seconds = models.FloatField(null=True, blank=True, help_text="time the first pool's pod took")
 
     objects = PageQuerySet.as_manager()
 
@@ -317,6 +326,8 @@ class Page(models.Model):
             models.Index(fields=["job", "status"], name="page_job_status_idx"),
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
+            # a pool's last escalations (the forecast's share escalated), and a pod's first stages (spend)
+            models.Index(fields=["escalated_from", "escalated_at"], name="page_escalated_idx"),
         ]
 
     def __str__(self) -> str:
@@ -340,6 +351,9 @@ class Page(models.Model):
             "confidence": result.get("confidence"),
             "width": result.get("width"),
             "height": result.get("height"),
+            "engine": result.get("engine"),
+            "escalated": bool(result.get("escalated")),
+            "cascade": result.get("cascade"),
             "error": self.error,
         }
 

@@ -92,6 +92,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _job_context(job)
     context["documents"] = list(job.documents.select_related("searchable_pdf"))
     context["deliveries"] = list(job.webhook_deliveries.all())
+    context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 
