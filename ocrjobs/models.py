@@ -341,7 +341,7 @@ class Page(models.Model):
     def to_record(self) -> dict:
         """One line of result.jsonl."""
         result = self.read_result() or {}
-        return {
+        record = {
             "document": self.document.name,
             "document_id": self.document_id,
             "page": self.number,
@@ -351,11 +351,13 @@ class Page(models.Model):
             "confidence": result.get("confidence"),
             "width": result.get("width"),
             "height": result.get("height"),
-            "engine": result.get("engine"),
-            "escalated": bool(result.get("escalated")),
-            "cascade": result.get("cascade"),
             "error": self.error,
         }
+        if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence
+            record.update(
+                engine=result.get("engine"), escalated=bool(result.get("escalated")), cascade=result["cascade"]
+            )
+        return record
 
 
 class DispatcherQuerySet(models.QuerySet):

@@ -194,12 +194,12 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
         confidence = _confidence(item.result)
         if from_key:
             done[page_id] = (item, _escalated_result(item.result, first=first, first_pool=from_key, pool=pool_key))
-        elif (
-            to_pool and to_pool != pool_id and threshold is not None and (confidence is None or confidence < threshold)
-        ):
-            escalate[page_id] = (item, to_pool)
-        else:
+        elif not to_pool or to_pool == pool_id or threshold is None:
             done[page_id] = (item, item.result)
+        elif confidence is None or confidence < threshold:
+            escalate[page_id] = (item, to_pool)
+        else:  # kept by a pool that escalates: the cascade's verdict is in the result too
+            done[page_id] = (item, {**item.result, "escalated": False, "cascade": [_stage(item.result, pool_key)]})
     with transaction.atomic():
         stored = _store_done(token=token, items=done)
         moved = _escalate(token=token, items=escalate)
