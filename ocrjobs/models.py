@@ -1,3 +1,10 @@
+"""The jobs' models: Job, Document, Page (a page's claim, result and cascade stages), Dispatcher,
+webhook deliveries and secrets, submission keys, searchable PDFs.
+
+Length: one models module per app, as Django finds them; a package of them would only part the
+Page from the queries and tallies that read it beside it.
+"""
+
 from __future__ import annotations
 
 import json
