@@ -229,7 +229,8 @@ def main() -> None:
     goal = {
         "every_page_read": all(len(readings["evaluation"][name]) == len(evaluation) for name in ENGINES),
         "every_kind_degraded": {page.kind for page in evaluation} == set(KINDS),
-        "as_accurate_as_the_better_engine": cascade_accuracy >= alone[better]["accuracy"],
+        "as_accurate_as_the_better_engine": cascade_accuracy
+        >= mean(r.accuracy for r in readings["evaluation"][better]) - 1e-9,
         "escalated_some_not_all": 0 < escalated < len(evaluation),
         "at_most_half_the_cost": cpu <= COST_GOAL * alone[better]["cpu_seconds_per_page"],
     }

@@ -102,7 +102,7 @@ def _basis(pool: Pool) -> _Basis:
 
 
 # The share of a cascade's pages escalated before its first pool has read any: bench/cascade.py's
-# degraded pages escalated 35-60% at the thresholds it tried; a quarter, until measured.
+# pages (four in five degraded) escalated 2-42% at the thresholds it chose; a quarter, until measured.
 ESCALATED_SHARE_GUESS = 0.25
 
 
