@@ -1,3 +1,10 @@
+"""The jobs' models: Job, Document, Page (a page's claim, result and cascade stages), Dispatcher,
+webhook deliveries and secrets, submission keys, searchable PDFs.
+
+Length: one models module per app, as Django finds them; a package of them would only part the
+Page from the queries and tallies that read it beside it.
+"""
+
 from __future__ import annotations
 
 import json
@@ -303,6 +310,15 @@ class Page(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The cascade (issue 26): a page read below its pool's escalation threshold moves to the
+    # escalation pool (``pool``) in the UPDATE that would have stored it, its first reading kept
+    # here. ``escalated_from`` set: escalated (at most once, never again from the second pool).
+    escalated_from = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    first_result = models.TextField(blank=True, help_text="the first pool's answer, as JSON text")
+    first_confidence = models.FloatField(null=True, blank=True)
+    first_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    first_seconds = models.FloatField(null=True, blank=True, help_text="time the first pool's pod took")
 
     objects = PageQuerySet.as_manager()
 
@@ -317,6 +333,8 @@ class Page(models.Model):
             models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),  # to-check too
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
+            # a pool's last escalations (the forecast's share escalated), and a pod's first stages (spend)
+            models.Index(fields=["escalated_from", "escalated_at"], name="page_escalated_idx"),
         ]
 
     def __str__(self) -> str:
@@ -332,7 +350,7 @@ class Page(models.Model):
         the DPI a PDF's page was rendered at (None for an image, read as it is) and the pixel size
         it read, which each line's ``bbox`` is in."""
         result = self.read_result() or {}
-        return {
+        record = {
             "document": self.document.name,
             "document_id": self.document_id,
             "page": self.number,
@@ -345,6 +363,11 @@ class Page(models.Model):
             "dpi": result.get("dpi"),
             "error": self.error,
         }
+        if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence
+            record.update(
+                engine=result.get("engine"), escalated=bool(result.get("escalated")), cascade=result["cascade"]
+            )
+        return record
 
 
 class DispatcherQuerySet(models.QuerySet):

@@ -95,6 +95,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context["documents"] = list(job.documents.select_related("searchable_pdf"))
     context["deliveries"] = list(job.webhook_deliveries.all())
     context["outputs_statuses"] = outputs.WITH_OUTPUTS
+    context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 

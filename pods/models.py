@@ -57,6 +57,15 @@ class Pool(models.Model):
         null=True, blank=True, editable=False, help_text="a nudged tick was queued then and has not started yet"
     )
     config = models.JSONField(default=dict, blank=True, help_text="provider settings (candidates, image, env)")
+    # The cascade (issue 26): a page this pool reads below the threshold is read again there, once.
+    escalation_pool = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="escalated_from_pools",
+        help_text="pages read here below the escalation threshold are read again in this pool",
+    )  # fmt: skip
+    escalation_threshold = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="a page confidence (0-100) below which a page is escalated",
+    )  # fmt: skip
     staff_only = models.BooleanField(default=False, help_text="only staff may submit jobs to this pool")
     groups = models.ManyToManyField(
         "auth.Group", blank=True, related_name="pools",
@@ -77,6 +86,10 @@ class Pool(models.Model):
 
         if self.min_pods > self.max_pods:
             raise ValidationError({"min_pods": "the warm floor cannot be above max pods"})
+        if (self.escalation_pool_id is None) != (self.escalation_threshold is None):
+            raise ValidationError({"escalation_threshold": "an escalation pool and a threshold go together"})
+        if self.escalation_pool_id is not None and self.escalation_pool_id == self.pk:
+            raise ValidationError({"escalation_pool": "a pool cannot escalate to itself"})
         try:
             parse_config(self.provider, self.config)
         except PoolConfigError as exc:

@@ -88,22 +88,52 @@ class RunPodPoolConfig(BaseModel):
         return list(seen.values())
 
 
+# What a local pool may set of its pods' environment: the pod server's own knobs, so that two
+# local pools run different engines (the cascade: tesseract first, rapidocr as the escalation).
+# Everything else a local pod gets is the worker's allowed environment (pods/providers/local.py).
+LOCAL_ENV_NAMES = frozenset({"ENGINE", "MODEL", "DEVICE", "RAPIDOCR_THREADS", "TESSERACT_API"})
+
+
+class LocalPoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if name not in LOCAL_ENV_NAMES:
+                raise ValueError(f"a local pool sets only {', '.join(sorted(LOCAL_ENV_NAMES))}, not {name!r}")
+            if not re.fullmatch(r"[A-Za-z0-9._:/-]{0,200}", value):
+                raise ValueError(f"{name}: letters, digits and ._:/- only")
+        return env
+
+
 class PoolConfigError(ValueError):
     pass
 
 
-def parse_config(provider: str, config: dict) -> RunPodPoolConfig | None:
-    """The pool's config, checked; None for providers that take none."""
-    if provider != "runpod":
-        if config:
-            raise PoolConfigError(f"the {provider} provider takes no config; leave it empty")
-        return None
+def _validate(model: type[BaseModel], config: dict) -> BaseModel:
     try:
-        parsed = RunPodPoolConfig.model_validate(config or {})
+        return model.model_validate(config or {})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "config"
         raise PoolConfigError(f"{where}: {first['msg']}") from None
+
+
+def parse_config(provider: str, config: dict) -> RunPodPoolConfig | None:
+    """The pool's config, checked; None for providers without candidates (a local pool's config is
+    only its pods' engine settings: ``local_pod_env``)."""
+    if provider == "local":
+        _validate(LocalPoolConfig, config)
+        return None
+    if provider != "runpod":
+        if config:
+            raise PoolConfigError(f"the {provider} provider takes no config; leave it empty")
+        return None
+    parsed = _validate(RunPodPoolConfig, config)
     # Refuse now what the SDK could not send safely, rather than at the first boot.
     # function-level: the runpod SDK is imported only where a RunPod pool is configured
     from pods.providers.runpod import create_arguments
@@ -132,3 +162,10 @@ def pool_offers(pool) -> tuple[list[Offer], RunPodPoolConfig | None]:
     if config is None:
         return [LOCAL_OFFER], None
     return config.offers(), config
+
+
+def local_pod_env(pool) -> dict[str, str]:
+    """What a local pool sets of its pods' environment (its engine); {} for any other pool."""
+    if pool.provider != "local":
+        return {}
+    return dict(_validate(LocalPoolConfig, pool.config).env)

@@ -41,10 +41,31 @@ def pages_waiting(*, pool_id: int) -> int:
 
 
 def pool_seconds_per_page(pool_id: int, *, last: int = 200) -> float | None:
-    """The mean seconds a pod took for each of the pool's ``last`` pages; None before any."""
+    """The mean seconds a pod took for each of the pool's ``last`` pages (a page it escalated
+    counts with its first reading); None before any."""
     recent = Page.objects.filter(pool_id=pool_id, status=Page.Status.DONE, seconds__isnull=False)
     ids = list(recent.order_by("-finished_at").values_list("id", flat=True)[:last])
-    return Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
+    mean = Page.objects.filter(id__in=ids).aggregate(mean=Avg("seconds"))["mean"] if ids else None
+    firsts = Page.objects.filter(escalated_from_id=pool_id, first_seconds__isnull=False)
+    first_ids = list(firsts.order_by("-escalated_at").values_list("id", flat=True)[:last])
+    if not first_ids:
+        return mean
+    first_mean = Page.objects.filter(id__in=first_ids).aggregate(mean=Avg("first_seconds"))["mean"]
+    return ((mean or 0.0) * len(ids) + first_mean * len(first_ids)) / (len(ids) + len(first_ids))
+
+
+def pool_escalated_share(pool_id: int, *, last: int = 200) -> tuple[float, int] | None:
+    """(share escalated, pages counted) of the pool's ``last`` first readings: its pages done
+    there and those it sent to its escalation pool; None before any."""
+    kept = Page.objects.filter(pool_id=pool_id, status=Page.Status.DONE, escalated_from=None)
+    kept_at = list(kept.order_by("-finished_at").values_list("finished_at", flat=True)[:last])
+    sent = Page.objects.filter(escalated_from_id=pool_id)
+    sent_at = list(sent.order_by("-escalated_at").values_list("escalated_at", flat=True)[:last])
+    recent = sorted([(at, False) for at in kept_at if at] + [(at, True) for at in sent_at if at], reverse=True)
+    recent = recent[:last]
+    if not recent:
+        return None
+    return sum(1 for _, escalated in recent if escalated) / len(recent), len(recent)
 
 
 def pool_last_start(pool_id: int) -> datetime | None:
@@ -100,4 +121,14 @@ def busy_seconds(
     if since is not None:
         pages = pages.filter(finished_at__gte=since)
     rows = pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
-    return {(pod_id, job_id): busy for pod_id, job_id, busy in rows}
+    busy = {(pod_id, job_id): busy for pod_id, job_id, busy in rows}
+    # Escalated pages: the first pool's reading is its pod's busy time (spend per stage).
+    firsts = Page.objects.filter(first_pod_id__in=pod_ids, first_seconds__isnull=False)
+    if job_ids is not None:
+        firsts = firsts.filter(job_id__in=list(job_ids))
+    if since is not None:
+        firsts = firsts.filter(escalated_at__gte=since)
+    rows = firsts.values("first_pod_id", "job_id").annotate(busy=Sum("first_seconds"))
+    for pod_id, job_id, seconds in rows.values_list("first_pod_id", "job_id", "busy"):
+        busy[(pod_id, job_id)] = busy.get((pod_id, job_id), 0.0) + seconds
+    return busy

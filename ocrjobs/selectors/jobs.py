@@ -56,3 +56,32 @@ def job_result_jsonl(job: Job) -> Iterator[str]:
         record = {"document": document.name, "document_id": document.pk, "page": None, "status": "failed",
                   "text": "", "lines": [], "confidence": None, "error": document.error}  # fmt: skip
         yield json.dumps(record, ensure_ascii=False) + "\n"
+
+
+JOB_ESCALATIONS_SHOWN = 100
+
+
+def job_escalations(job: Job, *, limit: int = JOB_ESCALATIONS_SHOWN) -> tuple[int, list[dict]]:
+    """(how many of the job's pages were escalated, the first ``limit`` of them): each page's
+    first pool, engine and confidence, and its escalation's, or where it waits."""
+    escalated = job.pages.exclude(escalated_from=None)
+    rows = []
+    for page in escalated.select_related("document", "escalated_from", "pool").order_by("id")[:limit]:
+        cascade = (page.read_result() or {}).get("cascade") if page.status == Page.Status.DONE else None
+        try:
+            first = json.loads(page.first_result) if page.first_result else {}
+        except ValueError:
+            first = {}
+        second = cascade[1] if cascade and len(cascade) > 1 else {}
+        rows.append(
+            {
+                "document": page.document.name,
+                "page": page.number,
+                "status": page.status,
+                "first": {"pool": page.escalated_from.key, "engine": first.get("engine"),
+                          "confidence": page.first_confidence},
+                "second": {"pool": page.pool.key, "engine": second.get("engine"), "confidence": second.get("confidence"),
+                           "error": second.get("error", "")},
+            }
+        )  # fmt: skip
+    return escalated.count(), rows

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from ocrjobs.models import Page
 from ocrjobs.services.jobs import job_refresh
+from pods.enqueue import nudge_scaler
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,14 @@ def _fail_exhausted(*, pool_id: int) -> None:
         pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now,
         attempts__gte=settings.PAGE_MAX_ATTEMPTS,
     )  # fmt: skip
+    # An escalated page whose second pool gave nothing keeps its first reading (done), one by one:
+    # few pages, and each row's own result is rewritten.
+    for page in exhausted.exclude(escalated_from=None).select_related("escalated_from", "pool"):
+        Page.objects.filter(pk=page.pk, status=Page.Status.RUNNING, attempts=page.attempts).update(
+            **_first_reading_kept(page, f"no result after {settings.PAGE_MAX_ATTEMPTS} attempts (claims expired)")
+        )
+        transaction.on_commit(lambda job_id=page.job_id: job_refresh(job_id=job_id))
+    exhausted = exhausted.filter(escalated_from=None)
     job_ids = set(exhausted.values_list("job_id", flat=True))
     if job_ids:
         exhausted.update(
@@ -156,34 +165,123 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
     updated, so a page is never written twice. Of two results for one page in a batch, the
     first counts. Returns the stored ids. Safe to call again after a database error: a
     result stored by the first call no longer matches a claim.
+
+    The cascade (issue 26): a page its pool read below the pool's escalation threshold is not
+    done but moved, in the same kind of guarded UPDATE, to the escalation pool's queue with its
+    first reading kept (``escalate``): the database holds the page in every state, and only a
+    page never escalated moves. Its second reading is stored as any result, with both stages'
+    engines and confidences in it.
     """
     unique: dict[int, PageResult] = {}
     for item in items:
         unique.setdefault(item.page_id, item)
     if not unique:
         return set()
-    placeholders = ", ".join(
-        ["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
-         " CAST(%s AS bigint), CAST(%s AS double precision))"] * len(unique)
-    )  # fmt: skip
-    params: list = []
+    held = Page.objects.filter(id__in=list(unique), claim_token=token, status=Page.Status.RUNNING)
+    stages = {
+        row[0]: row[1:]
+        for row in held.values_list(
+            "id", "pool_id", "pool__key", "pool__escalation_pool_id", "pool__escalation_threshold",
+            "escalated_from__key", "first_result",
+        )
+    }  # fmt: skip
+    done: dict[int, tuple[PageResult, dict]] = {}
+    escalate: dict[int, tuple[PageResult, int]] = {}
     for page_id, item in unique.items():
-        params += [page_id, item.attempt, result_json(item.result), _confidence(item.result), item.pod_id,
-                   item.seconds]  # fmt: skip
+        if page_id not in stages:
+            continue  # the claim is not ours (the UPDATE would not match either)
+        pool_id, pool_key, to_pool, threshold, from_key, first = stages[page_id]
+        confidence = _confidence(item.result)
+        if from_key:
+            done[page_id] = (item, _escalated_result(item.result, first=first, first_pool=from_key, pool=pool_key))
+        elif not to_pool or to_pool == pool_id or threshold is None:
+            done[page_id] = (item, item.result)
+        elif confidence is None or confidence < threshold:
+            escalate[page_id] = (item, to_pool)
+        else:  # kept by a pool that escalates: the cascade's verdict is in the result too
+            done[page_id] = (item, {**item.result, "escalated": False, "cascade": [_stage(item.result, pool_key)]})
+    with transaction.atomic():
+        stored = _store_done(token=token, items=done)
+        moved = _escalate(token=token, items=escalate)
+    for pool_id in {escalate[page_id][1] for page_id in moved}:
+        transaction.on_commit(lambda pool_id=pool_id: nudge_scaler(pool_id))
+    return stored | moved
+
+
+def _escalated_result(result: dict, *, first: str, first_pool: str, pool: str) -> dict:
+    """The second reading of an escalated page, carrying both stages' engines and confidences."""
+    try:
+        earlier = json.loads(first) if first else {}
+    except ValueError:
+        earlier = {}
+    return {**result, "escalated": True, "cascade": [_stage(earlier, first_pool), _stage(result, pool)]}
+
+
+def _stage(result: dict, pool: str) -> dict:
+    return {"pool": pool, "engine": result.get("engine"), "confidence": _confidence(result),
+            "seconds": result.get("seconds")}  # fmt: skip
+
+
+_VALUES = "v(id, attempts, result, confidence, pod_id, seconds{extra}) AS (VALUES {rows})"
+_ROW = (
+    "(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
+    " CAST(%s AS bigint), CAST(%s AS double precision){extra})"
+)
+
+
+def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]:
+    """The VALUES of a guarded UPDATE: each page's attempt, result, confidence, pod and seconds
+    (and the pool it moves to, for an escalation)."""
+    extra = rows[0][2] is not None
+    row = _ROW.format(extra=", CAST(%s AS bigint)" if extra else "")
+    params: list = []
+    for item, result, to_pool in rows:
+        params += [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds]
+        if extra:
+            params.append(to_pool)
+    return _VALUES.format(extra=", to_pool" if extra else "", rows=", ".join([row] * len(rows))), params
+
+
+def _guarded_update(
+    *, token: str, rows: list[tuple[PageResult, dict, int | None]], sets: str, params: list, also: str = ""
+) -> set[int]:
+    """One UPDATE of many pages from their VALUES, each only under the claim ``token`` holds (and
+    its attempt, when given); ``sets`` and ``also`` may name ``{table}``. Returns the ids written."""
+    values, value_params = _values(rows)
     table = Page._meta.db_table
     sql = (
-        f"WITH v(id, attempts, result, confidence, pod_id, seconds) AS (VALUES {placeholders}) "
-        f"UPDATE {table} SET status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, "
-        f"seconds = v.seconds, "
-        f"error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s "
+        f"WITH {values} UPDATE {table} SET {sets.format(table=table)} "
         f"FROM v WHERE {table}.id = v.id AND {table}.attempts = COALESCE(v.attempts, {table}.attempts) "
-        f"AND {table}.claim_token = %s AND {table}.status = %s "
+        f"AND {table}.claim_token = %s AND {table}.status = %s{also.format(table=table)} "
         f"RETURNING {table}.id"
-    )
-    params += [Page.Status.DONE, timezone.now(), token, Page.Status.RUNNING]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, value_params + params + [token, Page.Status.RUNNING])
         return {row[0] for row in cursor.fetchall()}
+
+
+def _store_done(*, token: str, items: dict[int, tuple[PageResult, dict]]) -> set[int]:
+    if not items:
+        return set()
+    sets = ("status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, seconds = v.seconds, "
+            "error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s")  # fmt: skip
+    rows = [(item, result, None) for item, result in items.values()]
+    return _guarded_update(token=token, rows=rows, sets=sets, params=[Page.Status.DONE, timezone.now()])
+
+
+def _escalate(*, token: str, items: dict[int, tuple[PageResult, int]]) -> set[int]:
+    """Pages read below their pool's threshold wait again in the escalation pool, their first
+    reading, pod and seconds kept; attempts start again (the second pool's own). Only a page
+    never escalated moves: a page escalates at most once."""
+    if not items:
+        return set()
+    sets = ("status = %s, pool_id = v.to_pool, escalated_from_id = {table}.pool_id, escalated_at = %s, "
+            "first_result = v.result, first_confidence = v.confidence, first_pod_id = v.pod_id, "
+            "first_seconds = v.seconds, attempts = 0, pod_id = NULL, error = '', claim_token = '', "
+            "claim_expires_at = NULL")  # fmt: skip
+    rows = [(item, item.result, to_pool) for item, to_pool in items.values()]
+    return _guarded_update(token=token, rows=rows, sets=sets, params=[Page.Status.PENDING, timezone.now()],
+                           also=" AND {table}.escalated_from_id IS NULL")  # fmt: skip
 
 
 def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:
@@ -207,6 +305,9 @@ def page_attempt_failed(
     if page is None:
         return "lost"
     claim = claim.filter(attempts=page.attempts)
+    if (final or page.attempts >= settings.PAGE_MAX_ATTEMPTS) and page.escalated_from_id:
+        claim.update(**_first_reading_kept(page, error), pod_id=pod_id)
+        return "failed"
     if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
         claim.update(
             status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
@@ -227,6 +328,21 @@ def pages_requeue_preempted(*, pod_id: int) -> int:
     )
     failed_there = Page.objects.filter(pod_id=pod_id, status=Page.Status.PENDING, attempts__gt=0)
     return running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+
+
+def _first_reading_kept(page: Page, error: str) -> dict:
+    """The fields of an escalated page whose second pool gave no reading: done with its first
+    one, the escalation's error in the result's cascade (the page is not lost to the cascade)."""
+    try:
+        first = json.loads(page.first_result) if page.first_result else {}
+    except ValueError:
+        first = {}
+    cascade = [_stage(first, page.escalated_from.key), {"pool": page.pool.key, "error": error[:2000]}]
+    return {
+        "status": Page.Status.DONE, "result": result_json({**first, "escalated": False, "cascade": cascade}),
+        "confidence": page.first_confidence, "seconds": None, "error": "", "claim_token": "",
+        "claim_expires_at": None, "finished_at": timezone.now(),
+    }  # fmt: skip
 
 
 def pages_unclaim(*, token: str, page_ids: list[int]) -> int:

@@ -36,7 +36,7 @@ from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.podclient import pod_engine, reported_lanes
-from pods.poolconfig import PoolConfigError, RunPodPoolConfig, pool_offers
+from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, pool_offers
 from pods.providers import get_provider
 from pods.providers.base import (
     AuthFailed,
@@ -216,7 +216,7 @@ def _create_on(
         image=config.image if config else "",
         ports=config.ports if config else "",
         # The pod's token goes in its environment, never on a command line.
-        env={**(config.env if config else {}), "POD_TOKEN": pod.token} if pod.token else (config.env if config else {}),
+        env={**(config.env if config else local_pod_env(pod.pool)), **({"POD_TOKEN": pod.token} if pod.token else {})},
         page_timeout=settings.PAGE_TIMEOUT_SECONDS,
         options=config.pod_options() if config else PodOptions(),
     )
