@@ -21,8 +21,9 @@ from ocrjobs.services.searchable_pdf import searchable_pdf_build
 from ocrjobs.storage import document_bytes, documents
 from ocrjobs.viewer import viewer_pages
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import split
-from tests.ocrjobs.test_outputs import auth, boxed, built_pdf, finish, sizes_of, submit, text_of
+from tests.helpers import auth
+from tests.ocrjobs.helpers import complete_all, split, submit
+from tests.ocrjobs.test_outputs import boxed, built_pdf, sizes_of, text_of
 
 LINES = ["Water levels rose", "Three pumps serviced", "Budget report north"]
 
@@ -45,7 +46,8 @@ def three_pages(ordinary_user, local_pool) -> Job:
 @pytest.fixture
 def done_job(ordinary_user, local_pool) -> Job:
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
-    finish(job, {(0, 1): boxed(["Water levels rose"])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["Water levels rose"])})
     return job
 
 

@@ -15,7 +15,8 @@ import pytest
 from ocrjobs.services import searchable_pdf
 from ocrjobs.services.pdf_update import Unsuitable, open_update
 from tests.factories import pdf_bytes
-from tests.ocrjobs.test_outputs import boxed, built_pdf, finish, sizes_of, submit, text_of
+from tests.ocrjobs.helpers import complete_all, split, submit
+from tests.ocrjobs.test_outputs import boxed, built_pdf, sizes_of, text_of
 
 LINES = [["Water levels rose"], ["Three pumps serviced"], ["Budget report north"], ["River gauge spring"]]
 
@@ -79,7 +80,8 @@ def handmade(rotate: int, *, inherit: bool = True) -> bytes:
 def test_inherited_resources_and_rotation_are_kept(ordinary_user, local_pool, tmp_path, rotate):
     def build(original: bytes) -> bytes:
         job = submit(ordinary_user, {"inherited.pdf": original})
-        finish(job, {(0, 1): boxed(["Water levels rose"]), (0, 2): boxed(["Three pumps serviced"])})
+        split(job)
+        complete_all(job, results={(0, 1): boxed(["Water levels rose"]), (0, 2): boxed(["Three pumps serviced"])})
         return built_pdf(job), job
 
     original = handmade(rotate)
@@ -105,7 +107,8 @@ def placed(pdf: bytes) -> list[tuple[str, tuple[float, ...]]]:
 
 def job_of(user, data: bytes):
     job = submit(user, {"shaped.pdf": data})
-    finish(job, {(0, n + 1): boxed(lines) for n, lines in enumerate(LINES)})
+    split(job)
+    complete_all(job, results={(0, n + 1): boxed(lines) for n, lines in enumerate(LINES)})
     return job
 
 
@@ -185,7 +188,10 @@ def test_a_many_frame_image_is_written_a_chunk_of_frames_at_a_time(ordinary_user
     buffer = io.BytesIO()
     frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:], dpi=(100, 100))
     job = submit(ordinary_user, {"scans.tiff": buffer.getvalue()})
-    finish(job, {(0, n): boxed([f"frame number {n}"], width=400, height=200 + 10 * (n - 1)) for n in range(1, 21)})
+    split(job)
+    complete_all(
+        job, results={(0, n): boxed([f"frame number {n}"], width=400, height=200 + 10 * (n - 1)) for n in range(1, 21)}
+    )
 
     built = built_pdf(job)
 
