@@ -54,6 +54,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._forecast_check import forecast_vs_bill, print_forecast_vs_bill, record_forecasts, within_goal
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
@@ -217,8 +218,8 @@ def run(args, children: Children, sim_url: str) -> None:
                 "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
                                 "data_centers": DATA_CENTERS}]},
     )  # fmt: skip
-    if not args.real_path:
-        create_pages(args, pool)
+    job_ids = [] if args.real_path else create_pages(args, pool)
+    record_forecasts(job_ids)  # as job_submit does (--real-path: it did)
     pages_total = args.docs * args.pages_per_doc
     token = read_token()
     setup_schedules()
@@ -247,7 +248,7 @@ def run(args, children: Children, sim_url: str) -> None:
     started = time.monotonic()
     prober.start()
     if args.real_path:
-        submit_pages(args, front_url)  # each submission nudges the scaler itself
+        job_ids = submit_pages(args, front_url)  # each submission nudges the scaler itself
     nudge_scaler(pool.pk)
     last_nudge = time.monotonic()
     peak_sampled = 0
@@ -330,6 +331,7 @@ def run(args, children: Children, sim_url: str) -> None:
     ratio = paid / busy if busy else None
     stats_after = sim_get(sim_url, "/sim/stats")  # after the benchmark released what was not shed
     spend = spend_report()
+    forecasts = forecast_vs_bill(job_ids, spend_total=spend["total"])
     stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL))
     end_wall = timezone.now()
     grown_while_stalled = sum(
@@ -355,6 +357,7 @@ def run(args, children: Children, sim_url: str) -> None:
         and not healthz_row.get("unanswered"),
         "every_pod_shed": not not_shed,
         "no_pod_left_at_provider": stats_after["pods_total"] == 0,
+        **within_goal(forecasts),
     }
     result = {
         "benchmark": "storm",
@@ -399,6 +402,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_left_at_provider": stats_after["pods_total"],
         "ready_pods_without_pages": len(ready_idle),
         "cores_used": workers_cores,
+        "forecast_vs_bill": forecasts,
         "goal": goal,
         "goal_met": all(goal.values()),
     }
@@ -424,6 +428,7 @@ def run(args, children: Children, sim_url: str) -> None:
           f"{grown_while_stalled} pods created while one was open")  # fmt: skip
     print(f"pods not shed        {len(not_shed)} (released by the benchmark)")
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
+    print_forecast_vs_bill(forecasts)
     print_pod_timeline(pods, pages, started_wall)
     print(json.dumps(result))
 

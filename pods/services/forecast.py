@@ -19,15 +19,30 @@ from django.conf import settings
 
 from ocrjobs import selectors
 from pods import capacity
-from pods.models import Pool
+from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, pool_offers
 from pods.services.scaler import boot_seconds, boot_times
 
 SIZINGS = ("fastest", "balanced", "cheapest")
 
 
+# The price the pool's pods were created at, over its last pods: what a boot gets is the cheapest
+# candidate that has capacity, not the catalogue's cheapest (bench/storm.py: the forecast priced
+# $0.17/h, a GPU type with no capacity anywhere, where every pod ran at $0.27/h).
+PRICE_OVER_LAST_PODS = 20
+
+
 def _price(pool: Pool) -> tuple[Decimal | None, dict]:
-    """The cheapest known $/h of one of the pool's pods, and where it comes from."""
+    """The $/h of one of the pool's pods, and where it comes from: the mean over its last pods;
+    until there are some, the cheapest known among its candidates."""
+    paid = list(
+        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0)
+        .order_by("-billed_from")
+        .values_list("cost_per_hr", flat=True)[:PRICE_OVER_LAST_PODS]
+    )
+    if paid:
+        mean = (sum(paid, Decimal(0)) / len(paid)).quantize(Decimal("0.0001"))
+        return mean, {"source": f"the pool's last {len(paid)} pods", "fetched_at": None}
     try:
         offers, config = pool_offers(pool)
     except PoolConfigError as exc:  # a pool the scaler cannot boot on either: no price, said why
