@@ -14,13 +14,17 @@ jobs' forecast dollars.
 from __future__ import annotations
 
 FORECAST_GOAL = 0.25  # |forecast ÷ actual - 1|, dollars and minutes (issue 26)
+BASIS = ("seconds_per_page", "boot_seconds", "boot_wait_seconds", "idle_seconds", "price_per_pod_hour")
 
 
 def record_forecasts(job_ids: list[int], *, provider: str = "runpod") -> None:
-    """Store each job's forecast as ``job_submit`` does (its pages, its pool first, every pool
-    open to the deployment), before any page of it is read. First the price catalogue is stored,
+    """Submit the stored jobs now, with the workers up: each job's forecast as ``job_submit``
+    makes it (its pages, its pool first, every pool open to the deployment) and its creation
+    time, before any page of it is read. First the price catalogue is stored,
     as a deployment that has booted before has it (the first boot reuses it within its TTL): a
     fresh database has none, and the forecast's dollars would be "price unknown"."""
+    from django.utils import timezone
+
     from ocrjobs.models import Job, Page
     from pods import capacity
     from pods.models import Pool
@@ -31,7 +35,8 @@ def record_forecasts(job_ids: list[int], *, provider: str = "runpod") -> None:
     for job in Job.objects.filter(pk__in=job_ids).select_related("pool"):
         pages = Page.objects.filter(job=job).count()
         job.forecast = job_forecast(pages=pages, pool=job.pool, pools=Pool.objects.open_to(None))
-        job.save(update_fields=["forecast"])
+        job.created_at = timezone.now()
+        job.save(update_fields=["forecast", "created_at"])
 
 
 def _error(forecast: float | None, actual: float | None) -> float | None:
@@ -45,7 +50,10 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
     each error; then the worst errors and the storm's whole spend against the forecasts' sum."""
     from ocrjobs.models import Job
     from ocrjobs.views import _forecast_vs_actual
+    from pods.services import forecast as forecasts
     from pods.spend import jobs_spend
+
+    forecasts._bases.clear()  # the pool's measurements as they are now, for the forecasts made again
 
     # A job's bill: its share (the job page's figure) plus the pool's boots and idle tails in
     # proportion to it (the storm's pool serves only its jobs: the bills add up to the spend).
@@ -67,12 +75,21 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
                        "job_page_dollars": round(shares.get(job.pk, 0.0), 4)},
             "error": {"minutes": _error(forecast.get("minutes"), shown.get("minutes")),
                       "dollars": _error(forecast.get("dollars"), bill)},
-            "based_on": {k: based.get(k) for k in ("seconds_per_page", "boot_seconds", "idle_seconds",
-                                                   "price_per_pod_hour")},
+            "based_on": {k: based.get(k) for k in BASIS},
         })  # fmt: skip
+        # Which term was off: the same job forecast again on what the pool has measured since.
+        again = forecasts.pool_forecast(job.pool, pages=shown.get("pages_forecast") or 0)
+        sizing = again["sizings"].get(job.priority) or again["sizings"]["balanced"]
+        jobs[-1]["measured"] = {
+            "forecast": sizing,
+            "error": {"minutes": _error(sizing["minutes"], shown.get("minutes")),
+                      "dollars": _error(sizing["dollars"], bill)},
+            "based_on": {k: again["based_on"].get(k) for k in BASIS},
+        }  # fmt: skip
 
-    def worst(kind: str) -> float | None:
-        errors = [abs(row["error"][kind]) for row in jobs if row["error"][kind] is not None]
+    def worst(kind: str, measured: bool = False) -> float | None:
+        rows = [row["measured"] if measured else row for row in jobs]
+        errors = [abs(row["error"][kind]) for row in rows if row["error"][kind] is not None]
         return max(errors) if len(errors) == len(jobs) and jobs else None
 
     forecast_dollars = [row["forecast"]["dollars"] for row in jobs]
@@ -82,6 +99,8 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
         "jobs": jobs,
         "worst_minutes_error": worst("minutes"),
         "worst_dollars_error": worst("dollars"),
+        "worst_minutes_error_measured": worst("minutes", measured=True),
+        "worst_dollars_error_measured": worst("dollars", measured=True),
         "forecast_dollars_sum": round(forecast_sum, 4) if forecast_sum is not None else None,
         "spend_total": round(spend_total, 4),
         "spend_total_error": _error(forecast_sum, spend_total),
@@ -101,13 +120,12 @@ def _forecast_on_what_was_measured(job_ids: list[int], spend_total: float) -> di
     jobs = Job.objects.filter(pk__in=job_ids)
     span = jobs.aggregate(first=Min("created_at"), last=Max("finished_at"))
     pool = jobs.select_related("pool").first().pool
-    forecast._bases.clear()
     again = forecast.pool_forecast(pool, pages=Page.objects.filter(job_id__in=job_ids).count())
     sizing = again["sizings"]["balanced"]
     minutes = (span["last"] - span["first"]).total_seconds() / 60 if span["last"] else None
     pods = Page.objects.filter(job_id__in=job_ids).exclude(pod=None).values("pod").distinct().count()
     return {
-        "based_on": {k: again["based_on"][k] for k in ("seconds_per_page", "boot_seconds", "price_per_pod_hour")},
+        "based_on": {k: again["based_on"].get(k) for k in BASIS},
         "forecast": sizing,
         "actual": {"pods": pods, "minutes": round(minutes, 2) if minutes else None, "dollars": round(spend_total, 4)},
         "error": {"minutes": _error(sizing["minutes"], minutes), "dollars": _error(sizing["dollars"], spend_total)},
@@ -135,6 +153,12 @@ def print_forecast_vs_bill(check: dict) -> None:
     print(f"  worst error: minutes {_pct(check['worst_minutes_error'])}, dollars {_pct(check['worst_dollars_error'])}; "
           f"the storm's whole spend ${check['spend_total']} against the forecasts' sum "
           f"${check['forecast_dollars_sum']} ({_pct(check['spend_total_error'])})  goal within {FORECAST_GOAL:.0%}")  # fmt: skip
+    print(f"  forecast again on what the pool measured since (which term was off): worst error minutes "
+          f"{_pct(check['worst_minutes_error_measured'])}, dollars {_pct(check['worst_dollars_error_measured'])}")  # fmt: skip
+    for row in check["jobs"]:
+        f, e = row["measured"]["forecast"], row["measured"]["error"]
+        print(f"  job {row['job']:<5} {f['pods']} pods, {f['minutes']} min ({_pct(e['minutes'])}), "
+              f"${f['dollars']} ({_pct(e['dollars'])})   based on {row['measured']['based_on']}")  # fmt: skip
     again = check["whole_storm_on_measured_basis"]
     if again:
         f, a, e = again["forecast"], again["actual"], again["error"]

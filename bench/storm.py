@@ -219,7 +219,6 @@ def run(args, children: Children, sim_url: str) -> None:
                                 "data_centers": DATA_CENTERS}]},
     )  # fmt: skip
     job_ids = [] if args.real_path else create_pages(args, pool)
-    record_forecasts(job_ids)  # as job_submit does (--real-path: it did)
     pages_total = args.docs * args.pages_per_doc
     token = read_token()
     setup_schedules()
@@ -244,6 +243,7 @@ def run(args, children: Children, sim_url: str) -> None:
     prober = threading.Thread(target=probe, name="probe")
     meter = CpuMeter(children)
     cpu_before = meter.read()
+    record_forecasts(job_ids)  # submitted now, as job_submit would (--real-path: it will)
     started_wall = timezone.now()
     started = time.monotonic()
     prober.start()
