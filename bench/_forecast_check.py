@@ -13,14 +13,17 @@ jobs' forecast dollars.
 
 from __future__ import annotations
 
+import time
+
 FORECAST_GOAL = 0.25  # |forecast ÷ actual - 1|, dollars and minutes (issue 26)
-BASIS = ("seconds_per_page", "boot_seconds", "boot_wait_seconds", "idle_seconds", "price_per_pod_hour")
+BASIS = ("seconds_per_page", "boot_seconds", "boot_wait_seconds", "idle_seconds", "price_per_pod_hour", "pages_ahead")
 
 
-def record_forecasts(job_ids: list[int], *, provider: str = "runpod") -> None:
-    """Submit the stored jobs now, with the workers up: each job's forecast as ``job_submit``
-    makes it (its pages, its pool first, every pool open to the deployment) and its creation
-    time, before any page of it is read. First the price catalogue is stored,
+def record_forecasts(job_ids: list[int], *, workers, provider: str = "runpod") -> None:
+    """Submit the stored jobs once the workers are up (a user's job never waits for them to
+    start: 14 s of the first --small run's 70): each job's forecast as ``job_submit`` makes it
+    (its pages, its pool first, every pool open to the deployment) and its creation time, before
+    any page of it is read. First the price catalogue is stored,
     as a deployment that has booted before has it (the first boot reuses it within its TTL): a
     fresh database has none, and the forecast's dollars would be "price unknown"."""
     from django.utils import timezone
@@ -28,15 +31,34 @@ def record_forecasts(job_ids: list[int], *, provider: str = "runpod") -> None:
     from ocrjobs.models import Job, Page
     from pods import capacity
     from pods.models import Pool
-    from pods.services.forecast import job_forecast
+    from pods.services.forecast import job_forecast, pool_forecast
 
+    wait_for_workers(workers)
     capacity.catalogue_get(provider)
 
     for job in Job.objects.filter(pk__in=job_ids).select_related("pool"):
         pages = Page.objects.filter(job=job).count()
         job.forecast = job_forecast(pages=pages, pool=job.pool, pools=Pool.objects.open_to(None))
+        # Its pages are stored already: they are its own, not ahead of it (the others' are).
+        ahead = Page.objects.filter(pool=job.pool).waiting().exclude(job=job).count()
+        job.forecast["pools"][0] = pool_forecast(job.pool, pages=pages, ahead=ahead)
         job.created_at = timezone.now()
         job.save(update_fields=["forecast", "created_at"])
+
+
+def wait_for_workers(workers, *, deadline_s: float = 120.0) -> None:
+    """Until every django-q2 cluster that ``manage.py workers`` started says it is running."""
+    end = time.monotonic() + deadline_s
+    while True:
+        log = workers.log_path.read_text(errors="replace")
+        clusters = log.count(" workers started (cluster pid ")
+        if clusters and log.count("] running.") >= clusters:
+            return
+        if not workers.alive():
+            raise SystemExit(f"the workers exited:\n{workers.tail()}")
+        if time.monotonic() > end:
+            raise SystemExit(f"the workers' clusters did not all start within {deadline_s:.0f} s")
+        time.sleep(0.5)
 
 
 def _error(forecast: float | None, actual: float | None) -> float | None:
@@ -78,7 +100,8 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
             "based_on": {k: based.get(k) for k in BASIS},
         })  # fmt: skip
         # Which term was off: the same job forecast again on what the pool has measured since.
-        again = forecasts.pool_forecast(job.pool, pages=shown.get("pages_forecast") or 0)
+        again = forecasts.pool_forecast(job.pool, pages=shown.get("pages_forecast") or 0,
+                                        ahead=based.get("pages_ahead") or 0)  # fmt: skip
         sizing = again["sizings"].get(job.priority) or again["sizings"]["balanced"]
         jobs[-1]["measured"] = {
             "forecast": sizing,

@@ -243,7 +243,7 @@ def run(args, children: Children, sim_url: str) -> None:
     prober = threading.Thread(target=probe, name="probe")
     meter = CpuMeter(children)
     cpu_before = meter.read()
-    record_forecasts(job_ids)  # submitted now, as job_submit would (--real-path: it will)
+    record_forecasts(job_ids, workers=workers)  # submitted now, as job_submit would (--real-path: it will)
     started_wall = timezone.now()
     started = time.monotonic()
     prober.start()
