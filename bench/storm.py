@@ -60,6 +60,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import spot
+from bench._forecast_check import forecast_vs_bill, print_forecast_vs_bill, record_forecasts, within_goal
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
@@ -226,8 +227,7 @@ def run(args, children: Children, sim_url: str) -> None:
                 "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
                                 "data_centers": DATA_CENTERS}]}),
     )  # fmt: skip
-    if not args.real_path:
-        create_pages(args, pool)
+    job_ids = [] if args.real_path else create_pages(args, pool)
     pages_total = args.docs * args.pages_per_doc
     token = read_token()
     setup_schedules()
@@ -252,11 +252,12 @@ def run(args, children: Children, sim_url: str) -> None:
     prober = threading.Thread(target=probe, name="probe")
     meter = CpuMeter(children)
     cpu_before = meter.read()
+    record_forecasts(job_ids, workers=workers)  # submitted now, as job_submit would (--real-path: it will)
     started_wall = timezone.now()
     started = time.monotonic()
     prober.start()
     if args.real_path:
-        submit_pages(args, front_url)  # each submission nudges the scaler itself
+        job_ids = submit_pages(args, front_url)  # each submission nudges the scaler itself
     nudge_scaler(pool.pk)
     last_nudge = time.monotonic()
     peak_sampled = 0
@@ -339,6 +340,7 @@ def run(args, children: Children, sim_url: str) -> None:
     ratio = paid / busy if busy else None
     stats_after = sim_get(sim_url, "/sim/stats")  # after the benchmark released what was not shed
     spend = spend_report()
+    forecasts = forecast_vs_bill(job_ids, spend_total=spend["total"])
     stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL))
     end_wall = timezone.now()
     grown_while_stalled = sum(
@@ -364,6 +366,7 @@ def run(args, children: Children, sim_url: str) -> None:
         and not healthz_row.get("unanswered"),
         "every_pod_shed": not not_shed,
         "no_pod_left_at_provider": stats_after["pods_total"] == 0,
+        **within_goal(forecasts),
     }
     result = {
         "benchmark": "storm",
@@ -408,6 +411,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_left_at_provider": stats_after["pods_total"],
         "ready_pods_without_pages": len(ready_idle),
         "cores_used": workers_cores,
+        "forecast_vs_bill": forecasts,
         "goal": goal,
         "goal_met": all(goal.values()),
     }
@@ -437,6 +441,7 @@ def run(args, children: Children, sim_url: str) -> None:
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
     if args.interruptible:
         spot.print_section(result["interruptible"])
+    print_forecast_vs_bill(forecasts)
     print_pod_timeline(pods, pages, started_wall)
     print(json.dumps(result))
 

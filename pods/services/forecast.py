@@ -2,9 +2,10 @@
 
 For each pool and each sizing (fastest, balanced, cheapest): pods, minutes and dollars for the
 job's pages alone, from the pool's measured seconds per page and boot time (or the settings'
-guesses until there are some) and the cheapest catalogue price among its candidates. A pod is
-billed from create to release: its boot, its share of the pages, and the idle tail before the
-scaler sheds it. Reads only the database (the stored catalogue): the front never asks a provider.
+guesses until there are some) and the price its last pods were billed (the cheapest catalogue
+price among its candidates until there are some). A pod is billed from create to release: its
+boot, its share of the pages, and the idle tail before the scaler sheds it; the job waits for the
+boot from the scaler's decision (the candidates tried before the create too). Reads only the database (the stored catalogue): the front never asks a provider.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.conf import settings
 
 from ocrjobs import selectors
 from pods import capacity
-from pods.models import Pool
+from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, pool_offers
 from pods.services.preemption import PreemptionRate, preemption_rate, redo_seconds
 from pods.services.scaler import boot_seconds, boot_times
@@ -37,9 +38,36 @@ class _Interruptible:
     rate: PreemptionRate
 
 
+# The price the pool's pods were created at, over its last pods: what a boot gets is the cheapest
+# candidate that has capacity, not the catalogue's cheapest (bench/storm.py: the forecast priced
+# $0.17/h, a GPU type with no capacity anywhere, where every pod ran at $0.27/h).
+PRICE_OVER_LAST_PODS = 20
+
+
+def _paid_mean(pool: Pool) -> Decimal | None:
+    """The mean $/h the pool's last pods were billed at (None before any)."""
+    paid = list(
+        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0)
+        .order_by("-billed_from")
+        .values_list("cost_per_hr", flat=True)[:PRICE_OVER_LAST_PODS]
+    )
+    return (sum(paid, Decimal(0)) / len(paid)).quantize(Decimal("0.0001")) if paid else None
+
+
 def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
-    """The cheapest known $/h of one of the pool's pods (an interruptible one's: its bid), where it
-    comes from, and what an interruptible pool's forecast adds (None: on-demand pods only)."""
+    """The $/h of one of the pool's pods, where it comes from, and what an interruptible pool's
+    forecast adds (None: on-demand pods only). An on-demand pool's: the mean over its last pods;
+    until there are some (and an interruptible pool's, whose bid and floor are priced apart), the
+    cheapest known among its candidates (an interruptible one's: its bid)."""
+    price, based, spot = _catalogue_price(pool)
+    if spot is None and price is not None:
+        paid = _paid_mean(pool)
+        if paid is not None:
+            return paid, {"source": f"the pool's last pods (at most {PRICE_OVER_LAST_PODS})", "fetched_at": None}, None
+    return price, based, spot
+
+
+def _catalogue_price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
     try:
         offers, config = pool_offers(pool)
     except PoolConfigError as exc:  # a pool the scaler cannot boot on either: no price, said why
@@ -87,11 +115,14 @@ class _Basis:
 
     per_page: float
     measured_per_page: bool
-    boot: float
+    boot: float  # billed: provider create to ready
     measured_boot: bool
+    wait: float  # until a pod reads: the scaler's decision to ready (the candidates tried first too)
     price: Decimal | None
     price_based: dict
     interruptible: _Interruptible | None = None
+    ahead: int = 0  # the pool's pages waiting, running or not split yet: read before a new job's
+    serving: bool = False  # a pod of the pool is ready: a new job's first pages wait for no boot
 
 
 # Every submission's forecast read each pool's last pages, last boots and price: about a tenth of
@@ -109,10 +140,14 @@ def _basis(pool: Pool) -> _Basis:
         return cached[1]
     mean = selectors.pool_seconds_per_page(pool.pk)
     times = boot_times(pool)
+    waits = _boot_waits(pool)
     price, price_based, spot = _price(pool)
     basis = _Basis(per_page=float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS,
                    measured_per_page=bool(mean), boot=boot_seconds(pool, times), measured_boot=bool(times),
-                   price=price, price_based=price_based, interruptible=spot)  # fmt: skip
+                   wait=sum(waits) / len(waits) if waits else boot_seconds(pool, times),
+                   price=price, price_based=price_based, ahead=_pages_ahead(pool),
+                   serving=Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists(),
+                   interruptible=spot)  # fmt: skip
     if ttl > 0:
         for old in [k for k, (at, _) in _bases.items() if now - at >= ttl]:
             _bases.pop(old, None)
@@ -120,14 +155,29 @@ def _basis(pool: Pool) -> _Basis:
     return basis
 
 
+def _boot_waits(pool: Pool) -> list[float]:
+    """Seconds from the pod's row (the scaler's decision) to ready, over the pool's last 20 boots:
+    the boot as a job waits for it. The billed boot starts at the provider's create, after the
+    candidates with no capacity were tried: bench/storm.py --small billed 10 s of boot, but its
+    one pod was created at the provider 23 s after the first tick (six candidates answered no
+    capacity first), and the forecast's minutes on the pool's own measurements were 44 % short."""
+    recent = Pod.objects.filter(pool_id=pool.pk, ready_at__isnull=False).order_by("-ready_at")[:20]
+    return [(p.ready_at - p.created_at).total_seconds() for p in recent.only("ready_at", "created_at")]
+
+
+def _pages_ahead(pool: Pool) -> int:
+    backlog = selectors.pool_backlog(pool.pk)
+    return backlog.waiting + backlog.running + selectors.pool_pages_not_split(pool.pk)
+
+
 # The share of a cascade's pages escalated before its first pool has read any: bench/cascade.py's
 # pages (four in five degraded) escalated 2-42% at the thresholds it chose; a quarter, until measured.
 ESCALATED_SHARE_GUESS = 0.25
 
 
-def pool_forecast(pool: Pool, *, pages: int) -> dict:
+def pool_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict:
     """The pool's figures; a pool that escalates adds its escalation pool's share of the pages."""
-    forecast = _stage_forecast(pool, pages=pages)
+    forecast = _stage_forecast(pool, pages=pages, ahead=ahead)
     if pool.escalation_pool_id and pool.escalation_threshold is not None:
         _add_escalation(forecast, pool, pages=pages)
     return forecast
@@ -159,22 +209,31 @@ def _add_escalation(forecast: dict, pool: Pool, *, pages: int) -> None:
     }
 
 
-def _stage_forecast(pool: Pool, *, pages: int) -> dict:
+def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict:
+    """``ahead``: the pool's pages read before the job's (default: those waiting, running or
+    being split now). Pages are read in the order they came, on pods the scaler sizes for them
+    all: the job ends after them, and pays its pages' part of those pods."""
     basis = _basis(pool)
     per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
     price, price_based = basis.price, dict(basis.price_based)
-    work = pages * per_page
+    ahead = basis.ahead if ahead is None else ahead
+    # bench/storm.py --small, two jobs of 120 pages on one pod, each forecast on the pool's own
+    # measurements as if alone: minutes 38 % short, dollars 37 % over (each job paid half of the
+    # one boot and idle tail, and waited for the other's pages).
+    total = ahead + pages
+    work = total * per_page
     sizings = {}
     spot = basis.interruptible
     for sizing in SIZINGS:
-        pods = pods_for(sizing, pool=pool, work=work, pages=pages, boot=boot)
+        pods = pods_for(sizing, pool=pool, work=work, pages=total, boot=boot) if pages else 0
         busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
-        seconds = boot + busy if pods else 0.0
-        billed = pods * (seconds + pool.idle_seconds) if pods else 0.0
+        lead = 0.0 if basis.serving else basis.wait
+        seconds = lead + busy if pods else 0.0
+        billed = pods * (boot + busy + pool.idle_seconds) * pages / total if pods else 0.0
         dollars = None if price is None else round(float(price) * billed / 3600, 4)
         if spot is not None and pods and price is not None:
-            seconds, dollars, lost = _with_preemptions(spot, price, pods=pods, seconds=seconds, basis=basis,
-                                                       idle=pool.idle_seconds)  # fmt: skip
+            seconds, dollars, lost = _with_preemptions(spot, price, pods=pods, busy=busy, lead=lead, basis=basis,
+                                                       idle=pool.idle_seconds, share=pages / total)  # fmt: skip
             sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars,
                                "preemptions": round(lost, 2)}  # fmt: skip
             continue
@@ -192,6 +251,7 @@ def _stage_forecast(pool: Pool, *, pages: int) -> dict:
                 "measured over the pool's last pages" if basis.measured_per_page else "guess (no page measured)"
             ),
             "boot_seconds": round(boot, 1),
+            "boot_wait_seconds": round(basis.wait, 1),
             "boot_seconds_source": "measured over the pool's last boots" if measured_boot else "guess (no boot yet)",
             "idle_seconds": pool.idle_seconds,
             **(
@@ -199,26 +259,29 @@ def _stage_forecast(pool: Pool, *, pages: int) -> dict:
                 if basis.interruptible is not None
                 else {}
             ),
+            "pages_ahead": ahead,
+            "pods_ready": basis.serving,
         },
     }
 
 
 def _with_preemptions(
-    spot: _Interruptible, bid: Decimal, *, pods: int, seconds: float, basis: _Basis, idle: float
+    spot: _Interruptible, bid: Decimal, *, pods: int, busy: float, lead: float, basis: _Basis, idle: float, share: float
 ) -> tuple[float, float | None, float]:
-    """(seconds, dollars, expected preemptions) of ``pods`` pods for ``seconds``, the pool's floor
-    on-demand and the rest interruptible at ``bid``: each preemption measured over the pool's last
-    hours costs a replacement's boot and the pages in flight again (preemption.redo_seconds),
-    spread over the pods."""
+    """(seconds, dollars, expected preemptions) of ``pods`` pods busy ``busy`` seconds after
+    ``lead`` (the wait for a boot), the pool's floor on-demand and the rest interruptible at
+    ``bid``: each preemption measured over the pool's last hours costs a replacement's boot and the
+    pages in flight again (preemption.redo_seconds), spread over the pods; the job pays ``share``
+    of the pods' bill (its pages' part)."""
     floor = min(spot.floor, pods)
     interruptible = pods - floor
-    preemptions = spot.rate.per_pod_hour * interruptible * seconds / 3600
+    preemptions = spot.rate.per_pod_hour * interruptible * (basis.boot + busy) / 3600
     redo = preemptions * redo_seconds(seconds_per_page=basis.per_page, boot_seconds=basis.boot)
-    seconds += redo / pods
+    busy += redo / pods
     on_demand = spot.on_demand_price if spot.on_demand_price is not None else bid
-    per_pod = seconds + idle
-    dollars = (float(on_demand) * floor + float(bid) * interruptible) * per_pod / 3600
-    return seconds, round(dollars, 4), preemptions
+    per_pod = basis.boot + busy + idle
+    dollars = (float(on_demand) * floor + float(bid) * interruptible) * per_pod * share / 3600
+    return lead + busy, round(dollars, 4), preemptions
 
 
 def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=None) -> dict:
