@@ -44,14 +44,14 @@ class _Interruptible:
 PRICE_OVER_LAST_PODS = 20
 
 
-def _paid_mean(pool: Pool) -> Decimal | None:
-    """The mean $/h the pool's last pods were billed at (None before any)."""
+def _paid_mean(pool: Pool) -> tuple[Decimal, int] | None:
+    """The mean $/h the pool's last pods were billed at, and over how many (None before any)."""
     paid = list(
         Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0)
         .order_by("-billed_from")
         .values_list("cost_per_hr", flat=True)[:PRICE_OVER_LAST_PODS]
     )
-    return (sum(paid, Decimal(0)) / len(paid)).quantize(Decimal("0.0001")) if paid else None
+    return ((sum(paid, Decimal(0)) / len(paid)).quantize(Decimal("0.0001")), len(paid)) if paid else None
 
 
 def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
@@ -63,7 +63,7 @@ def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
     if spot is None and price is not None:
         paid = _paid_mean(pool)
         if paid is not None:
-            return paid, {"source": f"the pool's last pods (at most {PRICE_OVER_LAST_PODS})", "fetched_at": None}, None
+            return paid[0], {"source": f"the pool's last {paid[1]} pods", "fetched_at": None}, None
     return price, based, spot
 
 
