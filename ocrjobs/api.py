@@ -53,8 +53,11 @@ def _submitted_job_dict(job: Job) -> dict:
     documents, and no pages, spend or webhook deliveries yet (its split starts once it is
     committed). Five queries fewer on every submission."""
     counts = dict.fromkeys(Job.PAGE_COUNTS, 0)
+    body = job.to_dict(documents=job.submitted_documents, page_counts=counts)
+    for shown, document in zip(body["documents"], job.submitted_documents, strict=True):
+        shown["outputs"] = outputs.document_outputs_dict(job, document, submitted=True)
     return {
-        **job.to_dict(documents=job.submitted_documents, page_counts=counts),
+        **body,
         "webhook_deliveries": [],
         **_job_links(job, Decimal(0)),
     }

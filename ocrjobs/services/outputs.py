@@ -152,14 +152,15 @@ PDF_STATES = {SearchablePdf.Status.PENDING: "pending", SearchablePdf.Status.BUIL
               SearchablePdf.Status.BUILT: "ready", SearchablePdf.Status.FAILED: "failed"}  # fmt: skip
 
 
-def document_outputs_dict(job: Job, document: Document) -> dict:
+def document_outputs_dict(job: Job, document: Document, *, submitted: bool = False) -> dict:
     """A document's outputs as the API shows them: the text downloads' URLs (they stream what is
     read so far), and the searchable PDF's state: ``pending`` (until its job ends, or asked for
     again), ``building``, ``ready`` (with its URL; ``pages_missing``: pages kept without text),
     ``failed`` (with the error), ``none`` (its job ended without one: no page read, not split).
-    ``document.searchable_pdf`` is best selected with it (select_related)."""
+    ``document.searchable_pdf`` is best selected with it (select_related); ``submitted``: the
+    document was made by this request, so it has no PDF yet (nothing is read)."""
     base = f"/v1/jobs/{job.pk}/documents/{document.pk}"
-    pdf = document.searchable_pdf_or_none
+    pdf = None if submitted else document.searchable_pdf_or_none
     if pdf is None:
         state = {"state": "none" if job.is_finished else "pending"}
     else:
