@@ -257,6 +257,15 @@ def test_a_local_pod_killed_with_9_mid_page_has_its_pages_done_once_on_another_a
 ):
     Pool.objects.filter(pk=local_pool.pk).update(min_pods=2, max_pods=2, lanes_per_pod=1, idle_seconds=3600)
     system = start_system()
+    # Both pods ready first: a split that finds a ready pod starts dispatch at once, so the few
+    # pages could all be read on the first pod before the second is up (seen under load).
+    # STAND-IN: the scaler's one-minute schedule would boot the pool's two min_pods; run that tick once now.
+    scaler_tick(local_pool.pk)
+    wait_for(
+        lambda: Pod.objects.filter(pool=local_pool, state=Pod.State.READY).count() >= 2,
+        GUARD,
+        lambda: f"two pods never ready\n{system.logs()}",
+    )
     job = system.submit({"report.pdf": pdf_bytes(PAGES_TRUTH * 2)}, local_pool)
 
     def a_page_held_on_a_stopped_pod():
