@@ -40,6 +40,7 @@ from pods.enqueue import enqueue_fetch_catalogue
 from pods.models import Pool
 from pods.services import passes
 from tests.assertions import assert_every_page_done_once
+from tests.e2e.conftest import queues_of_its_own
 from tests.factories import pdf_bytes
 from tools.processes import Process, child_env, start_workers, wait_for
 
@@ -156,8 +157,11 @@ def test_an_idle_worker_killed_with_9_restarts_its_own_cluster_and_the_others_ru
 
 
 @pytest.mark.timeout(300)
-def test_the_clock_asks_for_a_pass_while_something_is_due(transactional_db, local_pool, tmp_path):
-    workers = start_workers(child_env(tmp_path, Q_WORKERS="1"), tmp_path, name="workers")
+def test_the_clock_asks_for_a_pass_while_something_is_due(transactional_db, local_pool, tmp_path, monkeypatch):
+    # Queues of its own, emptied: a pass an earlier test left queued on a shared Redis would run
+    # here at once, before anything is due.
+    cluster = queues_of_its_own(monkeypatch, "clock")
+    workers = start_workers(child_env(tmp_path, Q_WORKERS="1", Q_CLUSTER_NAME=cluster), tmp_path, name="workers")
     try:
         wait_for(lambda: all_clusters_ready(workers, {SHORT: 1, PASSES: 1, DISPATCH: 1}), GUARD,
                  lambda: f"the workers never got ready\n{workers.tail()}")  # fmt: skip
