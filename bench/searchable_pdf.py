@@ -111,7 +111,10 @@ def _rss() -> int:
 class _Heap(logging.Handler):
     """The C heap in use (glibc's mallinfo2: qpdf's objects, reportlab's, Python's larger ones)
     each time the build logs a chunk of pages done: {pages done: bytes}. Unlike the peak RSS it
-    does not depend on when a sampler wakes, nor on what the allocator keeps after a free."""
+    does not depend on when a sampler wakes, nor on what the allocator keeps after a free.
+    ctypes because nothing public reports the C heap: tracemalloc sees only Python's allocations,
+    not qpdf's, and psutil only the RSS. Benchmark only; if glibc's mallinfo2 goes away the
+    constructor raises and tests/bench/test_searchable_pdf_memory.py fails."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
