@@ -21,6 +21,7 @@ expired (``expired``), and marks it ``queued`` again. A row with no lease at all
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 
@@ -97,3 +98,17 @@ def release(queryset: QuerySet, token: str) -> None:
 def expired(queryset: QuerySet) -> QuerySet:
     """Rows whose task should have started or renewed by now and did not."""
     return queryset.filter(task_lease_until__lt=timezone.now())
+
+
+class Hold:
+    """A lease a long task holds (``acquire``'s token), kept as it works: ``keep`` may be called
+    as often as it likes (every page) and renews at most every third of TASK_LEASE_SECONDS;
+    LeaseLost once another task took the row."""
+
+    def __init__(self, queryset: QuerySet, token: str) -> None:
+        self.queryset, self.token, self.renewed = queryset, token, time.monotonic()
+
+    def keep(self) -> None:
+        if time.monotonic() - self.renewed >= settings.TASK_LEASE_SECONDS / 3:
+            renew(self.queryset, self.token)
+            self.renewed = time.monotonic()

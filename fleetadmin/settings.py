@@ -319,6 +319,8 @@ DISPATCHERS_PER_POOL = envint("DISPATCHERS_PER_POOL", 1, minimum=1)
 # stopped renewing (its worker killed, the broker lost it). Boots are steps of passes.
 TASK_LEASE_SECONDS = envfloat("TASK_LEASE_SECONDS", 60.0, minimum=1.0)
 TASK_START_GRACE_SECONDS = envfloat("TASK_START_GRACE_SECONDS", 300.0, minimum=1.0)
+# A searchable PDF's build whose worker died this many times (a document that kills it) fails.
+PDF_BUILD_ATTEMPTS = envint("PDF_BUILD_ATTEMPTS", 3, minimum=1)
 OCR_LANGUAGES = [lang.strip() for lang in envstr("OCR_LANGUAGES", "eng").split(",") if lang.strip()]
 OCR_MAX_REQUEST_BYTES = envint("OCR_MAX_REQUEST_BYTES", 2 * 1024 * 1024 * 1024, minimum=1)
 # The front against slow or many clients (fleetadmin/front.py).

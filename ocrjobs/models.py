@@ -399,9 +399,11 @@ class Dispatcher(models.Model):
         return f"dispatcher {self.pk} ({self.pool.key})"
 
 
-class SearchablePdf(models.Model):
+class SearchablePdf(TaskLeased):
     """A document's searchable PDF (issue 25), built by a worker when the job ends (services/searchable_pdf.py).
-    A failed build fails nothing else: it is shown with its error, and the next build tries again."""
+    A failed build fails nothing else: it is shown with its error, and the next build tries again.
+    Its task holds a lease (fleetadmin/leases.py): a build whose task was lost or whose worker
+    died is sent again by the minute's tick (services/recover.py), at most PDF_BUILD_ATTEMPTS times."""
 
     class Status(models.TextChoices):
         PENDING = "pending"  # asked for (the job's end, a retry's, a rebuild), not built yet
@@ -415,6 +417,7 @@ class SearchablePdf(models.Model):
     size_bytes = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
     builds = models.PositiveIntegerField(default=0, help_text="builds started")
+    attempts = models.PositiveIntegerField(default=0, help_text="builds started since the last was asked for")
     generation = models.PositiveIntegerField(default=0, help_text="builds asked for: the last one asked stores")
     pages_missing = models.PositiveIntegerField(default=0, help_text="pages without text: failed, cancelled")
     updated_at = models.DateTimeField(default=timezone.now)

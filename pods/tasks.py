@@ -45,9 +45,11 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
     if pool_id is None:  # the minute's schedule, not a nudge
         task_results_prune()
         # function-level: the minute's tick also runs ocrjobs' housekeeping; ocrjobs imports pods
+        from ocrjobs.services.recover import searchable_pdfs_recover
         from ocrjobs.tasks import prune_staging
 
         prune_staging()
+        searchable_pdfs_recover()
     try:
         passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
     except Exception:

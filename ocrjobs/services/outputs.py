@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from django.db import connection, transaction
 from django.utils import timezone
 
+from fleetadmin import leases
 from ocrjobs import storage
 from ocrjobs.enqueue import enqueue_searchable_pdfs
 from ocrjobs.models import Document, Job, Page, SearchablePdf
@@ -48,20 +49,24 @@ def job_outputs_rebuild(*, job: Job) -> int:
 
 
 def _request_builds(job_ids: list[int]) -> int:
-    """Each split document of the jobs: a pending searchable PDF of a new generation; enqueued
-    once committed. The number of documents."""
+    """Each split document of the jobs: a pending searchable PDF of a new generation, its task's
+    lease queued (a lost task is sent again: services/recover.py); enqueued once committed. The
+    number of documents."""
     if not job_ids:
         return 0
     rows, documents = SearchablePdf._meta.db_table, Document._meta.db_table
     pending, split = SearchablePdf.Status.PENDING, Document.Status.SPLIT
+    adapt, lease = connection.ops.adapt_datetimefield_value, leases.queued()["task_lease_until"]
     with connection.cursor() as cursor:
         # (SQLite reads ON CONFLICT after a SELECT only when the SELECT has a WHERE: it has.)
         cursor.execute(
-            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, generation, pages_missing, "
-            f"updated_at) SELECT id, %s, '', 0, '', 0, 1, 0, %s FROM {documents} "
+            f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, attempts, generation, "
+            f"pages_missing, updated_at, task_lease_until, task_lease_token) "
+            f"SELECT id, %s, '', 0, '', 0, 0, 1, 0, %s, %s, '' FROM {documents} "
             f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s "
-            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = '', generation = {rows}.generation + 1",
-            [pending, connection.ops.adapt_datetimefield_value(timezone.now()), *job_ids, split, pending],
+            f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = '', generation = {rows}.generation + 1, "
+            f"attempts = 0, task_lease_until = %s, task_lease_token = ''",
+            [pending, adapt(timezone.now()), adapt(lease), *job_ids, split, pending, adapt(lease)],
         )
         count = cursor.rowcount
     transaction.on_commit(lambda: enqueue_searchable_pdfs(job_ids=job_ids))

@@ -1,14 +1,18 @@
 """Documents whose fetch or split task was lost (a worker killed, the broker restarted) are sent
-again; a URL document whose fetches lapsed too often fails. Run by the scaler tick (pods/tasks.py).
+again; a URL document whose fetches lapsed too often fails. Searchable PDFs whose build was lost
+likewise; one whose worker died PDF_BUILD_ATTEMPTS times fails. Run by the scaler tick (pods/tasks.py).
 """
 
 from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+from django.utils import timezone
+
 from fleetadmin import leases
-from ocrjobs.enqueue import enqueue_fetch, enqueue_split
-from ocrjobs.models import Document, Job
+from ocrjobs.enqueue import enqueue_fetch, enqueue_searchable_pdf_builds, enqueue_split
+from ocrjobs.models import Document, Job, SearchablePdf
 from ocrjobs.services.fetch import fetches_exhausted
 
 log = logging.getLogger(__name__)
@@ -37,3 +41,26 @@ def documents_recover(*, pool_id: int) -> list[int]:
     for document_id in splits:
         enqueue_split(document_id)
     return [pk for pk, _ in documents]
+
+
+def searchable_pdfs_recover() -> list[int]:
+    """Send again the build of every searchable PDF whose task never started or stopped renewing
+    its lease (the broker lost it, its worker died); a build whose worker died PDF_BUILD_ATTEMPTS
+    times since it was asked for (a document that kills it) fails, saying so. The documents sent."""
+    lost = leases.expired(
+        SearchablePdf.objects.filter(status__in=(SearchablePdf.Status.PENDING, SearchablePdf.Status.BUILDING))
+    )
+    attempts = settings.PDF_BUILD_ATTEMPTS
+    died = lost.filter(status=SearchablePdf.Status.BUILDING, attempts__gte=attempts).update(
+        status=SearchablePdf.Status.FAILED, task_lease_until=None, updated_at=timezone.now(),
+        error=f"its build stopped without an end {attempts} times (its worker died: out of memory?); rebuild to try again",
+    )  # fmt: skip
+    if died:
+        log.warning("%d searchable PDFs failed: their builds' workers died %d times", died, attempts)
+    document_ids = list(lost.values_list("pk", flat=True))
+    if not document_ids:
+        return []
+    SearchablePdf.objects.filter(pk__in=document_ids).update(**leases.queued())
+    log.warning("sending again %d searchable PDF builds whose tasks were lost", len(document_ids))
+    enqueue_searchable_pdf_builds(document_ids)
+    return document_ids

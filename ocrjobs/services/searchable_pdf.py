@@ -28,6 +28,9 @@ original's bytes stay as they are, and a build holds one chunk of pages in qpdf,
 document (bench/searchable_pdf.py: 77 bytes a page of heap growth at 1,000 pages, where overlaying
 them all in one pikepdf.Pdf held ~16 kB a page). A file an update cannot take (encrypted, repaired
 by qpdf) is overlaid and written whole by qpdf as before.
+
+Length: the build's two ways (a PDF's pages updated, an image document drawn whole) share the
+text layer and the row's lease and generation; pdf_update.py already holds the update's bytes.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen import canvas
 
+from fleetadmin import leases
 from ocrjobs import storage
 from ocrjobs.models import Document, Page, SearchablePdf
 from ocrjobs.services import pdf_update
@@ -104,41 +108,49 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
     if document is None or document.status != Document.Status.SPLIT:
         return None
     SearchablePdf.objects.get_or_create(document=document)
+    rows = SearchablePdf.objects.filter(pk=document.pk)
     with transaction.atomic():
-        row = SearchablePdf.objects.select_for_update().get(pk=document.pk)
-        generation = row.generation
+        row = rows.select_for_update().get()
+        token = leases.acquire(rows)
+        if token is None:  # another copy of this task holds the row and builds it
+            return row
+        generation, row.attempts = row.generation, row.attempts + 1
         row.status, row.builds, row.updated_at = SearchablePdf.Status.BUILDING, row.builds + 1, timezone.now()
-        row.save(update_fields=["status", "builds", "updated_at"])
+        row.save(update_fields=["status", "builds", "attempts", "updated_at"])
+    lease = leases.Hold(rows, token)  # renewed as the build reads its pages (_Results)
     fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
     os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
     try:
         with storage.document_local(document.source) as source:
             if document.kind == Document.Kind.PDF:
-                _overlay_pdf(source, document, Path(temporary))
+                _overlay_pdf(source, document, Path(temporary), lease)
             else:
-                _image_pdf(source, document, Path(temporary))
+                _image_pdf(source, document, Path(temporary), lease)
         size = Path(temporary).stat().st_size
         name = storage.document_store(f"outputs/job-{document.job_id}/{document.pk}-{uuid.uuid4().hex[:8]}.pdf",
                                       Path(temporary))  # fmt: skip
+    except leases.LeaseLost:  # a later build (a rebuild, the tick's resend) took the row: it stores
+        Path(temporary).unlink(missing_ok=True)
+        log.info("document %s: the searchable PDF's build was taken over", document.pk)
+        return rows.get()
     except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
         Path(temporary).unlink(missing_ok=True)
         log.exception("document %s: the searchable PDF failed", document.pk)
         error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-        SearchablePdf.objects.filter(pk=row.pk, generation=generation).update(
-            status=SearchablePdf.Status.FAILED, error=error, updated_at=timezone.now()
+        rows.filter(generation=generation, task_lease_token=token).update(
+            status=SearchablePdf.Status.FAILED, error=error, updated_at=timezone.now(), task_lease_until=None
         )
-        row.refresh_from_db()
-        return row
+        return rows.get()
     missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
     with transaction.atomic():
-        row = SearchablePdf.objects.select_for_update().get(pk=row.pk)
-        if row.generation != generation:  # overtaken: the later build's file is the one to keep
+        row = rows.select_for_update().get()
+        if row.generation != generation or row.task_lease_token != token:  # overtaken: the later build stores
             log.info("document %s: build of generation %s overtaken by %s", document.pk, generation, row.generation)
             transaction.on_commit(lambda: storage.document_delete(name))
             return row
         previous = row.name
         row.status, row.name, row.size_bytes, row.error = SearchablePdf.Status.BUILT, name, size, ""
-        row.pages_missing, row.updated_at = missing, timezone.now()
+        row.pages_missing, row.updated_at, row.task_lease_until = missing, timezone.now(), None
         row.save()
         if previous and previous != name:
             transaction.on_commit(lambda: storage.document_delete(previous))
@@ -147,15 +159,18 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
 
 class _Results:
     """The document's pages' results, asked for in page order and read from the database a
-    chunk of rows at a time: a build never holds every page's result at once."""
+    chunk of rows at a time: a build never holds every page's result at once. Each page asked
+    for keeps the build's lease."""
 
-    def __init__(self, document: Document) -> None:
+    def __init__(self, document: Document, lease: leases.Hold) -> None:
+        self._lease = lease
         pages = Page.objects.filter(document=document).order_by("number").values_list("number", "status", "result")
         self._rows = pages.iterator(chunk_size=500)
         self._next: tuple[int, str, str] | None = next(self._rows, None)
 
     def get(self, number: int) -> dict | None:
         """Page ``number``'s result (None: not done, or no such page); numbers asked in order."""
+        self._lease.keep()
         while self._next is not None and self._next[0] < number:
             self._next = next(self._rows, None)
         if self._next is None or self._next[0] != number:
@@ -164,19 +179,19 @@ class _Results:
         return Page(result=result).read_result() if status == Page.Status.DONE and result else None
 
 
-def _overlay_pdf(source: Path, document: Document, target: Path) -> None:
+def _overlay_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
     try:
-        _update_pdf(source, document, target)
+        _update_pdf(source, document, target, lease)
     except pdf_update.Unsuitable as exc:
         log.info("document %s: %s; its searchable PDF is written whole by qpdf", document.pk, exc)
-        _rewrite_pdf(source, document, target)
+        _rewrite_pdf(source, document, target, lease)
 
 
-def _update_pdf(source: Path, document: Document, target: Path) -> None:
+def _update_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
     """The original's bytes, then each layered page appended as an incremental update
     (ocrjobs/services/pdf_update.py), ``PAGES_PER_LAYER`` pages at a time: the original and the
     layer are opened anew for each chunk, so that qpdf's object cache never holds more than one."""
-    results = _Results(document)
+    results = _Results(document, lease)
     with pikepdf.open(source) as pdf, target.open("wb") as out:
         update = pdf_update.open_update(source, pdf, out)
         count = int(pdf.Root.Pages.get("/Count", 0))
@@ -250,9 +265,9 @@ def _append_layered_page(update: pdf_update.Update, copier: pdf_update.Copier, p
     update.append(number, body, generation=generation)
 
 
-def _rewrite_pdf(source: Path, document: Document, target: Path) -> None:
+def _rewrite_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
     """The whole file written anew by qpdf, the layers overlaid (files the update cannot take)."""
-    results = _Results(document)
+    results = _Results(document, lease)
     with pikepdf.open(source) as pdf, contextlib.ExitStack() as layers:
         count = len(pdf.pages)
         for start in range(0, count, PAGES_PER_LAYER):
@@ -285,11 +300,11 @@ def _wants_layer(result: dict | None) -> bool:
     return bool(result) and result.get("source") != "text layer" and bool(result.get("text", "").strip())
 
 
-def _image_pdf(source: Path, document: Document, target: Path) -> None:
+def _image_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
     """A PDF page per frame, ``IMAGES_PER_LAYER`` at a time drawn by reportlab into a file of
     their own, whose pages are copied into the new file as they come (pdf_update.new_pdf): a
     build holds a chunk of frames, never the document."""
-    results = _Results(document)
+    results = _Results(document, lease)
     with Image.open(source) as image, target.open("wb") as out:
         writer = pdf_update.new_pdf(out)
         frames = getattr(image, "n_frames", 1)

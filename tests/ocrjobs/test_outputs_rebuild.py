@@ -157,8 +157,8 @@ def test_a_build_overtaken_by_a_rebuild_never_replaces_the_later_build(
     document = done_job.documents.get()
     real_overlay, calls, later = searchable_pdf._overlay_pdf, [], []
 
-    def overlay_then_overtaken(source, doc, target):
-        real_overlay(source, doc, target)
+    def overlay_then_overtaken(source, doc, target, lease):
+        real_overlay(source, doc, target, lease)
         calls.append(doc.pk)
         if len(calls) == 1:  # (only build A: B runs the real thing)
             job_outputs_rebuild(job=done_job)
@@ -179,10 +179,10 @@ def test_a_stale_build_that_fails_does_not_mark_the_later_build_failed(done_job,
     document = done_job.documents.get()
     real_overlay, calls, later = searchable_pdf._overlay_pdf, [], []
 
-    def overtaken_then_failing(source, doc, target):
+    def overtaken_then_failing(source, doc, target, lease):
         calls.append(doc.pk)
         if len(calls) > 1:
-            return real_overlay(source, doc, target)
+            return real_overlay(source, doc, target, lease)
         job_outputs_rebuild(job=done_job)
         later.append(searchable_pdf_build(document_id=doc.pk))
         raise RuntimeError("the stale build breaks")
@@ -198,7 +198,7 @@ def test_a_build_under_way_shows_building(done_job, monkeypatch, client, submit_
     document = done_job.documents.get()
     seen = []
 
-    def look(source, doc, target):
+    def look(source, doc, target, lease):
         seen.append(client.get(f"/v1/jobs/{done_job.pk}", headers=auth(submit_token)).json())
         pdf = client.get(f"/v1/jobs/{done_job.pk}/documents/{doc.pk}/result.pdf", headers=auth(submit_token))
         seen.append(pdf.status_code)

@@ -12,6 +12,8 @@ import pikepdf
 import pypdfium2 as pdfium
 import pytest
 
+from fleetadmin import leases
+from ocrjobs.models import SearchablePdf
 from ocrjobs.services import searchable_pdf
 from ocrjobs.services.pdf_update import Unsuitable, open_update
 from tests.factories import pdf_bytes
@@ -119,7 +121,7 @@ def rewritten(job, tmp_path: Path) -> bytes:
     from ocrjobs import storage
 
     with storage.document_local(document.source) as source:
-        searchable_pdf._rewrite_pdf(source, document, target)
+        searchable_pdf._rewrite_pdf(source, document, target, leases.Hold(SearchablePdf.objects.none(), ""))
     return target.read_bytes()
 
 
