@@ -25,7 +25,7 @@ from typing import BinaryIO
 from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
-from django.core.files.storage import Storage, storages
+from django.core.files.storage import FileSystemStorage, Storage, storages
 
 from fleetadmin.api import ApiError
 from ocrjobs.services import remote
@@ -62,13 +62,37 @@ def _s3_key(storage, name: str) -> str:
 def document_store(name: str, staged: Path) -> str:
     """Put the staged file at ``staged`` into the documents' storage as ``name``, without reading
     it into memory; the name it was stored under (a backend may change it) is returned. The staged
-    file is gone afterwards (moved, or uploaded and removed)."""
+    file is gone afterwards (moved, or uploaded and removed).
+
+    Durable before it returns, as the job that names it will be once committed: on a filesystem
+    the file's bytes are synced before the rename that names it and its folder after (a power
+    loss after the answer would otherwise lose a document whose job survived); an S3 PUT is
+    durable once answered."""
     storage = documents()
+    on_disk = isinstance(storage, FileSystemStorage)
     try:
         with open(staged, "rb") as f:
-            return storage.save(name, _StagedFile(f, name=str(staged)))
+            if on_disk:
+                os.fsync(f.fileno())
+            stored = storage.save(name, _StagedFile(f, name=str(staged)))
+        if on_disk:
+            _fsync_folders(Path(storage.path(stored)).parent, up_to=Path(storage.location))
+        return stored
     finally:
         staged.unlink(missing_ok=True)
+
+
+def _fsync_folders(folder: Path, *, up_to: Path) -> None:
+    """The entries made in ``folder`` and in each folder above it up to ``up_to`` (a new file,
+    the new folders that hold it: save makes them) made durable."""
+    for path in (folder, *folder.parents):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if path == up_to or up_to not in path.parents:
+            break
 
 
 def document_save_bytes(name: str, data: bytes) -> str:
