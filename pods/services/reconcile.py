@@ -45,13 +45,15 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     """
     provider = get_provider(provider_name)
     result = ReconcileResult(provider_name)
-    listed = provider.list(prefix="")
     everyones = Pod.objects.filter(pool__provider=provider_name).select_related("pool")
     _lose_pods_of_silent_hosts(everyones.alive().exclude(host__in=("", settings.HOST_ID)), result)
     pods = everyones.reachable_here()
+    # The database first, then the provider: a pod a boot creates and saves meanwhile is then
+    # listed and unknown (young: left to its boot), never known and unlisted (lost: it was ended).
     known = {p.provider_id: p for p in pods.exclude(provider_id="")}
     mine = f"{pod_prefix()}-"
     unsaved = set(pods.alive().filter(provider_id="").values_list("name", flat=True))  # created, not saved yet
+    listed = provider.list(prefix="")
     remote = {
         p.provider_id: p for p in listed if p.name.startswith(mine) or p.provider_id in known or p.name in unsaved
     }
