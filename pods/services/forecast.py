@@ -121,13 +121,13 @@ class _Basis:
     price: Decimal | None
     price_based: dict
     interruptible: _Interruptible | None = None
-    ahead: int = 0  # the pool's pages waiting, running or not split yet: read before a new job's
-    serving: bool = False  # a pod of the pool is ready: a new job's first pages wait for no boot
 
 
 # Every submission's forecast read each pool's last pages, last boots and price: about a tenth of
 # the front's CPU on bench/ingest.py. They move slowly (means over the last 200 pages and 20
-# boots), so a front reuses them for FORECAST_BASIS_SECONDS: {key: (read at, basis)}.
+# boots), so a front reuses them for FORECAST_BASIS_SECONDS: {key: (read at, basis)}. What moves
+# fast is read for each forecast: the pages ahead (a burst of jobs submitted together each waits
+# for those before it: reused, the later ones saw none ahead) and whether a pod is ready.
 _bases: dict[tuple, tuple[float, _Basis]] = {}
 
 
@@ -145,9 +145,7 @@ def _basis(pool: Pool) -> _Basis:
     basis = _Basis(per_page=float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS,
                    measured_per_page=bool(mean), boot=boot_seconds(pool, times), measured_boot=bool(times),
                    wait=sum(waits) / len(waits) if waits else boot_seconds(pool, times),
-                   price=price, price_based=price_based, ahead=_pages_ahead(pool),
-                   serving=Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists(),
-                   interruptible=spot)  # fmt: skip
+                   price=price, price_based=price_based, interruptible=spot)  # fmt: skip
     if ttl > 0:
         for old in [k for k, (at, _) in _bases.items() if now - at >= ttl]:
             _bases.pop(old, None)
@@ -216,7 +214,8 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict
     basis = _basis(pool)
     per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
     price, price_based = basis.price, dict(basis.price_based)
-    ahead = basis.ahead if ahead is None else ahead
+    ahead = _pages_ahead(pool) if ahead is None else ahead
+    serving = Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists()
     # bench/storm.py --small, two jobs of 120 pages on one pod, each forecast on the pool's own
     # measurements as if alone: minutes 38 % short, dollars 37 % over (each job paid half of the
     # one boot and idle tail, and waited for the other's pages).
@@ -227,7 +226,7 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict
     for sizing in SIZINGS:
         pods = pods_for(sizing, pool=pool, work=work, pages=total, boot=boot) if pages else 0
         busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
-        lead = 0.0 if basis.serving else basis.wait
+        lead = 0.0 if serving else basis.wait
         seconds = lead + busy if pods else 0.0
         billed = pods * (boot + busy + pool.idle_seconds) * pages / total if pods else 0.0
         dollars = None if price is None else round(float(price) * billed / 3600, 4)
@@ -260,7 +259,7 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict
                 else {}
             ),
             "pages_ahead": ahead,
-            "pods_ready": basis.serving,
+            "pods_ready": serving,
         },
     }
 

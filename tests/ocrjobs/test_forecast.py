@@ -110,7 +110,9 @@ def test_a_front_reuses_a_pools_measurements_for_forecast_basis_seconds(gpu_pool
     with CaptureQueriesContext(connection) as queries:
         again = forecast.pool_forecast(gpu_pool, pages=1000)
 
-    assert len(queries) == 0  # a burst of submissions reads the pool's pages, pods and prices once
+    # A burst of submissions reads the pool's measured pages, boots and prices once; each reads only
+    # what moves fast: the pages ahead of it and whether a pod is ready (tests/pods/test_forecast_fresh.py).
+    assert len(queries) == 4, [q["sql"] for q in queries.captured_queries]  # waiting, running, not split, ready
     assert again["based_on"] == first["based_on"]
     assert again["sizings"] != first["sizings"]  # figured for the job's own pages
     gpu_pool.config = {**gpu_pool.config, "image": "ghcr.io/example/pod:2"}
