@@ -16,7 +16,15 @@ from __future__ import annotations
 import time
 
 FORECAST_GOAL = 0.25  # |forecast ÷ actual - 1|, dollars and minutes (issue 26)
-BASIS = ("seconds_per_page", "boot_seconds", "boot_wait_seconds", "idle_seconds", "price_per_pod_hour", "pages_ahead")
+BASIS = (
+    "seconds_per_page",
+    "boot_seconds",
+    "boot_wait_seconds",
+    "idle_seconds",
+    "price_per_pod_hour",
+    "pages_ahead",
+    "pages_behind",
+)
 
 
 def record_forecasts(job_ids: list[int], *, workers, provider: str = "runpod") -> None:
@@ -31,19 +39,55 @@ def record_forecasts(job_ids: list[int], *, workers, provider: str = "runpod") -
     from ocrjobs.models import Job, Page
     from pods import capacity
     from pods.models import Pool
+    from pods.services import forecast
     from pods.services.forecast import job_forecast, pool_forecast
 
     wait_for_workers(workers)
     capacity.catalogue_get(provider)
+    forecast._bases.clear()  # the pool's figures as they are now (a warm-up has just measured them)
 
-    for job in Job.objects.filter(pk__in=job_ids).select_related("pool"):
+    for job in Job.objects.filter(pk__in=job_ids).select_related("pool").order_by("pk"):
         pages = Page.objects.filter(job=job).count()
         job.forecast = job_forecast(pages=pages, pool=job.pool, pools=Pool.objects.open_to(None))
-        # Its pages are stored already: they are its own, not ahead of it (the others' are).
-        ahead = Page.objects.filter(pool=job.pool).waiting().exclude(job=job).count()
-        job.forecast["pools"][0] = pool_forecast(job.pool, pages=pages, ahead=ahead)
+        # Its pages are stored already: they are its own, not ahead of it. Those ahead are the
+        # jobs' submitted before it (pages are read in the order they came); those of the jobs
+        # submitted after it in the same burst are behind it. The storm's jobs come as one burst,
+        # so each is forecast as the burst stands once it is in (as a forecast made again then
+        # would be): the scaler sizes the pool for every page of it, the first job's too.
+        waiting = Page.objects.filter(pool=job.pool).waiting()
+        ahead = waiting.filter(job_id__lt=job.pk).count()
+        behind = waiting.filter(job_id__gt=job.pk).count()
+        job.forecast["pools"][0] = pool_forecast(job.pool, pages=pages, ahead=ahead, behind=behind)
         job.created_at = timezone.now()
         job.save(update_fields=["forecast", "created_at"])
+
+
+def warm_up(pool, job_id: int, *, workers, tick_seconds: float, max_seconds: float) -> dict:
+    """Run the warm-up job (a user's earlier job on the pool) to its end and until the pool's pods
+    are shed: the storm's jobs are then forecast, as on a deployment in use, on what the pool has
+    measured (seconds a page, boots, prices, preemptions) rather than the settings' guesses. Its
+    own forecast, made on a fresh pool, is the guess set beside them. Returns its check."""
+    from ocrjobs.models import Page
+    from pods.enqueue import nudge_scaler
+    from pods.models import Pod
+
+    record_forecasts([job_id], workers=workers)
+    started = last_nudge = time.monotonic()
+    nudge_scaler(pool.pk)
+    pages = Page.objects.filter(job_id=job_id)
+    alive = Pod.objects.filter(pool=pool, state__in=Pod.ALIVE_STATES)
+    while pages.exclude(status__in=Page.FINISHED).exists() or alive.exists():
+        if not workers.alive():
+            raise SystemExit(f"the workers exited:\n{workers.tail()}")
+        if time.monotonic() - started > max_seconds:
+            raise SystemExit(f"the warm-up job did not end (pods shed) within {max_seconds:.0f} s")
+        if tick_seconds and time.monotonic() - last_nudge >= tick_seconds:
+            nudge_scaler(pool.pk)
+            last_nudge = time.monotonic()
+        time.sleep(1.0)
+    from pods.spend import spend_report
+
+    return forecast_vs_bill([job_id], spend_total=spend_report()["total"])
 
 
 def wait_for_workers(workers, *, deadline_s: float = 120.0) -> None:
@@ -101,7 +145,8 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
         })  # fmt: skip
         # Which term was off: the same job forecast again on what the pool has measured since.
         again = forecasts.pool_forecast(job.pool, pages=shown.get("pages_forecast") or 0,
-                                        ahead=based.get("pages_ahead") or 0)  # fmt: skip
+                                        ahead=based.get("pages_ahead") or 0,
+                                        behind=based.get("pages_behind") or 0)  # fmt: skip
         sizing = again["sizings"].get(job.priority) or again["sizings"]["balanced"]
         jobs[-1]["measured"] = {
             "forecast": sizing,
@@ -188,6 +233,17 @@ def print_forecast_vs_bill(check: dict) -> None:
         print(f"  every page as one job, forecast again on what the pool measured {again['based_on']}: "
               f"{f['pods']} vs {a['pods']} pods, {f['minutes']} vs {a['minutes']} min ({_pct(e['minutes'])}), "
               f"${f['dollars']} vs ${a['dollars']} ({_pct(e['dollars'])})")  # fmt: skip
+
+
+def print_warm_up(check: dict | None) -> None:
+    if not check:
+        print("warm-up              none: the storm's jobs were forecast on a fresh pool (the settings' guesses)")
+        return
+    row = check["jobs"][0]
+    f, a, e = row["forecast"], row["actual"], row["error"]
+    print(f"warm-up job {row['job']}       {row['pages']} pages on a fresh pool, forecast on guesses (not a goal): "
+          f"{f['minutes']} vs {a['minutes']} min ({_pct(e['minutes'])}), ${f['dollars']} vs ${a['dollars']} "
+          f"({_pct(e['dollars'])})   based on {row['based_on']}")  # fmt: skip
 
 
 def _pct(error: float | None) -> str:

@@ -9,6 +9,7 @@ database (each run empties the database it is given), before this run starts its
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,7 +18,14 @@ from pathlib import Path
 DOLLARS_PER_PAGE_GOAL = 0.6  # × the on-demand run's
 MAKESPAN_GOAL = 1.25  # × the on-demand run's
 # Flags of the interruptible run only: the on-demand run is given every other argument.
-OWN_FLAGS = {"--interruptible": 0, "--preempt-rate": 1, "--preempt-seed": 1, "--on-demand-floor": 1, "--bid-margin": 1}
+OWN_FLAGS = {
+    "--interruptible": 0,
+    "--preempt-rate": 1,
+    "--preempt-seed": 1,
+    "--on-demand-floor": 1,
+    "--bid-margin": 1,
+    "--preempt-share": 1,
+}
 
 
 def add_flags(parser) -> None:
@@ -29,6 +37,11 @@ def add_flags(parser) -> None:
     parser.add_argument("--preempt-seed", type=int, default=1, help="the simulator's preemption draws repeat with it")
     parser.add_argument("--on-demand-floor", type=int, default=0, help="on-demand pods kept below the interruptible")
     parser.add_argument("--bid-margin", default="0.01", help="$/h over the catalogue's minimum bid")
+    parser.add_argument(
+        "--preempt-share", type=float, default=0.0,
+        help="once half the pages have ended, the provider takes back this share of the interruptible pods "
+             "(at least one): a harsh market moment, whatever the rate",
+    )  # fmt: skip
 
 
 def sim_options(args) -> dict:
@@ -75,17 +88,40 @@ def on_demand_run(args, argv: list[str]) -> dict:
     return json.loads(lines[-1])
 
 
-def section(args, result: dict, pool, sim_stats: dict, on_demand: dict | None) -> dict:
-    """The interruptible run's figures beside the on-demand run's, and its goals."""
+class MidRunPreemption:
+    """--preempt-share: once half the storm's pages have ended, that share of its alive interruptible
+    pods (rounded up) is preempted at once, through the simulator (``POST /sim/preempt``), as the
+    provider would: the run then shows what losing them costs, whatever the rate's draws gave."""
+
+    def __init__(self, args, sim_url: str) -> None:
+        self.share, self.sim_url, self.done, self.preempted = args.preempt_share, sim_url, False, []
+
+    def check(self, pods, ended: int, total: int) -> None:
+        if self.done or not self.share or ended < total / 2:
+            return
+        import httpx
+
+        self.done = True
+        alive = list(pods.filter(interruptible=True, state="ready").exclude(provider_id="")
+                     .values_list("provider_id", flat=True))  # fmt: skip
+        for provider_id in alive[: max(1, math.ceil(self.share * len(alive)))] if alive else []:
+            httpx.post(f"{self.sim_url}/sim/preempt", json={"pod_id": provider_id}, timeout=10).raise_for_status()
+            self.preempted.append(provider_id)
+        print(f"preempted {len(self.preempted)} of {len(alive)} interruptible pods at {ended}/{total} pages",
+              file=sys.stderr)  # fmt: skip
+
+
+def section(args, result: dict, pods, pages, sim_stats: dict, on_demand: dict | None) -> dict:
+    """The interruptible run's figures beside the on-demand run's, and its goals (``pods`` and
+    ``pages``: the storm's, the warm-up's left out)."""
     from django.db.models import Sum
 
     from ocrjobs.models import Page
-    from pods.models import Pod
 
-    pods = Pod.objects.filter(pool=pool, billed_from__isnull=False)
+    pods = pods.filter(billed_from__isnull=False)
     done = result["pages_by_status"].get(Page.Status.DONE, 0)
     per_page = result["dollars"] / done if done else None
-    attempts = Page.objects.filter(pool=pool).aggregate(n=Sum("attempts"))["n"] or 0
+    attempts = pages.aggregate(n=Sum("attempts"))["n"] or 0
     interruptible_hours = sum(
         ((pod.ended_at or pod.billed_from) - pod.billed_from).total_seconds() / 3600
         for pod in pods.filter(interruptible=True)
@@ -93,6 +129,7 @@ def section(args, result: dict, pool, sim_stats: dict, on_demand: dict | None) -
     figures = {
         "preempt_rate_per_pod_hour": args.preempt_rate,
         "preempt_seed": args.preempt_seed,
+        "preempt_share_mid_run": args.preempt_share,
         "on_demand_floor": args.on_demand_floor,
         "pods_interruptible": pods.filter(interruptible=True).count(),
         "pods_on_demand": pods.filter(interruptible=False).count(),
@@ -137,7 +174,8 @@ def print_section(figures: dict) -> None:
     print(f"interruptible        {figures['pods_interruptible']} interruptible pods, {figures['pods_on_demand']} on "
           f"demand (floor {figures['on_demand_floor']}); {figures['preemptions']} preemptions "
           f"({figures['preemptions_expected']} expected at {figures['preempt_rate_per_pod_hour']:g}/pod-hour over "
-          f"{figures['interruptible_pod_hours']} pod-hours), {figures['pages_lost_in_flight']} pages lost in flight "
+          f"{figures['interruptible_pod_hours']} pod-hours; {figures['preempt_share_mid_run']:g} of the pods "
+          f"preempted mid-run), {figures['pages_lost_in_flight']} pages lost in flight "
           f"and read again, {figures['attempts_beyond_one_per_page']} attempts beyond one a page")  # fmt: skip
     if "dollars_per_page_ratio" in figures:
         print(f"vs on-demand         ${figures['dollars_per_page']}/page against ${figures['on_demand_dollars_per_page']}"

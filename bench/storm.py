@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/storm.py [--database-url postgres://...] [--docs 2000 --pages-per-doc 4]
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
-        [--interruptible [--preempt-rate 0.05] [--preempt-seed 1] [--on-demand-floor 0]]
+        [--interruptible [--preempt-rate 0.05] [--preempt-seed 1] [--on-demand-floor 0] [--preempt-share 0]]
+        [--warm-up-pages N]
 
 Thousands of documents of several pages (stored directly in the database, as split already,
 every document a small blank PDF; or, with ``--real-path``, each uploaded as a PDF of its own
@@ -38,6 +39,11 @@ With ``--interruptible`` (bench/spot.py) the pool rents interruptible pods at a 
 preempts them at ``--preempt-rate`` per pod-hour, and the same run on on-demand pods goes first:
 dollars per page and makespan against it (goals <= 0.6 × and <= 1.25 ×), nothing lost or done twice.
 
+Forecasts (bench/_forecast_check.py): a warm-up job (``--warm-up-pages``, a user's earlier job on
+the pool) runs first and its pods are shed; the storm's jobs are then forecast at submission on
+what the pool measured, as on a deployment in use, and every figure above counts the storm's
+jobs and pods only. The warm-up's own forecast, on a fresh pool's guesses, is printed beside.
+
 Goals (the JSON's "goal", by name): paid ÷ busy <= 1.15 (wall time), nothing lost or duplicated,
 no growth while dispatch is stalled, every ready pod read pages, create calls <= candidates +
 pods booted, at most one catalogue fetch per 60 s, the status endpoint answered every probe, every
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -60,7 +67,14 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import spot
-from bench._forecast_check import forecast_vs_bill, print_forecast_vs_bill, record_forecasts, within_goal
+from bench._forecast_check import (
+    forecast_vs_bill,
+    print_forecast_vs_bill,
+    print_warm_up,
+    record_forecasts,
+    warm_up,
+    within_goal,
+)
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
@@ -120,6 +134,11 @@ def main() -> None:
         "--real-path", action="store_true",
         help="submit the documents through POST /v1/jobs (the workers split them) instead of storing pages",
     )  # fmt: skip
+    parser.add_argument(
+        "--warm-up-pages", type=int, default=None,
+        help="a job of this many pages run first on the pool, pods shed after (default: a 25th of the pages, "
+             "at least 4 per lane; 0: none, the jobs are forecast on a fresh pool's guesses)",
+    )  # fmt: skip
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--small", action="store_true", help=f"CI's size (what is not given): {SMALL}")
     spot.add_flags(parser)
@@ -142,18 +161,21 @@ def main() -> None:
         print(f"logs: {children.log_dir}", file=sys.stderr)
 
 
-def create_pages(args, pool) -> list[int]:
+def create_pages(args, pool, *, jobs: int | None = None, docs: int | None = None) -> list[int]:
     """Jobs, documents and pages stored directly, as split already (one blank PDF that every document
-    names: its pages are real pages a pod can be asked for)."""
+    names: its pages are real pages a pod can be asked for), job after job: as jobs submitted one
+    after another are split, each job's pages come after the earlier jobs' (and are read after them)."""
     from ocrjobs.models import Document, Job, Page
 
+    jobs_count, docs = jobs or args.jobs, docs or args.docs
     source, sha256, size = bench_document(args.pages_per_doc)
-    jobs = [Job.objects.create(pool=pool, status=Job.Status.RUNNING) for _ in range(args.jobs)]
+    jobs = [Job.objects.create(pool=pool, status=Job.Status.RUNNING) for _ in range(jobs_count)]
     documents = Document.objects.bulk_create(
         [
-            Document(job=jobs[n % args.jobs], position=n // args.jobs, name=f"doc-{n}.pdf", kind="pdf",
+            Document(job=jobs[n % jobs_count], position=n // jobs_count, name=f"doc-{n}.pdf", kind="pdf",
                      source=source, sha256=sha256, size_bytes=size, page_count=args.pages_per_doc, status="split")
-            for n in range(args.docs)
+            for job in range(jobs_count)
+            for n in range(job, docs, jobs_count)
         ],
         batch_size=2000,
     )  # fmt: skip
@@ -199,6 +221,13 @@ def submit_pages(args, front_url: str) -> list[int]:
     return job_ids
 
 
+def since(stats: dict, before: dict) -> dict:
+    """The simulator's counters since ``before`` (the warm-up's calls and pages left out); what it
+    holds now (pods_total, pods_running, ...) as it is."""
+    now = ("pods_total", "pods_running", "pods_booting", "free_capacity")
+    return {k: v - before.get(k, 0) if k not in now and isinstance(v, int | float) else v for k, v in stats.items()}
+
+
 def peak_alive(intervals: list[tuple[float, float]]) -> int:
     events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     alive = peak = 0
@@ -227,8 +256,11 @@ def run(args, children: Children, sim_url: str) -> None:
                 "candidates": [{"gpu_types": [gpu for gpu, _, _ in CATALOGUE], "cloud_type": "SECURE",
                                 "data_centers": DATA_CENTERS}]}),
     )  # fmt: skip
-    job_ids = [] if args.real_path else create_pages(args, pool)
     pages_total = args.docs * args.pages_per_doc
+    warm_pages = args.warm_up_pages
+    if warm_pages is None:
+        warm_pages = max(4 * args.lanes, pages_total // 25)
+    warm_ids = create_pages(args, pool, jobs=1, docs=math.ceil(warm_pages / args.pages_per_doc)) if warm_pages else []
     token = read_token()
     setup_schedules()
     connection.close()
@@ -250,6 +282,13 @@ def run(args, children: Children, sim_url: str) -> None:
         )
 
     prober = threading.Thread(target=probe, name="probe")
+    warmed = None
+    if warm_ids:
+        warmed = warm_up(pool, warm_ids[0], workers=workers, tick_seconds=args.tick_seconds,
+                         max_seconds=args.max_seconds)  # fmt: skip
+    warm_end = timezone.now()
+    stats_before = sim_get(sim_url, "/sim/stats")
+    job_ids = [] if args.real_path else create_pages(args, pool)
     meter = CpuMeter(children)
     cpu_before = meter.read()
     record_forecasts(job_ids, workers=workers)  # submitted now, as job_submit would (--real-path: it will)
@@ -261,7 +300,9 @@ def run(args, children: Children, sim_url: str) -> None:
     nudge_scaler(pool.pk)
     last_nudge = time.monotonic()
     peak_sampled = 0
-    finished = Page.objects.filter(pool=pool, status__in=Page.FINISHED)
+    measured = Page.objects.filter(pool=pool).exclude(job_id__in=warm_ids)  # the storm's pages
+    finished = measured.filter(status__in=Page.FINISHED)
+    harsh = spot.MidRunPreemption(args, sim_url) if args.interruptible else None
     try:
         while True:
             now = time.monotonic()
@@ -272,6 +313,8 @@ def run(args, children: Children, sim_url: str) -> None:
             peak_sampled = max(peak_sampled, alive)
             if ended >= pages_total:
                 break
+            if harsh is not None:
+                harsh.check(Pod.objects.filter(pool=pool), ended, pages_total)
             if now - started > args.max_seconds:
                 print(f"gave up after {args.max_seconds:.0f} s: {ended}/{pages_total} pages ended", file=sys.stderr)
                 break
@@ -300,17 +343,18 @@ def run(args, children: Children, sim_url: str) -> None:
     workers_cores, _ = CpuMeter.spent(cpu_before, cpu_after, pods_ended_at - started)
 
     # --- figures ---------------------------------------------------------------------------------
-    pages = Page.objects.filter(pool=pool)
+    pages = measured
     counts = Counter(pages.values_list("status", flat=True))
     done = counts.get(Page.Status.DONE, 0)
     span = pages.filter(status=Page.Status.DONE).aggregate(first=Min("started_at"), last=Max("finished_at"))
     makespan = (span["last"] - started_wall).total_seconds() if span["last"] else None
     done_without_result = pages.filter(status=Page.Status.DONE, result="").count()
-    stats = sim_get(sim_url, "/sim/stats")
+    stats = since(sim_get(sim_url, "/sim/stats"), stats_before)
     extra_forwards = stats["ocr_pages"] - done
     lost = pages_total - done + done_without_result
 
-    pods = list(Pod.objects.filter(pool=pool))
+    measured_pods = Pod.objects.filter(pool=pool, created_at__gte=warm_end)  # (the warm-up's all ended before)
+    pods = list(measured_pods)
     lanes = {pod.pk: pod.lanes for pod in pods}
     paid = boot = idle_after = 0.0
     last_page = dict(
@@ -338,10 +382,10 @@ def run(args, children: Children, sim_url: str) -> None:
         if pod_id in lanes
     )
     ratio = paid / busy if busy else None
-    stats_after = sim_get(sim_url, "/sim/stats")  # after the benchmark released what was not shed
-    spend = spend_report()
+    stats_after = since(sim_get(sim_url, "/sim/stats"), stats_before)  # after what was not shed was released
+    spend = spend_report(since=warm_end)
     forecasts = forecast_vs_bill(job_ids, spend_total=spend["total"])
-    stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL))
+    stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL, created_at__gte=warm_end))
     end_wall = timezone.now()
     grown_while_stalled = sum(
         Pod.objects.filter(pool=pool, created_at__gte=a.created_at, created_at__lte=a.resolved_at or end_wall).count()
@@ -412,11 +456,13 @@ def run(args, children: Children, sim_url: str) -> None:
         "ready_pods_without_pages": len(ready_idle),
         "cores_used": workers_cores,
         "forecast_vs_bill": forecasts,
+        "warm_up_pages": warm_pages,
+        "warm_up_forecast_vs_bill": warmed,
         "goal": goal,
         "goal_met": all(goal.values()),
     }
     if args.interruptible:
-        result["interruptible"] = spot.section(args, result, pool, stats_after, args.on_demand)
+        result["interruptible"] = spot.section(args, result, measured_pods, pages, stats_after, args.on_demand)
     print(f"{pages_total} pages ({args.docs} documents × {args.pages_per_doc}) on {connection.vendor}: "
           f"{args.latency} s/page, {args.lanes} lanes/pod, ≤ {args.max_pods} pods, boot {result['boot_s']:g} s, "
           f"idle {args.idle_seconds} s, tick every {args.tick_seconds:g} s")  # fmt: skip
@@ -441,6 +487,7 @@ def run(args, children: Children, sim_url: str) -> None:
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
     if args.interruptible:
         spot.print_section(result["interruptible"])
+    print_warm_up(warmed)
     print_forecast_vs_bill(forecasts)
     print_pod_timeline(pods, pages, started_wall)
     print(json.dumps(result))

@@ -173,9 +173,9 @@ def _pages_ahead(pool: Pool) -> int:
 ESCALATED_SHARE_GUESS = 0.25
 
 
-def pool_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict:
+def pool_forecast(pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0) -> dict:
     """The pool's figures; a pool that escalates adds its escalation pool's share of the pages."""
-    forecast = _stage_forecast(pool, pages=pages, ahead=ahead)
+    forecast = _stage_forecast(pool, pages=pages, ahead=ahead, behind=behind)
     if pool.escalation_pool_id and pool.escalation_threshold is not None:
         _add_escalation(forecast, pool, pages=pages)
     return forecast
@@ -207,10 +207,11 @@ def _add_escalation(forecast: dict, pool: Pool, *, pages: int) -> None:
     }
 
 
-def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict:
+def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0) -> dict:
     """``ahead``: the pool's pages read before the job's (default: those waiting, running or
-    being split now). Pages are read in the order they came, on pods the scaler sizes for them
-    all: the job ends after them, and pays its pages' part of those pods."""
+    being split now); ``behind``: those waiting to be read after it (none at a submission; a
+    forecast made again later has them). Pages are read in the order they came, on pods the
+    scaler sizes for them all: the job ends after those ahead, and pays its pages' part of the pods."""
     basis = _basis(pool)
     per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
     price, price_based = basis.price, dict(basis.price_based)
@@ -219,20 +220,21 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict
     # bench/storm.py --small, two jobs of 120 pages on one pod, each forecast on the pool's own
     # measurements as if alone: minutes 38 % short, dollars 37 % over (each job paid half of the
     # one boot and idle tail, and waited for the other's pages).
-    total = ahead + pages
+    total = ahead + pages + behind
     work = total * per_page
     sizings = {}
     spot = basis.interruptible
     for sizing in SIZINGS:
         pods = pods_for(sizing, pool=pool, work=work, pages=total, boot=boot) if pages else 0
         busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
+        done = busy * (ahead + pages) / total if pods else 0.0  # until the job's last page
         lead = 0.0 if serving else basis.wait
-        seconds = lead + busy if pods else 0.0
+        seconds = lead + done if pods else 0.0
         billed = pods * (boot + busy + pool.idle_seconds) * pages / total if pods else 0.0
         dollars = None if price is None else round(float(price) * billed / 3600, 4)
         if spot is not None and pods and price is not None:
-            seconds, dollars, lost = _with_preemptions(spot, price, pods=pods, busy=busy, lead=lead, basis=basis,
-                                                       idle=pool.idle_seconds, share=pages / total)  # fmt: skip
+            seconds, dollars, lost = _with_preemptions(spot, price, pods=pods, busy=busy, done=done, lead=lead,
+                                                       basis=basis, idle=pool.idle_seconds, share=pages / total)  # fmt: skip
             sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars,
                                "preemptions": round(lost, 2)}  # fmt: skip
             continue
@@ -259,16 +261,27 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None) -> dict
                 else {}
             ),
             "pages_ahead": ahead,
+            "pages_behind": behind,
             "pods_ready": serving,
         },
     }
 
 
 def _with_preemptions(
-    spot: _Interruptible, bid: Decimal, *, pods: int, busy: float, lead: float, basis: _Basis, idle: float, share: float
+    spot: _Interruptible,
+    bid: Decimal,
+    *,
+    pods: int,
+    busy: float,
+    done: float,
+    lead: float,
+    basis: _Basis,
+    idle: float,
+    share: float,
 ) -> tuple[float, float | None, float]:
     """(seconds, dollars, expected preemptions) of ``pods`` pods busy ``busy`` seconds after
-    ``lead`` (the wait for a boot), the pool's floor on-demand and the rest interruptible at
+    ``lead`` (the wait for a boot), the job's last page read after ``done`` of them, the pool's
+    floor on-demand and the rest interruptible at
     ``bid``: each preemption measured over the pool's last hours costs a replacement's boot and the
     pages in flight again (preemption.redo_seconds), spread over the pods; the job pays ``share``
     of the pods' bill (its pages' part)."""
@@ -276,11 +289,13 @@ def _with_preemptions(
     interruptible = pods - floor
     preemptions = spot.rate.per_pod_hour * interruptible * (basis.boot + busy) / 3600
     redo = preemptions * redo_seconds(seconds_per_page=basis.per_page, boot_seconds=basis.boot)
-    busy += redo / pods
+    extra = redo / pods  # spread over the pods' busy time: the job's part of it before its end
+    done += extra * (done / busy if busy else 1.0)
+    busy += extra
     on_demand = spot.on_demand_price if spot.on_demand_price is not None else bid
     per_pod = basis.boot + busy + idle
     dollars = (float(on_demand) * floor + float(bid) * interruptible) * per_pod * share / 3600
-    return lead + busy, round(dollars, 4), preemptions
+    return lead + done, round(dollars, 4), preemptions
 
 
 def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=None) -> dict:

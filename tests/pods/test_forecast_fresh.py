@@ -1,14 +1,17 @@
 """Each submission's forecast reads its pool's pages ahead and ready pods at that moment, though the
 slow-moving figures (seconds a page, boots, price) are reused for FORECAST_BASIS_SECONDS: two jobs
 submitted back to back, the second waits for the first's pages (reused, it saw none ahead, and
-bench/storm.py's later jobs were forecast as if alone)."""
+bench/storm.py's later jobs were forecast as if alone). Pages behind a job (a forecast made once a
+burst is in) grow the pods it is read on and share their bill, but are not waited for."""
 
 from __future__ import annotations
 
 from ocrjobs.models import Job
 from pods.models import Pod
+from pods.services.forecast import pool_forecast
 from tests.factories import pdf_bytes
 from tests.ocrjobs.helpers import submit
+from tests.ocrjobs.test_forecast import gpu_pool  # noqa: F401 (a fixture: $0.50/h in the catalogue)
 
 
 def ahead_of(job: Job) -> int:
@@ -30,3 +33,18 @@ def test_a_pod_ready_since_the_last_forecast_is_seen(ordinary_user, local_pool, 
     after = submit(ordinary_user, {"b.pdf": pdf_bytes(["two"])})
     assert before.forecast["pools"][0]["based_on"]["pods_ready"] is False
     assert after.forecast["pools"][0]["based_on"]["pods_ready"] is True
+
+
+def test_pages_behind_a_job_grow_its_pods_and_share_their_bill_but_are_not_waited_for(gpu_pool):  # noqa: F811
+    # 100 pages at 2 s on two-lane pods at $0.50/h, 60 s boot (not waited for: a pod is ready),
+    # 60 s idle tail; 900 pages of a later job behind it (a forecast made once a burst is in).
+    Pod.objects.create(pool=gpu_pool, name="ready", state=Pod.State.READY, lanes=2)
+    alone = pool_forecast(gpu_pool, pages=100)["sizings"]["fastest"]
+    burst = pool_forecast(gpu_pool, pages=100, behind=900)
+    fastest = burst["sizings"]["fastest"]
+    assert (alone["pods"], fastest["pods"]) == (10, 10)  # max_pods
+    assert alone["minutes"] == fastest["minutes"] and alone["dollars"] > fastest["dollars"]
+    assert fastest["minutes"] == round(100 * 2.0 / (10 * 2) / 60, 2)  # its own pages only
+    busy = 1000 * 2.0 / (10 * 2)
+    assert fastest["dollars"] == round(0.5 * 10 * (60 + busy + 60) * 100 / 1000 / 3600, 4)  # its pages' part
+    assert burst["based_on"]["pages_behind"] == 900
