@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ocrjobs.models import Page
+from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
 
@@ -339,16 +339,30 @@ def page_attempt_failed(
     return "retry"
 
 
-def pages_requeue_preempted(*, pod_id: int) -> int:
-    """The provider took an interruptible pod back: the attempts it cost its pages are given back.
-    Those running on it wait again; those whose attempt on it already failed (the dispatcher saw
-    the pod vanish first) and wait, not yet claimed again, keep waiting with the attempt returned.
-    A late answer from the pod finds no claim and is not stored. Returns the pages given back."""
+def pages_requeue_preempted(*, pod_id: int, at=None) -> int:
+    """The provider took an interruptible pod back (at ``at``): the attempts it cost its pages are
+    given back. Those running on it wait again; those whose attempt on it already failed (the
+    dispatcher saw the pod vanish first) and wait, not yet claimed again, keep waiting with the
+    attempt returned; those whose last attempt failed there after ``at`` and so failed for good
+    wait again too, while their job is still open (a page is not lost to a preemption). A late
+    answer from the pod finds no claim and is not stored. Returns the pages given back.
+
+    Left: a page whose failed attempt there was claimed again elsewhere before this ran keeps
+    that attempt spent (the claim clears the page's pod; nothing else says where it failed)."""
     running = Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
         status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
     )
     failed_there = Page.objects.filter(pod_id=pod_id, status=Page.Status.PENDING, attempts__gt=0)
-    return running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+    given = running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+    if at is not None:
+        lost_to_it = Page.objects.filter(pod_id=pod_id, status=Page.Status.FAILED, finished_at__gte=at, attempts__gt=0)
+        with transaction.atomic():  # under the jobs' locks: none of them ends meanwhile
+            jobs = Job.objects.select_for_update().filter(pk__in=lost_to_it.values("job_id"))
+            open_jobs = list(jobs.exclude(status__in=Job.FINISHED).values_list("pk", flat=True))
+            given += lost_to_it.filter(job_id__in=open_jobs).update(
+                status=Page.Status.PENDING, attempts=F("attempts") - 1, pod=None, finished_at=None
+            )
+    return given
 
 
 def _first_reading_kept(page: Page, error: str) -> dict:

@@ -44,7 +44,7 @@ def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
             return False
         current.preempted_at = current.ended_at = at  # mark_ended keeps it: the spend runs to here
         current.save(update_fields=["preempted_at", "ended_at"])
-        _requeue_pages(current)  # before pod_end's own requeue, which would keep the attempts
+        _requeue_pages(current, at)  # before pod_end's own requeue, which would keep the attempts
         pod_end(pod=current, state=Pod.State.FAILED, error=PREEMPTED_ERROR)
         pod.refresh_from_db()
     _skip_candidate(current)
@@ -71,11 +71,11 @@ def on_demand_floor_unmet(pod: Pod, floor: int) -> bool:
     return others.exclude(boot_stage=Pod.BootStage.CREATE).count() < floor
 
 
-def _requeue_pages(pod: Pod) -> int:
+def _requeue_pages(pod: Pod, at: datetime) -> int:
     # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.pages import pages_requeue_preempted
 
-    return pages_requeue_preempted(pod_id=pod.pk)
+    return pages_requeue_preempted(pod_id=pod.pk, at=at)
 
 
 def _config(pool: Pool) -> RunPodPoolConfig | None:
