@@ -15,7 +15,9 @@ in the cascade gives the reading it gave here).
 
 The threshold is chosen on ``--calibration`` pages of their own (another seed), never on the pages
 it is judged on: the cheapest whose cascade is at least as accurate as the better engine alone
-there (``--threshold`` sets it instead). The figures are the evaluation
+there (``--threshold`` sets it instead). Tesseract's page confidence is the share of its words
+read at 90 or above (podserver/engines/tesseract.py); how well each engine's confidence orders the
+pages by their accuracy is printed (Spearman's rank correlation). The figures are the evaluation
 pages': accuracy and CPU-seconds per page of tesseract alone, rapidocr alone and the cascade, the
 share escalated, and the same per kind of degradation.
 
@@ -35,6 +37,7 @@ import os
 import platform
 import random
 import resource
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -168,7 +171,9 @@ def mean(values) -> float:
 
 def choose_threshold(first: list[Reading], second: list[Reading]) -> float:
     """The cheapest threshold at least as accurate as the better engine alone (ties: the more
-    accurate); without one, the most accurate."""
+    accurate); without one, the most accurate. (The most accurate within the cost goal instead
+    overfitted the calibration pages: 43 % of the evaluation pages escalated, 0.58 of the cost,
+    less accurate.)"""
     better = max(mean(r.accuracy for r in readings) for readings in (first, second))
     candidates = sorted({0.0, 101.0, *(r.confidence + 0.01 for r in first)})
     scored = [(threshold, *cascade(first, second, threshold)) for threshold in candidates]
@@ -176,6 +181,31 @@ def choose_threshold(first: list[Reading], second: list[Reading]) -> float:
     if not enough:
         return max(scored, key=lambda s: (s[1], -s[2]))[0]
     return min(enough, key=lambda s: (s[2], -s[1]))[0]
+
+
+def rank_correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's: how well the confidence orders the pages by their accuracy (ties: mean ranks)."""
+
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        out = [0.0] * len(values)
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+                end += 1
+            for k in range(start, end + 1):
+                out[order[k]] = (start + end) / 2
+            start = end + 1
+        return out
+
+    if len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    try:
+        return statistics.correlation(rx, ry)
+    except statistics.StatisticsError:  # every page alike
+        return None
 
 
 def figures_of(readings: list[Reading]) -> dict:
@@ -250,6 +280,18 @@ def main() -> None:
             "cost_vs_better_engine": round(cpu / max(1e-9, alone[better]["cpu_seconds_per_page"]), 3),
         },
         "by_kind": by_kind,
+        "confidence_accuracy_rank_correlation": {
+            name: round(value, 3)
+            if (
+                value := rank_correlation(
+                    [r.confidence for r in readings["evaluation"][name]],
+                    [r.accuracy for r in readings["evaluation"][name]],
+                )
+            )
+            is not None
+            else None
+            for name in ENGINES
+        },
         "seconds": round(time.perf_counter() - started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "goal": goal,

@@ -159,10 +159,20 @@ def parse_tsv(tsv: str) -> dict[str, list]:
     return data
 
 
+# A word tesseract reads at this confidence or above is one it is sure of. The page's confidence is
+# the share of its words it is sure of (0-100): on bench/cascade.py's degraded pages it ranks the
+# pages by their accuracy far better than the mean word confidence did (Spearman 0.92 against
+# 0.68-0.73 over 100 pages of each of two seeds: noise leaves many words at 60-85, confident-looking
+# on average while wrong), which is what a cascade's threshold and the viewer's "to check" need.
+SURE_WORD_CONFIDENCE = 90.0
+
+
 def group_words(
     data: Mapping[str, Sequence[Any]],
 ) -> tuple[str, list[dict[str, Any]], float]:
-    """Turn tesseract's word table into (page text, lines, mean word confidence)."""
+    """Turn tesseract's word table into (page text, lines, page confidence): each line's
+    confidence is its words' mean, the page's the share of its words read at
+    ``SURE_WORD_CONFIDENCE`` or above (0-100)."""
     grouped: dict[tuple[int, int, int], list[int]] = {}
     confidences: list[float] = []
     for i, word in enumerate(data.get("text", ())):
@@ -200,5 +210,6 @@ def group_words(
         parts.append(line_text)
         previous_par = (block, par)
 
-    mean = round(sum(confidences) / len(confidences), 2) if confidences else 0.0
-    return "\n".join(parts), lines, mean
+    sure = sum(1 for conf in confidences if conf >= SURE_WORD_CONFIDENCE)
+    page = round(100.0 * sure / len(confidences), 2) if confidences else 0.0
+    return "\n".join(parts), lines, page
