@@ -62,6 +62,7 @@ def _submitted_job_dict(job: Job) -> dict:
         shown["outputs"] = outputs.document_outputs_dict(job, document, submitted=True)
     return {
         **body,
+        "forecast_again": None,  # its forecast was made now: nothing measured since
         "webhook_deliveries": [],
         **_job_links(job, Decimal(0)),
     }

@@ -13,8 +13,10 @@ from ocrjobs.models import Job, Page
 from pods.services import forecast
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.helpers import auth
-from tests.ocrjobs.test_forecast import gpu_pool  # noqa: F401 (a fixture: guesses 2 s a page, 60 s a boot)
+from tests.ocrjobs import test_forecast
 from tests.pods.test_forecast_vs_bill import make_booted
+
+gpu_pool = test_forecast.gpu_pool  # a fixture: $0.50/h, guesses of 2 s a page and 60 s a boot
 
 
 def measure(pool, owner, *, seconds: float = 0.5, boot: float = 10.0) -> None:
@@ -33,7 +35,7 @@ def a_job_forecast_on(pool, owner, pages: int = 100) -> Job:
     return Job.objects.create(owner=owner, pool=pool, forecast=made)
 
 
-def test_a_fresh_pools_forecast_is_labelled_a_guess_and_a_measured_ones_is_not(gpu_pool, ordinary_user):  # noqa: F811
+def test_a_fresh_pools_forecast_is_labelled_a_guess_and_a_measured_ones_is_not(gpu_pool, ordinary_user):
     fresh = forecast.pool_forecast(gpu_pool, pages=100)
     measure(gpu_pool, ordinary_user)
     measured = forecast.pool_forecast(gpu_pool, pages=100)
@@ -42,7 +44,7 @@ def test_a_fresh_pools_forecast_is_labelled_a_guess_and_a_measured_ones_is_not(g
     assert measured["basis"] == "measured" and measured["guessed"] == []
 
 
-def test_a_job_forecast_on_a_guess_is_forecast_again_on_what_the_pool_measured_since(gpu_pool, ordinary_user):  # noqa: F811
+def test_a_job_forecast_on_a_guess_is_forecast_again_on_what_the_pool_measured_since(gpu_pool, ordinary_user):
     job = a_job_forecast_on(gpu_pool, ordinary_user)
     assert forecast.job_forecast_again(job) is None  # nothing measured since: nothing better to say
     made = job.forecast["pools"][0]
@@ -59,7 +61,7 @@ def test_a_job_forecast_on_a_guess_is_forecast_again_on_what_the_pool_measured_s
     assert cheapest["minutes"] == round((10 + 25) / 60, 2) < made["sizings"]["cheapest"]["minutes"]
 
 
-def test_a_forecast_made_on_measured_figures_stands_as_made(gpu_pool, ordinary_user):  # noqa: F811
+def test_a_forecast_made_on_measured_figures_stands_as_made(gpu_pool, ordinary_user):
     measure(gpu_pool, ordinary_user)
     job = a_job_forecast_on(gpu_pool, ordinary_user)
 
@@ -70,7 +72,7 @@ def test_a_forecast_made_on_measured_figures_stands_as_made(gpu_pool, ordinary_u
 def test_the_job_page_says_the_forecast_was_a_guess_and_shows_it_again_on_measured_figures(
     client,
     gpu_pool,
-    ordinary_user,  # noqa: F811
+    ordinary_user,
 ):
     job = a_job_forecast_on(gpu_pool, ordinary_user)
     client.force_login(ordinary_user)
@@ -87,7 +89,7 @@ def test_the_api_answers_the_job_forecast_again_beside_the_one_made_at_submissio
     client,
     gpu_pool,
     ordinary_user,
-    read_token,  # noqa: F811
+    read_token,
 ):
     job = a_job_forecast_on(gpu_pool, ordinary_user)
     measure(gpu_pool, ordinary_user)
@@ -99,7 +101,7 @@ def test_the_api_answers_the_job_forecast_again_beside_the_one_made_at_submissio
     assert body["forecast_again"]["based_on"]["seconds_per_page"] == 0.5
 
 
-def test_the_forms_forecast_says_a_fresh_pool_is_a_guess(client, gpu_pool, ordinary_user, media_root):  # noqa: F811
+def test_the_forms_forecast_says_a_fresh_pool_is_a_guess(client, gpu_pool, ordinary_user, media_root):
     client.force_login(ordinary_user)
 
     shown = client.post("/jobs/forecast", {"files": [pdf_file()], "pool": "gpu"}).content.decode()
