@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
@@ -44,10 +44,11 @@ class _Interruptible:
 PRICE_OVER_LAST_PODS = 20
 
 
-def _paid_mean(pool: Pool) -> tuple[Decimal, int] | None:
-    """The mean $/h the pool's last pods were billed at, and over how many (None before any)."""
+def _paid_mean(pool: Pool, *, interruptible: bool = False) -> tuple[Decimal, int] | None:
+    """The mean $/h the pool's last pods (its interruptible ones: their bids) were billed at, and
+    over how many (None before any)."""
     paid = list(
-        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0)
+        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0, interruptible=interruptible)
         .order_by("-billed_from")
         .values_list("cost_per_hr", flat=True)[:PRICE_OVER_LAST_PODS]
     )
@@ -56,14 +57,22 @@ def _paid_mean(pool: Pool) -> tuple[Decimal, int] | None:
 
 def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
     """The $/h of one of the pool's pods, where it comes from, and what an interruptible pool's
-    forecast adds (None: on-demand pods only). An on-demand pool's: the mean over its last pods;
-    until there are some (and an interruptible pool's, whose bid and floor are priced apart), the
-    cheapest known among its candidates (an interruptible one's: its bid)."""
+    forecast adds (None: on-demand pods only): the mean over its last pods (an interruptible
+    pool's: its interruptible pods' bids, and its on-demand pods' for the floor); until there are
+    some, the cheapest known among its candidates (an interruptible one's: its bid). The
+    catalogue's cheapest may have no capacity: bench/storm.py --interruptible priced the bid of a
+    GPU type no data centre had, where every pod ran at the next one's."""
     price, based, spot = _catalogue_price(pool)
-    if spot is None and price is not None:
-        paid = _paid_mean(pool)
-        if paid is not None:
-            return paid[0], {"source": f"the pool's last {paid[1]} pods", "fetched_at": None}, None
+    if price is None:
+        return price, based, spot
+    paid = _paid_mean(pool, interruptible=spot is not None)
+    if paid is not None:
+        kind = "interruptible pods' bids" if spot is not None else "pods"
+        price, based = paid[0], {"source": f"the pool's last {paid[1]} {kind}", "fetched_at": None,
+                                 **({"interruptible": True} if spot is not None else {})}  # fmt: skip
+    on_demand = _paid_mean(pool) if spot is not None else None
+    if on_demand is not None:
+        spot = replace(spot, on_demand_price=on_demand[0])
     return price, based, spot
 
 
