@@ -23,6 +23,7 @@ from ocrjobs.services import outputs
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import webhook_secret_rotate, webhook_secret_row
+from pods.services.forecast import job_forecast_again
 from pods.spend import jobs_spend
 
 
@@ -43,6 +44,9 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
         shown["outputs"] = outputs.document_outputs_dict(job, document)
     return {
         **body,
+        # The forecast made at submission on a guess (a fresh pool), made again on what the pool has
+        # measured since (null when the one made at submission was measured already).
+        "forecast_again": job_forecast_again(job),
         "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
         **_job_links(job, dollars),
     }
@@ -58,6 +62,7 @@ def _submitted_job_dict(job: Job) -> dict:
         shown["outputs"] = outputs.document_outputs_dict(job, document, submitted=True)
     return {
         **body,
+        "forecast_again": None,  # its forecast was made now: nothing measured since
         "webhook_deliveries": [],
         **_job_links(job, Decimal(0)),
     }

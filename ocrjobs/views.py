@@ -19,6 +19,7 @@ from ocrjobs.services import jobs as job_services
 from ocrjobs.services import outputs
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
+from pods.services.forecast import job_forecast_again
 from pods.spend import jobs_spend
 
 
@@ -107,9 +108,12 @@ def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
         return None
     sizing = pools[0]["sizings"].get(job.priority) or pools[0]["sizings"].get("balanced")
     end = job.finished_at or timezone.now()
+    again = job_forecast_again(job)
     return {
         "sizing": job.priority,
         "forecast": sizing,
+        "guessed": pools[0].get("guessed", []),  # what the forecast at submission rested on a guess for
+        "again": (again["sizings"].get(job.priority) or again["sizings"].get("balanced")) if again else None,
         "pages_forecast": job.forecast.get("pages"),
         "minutes": round((end - job.created_at).total_seconds() / 60, 2),
         "dollars": float(jobs_spend([job.pk])[job.pk]),

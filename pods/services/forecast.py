@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
@@ -44,10 +44,11 @@ class _Interruptible:
 PRICE_OVER_LAST_PODS = 20
 
 
-def _paid_mean(pool: Pool) -> tuple[Decimal, int] | None:
-    """The mean $/h the pool's last pods were billed at, and over how many (None before any)."""
+def _paid_mean(pool: Pool, *, interruptible: bool = False) -> tuple[Decimal, int] | None:
+    """The mean $/h the pool's last pods (its interruptible ones: their bids) were billed at, and
+    over how many (None before any)."""
     paid = list(
-        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0)
+        Pod.objects.filter(pool_id=pool.pk, billed_from__isnull=False, cost_per_hr__gt=0, interruptible=interruptible)
         .order_by("-billed_from")
         .values_list("cost_per_hr", flat=True)[:PRICE_OVER_LAST_PODS]
     )
@@ -56,14 +57,22 @@ def _paid_mean(pool: Pool) -> tuple[Decimal, int] | None:
 
 def _price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible | None]:
     """The $/h of one of the pool's pods, where it comes from, and what an interruptible pool's
-    forecast adds (None: on-demand pods only). An on-demand pool's: the mean over its last pods;
-    until there are some (and an interruptible pool's, whose bid and floor are priced apart), the
-    cheapest known among its candidates (an interruptible one's: its bid)."""
+    forecast adds (None: on-demand pods only): the mean over its last pods (an interruptible
+    pool's: its interruptible pods' bids, and its on-demand pods' for the floor); until there are
+    some, the cheapest known among its candidates (an interruptible one's: its bid). The
+    catalogue's cheapest may have no capacity: bench/storm.py --interruptible priced the bid of a
+    GPU type no data centre had, where every pod ran at the next one's."""
     price, based, spot = _catalogue_price(pool)
-    if spot is None and price is not None:
-        paid = _paid_mean(pool)
-        if paid is not None:
-            return paid[0], {"source": f"the pool's last {paid[1]} pods", "fetched_at": None}, None
+    if price is None:
+        return price, based, spot
+    paid = _paid_mean(pool, interruptible=spot is not None)
+    if paid is not None:
+        kind = "interruptible pods' bids" if spot is not None else "pods"
+        price, based = paid[0], {"source": f"the pool's last {paid[1]} {kind}", "fetched_at": None,
+                                 **({"interruptible": True} if spot is not None else {})}  # fmt: skip
+    on_demand = _paid_mean(pool) if spot is not None else None
+    if on_demand is not None:
+        spot = replace(spot, on_demand_price=on_demand[0])
     return price, based, spot
 
 
@@ -173,9 +182,11 @@ def _pages_ahead(pool: Pool) -> int:
 ESCALATED_SHARE_GUESS = 0.25
 
 
-def pool_forecast(pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0) -> dict:
+def pool_forecast(
+    pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0, serving: bool | None = None
+) -> dict:
     """The pool's figures; a pool that escalates adds its escalation pool's share of the pages."""
-    forecast = _stage_forecast(pool, pages=pages, ahead=ahead, behind=behind)
+    forecast = _stage_forecast(pool, pages=pages, ahead=ahead, behind=behind, serving=serving)
     if pool.escalation_pool_id and pool.escalation_threshold is not None:
         _add_escalation(forecast, pool, pages=pages)
     return forecast
@@ -194,6 +205,9 @@ def _add_escalation(forecast: dict, pool: Pool, *, pages: int) -> None:
         figures["minutes"] = max(figures["minutes"], other["minutes"])
         if figures["dollars"] is not None:
             figures["dollars"] = None if other["dollars"] is None else round(figures["dollars"] + other["dollars"], 4)
+    guessed = [*([] if measured else ["escalated_share"]), *(f"escalation {name}" for name in second["guessed"])]
+    if guessed:
+        forecast["basis"], forecast["guessed"] = "guess", [*forecast["guessed"], *guessed]
     forecast["escalation"] = {
         "pool": second["pool"],
         "threshold": pool.escalation_threshold,
@@ -207,16 +221,20 @@ def _add_escalation(forecast: dict, pool: Pool, *, pages: int) -> None:
     }
 
 
-def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0) -> dict:
+def _stage_forecast(
+    pool: Pool, *, pages: int, ahead: int | None = None, behind: int = 0, serving: bool | None = None
+) -> dict:
     """``ahead``: the pool's pages read before the job's (default: those waiting, running or
     being split now); ``behind``: those waiting to be read after it (none at a submission; a
-    forecast made again later has them). Pages are read in the order they came, on pods the
-    scaler sizes for them all: the job ends after those ahead, and pays its pages' part of the pods."""
+    forecast made again later has them); ``serving``: a pod of the pool is ready (default: whether
+    one is now). Pages are read in the order they came, on pods the scaler sizes for them all: the
+    job ends after those ahead, and pays its pages' part of the pods."""
     basis = _basis(pool)
     per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
     price, price_based = basis.price, dict(basis.price_based)
     ahead = _pages_ahead(pool) if ahead is None else ahead
-    serving = Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists()
+    if serving is None:
+        serving = Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists()
     # bench/storm.py --small, two jobs of 120 pages on one pod, each forecast on the pool's own
     # measurements as if alone: minutes 38 % short, dollars 37 % over (each job paid half of the
     # one boot and idle tail, and waited for the other's pages).
@@ -239,8 +257,14 @@ def _stage_forecast(pool: Pool, *, pages: int, ahead: int | None = None, behind:
                                "preemptions": round(lost, 2)}  # fmt: skip
             continue
         sizings[sizing] = {"pods": pods, "minutes": round(seconds / 60, 2), "dollars": dollars}
+    guessed = [name for name, measured in (("seconds_per_page", basis.measured_per_page),
+                                           ("boot_seconds", measured_boot)) if not measured]  # fmt: skip
     return {
         "pool": pool.key,
+        # What the figures rest on: a pool that has read no page or booted no pod yet has only
+        # the settings' guesses (bench/storm.py on a fresh pool: +283 % minutes, +110 % dollars).
+        "basis": "guess" if guessed else "measured",
+        "guessed": guessed,
         "lanes_per_pod": pool.lanes_per_pod,
         "max_pods": pool.max_pods,
         "sizings": sizings,
@@ -296,6 +320,20 @@ def _with_preemptions(
     per_pod = basis.boot + busy + idle
     dollars = (float(on_demand) * floor + float(bid) * interruptible) * per_pod * share / 3600
     return lead + done, round(dollars, 4), preemptions
+
+
+def job_forecast_again(job) -> dict | None:
+    """A job whose forecast at submission was a guess (its pool had measured no page or no boot),
+    forecast again on what the pool has measured since: the same pages, the same pages ahead and
+    pods ready as at its submission. None while the pool has measured nothing more, or when the
+    forecast made at submission was measured already (it stands as made)."""
+    made = ((job.forecast or {}).get("pools") or [None])[0]
+    if not made or made.get("basis") != "guess" or made.get("pool") != job.pool.key:
+        return None
+    based = made.get("based_on", {})
+    again = pool_forecast(job.pool, pages=job.forecast.get("pages") or 0, ahead=based.get("pages_ahead") or 0,
+                          behind=based.get("pages_behind") or 0, serving=bool(based.get("pods_ready")))  # fmt: skip
+    return again if len(again["guessed"]) < len(made.get("guessed", [])) else None
 
 
 def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=None) -> dict:
