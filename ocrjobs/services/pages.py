@@ -16,6 +16,7 @@ from django.utils import timezone
 from ocrjobs.models import Page
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
+from pods.models import Pod
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             _fail_exhausted(pool_id=pool_id)
         # Never a page whose claim expired on its last attempt, swept or not (review L9): it is
         # still counted as waiting, so that a dispatcher comes and its sweep fails it.
-        exhausted = Q(status=Page.Status.RUNNING, attempts__gte=settings.PAGE_MAX_ATTEMPTS)
+        exhausted = Q(status=Page.Status.RUNNING) & _attempts_spent()
         query = Page.objects.waiting().exclude(exhausted).filter(pool_id=pool_id).order_by("id")
         if connection.features.has_select_for_update_skip_locked:
             query = query.select_for_update(skip_locked=True, of=("self",))
@@ -73,9 +74,8 @@ def _fail_exhausted(*, pool_id: int) -> None:
     """Pages whose claims expired on their last attempt fail instead of looping."""
     now = timezone.now()
     exhausted = Page.objects.filter(
-        pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now,
-        attempts__gte=settings.PAGE_MAX_ATTEMPTS,
-    )  # fmt: skip
+        _attempts_spent(), pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now
+    )
     # An escalated page whose second pool gave nothing keeps its first reading (done), one by one:
     # few pages, and each row's own result is rewritten.
     for page in exhausted.exclude(escalated_from=None).select_related("escalated_from", "pool"):
@@ -326,29 +326,53 @@ def page_attempt_failed(
     if page is None:
         return "lost"
     claim = claim.filter(attempts=page.attempts)
-    if (final or page.attempts >= settings.PAGE_MAX_ATTEMPTS) and page.escalated_from_id:
+    spent = page.attempts - page.attempts_given_back >= settings.PAGE_MAX_ATTEMPTS
+    if (final or spent) and page.escalated_from_id:
         claim.update(**_first_reading_kept(page, error), pod_id=pod_id)
         return "failed"
-    if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
+    if final or spent:
         claim.update(
             status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
             claim_expires_at=None, finished_at=timezone.now(),
         )  # fmt: skip
         return "failed"
-    claim.update(status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None)
+    claim.update(
+        status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None, failed_on_pod_id=pod_id
+    )
+    if pod_id is not None and Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists():
+        # Preempted before this failure was stored (its pod was not recorded on the page yet):
+        # given back here. Marked first, then checked: a preemption recorded in between finds the mark.
+        _give_back_attempts(Page.objects.filter(pk=page_id), pod_id=pod_id)
     return "retry"
 
 
+def _attempts_spent() -> Q:
+    """A page's attempts are spent: those given back (preemptions) do not count."""
+    return Q(attempts__gte=F("attempts_given_back") + settings.PAGE_MAX_ATTEMPTS)
+
+
 def pages_requeue_preempted(*, pod_id: int) -> int:
-    """The provider took an interruptible pod back: the attempts it cost its pages are given back.
-    Those running on it wait again; those whose attempt on it already failed (the dispatcher saw
-    the pod vanish first) and wait, not yet claimed again, keep waiting with the attempt returned.
-    A late answer from the pod finds no claim and is not stored. Returns the pages given back."""
+    """The provider took an interruptible pod back: the attempts it cost its pages are given back,
+    each once. Those running on it wait again. Those whose last attempt failed on it (the dispatcher
+    saw the pod vanish first: ``failed_on_pod``) get it back: still waiting, in ``attempts``; claimed
+    again meanwhile (or ended), in ``attempts_given_back``, so that the newer claim, which
+    ``attempts`` names, stands. A late answer from the pod finds no claim and is not stored.
+    Returns the pages given back."""
     running = Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
         status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
     )
-    failed_there = Page.objects.filter(pod_id=pod_id, status=Page.Status.PENDING, attempts__gt=0)
-    return running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+    return running + _give_back_attempts(Page.objects.all(), pod_id=pod_id)
+
+
+def _give_back_attempts(pages, *, pod_id: int) -> int:
+    """Give back the failed attempts on ``pod_id`` of those of ``pages`` marked with it, once each
+    (the mark goes in the same UPDATE): in ``attempts`` if the page waits (no claim names it), else
+    in ``attempts_given_back``."""
+    failed_there = pages.filter(failed_on_pod_id=pod_id)
+    waiting = failed_there.filter(status=Page.Status.PENDING, attempts__gt=0).update(
+        attempts=F("attempts") - 1, failed_on_pod=None
+    )
+    return waiting + failed_there.update(attempts_given_back=F("attempts_given_back") + 1, failed_on_pod=None)
 
 
 def _first_reading_kept(page: Page, error: str) -> dict:
