@@ -340,8 +340,7 @@ def page_attempt_failed(
         status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None, failed_on_pod_id=pod_id
     )
     if pod_id is not None and Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists():
-        # Preempted before this failure was stored (its pod was not recorded on the page yet):
-        # given back here. Marked first, then checked: a preemption recorded in between finds the mark.
+        # Preempted before this failure was stored: given back now (marked first: no race with it).
         _give_back_attempts(Page.objects.filter(pk=page_id), pod_id=pod_id)
     return "retry"
 
@@ -352,12 +351,10 @@ def _attempts_spent() -> Q:
 
 
 def pages_requeue_preempted(*, pod_id: int) -> int:
-    """The provider took an interruptible pod back: the attempts it cost its pages are given back,
-    each once. Those running on it wait again. Those whose last attempt failed on it (the dispatcher
-    saw the pod vanish first: ``failed_on_pod``) get it back: still waiting, in ``attempts``; claimed
-    again meanwhile (or ended), in ``attempts_given_back``, so that the newer claim, which
-    ``attempts`` names, stands. A late answer from the pod finds no claim and is not stored.
-    Returns the pages given back."""
+    """The provider took an interruptible pod back: the attempts it cost its pages are given back, each
+    once. Those running on it wait again; those whose last attempt failed on it (``failed_on_pod``)
+    get it back (``_give_back_attempts``). A late answer from the pod finds no claim and is not
+    stored. Returns the pages given back."""
     running = Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
         status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
     )
@@ -365,9 +362,8 @@ def pages_requeue_preempted(*, pod_id: int) -> int:
 
 
 def _give_back_attempts(pages, *, pod_id: int) -> int:
-    """Give back the failed attempts on ``pod_id`` of those of ``pages`` marked with it, once each
-    (the mark goes in the same UPDATE): in ``attempts`` if the page waits (no claim names it), else
-    in ``attempts_given_back``."""
+    """The failed attempts on ``pod_id`` of ``pages``, given back once (the mark goes in the same UPDATE): in
+    ``attempts`` if the page waits; else in ``attempts_given_back`` (a newer claim is named by ``attempts``)."""
     failed_there = pages.filter(failed_on_pod_id=pod_id)
     waiting = failed_there.filter(status=Page.Status.PENDING, attempts__gt=0).update(
         attempts=F("attempts") - 1, failed_on_pod=None
