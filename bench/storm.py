@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/storm.py [--database-url postgres://...] [--docs 2000 --pages-per-doc 4]
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
-        [--interruptible [--preempt-rate 0.05] [--preempt-seed 1] [--on-demand-floor 0] [--preempt-share 0]]
+        [--interruptible [--preempt-rate 0.05] [--time-scale 1] [--preempt-seed 1] [--on-demand-floor 0]
+                         [--preempt-share 0]]
         [--warm-up-pages N]
 
 Thousands of documents of several pages (stored directly in the database, as split already,

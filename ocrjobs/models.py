@@ -303,6 +303,13 @@ class Page(models.Model):
     claim_token = models.CharField(max_length=40, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="pages")
+    # A failed attempt on an interruptible pod that the provider then preempted is given back (the
+    # page did nothing wrong). The pod of the page's last failed attempt stays here until then, so
+    # that the attempt is given back once even after the page was claimed again: while a newer claim
+    # is out, ``attempts`` names that claim and is never changed, so the attempt goes to
+    # ``attempts_given_back`` instead, which the cap on attempts subtracts.
+    failed_on_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    attempts_given_back = models.PositiveSmallIntegerField(default=0)
     # The result itself (JSON text), not a file: any host serves it (docs/architecture.md, "Storage").
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)

@@ -51,6 +51,7 @@ from ocrjobs.services.pages import (
     pages_unclaim,
 )
 from ocrjobs.storage import document_bytes
+from pods.services import preemption
 from pods.services.lifecycle import pod_drain
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ POD_FAILURES_TO_DRAIN = 5
 # goes to another lane, no attempt spent); refusing again after that drains it.
 REFUSED_SHUN_SECONDS = 10.0
 REFUSALS_TO_DRAIN = 2
+# A pod that fails a page or refuses a connection may have been preempted: the provider is asked
+# at once (interruptible pods only), then at most this often per pod. Left to the scaler's tick,
+# a preempted pod's pages and its replacement waited up to a tick (15 s) after its first 502.
+PREEMPTION_CHECK_SECONDS = 5.0
 # A loop blocked this long while a page was out may itself have missed the pod's answer.
 BLOCKED_EXCUSES_TIMEOUT_SECONDS = 1.0
 # A pod that answers "document not cached" again right after it took the document (it evicts
@@ -96,6 +101,7 @@ class DispatchLoop(DocumentRoutes):
         self.refusals: dict[int, int] = {}  # pod id -> connections refused since its last answer
         self.shunned: dict[int, float] = {}  # pod id -> monotonic time until which it gets no page
         self.drained: set[int] = set()  # pods this loop drained: never back, whatever a stale read says
+        self.preemption_checked: dict[int, float] = {}  # pod id -> monotonic time its provider was last asked
         self.watch: LoopWatch | None = None  # the loop's lag sampler, set by _watched()
         self.done = 0
         self.failed = 0
@@ -420,6 +426,8 @@ class DispatchLoop(DocumentRoutes):
         self.shunned[pod_id] = now + REFUSED_SHUN_SECONDS
         self.lanes.remove(pod_id)
         log.warning("pod %s refused a connection (%d time(s) in a row): %r", pod_id, refusals, exc)
+        if await self.preempted(pod_id):
+            return
         if refusals >= REFUSALS_TO_DRAIN:
             self.refusals.pop(pod_id, None)
             self.drained.add(pod_id)
@@ -441,12 +449,32 @@ class DispatchLoop(DocumentRoutes):
         if outcome == "failed":
             self.failed += 1
             self.touched_jobs.add(page.job_id)
+        if pod_fault and await self.preempted(lane.pod_id):
+            return
         if pod_fault:
             lane.failures += 1
             if lane.failures >= POD_FAILURES_TO_DRAIN and lane.active:
                 self.lanes.remove(lane.pod_id)
                 self.drained.add(lane.pod_id)
                 await self.db(pod_drain, pod_id=lane.pod_id, error=f"{POD_FAILURES_TO_DRAIN} failed pages: {error}")
+
+    async def preempted(self, pod_id: int) -> bool:
+        """Whether the provider preempted this pod (an interruptible one), asked now: then it is
+        recorded (its pages wait again, the attempts they spent on it given back), it leaves this
+        loop's lanes and the scaler is nudged to replace it. Asked at most every
+        PREEMPTION_CHECK_SECONDS per pod; False for any other pod, or when the provider cannot say."""
+        now = time.monotonic()
+        if self.preemption_checked.get(pod_id, -1e9) > now - PREEMPTION_CHECK_SECONDS:
+            return False
+        self.preemption_checked[pod_id] = now
+        address = await self.db(preemption.pod_address, pod_id=pod_id)
+        seen = await self.io(preemption.provider_pod, *address) if address is not None else None
+        if seen is None or not await self.db(preemption.pod_preempted_if_stopped, pod_id=pod_id, seen=seen):
+            return False
+        self.lanes.remove(pod_id)
+        self.drained.add(pod_id)
+        await self.db(database.nudge_scaler, pool_id=self.pool_id)
+        return True
 
     async def refresh_pods(self) -> None:
         ready, counts = await self.db(database.fleet, pool_id=self.pool_id)

@@ -145,8 +145,9 @@ def job_retry(*, job: Job) -> tuple[int, int]:
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
             return 0, 0
         retried = job.pages.filter(status=Page.Status.FAILED).update(
-            status=Page.Status.PENDING, attempts=0, error="", finished_at=None
-        )
+            status=Page.Status.PENDING, attempts=0, attempts_given_back=0, failed_on_pod=None, error="",
+            finished_at=None,
+        )  # fmt: skip
         failed_documents = job.documents.filter(status=Document.Status.FAILED)
         fetch_ids = list(failed_documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
         split_ids = list(failed_documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))

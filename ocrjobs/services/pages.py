@@ -1,6 +1,9 @@
 """Pages, called by dispatchers: claims with a lease, which pod each page went to, results
 stored once (this module writes every pod's result into the page's row; a page kept as its PDF
 text layer is done in the split), failed attempts, pages given back.
+
+Length: every change of a page's state under a claim is here, together (claim, result, the
+cascade's move, failed attempt, preemption's give-back), so that each guard is read beside the others.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from django.utils import timezone
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
+from pods.models import Pod
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             _fail_exhausted(pool_id=pool_id)
         # Never a page whose claim expired on its last attempt, swept or not (review L9): it is
         # still counted as waiting, so that a dispatcher comes and its sweep fails it.
-        exhausted = Q(status=Page.Status.RUNNING, attempts__gte=settings.PAGE_MAX_ATTEMPTS)
+        exhausted = Q(status=Page.Status.RUNNING) & _attempts_spent()
         query = Page.objects.waiting().exclude(exhausted).filter(pool_id=pool_id).order_by("id")
         if connection.features.has_select_for_update_skip_locked:
             query = query.select_for_update(skip_locked=True, of=("self",))
@@ -73,9 +77,8 @@ def _fail_exhausted(*, pool_id: int) -> None:
     """Pages whose claims expired on their last attempt fail instead of looping."""
     now = timezone.now()
     exhausted = Page.objects.filter(
-        pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now,
-        attempts__gte=settings.PAGE_MAX_ATTEMPTS,
-    )  # fmt: skip
+        _attempts_spent(), pool_id=pool_id, status=Page.Status.RUNNING, claim_expires_at__lt=now
+    )
     # An escalated page whose second pool gave nothing keeps its first reading (done), one by one:
     # few pages, and each row's own result is rewritten.
     for page in exhausted.exclude(escalated_from=None).select_related("escalated_from", "pool"):
@@ -326,43 +329,60 @@ def page_attempt_failed(
     if page is None:
         return "lost"
     claim = claim.filter(attempts=page.attempts)
-    if (final or page.attempts >= settings.PAGE_MAX_ATTEMPTS) and page.escalated_from_id:
+    spent = page.attempts - page.attempts_given_back >= settings.PAGE_MAX_ATTEMPTS
+    if (final or spent) and page.escalated_from_id:
         claim.update(**_first_reading_kept(page, error), pod_id=pod_id)
         return "failed"
-    if final or page.attempts >= settings.PAGE_MAX_ATTEMPTS:
+    if final or spent:
         claim.update(
             status=Page.Status.FAILED, error=error[:2000], pod_id=pod_id, claim_token="",
             claim_expires_at=None, finished_at=timezone.now(),
         )  # fmt: skip
         return "failed"
-    claim.update(status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None)
+    claim.update(
+        status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None, failed_on_pod_id=pod_id
+    )
+    if pod_id is not None and Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists():
+        # Preempted before this failure was stored: given back now (marked first: no race with it).
+        _give_back_attempts(Page.objects.filter(pk=page_id), pod_id=pod_id)
     return "retry"
+
+
+def _attempts_spent() -> Q:
+    """A page's attempts are spent: those given back (preemptions) do not count."""
+    return Q(attempts__gte=F("attempts_given_back") + settings.PAGE_MAX_ATTEMPTS)
 
 
 def pages_requeue_preempted(*, pod_id: int, at=None) -> int:
     """The provider took an interruptible pod back (at ``at``): the attempts it cost its pages are
-    given back. Those running on it wait again; those whose attempt on it already failed (the
-    dispatcher saw the pod vanish first) and wait, not yet claimed again, keep waiting with the
-    attempt returned; those whose last attempt failed there after ``at`` and so failed for good
-    wait again too, while their job is still open (a page is not lost to a preemption). A late
-    answer from the pod finds no claim and is not stored. Returns the pages given back.
-
-    Left: a page whose failed attempt there was claimed again elsewhere before this ran keeps
-    that attempt spent (the claim clears the page's pod; nothing else says where it failed)."""
+    given back, each once. Those running on it wait again; those whose last attempt failed on it
+    (``failed_on_pod``) get it back (``_give_back_attempts``); those whose last attempt failed
+    there after ``at``, and so failed for good, wait again while their job is open (a page is not
+    lost to a preemption). A late answer from the pod finds no claim and is not stored. Returns
+    the pages given back."""
     running = Page.objects.filter(pod_id=pod_id, status=Page.Status.RUNNING).update(
         status=Page.Status.PENDING, claim_token="", claim_expires_at=None, attempts=F("attempts") - 1
     )
-    failed_there = Page.objects.filter(pod_id=pod_id, status=Page.Status.PENDING, attempts__gt=0)
-    given = running + failed_there.update(attempts=F("attempts") - 1, pod=None)
+    revived = 0
     if at is not None:
         lost_to_it = Page.objects.filter(pod_id=pod_id, status=Page.Status.FAILED, finished_at__gte=at, attempts__gt=0)
         with transaction.atomic():  # under the jobs' locks: none of them ends meanwhile
             jobs = Job.objects.select_for_update().filter(pk__in=lost_to_it.values("job_id"))
             open_jobs = list(jobs.exclude(status__in=Job.FINISHED).values_list("pk", flat=True))
-            given += lost_to_it.filter(job_id__in=open_jobs).update(
-                status=Page.Status.PENDING, attempts=F("attempts") - 1, pod=None, finished_at=None
+            revived = lost_to_it.filter(job_id__in=open_jobs).update(
+                status=Page.Status.PENDING, attempts=F("attempts") - 1, pod=None, finished_at=None, failed_on_pod=None
             )
-    return given
+    return running + revived + _give_back_attempts(Page.objects.all(), pod_id=pod_id)
+
+
+def _give_back_attempts(pages, *, pod_id: int) -> int:
+    """The failed attempts on ``pod_id`` of ``pages``, given back once (the mark goes in the same UPDATE): in
+    ``attempts`` if the page waits; else in ``attempts_given_back`` (a newer claim is named by ``attempts``)."""
+    failed_there = pages.filter(failed_on_pod_id=pod_id)
+    waiting = failed_there.filter(status=Page.Status.PENDING, attempts__gt=0).update(
+        attempts=F("attempts") - 1, failed_on_pod=None
+    )
+    return waiting + failed_there.update(attempts_given_back=F("attempts_given_back") + 1, failed_on_pod=None)
 
 
 def _first_reading_kept(page: Page, error: str) -> dict:

@@ -152,7 +152,9 @@ def test_a_preempted_pod_ends_at_the_preemption_its_pages_wait_again_without_spe
     running, failed_there, elsewhere = pages_on(pod, 3)
     Page.objects.filter(pk=running.pk).update(status=Page.Status.RUNNING, pod=pod, attempts=1, claim_token="t")
     # The dispatcher saw the pod vanish first: that attempt failed and the page waits.
-    Page.objects.filter(pk=failed_there.pk).update(status=Page.Status.PENDING, pod=pod, attempts=2, error="HTTP 502")
+    Page.objects.filter(pk=failed_there.pk).update(
+        status=Page.Status.PENDING, failed_on_pod=pod, attempts=2, error="HTTP 502"
+    )
     Page.objects.filter(pk=elsewhere.pk).update(status=Page.Status.PENDING, attempts=1)
     spot_sim.preempt(pod.provider_id)
     result = reconcile.reconcile(provider_name="runpod")
