@@ -181,6 +181,9 @@ class Pod(TaskLeased):
         max_length=10, choices=BootStage.choices, blank=True, help_text="where a booting pod is in its boot"
     )
     stage_started_at = models.DateTimeField(null=True, blank=True, help_text="when it entered its boot stage")
+    stage_steps = models.PositiveIntegerField(
+        default=0, help_text="steps taken in its boot stage (the model stage asks the provider one in a few)"
+    )
     step_at = models.DateTimeField(
         null=True, blank=True, db_index=True,
         help_text="when a pass next looks at it: a booting pod's next step, an ended pod's next terminate",

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,7 +44,16 @@ ASGI_APPLICATION = "fleetadmin.asgi:application"
 class Process:
     """A child leading a session (or a process group) of its own, its output in ``log_dir/name.log``."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, own_session: bool = True):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        own_session: bool = True,
+        pass_fds: tuple[int, ...] = (),
+    ):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = open(self.log_path, "wb")
@@ -55,6 +65,7 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=own_session,
             process_group=None if own_session else 0,
+            pass_fds=pass_fds,
         )
 
     @property
@@ -202,11 +213,15 @@ def start_front(
     options: tuple[str, ...] = (),
 ) -> tuple[Process, str]:
     """The front (daphne, ``python -m fleetadmin.front``, with daphne's ``options``) on a free port,
-    once ``/healthz`` answers; the process and its URL."""
-    port = free_port()
-    argv = [sys.executable, "-m", "fleetadmin.front", "-b", "127.0.0.1", "-p", str(port), *options, application]
-    front = Process(name, argv, env, log_dir, own_session=own_session)
-    url = f"http://127.0.0.1:{port}"
+    once ``/healthz`` answers; the process and its URL.
+
+    The port is bound here and daphne serves that socket (``--fd``): a port found free and bound
+    by daphne later could be taken meanwhile by another test's server on this machine, and
+    ``/healthz`` answered by the wrong front."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        argv = [sys.executable, "-m", "fleetadmin.front", "--fd", str(listener.fileno()), *options, application]
+        front = Process(name, argv, env, log_dir, own_session=own_session, pass_fds=(listener.fileno(),))
     _started(front, lambda: _answers(f"{url}/healthz"), 60, "daphne did not answer")
     return front, url
 

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from fleetadmin import leases
@@ -138,7 +139,7 @@ def staged(stage: str) -> dict:
     """Field values of a booting pod entering ``stage``, its first step due now (a pass is asked
     for by whoever writes them, once committed: ``passes.pass_request``)."""
     now = timezone.now()
-    return {"boot_stage": stage, "stage_started_at": now, "step_at": now}
+    return {"boot_stage": stage, "stage_started_at": now, "stage_steps": 0, "step_at": now}
 
 
 def _enter(pod: Pod, stage: str, **fields) -> None:
@@ -152,7 +153,7 @@ def _enter(pod: Pod, stage: str, **fields) -> None:
 
 def _next_step(pod_id: int, *, in_seconds: float) -> None:
     Pod.objects.filter(pk=pod_id, state=Pod.State.BOOTING).update(
-        step_at=timezone.now() + timedelta(seconds=in_seconds)
+        step_at=timezone.now() + timedelta(seconds=in_seconds), stage_steps=F("stage_steps") + 1
     )
 
 
@@ -371,14 +372,11 @@ def _poll_seconds(pod: Pod) -> float:
 
 
 def _asks_the_provider(pod: Pod) -> bool:
-    """Whether this model-stage step asks the provider instead of the pod: the first step in each
-    window of PROVIDER_CHECK_POLLS polls, counted from the stage's start (never the first step).
-    The previous step ended a poll before this one was due."""
-    if pod.stage_started_at is None or pod.step_at is None:
-        return False
-    window = timedelta(seconds=_poll_seconds(pod) * PROVIDER_CHECK_POLLS)
-    previous = pod.step_at - timedelta(seconds=_poll_seconds(pod))
-    return (timezone.now() - pod.stage_started_at) // window > max(0, (previous - pod.stage_started_at) // window)
+    """Whether this model-stage step asks the provider instead of the pod: one step in each
+    PROVIDER_CHECK_POLLS, counted in steps (never the first). Counted in steps, not in windows of
+    time: steps further apart than a window (a long pass, a loaded machine) would each open a new
+    window, ask the provider every time and never the pod, and the boot would never join."""
+    return pod.stage_steps > 0 and pod.stage_steps % PROVIDER_CHECK_POLLS == 0
 
 
 def _join(pod: Pod, provider: Provider, engine: dict) -> None:

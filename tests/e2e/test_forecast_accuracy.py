@@ -27,8 +27,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 GUARD = 300
 PRICE = 3.60  # $/h: a cent a second
+# The forecast models the pod's time (its boot, its pages), not this machine's own work around
+# them (the split, the scaler, the passes' polls, the dispatch), which a loaded host slows: 1.2 s
+# of a 24 s run at load 7, 2.8 s at load 26, against 6 s of tolerance. Pages of 2 s make the
+# modelled time 36 s and the tolerance 9 s; the 25 % is unchanged.
 BOOT_S = 12.0
-PAGE_S = 1.0
+PAGE_S = 2.0
 PAGES = 24
 LANES = 2
 IDLE_S = 5

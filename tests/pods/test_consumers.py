@@ -9,8 +9,9 @@ from datetime import timedelta
 import aiohttp
 import pytest
 from asgiref.sync import async_to_sync
+from channels import DEFAULT_CHANNEL_LAYER
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
@@ -42,16 +43,24 @@ def communicator(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
 
 
 def run(scenario):
-    """Each test runs its websocket scenario on a loop of its own, with an empty channel layer."""
+    """Each test runs its websocket scenario on a loop of its own, with an empty channel layer of
+    its own. A layer outlives the loop it was used on (channels keeps one a process, as a front
+    runs one loop): channels_redis leaves a lock bound to that loop when a receive waiting for it
+    is cancelled (a client that left, a loaded machine), and the next loop that waited on it
+    failed with 'bound to a different event loop' (tests/pods/test_consumers_loops.py)."""
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
 
     async def wrapped():
-        await get_channel_layer().flush()
+        layer = get_channel_layer()
+        await layer.flush()
         try:
             return await scenario()
         finally:
             task = broadcast.broadcaster().task
             if task is not None:
                 await asyncio.wait_for(task, GUARD)  # it ends by itself once every client left
+            if hasattr(layer, "close_pools"):  # Redis's: its connections end with the loop
+                await asyncio.wait_for(layer.close_pools(), GUARD)
 
     return async_to_sync(wrapped)()
 
