@@ -22,7 +22,7 @@ from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
-from pods.services.preemption import preemption_rate, redo_seconds
+from pods.services.preemption import fleet_before_preemption, preemption_rate, redo_seconds
 from pods.services.reconcile import reconcile
 from pods.spend import jobs_spend
 
@@ -105,6 +105,8 @@ def pool_demand(pool: Pool) -> Demand:
         wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
+    if waiting:
+        wanted = max(wanted, fleet_before_preemption(pool))  # a preempted pod is replaced, not forgone
     sized_for, missed, on_demand_only = "balanced", "", False
     scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
     priorities = {priority for _, deadline, priority in scheduled if deadline is None}

@@ -252,3 +252,18 @@ def test_a_deadline_without_room_for_a_preemption_moves_the_rest_to_on_demand_po
                                     config={"image": IMAGE, "candidates": [{"gpu_types": [GOOD]}]})  # fmt: skip
     _job_with(on_demand, 200, deadline=in_seconds(125))
     assert not scaler.pool_demand(on_demand).on_demand_only  # nothing interruptible to move away from
+
+
+def test_a_preempted_pod_is_replaced_while_pages_wait_not_forgone_for_the_work_left(db, settings):
+    settings.SCALE_SECONDS_PER_PAGE_GUESS = 1.0
+    pool = spot_pool()  # up to 4 pods of 2 lanes
+    pods = [new_pod(pool) for _ in range(3)]
+    Pod.objects.filter(pk__in=[pod.pk for pod in pods]).update(state=Pod.State.READY, interruptible=True)
+    pages_on(pods[0], 4)  # little work left: sized from now, one pod would do
+    assert scaler.pool_demand(pool).wanted == 1
+    preemption.pod_preempted(pod=pods[0])
+    preemption.pod_preempted(pod=pods[1])
+    # The fleet the pool had when they were preempted, not the one pod the work left wants.
+    assert scaler.pool_demand(pool).wanted == 3
+    Page.objects.update(status=Page.Status.DONE)
+    assert scaler.pool_demand(pool).wanted == 0  # nothing waits: nothing held
