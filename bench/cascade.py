@@ -24,7 +24,9 @@ them at a small size): every_page_read (both engines answered every page), every
 (each kind of degradation is among the pages), as_accurate_as_the_better_engine (the cascade's
 accuracy >= the better engine's alone), escalated_some_not_all (the threshold sends some pages
 on and keeps some). Measured, for a reader: at_most_half_the_cost (the cascade's CPU-seconds per
-page <= half of the better engine's).
+page <= half of the better engine's). Also printed: the rank correlation of tesseract's page
+confidence with its accuracy (calibration and evaluation pages), and the cascade at a few other
+thresholds.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ WORDS = (
 KINDS = ("clean", "noise", "blur", "lowres", "rotation")
 ENGINES = ("tesseract", "rapidocr")
 COST_GOAL = 0.5  # the cascade's CPU-seconds per page against the better engine's alone
+SWEEP = (50, 70, 80, 90, 95)  # thresholds whose cascade is printed beside the chosen one's
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,31 @@ def choose_threshold(first: list[Reading], second: list[Reading]) -> float:
     return min(enough, key=lambda s: (s[2], -s[1]))[0]
 
 
+def ranks(values: list[float]) -> list[float]:
+    """Each value's rank, ties given their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    found = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for n in order[start : end + 1]:
+            found[n] = (start + end) / 2
+        start = end + 1
+    return found
+
+
+def rank_correlation(readings: list[Reading]) -> float | None:
+    """Spearman's rank correlation of the engine's page confidence with the page's accuracy: how
+    well a threshold on the confidence sorts the pages it read worse from the others."""
+    x, y = ranks([r.confidence for r in readings]), ranks([r.accuracy for r in readings])
+    mx, my = mean(x), mean(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    return round(sxy / (sxx * syy) ** 0.5, 3) if sxx and syy else None
+
+
 def figures_of(readings: list[Reading]) -> dict:
     return {
         "accuracy": round(mean(r.accuracy for r in readings), 4),
@@ -250,6 +278,22 @@ def main() -> None:
             "cost_vs_better_engine": round(cpu / max(1e-9, alone[better]["cpu_seconds_per_page"]), 3),
         },
         "by_kind": by_kind,
+        # tesseract's page confidence (podserver/engines/tesseract.py page_confidence) against accuracy
+        "confidence_rank_correlation": {
+            "calibration": rank_correlation(readings["calibration"]["tesseract"]) if calibration else None,
+            "evaluation": rank_correlation(first),
+        },
+        # what other thresholds would have done on the evaluation pages (for a reader; not chosen here)
+        "thresholds": {
+            str(t): dict(
+                zip(
+                    ("accuracy", "cpu_seconds_per_page", "escalated"),
+                    (round(v, 4) for v in cascade(first, second, t)),
+                    strict=True,
+                )
+            )
+            for t in SWEEP
+        },  # fmt: skip
         "seconds": round(time.perf_counter() - started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "goal": goal,

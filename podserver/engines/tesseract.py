@@ -159,10 +159,32 @@ def parse_tsv(tsv: str) -> dict[str, list]:
     return data
 
 
+# A word tesseract reads at this confidence (0-100) or above counts as sure (page_confidence).
+SURE_WORD = 90.0
+
+
+def page_confidence(confidences: Sequence[float]) -> float:
+    """The page's confidence (0-100, higher = surer): the share of its words that tesseract read
+    at SURE_WORD or above, times 100; 0 for a page without words.
+
+    Not the mean word confidence, which it was until issue 26: on a noisy page tesseract stays
+    fairly sure of many words it gets wrong (pages read at 86-88 % character accuracy had means
+    of 69-72, a clean page ~96), so the mean ranks pages less well, and a cascade's threshold acts
+    on the ranking. On bench/cascade.py's 40 calibration pages (clean, noise, blur, low
+    resolution, rotation), rank correlation (Spearman) with the page's character accuracy: this
+    share 0.96, the mean 0.86, the share at 85 or above 0.96, at 70 0.85, the character-weighted
+    mean 0.84, the lowest-decile word confidence 0.71, the share of plain words 0.77; with what
+    reading the page with rapidocr instead gains, -0.77 against the mean's -0.64. On its 60
+    evaluation pages 0.94 against 0.88. Lines keep their mean word confidence."""
+    if not confidences:
+        return 0.0
+    return 100.0 * sum(1 for conf in confidences if conf >= SURE_WORD) / len(confidences)
+
+
 def group_words(
     data: Mapping[str, Sequence[Any]],
 ) -> tuple[str, list[dict[str, Any]], float]:
-    """Turn tesseract's word table into (page text, lines, mean word confidence)."""
+    """Turn tesseract's word table into (page text, lines, page confidence: page_confidence)."""
     grouped: dict[tuple[int, int, int], list[int]] = {}
     confidences: list[float] = []
     for i, word in enumerate(data.get("text", ())):
@@ -200,5 +222,4 @@ def group_words(
         parts.append(line_text)
         previous_par = (block, par)
 
-    mean = round(sum(confidences) / len(confidences), 2) if confidences else 0.0
-    return "\n".join(parts), lines, mean
+    return "\n".join(parts), lines, round(page_confidence(confidences), 2)

@@ -54,7 +54,7 @@ def test_group_words_builds_lines_and_paragraph_breaks() -> None:
         "confidence": 85.0,
     }
     assert [line["text"] for line in lines] == ["Hello world", "again", "para", "block"]
-    assert confidence == pytest.approx((90 + 80 + 70 + 60 + 100) / 5)
+    assert confidence == pytest.approx(100 * 2 / 5)  # the share of words read at 90 or above
 
 
 def test_group_words_without_words() -> None:
