@@ -45,6 +45,8 @@ class ViewerPage:
     dpi: int | None = None
     engine: str = ""
     source: str = ""  # "pdf", "image" (shown as it is) or "" (nothing a browser shows)
+    escalated: bool = False  # read again in an escalation pool, or waiting there
+    stages: list[dict] = field(default_factory=list)  # a cascade's: pool, engine, confidence, why not read
 
     @property
     def boxed(self) -> bool:
@@ -141,12 +143,32 @@ def image_type(document: Document) -> str | None:
     return BROWSER_IMAGES.get(name[name.rfind(".") :].lower()) if "." in name else None
 
 
+def cascade_stages(result: dict) -> list[dict]:
+    """The stages of a page read in a cascade (issue 26), as the viewer shows them: each pool, its
+    engine and confidence, or why it gave no reading (an error, or the job's budget spent)."""
+    stages = result.get("cascade")
+    if not isinstance(stages, list):
+        return []
+    return [
+        {
+            "pool": str(stage.get("pool") or ""),
+            "engine": str(stage.get("engine") or ""),
+            "confidence": stage.get("confidence") if isinstance(stage.get("confidence"), int | float) else None,
+            "unread": str(stage.get("skipped") or stage.get("error") or ""),
+        }
+        for stage in stages
+        if isinstance(stage, dict)
+    ]
+
+
 def viewer_page(page: Page, *, threshold: float) -> ViewerPage:
     to_check = page.status == Page.Status.DONE and page.confidence is not None and page.confidence < threshold
     item = ViewerPage(page=page, to_check=to_check, text="", source=document_source(page.document))
     result = page.read_result() if page.status == Page.Status.DONE else None
+    item.escalated = bool(result.get("escalated")) if result else page.escalated_from_id is not None
     if not result:
         return item
+    item.stages = cascade_stages(result)
     item.text = str(result.get("text") or "")
     item.engine = str(result.get("engine") or "")
     item.width, item.height = _positive_int(result.get("width")), _positive_int(result.get("height"))

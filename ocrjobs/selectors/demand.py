@@ -79,8 +79,9 @@ def pods_with_pages_running(pool_id: int) -> set[int]:
 
 
 def budgeted_jobs_waiting(pool_id: int) -> list[tuple[int, Decimal]]:
-    """(id, max dollars) of the pool's unfinished jobs with a budget and pages waiting."""
-    capped = Job.objects.filter(pool_id=pool_id, max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
+    """(id, max dollars) of the unfinished jobs with a budget and pages waiting in the pool: their
+    own pool's, or an escalation pool's (a job's escalated pages wait in another pool than its own)."""
+    capped = Job.objects.filter(max_dollars__isnull=False).exclude(status__in=Job.FINISHED)
     capped = capped.filter(pk__in=Page.objects.waiting().filter(pool_id=pool_id).values("job_id"))
     return list(capped.values_list("pk", "max_dollars"))
 

@@ -251,9 +251,12 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     """
     # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
+    from ocrjobs.services.pages import pages_escalated_over_budget
 
     pool.refresh_from_db()
     demand = pool_demand(pool)
+    # Escalated pages of jobs past their budget boot nothing here: they keep their first reading.
+    pages_escalated_over_budget(pool_id=pool.pk, job_ids=demand.capped_jobs)
     booted: list[int] = []
     shed: list[int] = []
     cancelled = 0

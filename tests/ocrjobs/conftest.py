@@ -65,6 +65,15 @@ def sim_pool(monkeypatch, settings, transactional_db) -> SimPool:
 
 
 @pytest.fixture
+def cascade(db) -> tuple[Pool, Pool]:
+    """A cascade of two local pools: "cheap" (tesseract) escalates pages read below 80 to "strong" (rapidocr)."""
+    strong = Pool.objects.create(key="strong", provider="local", max_pods=1, config={"env": {"ENGINE": "rapidocr"}})
+    cheap = Pool.objects.create(key="cheap", provider="local", max_pods=1, escalation_pool=strong,
+                                escalation_threshold=80)  # fmt: skip
+    return cheap, strong
+
+
+@pytest.fixture
 def hostile_peer(settings):
     """``hostile_peer(behaviour)``: a hostile HTTP peer on loopback (tests/hostile.py), which URL
     documents and webhooks may reach (URL_FETCH_ALLOW_PRIVATE), closed after the test."""

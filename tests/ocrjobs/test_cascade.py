@@ -27,14 +27,6 @@ def reading(engine: str, confidence: float, text: str = "a page") -> dict:
             "seconds": 0.5}  # fmt: skip
 
 
-@pytest.fixture
-def cascade(db):
-    strong = Pool.objects.create(key="strong", provider="local", max_pods=1, config={"env": {"ENGINE": "rapidocr"}})
-    cheap = Pool.objects.create(key="cheap", provider="local", max_pods=1, escalation_pool=strong,
-                                escalation_threshold=80)  # fmt: skip
-    return cheap, strong
-
-
 def _job(owner, pool: Pool, pages: int = 3) -> Job:
     job = submit(owner, {f"p{n}.png": image_bytes([f"page {n}"]) for n in range(pages)}, pool_key=pool.key)
     split(job)
