@@ -105,8 +105,8 @@ def pool_demand(pool: Pool) -> Demand:
         wanted = min(wanted, affordable)
     if waiting and not wanted:
         wanted = 1
-    if waiting:
-        wanted = max(wanted, fleet_before_preemption(pool))  # a preempted pod is replaced, not forgone
+    if waiting:  # a preempted pod is replaced, not forgone; but never more pods than the pages fill
+        wanted = max(wanted, min(fleet_before_preemption(pool), math.ceil(waiting / pool.lanes_per_pod)))
     sized_for, missed, on_demand_only = "balanced", "", False
     scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
     priorities = {priority for _, deadline, priority in scheduled if deadline is None}

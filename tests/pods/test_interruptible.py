@@ -263,7 +263,10 @@ def test_a_preempted_pod_is_replaced_while_pages_wait_not_forgone_for_the_work_l
     assert scaler.pool_demand(pool).wanted == 1
     preemption.pod_preempted(pod=pods[0])
     preemption.pod_preempted(pod=pods[1])
-    # The fleet the pool had when they were preempted, not the one pod the work left wants.
+    # The fleet the pool had when they were preempted, not the one pod the work left wants; but no
+    # more pods than the waiting pages fill (4 pages, 2 lanes a pod).
+    assert scaler.pool_demand(pool).wanted == 2
+    pages_on(pods[2], 8)
     assert scaler.pool_demand(pool).wanted == 3
     Page.objects.update(status=Page.Status.DONE)
     assert scaler.pool_demand(pool).wanted == 0  # nothing waits: nothing held
