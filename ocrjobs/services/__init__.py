@@ -16,6 +16,8 @@
   (failed pages and failed documents).
 - ``pages``: claims, the pod of each page, results (the one writer of pods' results), failed
   attempts, pages given back.
+- ``escalation_budget``: the cascade held to a job's budget (no escalation past it; escalated
+  pages waiting keep their first reading).
 - ``dispatchers``: dispatcher slots, starting one.
 - ``outputs``: result.md, per-document downloads, asking for searchable PDFs when a job ends;
   ``searchable_pdf``: building one (the original pages under an invisible text layer).

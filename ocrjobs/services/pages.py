@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -21,7 +20,6 @@ from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
 from pods.models import Pod
-from pods.spend import jobs_spend
 
 
 @dataclass(frozen=True)
@@ -216,7 +214,10 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
             escalate[page_id] = (item, to_pool)
         else:  # kept by a pool that escalates: the cascade's verdict is in the result too
             done[page_id] = (item, {**item.result, "escalated": False, "cascade": [_stage(item.result, pool_key)]})
-    spent = _jobs_at_budget({item.job_id: stages[page_id][-1] for page_id, (item, _) in escalate.items()})
+    # function-level: the budget's module keeps first readings with this one's helpers
+    from ocrjobs.services.escalation_budget import jobs_at_budget
+
+    spent = jobs_at_budget({item.job_id: stages[page_id][-1] for page_id, (item, _) in escalate.items()})
     for page_id in [page_id for page_id, (item, _) in escalate.items() if item.job_id in spent]:
         item, _ = escalate.pop(page_id)
         pool_key, to_key = stages[page_id][1], stages[page_id][6]
@@ -228,22 +229,6 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
     for pool_id in {escalate[page_id][1] for page_id in moved}:
         transaction.on_commit(lambda pool_id=pool_id: nudge_scaler(pool_id))
     return stored | moved
-
-
-def _jobs_at_budget(max_dollars: dict[int, Decimal | None]) -> dict[int, str]:
-    """Of the jobs with pages to escalate ({job id: its budget}), those whose budget is spent, with
-    why: their pages keep the first reading. The scaler's rule for every page (no pod for a job
-    past its budget), held at the escalation, where a page would otherwise start new spend."""
-    budgets = {job_id: dollars for job_id, dollars in max_dollars.items() if dollars is not None}
-    if not budgets:
-        return {}
-    spent = jobs_spend(budgets)
-    return {job_id: _budget_spent(budgets[job_id], spent[job_id]) for job_id in budgets
-            if spent[job_id] >= budgets[job_id]}  # fmt: skip
-
-
-def _budget_spent(max_dollars: Decimal, spent: Decimal) -> str:
-    return f"the job's budget of ${max_dollars} is spent (${spent:.4f})"
 
 
 def _escalated_result(result: dict, *, first: str, first_pool: str, pool: str) -> dict:
@@ -407,31 +392,6 @@ def _give_back_attempts(pages, *, pod_id: int) -> int:
         attempts=F("attempts") - 1, failed_on_pod=None
     )
     return waiting + failed_there.update(attempts_given_back=F("attempts_given_back") + 1, failed_on_pod=None)
-
-
-def pages_escalated_over_budget(*, pool_id: int, job_ids: list[int], limit: int = 1000) -> int:
-    """Escalated pages waiting in ``pool_id`` whose jobs' budgets are spent (the scaler's capped
-    jobs) are done with their first reading, the budget named in their cascade: no pod boots for
-    them, and they have a reading. At most ``limit`` a call (one guarded UPDATE each, as each
-    row's own result is rewritten); the scaler's next tick takes the rest. Returns the pages kept."""
-    if not job_ids:
-        return 0
-    waiting = Page.objects.waiting().filter(pool_id=pool_id, job_id__in=job_ids).exclude(escalated_from=None)
-    pages = list(waiting.select_related("escalated_from", "pool", "job").order_by("id")[:limit])
-    spent = jobs_spend({page.job_id for page in pages}) if pages else {}
-    kept, jobs = 0, set()
-    with transaction.atomic():
-        for page in pages:
-            why = _budget_spent(page.job.max_dollars, spent[page.job_id])
-            claim = Page.objects.filter(
-                pk=page.pk, status=page.status, attempts=page.attempts, claim_token=page.claim_token
-            )
-            if claim.update(**_first_reading_kept(page, why, key="skipped")):
-                kept += 1
-                jobs.add(page.job_id)
-        for job_id in jobs:
-            transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
-    return kept
 
 
 def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:

@@ -251,7 +251,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     """
     # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
-    from ocrjobs.services.pages import pages_escalated_over_budget
+    from ocrjobs.services.escalation_budget import pages_escalated_over_budget
 
     pool.refresh_from_db()
     demand = pool_demand(pool)

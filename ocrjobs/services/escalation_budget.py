@@ -1,0 +1,56 @@
+"""The cascade and a job's budget (issue 26): a page is escalated only while its job's budget
+lasts, and an escalated page waiting in the escalation pool keeps its first reading once the
+budget is spent (the scaler boots no pod for it there, as for any page of a job past its budget).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import transaction
+
+from ocrjobs.models import Page
+from ocrjobs.services.jobs import job_refresh
+from ocrjobs.services.pages import _first_reading_kept
+from pods.spend import jobs_spend
+
+
+def jobs_at_budget(max_dollars: dict[int, Decimal | None]) -> dict[int, str]:
+    """Of the jobs with pages to escalate ({job id: its budget}), those whose budget is spent, with
+    why: their pages keep the first reading. The scaler's rule for every page (no pod for a job
+    past its budget), held at the escalation, where a page would otherwise start new spend."""
+    budgets = {job_id: dollars for job_id, dollars in max_dollars.items() if dollars is not None}
+    if not budgets:
+        return {}
+    spent = jobs_spend(budgets)
+    return {job_id: budget_spent(budgets[job_id], spent[job_id]) for job_id in budgets
+            if spent[job_id] >= budgets[job_id]}  # fmt: skip
+
+
+def budget_spent(max_dollars: Decimal, spent: Decimal) -> str:
+    return f"the job's budget of ${max_dollars} is spent (${spent:.4f})"
+
+
+def pages_escalated_over_budget(*, pool_id: int, job_ids: list[int], limit: int = 1000) -> int:
+    """Escalated pages waiting in ``pool_id`` whose jobs' budgets are spent (the scaler's capped
+    jobs) are done with their first reading, the budget named in their cascade: no pod boots for
+    them, and they have a reading. At most ``limit`` a call (one guarded UPDATE each, as each
+    row's own result is rewritten); the scaler's next tick takes the rest. Returns the pages kept."""
+    if not job_ids:
+        return 0
+    waiting = Page.objects.waiting().filter(pool_id=pool_id, job_id__in=job_ids).exclude(escalated_from=None)
+    pages = list(waiting.select_related("escalated_from", "pool", "job").order_by("id")[:limit])
+    spent = jobs_spend({page.job_id for page in pages}) if pages else {}
+    kept, jobs = 0, set()
+    with transaction.atomic():
+        for page in pages:
+            why = budget_spent(page.job.max_dollars, spent[page.job_id])
+            claim = Page.objects.filter(
+                pk=page.pk, status=page.status, attempts=page.attempts, claim_token=page.claim_token
+            )
+            if claim.update(**_first_reading_kept(page, why, key="skipped")):
+                kept += 1
+                jobs.add(page.job_id)
+        for job_id in jobs:
+            transaction.on_commit(lambda job_id=job_id: job_refresh(job_id=job_id))
+    return kept
