@@ -310,7 +310,7 @@ def _escalate(*, token: str, items: dict[int, tuple[PageResult, int]]) -> set[in
         return set()
     sets = ("status = %s, pool_id = v.to_pool, escalated_from_id = {table}.pool_id, escalated_at = %s, "
             "first_result = v.result, first_confidence = v.confidence, first_pod_id = v.pod_id, "
-            "first_seconds = v.seconds, attempts = 0, pod_id = NULL, error = '', claim_token = '', "
+            "first_seconds = v.seconds, attempts = 0, attempts_given_back = 0, pod_id = NULL, error = '', claim_token = '', "
             "claim_expires_at = NULL")  # fmt: skip
     rows = [(item, item.result, to_pool) for item, to_pool in items.values()]
     return _guarded_update(token=token, rows=rows, sets=sets, params=[Page.Status.PENDING, timezone.now()],
@@ -338,7 +338,9 @@ def page_attempt_failed(
     if page is None:
         return "lost"
     claim = claim.filter(attempts=page.attempts)
-    spent = page.attempts - page.attempts_given_back >= settings.PAGE_MAX_ATTEMPTS
+    preempted = pod_id is not None and Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists()
+    # Its last attempt spent on a pod the provider had taken back: not the page's failure, it waits.
+    spent = page.attempts - page.attempts_given_back >= settings.PAGE_MAX_ATTEMPTS and not preempted
     if (final or spent) and page.escalated_from_id:
         claim.update(**_first_reading_kept(page, error), pod_id=pod_id)
         return "failed"
@@ -351,7 +353,7 @@ def page_attempt_failed(
     claim.update(
         status=Page.Status.PENDING, error=error[:2000], claim_token="", claim_expires_at=None, failed_on_pod_id=pod_id
     )
-    if pod_id is not None and Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists():
+    if preempted or Pod.objects.filter(pk=pod_id, preempted_at__isnull=False).exists():
         # Preempted before this failure was stored: given back now (marked first: no race with it).
         _give_back_attempts(Page.objects.filter(pk=page_id), pod_id=pod_id)
     return "retry"

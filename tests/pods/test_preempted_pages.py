@@ -38,3 +38,17 @@ def test_a_page_failed_for_good_on_a_preempted_pod_waits_again(spot_sim, db, set
     assert pages[second_job.pk].status == Page.Status.FAILED  # its job has ended: the verdict stands
     assert Job.objects.get(pk=after.job_id).status == Job.Status.RUNNING
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.FAILED
+
+
+def test_a_last_attempt_that_fails_on_a_pod_already_preempted_is_not_the_pages_failure(spot_sim, db, settings):  # noqa: F811
+    from ocrjobs.services.pages import page_attempt_failed
+
+    pod = boot_until_settled(new_pod(spot_pool()).pk)
+    page = pages_on(pod, 1)[0]
+    Page.objects.filter(pk=page.pk).update(status=Page.Status.RUNNING, pod=pod, claim_token="t",
+                                           attempts=settings.PAGE_MAX_ATTEMPTS)  # fmt: skip
+    Pod.objects.filter(pk=pod.pk).update(preempted_at=timezone.now())  # recorded before the failure came in
+    outcome = page_attempt_failed(page_id=page.pk, token="t", pod_id=pod.pk, error="HTTP 502")
+    page.refresh_from_db()
+    assert outcome == "retry" and page.status == Page.Status.PENDING
+    assert page.attempts == settings.PAGE_MAX_ATTEMPTS - 1  # given back: the page may be read again
