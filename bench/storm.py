@@ -383,7 +383,15 @@ def run(args, children: Children, sim_url: str) -> None:
         if pod_id in lanes
     )
     ratio = paid / busy if busy else None
-    stats_after = since(sim_get(sim_url, "/sim/stats"), stats_before)  # after what was not shed was released
+    # After what was not shed was released; a pod ended here is terminated there by a pass or the
+    # next tick's reconcile: given a minute (nudged), a pod still there is left at the provider.
+    settle_deadline = time.monotonic() + 60
+    while sim_get(sim_url, "/sim/stats")["pods_total"] and time.monotonic() < settle_deadline:
+        if time.monotonic() - last_nudge >= 5:
+            nudge_scaler(pool.pk)
+            last_nudge = time.monotonic()
+        time.sleep(1.0)
+    stats_after = since(sim_get(sim_url, "/sim/stats"), stats_before)
     spend = spend_report(since=warm_end)
     forecasts = forecast_vs_bill(job_ids, spend_total=spend["total"])
     stalls = list(Alert.objects.filter(pool=pool, kind=Alert.Kind.STALL, created_at__gte=warm_end))
