@@ -90,9 +90,12 @@ def _into_page_cache(file: BinaryIO, size: int) -> None:
 # that a pod with a free lane holds, or that no pod holds yet) rather than send its document to a
 # second pod: looking this far down the queue at most.
 AFFINITY_LOOK_AHEAD = 32
-# A page whose document's pods are all busy, with nothing else to send, waits this long for one of
-# them before it goes to any free lane (and its document crosses to a second pod): a few page times
-# of a fast pod, against a second copy of a document that may be tens of MB.
+# A document whose pods are all busy, with nothing else to send while another pod's lane sits free,
+# waits this long for one of them before its next page goes to the free lane (the document crosses
+# to a second pod): a few page times of a fast pod, against a second copy of a document that may be
+# tens of MB. The wait is the document's, not its first page's: its pods' lanes free up and take
+# its pages one by one, and a wait that began again with each new first page never ended (a pod
+# that came late read nothing while thousands of pages waited, and was shed idle).
 AFFINITY_WAIT_SECONDS = 0.5
 # ...unless its document has this many pages per pod that holds it: a long document spreads over
 # the fleet at once (each copy paid for by that many pages), a short one stays on its pod.
@@ -179,7 +182,8 @@ class DocumentRoutes:
         self.puts: dict[tuple[int, str], asyncio.Future] = {}
         self.documents_sent = 0
         self.bytes_sent = 0
-        self.affinity_waits: dict[int, float] = {}  # page id -> when it began to wait for its document's pods
+        # sha256 -> since when its pages have waited for its pods while a lane elsewhere sat free
+        self.affinity_waits: dict[str, float] = {}
 
     def next_forward(self) -> tuple[ClaimedPage | None, PodLanes | None]:
         """The next page to send and its lane, taken off the queue (no lane: nothing taken). A page
@@ -187,8 +191,9 @@ class DocumentRoutes:
         is busy, a page further on whose document needs no second crossing goes first (bounded
         look-ahead); failing that, the first page goes to any free lane, at once if its document is
         long (AFFINITY_SPREAD_PAGES pages per pod holding it), else after waiting a little for its
-        document's pods (AFFINITY_WAIT_SECONDS)."""
+        document's pods (AFFINITY_WAIT_SECONDS) while a lane elsewhere stays free."""
         if not self.lanes.free:
+            self.affinity_waits.clear()  # no lane idles: no document has been waiting for one
             return None, None
         for index, page in enumerate(islice(self.queue, AFFINITY_LOOK_AHEAD)):
             # Pods that left this loop's lanes (drained, shunned) hold nothing it can use. A few are
@@ -198,7 +203,6 @@ class DocumentRoutes:
             lane = self.lanes.lease(holders, anywhere=False) if holders else self.lanes.lease()
             if lane is not None:
                 del self.queue[index]
-                self.affinity_waits.pop(page.id, None)
                 if holders:
                     self._served(page.sha256, lane.pod_id)
                 return page, lane
@@ -206,7 +210,7 @@ class DocumentRoutes:
                 return None, None
         head = self.queue[0]
         now = time.monotonic()
-        waiting_since = self.affinity_waits.setdefault(head.id, now)
+        waiting_since = self.affinity_waits.setdefault(head.sha256, now)
         if now - waiting_since < AFFINITY_WAIT_SECONDS:
             holding = [
                 self.lanes.pods[pod_id] for pod_id in self.holders.get(head.sha256, ()) if pod_id in self.lanes.pods
@@ -224,7 +228,8 @@ class DocumentRoutes:
         lane = self.lanes.lease()
         if lane is None:
             return None, None
-        self.affinity_waits.pop(head.id, None)
+        if head.sha256 not in self.held.get(lane.pod_id, ()):
+            self.affinity_waits.pop(head.sha256, None)  # it crossed: a wait for its pods begins anew
         self._served(head.sha256, lane.pod_id)
         return self.queue.popleft(), lane
 

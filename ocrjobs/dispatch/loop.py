@@ -515,12 +515,11 @@ class DispatchLoop(DocumentRoutes):
         cancelled; or they expired and went elsewhere) are never sent. A page already out at a pod
         finishes there: the pod is paid for and busy with it either way, and its result is refused."""
         lost = {page for page in queued if page.id not in held}
-        waiting = {page.id for page in self.queue}
-        self.affinity_waits = {page_id: t for page_id, t in self.affinity_waits.items() if page_id in waiting}
         if lost:
             self.queue = PageQueue(page for page in self.queue if page not in lost)
             log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
                      self.dispatcher.pk, len(lost))  # fmt: skip
+        self.affinity_waits = {sha: t for sha, t in self.affinity_waits.items() if sha in self.queue.per_sha256}
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()

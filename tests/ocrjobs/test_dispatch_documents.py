@@ -274,3 +274,55 @@ def test_pages_of_bytes_every_pod_holds_go_round_all_of_them_not_the_first_few()
 
     assert sorted(set(served)) == [1, 2, 3, 4, 5, 6]
     assert max(served.count(pod) for pod in range(1, 7)) == 2
+
+
+def test_a_pod_that_came_late_gets_pages_when_its_documents_pods_keep_freeing_lanes(monkeypatch):
+    # bench/storm.py after a preemption: five pods of four lanes hold the one document every page
+    # names, a sixth (the replacement) holds nothing. A holder lane frees every 25 ms and takes the
+    # first page, so the first page is a new one each time: when the wait was the first page's, it
+    # began again each time, never ended, and the sixth pod read nothing until it was shed idle.
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.lanes.sync([(pod, f"http://pod-{pod}", 4, "") for pod in range(1, 7)], FleetCounts(ready=6))
+    busy = []
+    for pod in range(1, 6):
+        loop.remember(pod, "a" * 64)
+        busy += [loop.lanes.lease([pod], anywhere=False) for _ in range(4)]
+    loop.queue.extend([claimed(n, "a", pages=4) for n in range(1, 29)])  # free + total: what the loop holds
+    clock = [100.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
+
+    served = []
+    for turn in range(2 * round(documents.AFFINITY_WAIT_SECONDS / 0.025)):
+        clock[0] += 0.025
+        loop.lanes.release(busy.pop(0))  # a holder's page is done
+        loop.queue.append(claimed(100 + turn, "a", pages=4))  # and the loop claims the next
+        page, lane = loop.next_forward()
+        while lane is not None:
+            served.append((turn, lane.pod_id))
+            if lane.pod_id != 6:
+                busy.append(lane)
+            page, lane = loop.next_forward()
+
+    late = [turn for turn, pod in served if pod == 6]
+    assert late, "the late pod was never given a page"
+    assert late[0] * 0.025 <= documents.AFFINITY_WAIT_SECONDS + 0.05  # within the wait, not never
+
+
+def test_a_documents_wait_for_its_pods_ends_when_no_lane_is_free(two_pods, monkeypatch):
+    loop = two_pods
+    loop.remember(1, "a" * 64)
+    held = loop.lanes.lease([1], anywhere=False)
+    loop.queue.extend([claimed(1, "a")])
+    clock = [100.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
+    assert loop.next_forward() == (None, None)  # waits for pod 1; pod 2's lane idles
+    other = loop.lanes.lease()  # pod 2 busy too (another document): nothing idles any more
+    assert loop.next_forward() == (None, None) and not loop.affinity_waits
+
+    clock[0] += documents.AFFINITY_WAIT_SECONDS
+    loop.lanes.release(other)  # pod 2 free again: the wait begins now, not when it first began
+    assert loop.next_forward() == (None, None)
+    clock[0] += documents.AFFINITY_WAIT_SECONDS
+    page, lane = loop.next_forward()
+    assert (page.id, lane.pod_id) == (1, 2)
+    assert held.pod_id == 1
