@@ -335,6 +335,9 @@ USER_DOLLARS_PER_DAY = envdollars("USER_DOLLARS_PER_DAY", None)
 CAPACITY_VERDICT_TTL_SECONDS = envfloat("CAPACITY_VERDICT_TTL_SECONDS", 90.0, minimum=1.0)
 CATALOGUE_TTL_SECONDS = envfloat("CATALOGUE_TTL_SECONDS", 60.0, minimum=1.0)
 POD_CREATE_TIMEOUT_SECONDS = envfloat("POD_CREATE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+# A boot waits this long for a cheaper candidate that other boots are creating on before it takes
+# a dearer one (pods/services/boot.py _waits_for_cheaper).
+BOOT_CHEAPER_WAIT_SECONDS = envfloat("BOOT_CHEAPER_WAIT_SECONDS", 10.0, minimum=0.0)
 POD_RUNNING_TIMEOUT_SECONDS = envfloat("POD_RUNNING_TIMEOUT_SECONDS", 600.0, minimum=1.0)
 POD_READY_TIMEOUT_SECONDS = envfloat("POD_READY_TIMEOUT_SECONDS", 600.0, minimum=1.0)
 # How often a boot asks the provider (and the pod) how it is doing: 32 boots at 0.2 s were

@@ -367,6 +367,9 @@ def test_one_pass_at_a_time_advances_64_boots_on_a_bounded_pool_of_threads(
     wide_sim, transactional_db, settings, monkeypatch
 ):
     settings.PASS_CONCURRENCY = 8
+    # Every boot may take the first type with a free slot, dearer or not: the pass's threads are
+    # what is tested here (a boot's wait for a cheaper type: tests/pods/test_boot_cheapest.py).
+    settings.BOOT_CHEAPER_WAIT_SECONDS = 0
     pool = Pool.objects.create(key="wide", provider="runpod", max_pods=64, max_parallel_boots=64, lanes_per_pod=2,
                                config={"image": "img:1", "candidates": [
                                    {"gpu_types": [f"GPU {n}" for n in range(8)], "data_centers": ["DC-1"]}]})  # fmt: skip
