@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -188,12 +190,25 @@ def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
     return stored | (_complete_in_cascade(token=token, items=rest) if rest else set())
 
 
+class _InCascade(NamedTuple):
+    """What ``_complete_in_cascade`` reads of a page it holds: its pool and where that escalates."""
+
+    pool_id: int
+    pool_key: str
+    to_pool: int | None
+    threshold: float | None
+    from_key: str | None  # the pool it was escalated from (None: its first reading)
+    first_result: str
+    to_key: str | None
+    max_dollars: Decimal | None  # its job's budget
+
+
 def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int]:
     """The pages the plain store left: in a pool that escalates, escalated already, or no longer
     ours (read here and skipped)."""
     held = Page.objects.filter(id__in=list(items), claim_token=token, status=Page.Status.RUNNING)
     stages = {
-        row[0]: row[1:]
+        row[0]: _InCascade(*row[1:])
         for row in held.values_list(
             "id", "pool_id", "pool__key", "pool__escalation_pool_id", "pool__escalation_threshold",
             "escalated_from__key", "first_result", "pool__escalation_pool__key", "job__max_dollars",
@@ -204,25 +219,27 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
     for page_id, item in items.items():
         if page_id not in stages:
             continue  # the claim is not ours (the UPDATE would not match either)
-        pool_id, pool_key, to_pool, threshold, from_key, first, *_ = stages[page_id]
+        stage = stages[page_id]
         confidence = _confidence(item.result)
-        if from_key:
-            done[page_id] = (item, _escalated_result(item.result, first=first, first_pool=from_key, pool=pool_key))
-        elif not to_pool or to_pool == pool_id or threshold is None:
+        if stage.from_key:
+            done[page_id] = (item, _escalated_result(item.result, first=stage.first_result, first_pool=stage.from_key,
+                                                     pool=stage.pool_key))  # fmt: skip
+        elif not stage.to_pool or stage.to_pool == stage.pool_id or stage.threshold is None:
             done[page_id] = (item, item.result)
-        elif confidence is None or confidence < threshold:
-            escalate[page_id] = (item, to_pool)
+        elif confidence is None or confidence < stage.threshold:
+            escalate[page_id] = (item, stage.to_pool)
         else:  # kept by a pool that escalates: the cascade's verdict is in the result too
-            done[page_id] = (item, {**item.result, "escalated": False, "cascade": [_stage(item.result, pool_key)]})
+            cascade = [_stage(item.result, stage.pool_key)]
+            done[page_id] = (item, {**item.result, "escalated": False, "cascade": cascade})
     # function-level: the budget's module keeps first readings with this one's helpers
     from ocrjobs.services.escalation_budget import jobs_at_budget
 
-    spent = jobs_at_budget({item.job_id: stages[page_id][-1] for page_id, (item, _) in escalate.items()})
+    spent = jobs_at_budget({item.job_id: stages[page_id].max_dollars for page_id, (item, _) in escalate.items()})
     for page_id in [page_id for page_id, (item, _) in escalate.items() if item.job_id in spent]:
         item, _ = escalate.pop(page_id)
-        pool_key, to_key = stages[page_id][1], stages[page_id][6]
-        done[page_id] = (item, {**item.result, "escalated": False, "cascade": [
-            _stage(item.result, pool_key), {"pool": to_key, "skipped": spent[item.job_id]}]})  # fmt: skip
+        stage = stages[page_id]
+        done[page_id] = (item, _reading_kept(item.result, first_pool=stage.pool_key, pool=stage.to_key,
+                                             why={"skipped": spent[item.job_id]}))  # fmt: skip
     with transaction.atomic():
         stored = _store_done(token=token, items=done)
         moved = _escalate(token=token, items=escalate)
@@ -238,6 +255,12 @@ def _escalated_result(result: dict, *, first: str, first_pool: str, pool: str) -
     except ValueError:
         earlier = {}
     return {**result, "escalated": True, "cascade": [_stage(earlier, first_pool), _stage(result, pool)]}
+
+
+def _reading_kept(first: dict, *, first_pool: str, pool: str | None, why: dict) -> dict:
+    """A first reading kept as the page's result: ``pool`` gave none, for ``why`` (an error, or
+    the escalation skipped), both stages in its cascade."""
+    return {**first, "escalated": False, "cascade": [_stage(first, first_pool), {"pool": pool, **why}]}
 
 
 def _stage(result: dict, pool: str) -> dict:
@@ -404,9 +427,9 @@ def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
         first = json.loads(page.first_result) if page.first_result else {}
     except ValueError:
         first = {}
-    cascade = [_stage(first, page.escalated_from.key), {"pool": page.pool.key, key: error[:2000]}]
+    kept = _reading_kept(first, first_pool=page.escalated_from.key, pool=page.pool.key, why={key: error[:2000]})
     return {
-        "status": Page.Status.DONE, "result": result_json({**first, "escalated": False, "cascade": cascade}),
+        "status": Page.Status.DONE, "result": result_json(kept),
         "confidence": page.first_confidence, "seconds": None, "error": "", "claim_token": "",
         "claim_expires_at": None, "finished_at": timezone.now(),
     }  # fmt: skip
