@@ -1,7 +1,7 @@
 """Ingest: the real path end to end, documents in through the API, pages out to simulator pods.
 
     .venv/bin/python bench/ingest.py [--database-url postgres://...] [--pdfs 200 --pages-per-pdf 10]
-        [--images 500 --page-kb 120] [--docs-per-job 10 --clients 4] [--pods 8 --lanes 16]
+        [--images 500 --page-kb 120] [--docs-per-job 10 --clients 4] [--pods 8 --lanes 16] [--pdf]
 
 Thousands of pages arrive as multi-page scanned PDFs (a JPEG per page) and as PNG and JPEG
 images, every document unique (its own sha256), posted as multipart ``POST /v1/jobs`` requests
@@ -19,14 +19,18 @@ Prints:
   every body it is sent: documents and images);
 - the front's upload rate: bytes of documents accepted ÷ the time from the first submit to the
   last submission answered;
-- pages lost or read twice (the simulator's page count against the pages stored).
+- pages lost or read twice (the simulator's page count against the pages stored);
+- with ``--pdf`` (every job asks for searchable PDFs): PDFs built, how long after the last page
+  the last one was, and the outputs workers' CPU, apart from the control plane's (their class
+  runs at a lower CPU priority: the pages' figures above are what a build leaves them).
 
 The closing JSON line's "goal" names each goal: counted ones, every_submission_accepted,
 nothing_lost, nothing_read_twice and bytes_to_pods_ratio (<= 1.1); and on this 2-core
 machine pages_per_s (>= 300), control_plane_cpu_ms_per_page (<= 3.5) and upload_mb_s
-(>= 100), which CI does not assert. CI's size (tests/bench/test_ingest.py):
+(>= 100), which CI does not assert; with ``--pdf``, every_pdf_built (counted). CI's size
+(tests/bench/test_ingest.py):
 
-    .venv/bin/python bench/ingest.py --pdfs 10 --pages-per-pdf 10 --images 20 --pods 2 --lanes 8
+    .venv/bin/python bench/ingest.py --pdfs 10 --pages-per-pdf 10 --images 20 --pods 2 --lanes 8 --pdf
 """
 
 from __future__ import annotations
@@ -157,6 +161,9 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--q-workers", type=int, default=2, help="short-task workers (they split)")
     parser.add_argument("--max-seconds", type=float, default=600, help="give up after this long")
+    parser.add_argument("--pdf", action="store_true",
+                        help="every job asks for searchable PDFs (searchable_pdf): pages/s while they are built "
+                             "by the outputs workers, then the wait until every one is")  # fmt: skip
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
     raise_on_sigterm()
@@ -213,8 +220,12 @@ def ready_pods(args, sim_url: str):
     return pool
 
 
-def submit_all(front_url: str, token: str, jobs: list[list[tuple[str, bytes, int]]], clients: int) -> dict:
-    """Post every job, ``clients`` at a time; when the first went out and the last was answered."""
+def submit_all(
+    front_url: str, token: str, jobs: list[list[tuple[str, bytes, int]]], clients: int, *, pdf: bool = False
+) -> dict:
+    """Post every job, ``clients`` at a time (``pdf``: each asks for searchable PDFs); when the
+    first went out and the last was answered."""
+    fields = {"pool": "ingest", **({"searchable_pdf": "true"} if pdf else {})}
     import httpx
 
     work: queue.Queue = queue.Queue()
@@ -231,7 +242,7 @@ def submit_all(front_url: str, token: str, jobs: list[list[tuple[str, bytes, int
                 except queue.Empty:
                     return
                 files = [("files", (name, data, "application/octet-stream")) for name, data, _ in job]
-                response = http.post("/v1/jobs", files=files, data={"pool": "ingest"})
+                response = http.post("/v1/jobs", files=files, data=fields)
                 with lock:
                     answers.append((response.status_code, response.text[:300]))
 
@@ -255,6 +266,56 @@ def settle(meter: CpuMeter, seconds: float = 60.0) -> None:
         if now - before < 0.1:
             return
         before = now
+
+
+def outputs_roles() -> dict[int, str]:
+    """{pid: "outputs"} for every process of the outputs' cluster (``workers --cluster outputs``
+    and the workers it forks, its process group): their CPU is the searchable PDFs', apart from
+    the pages' control plane."""
+    roles = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"workers" in argv and b"--cluster" in argv and argv[argv.index(b"--cluster") + 1 :][:1] == [b"outputs"]:
+            roles[int(entry)] = "outputs"
+    groups = set(roles)
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[2]) in groups:
+                    roles[int(entry)] = "outputs"
+        except (OSError, ValueError, IndexError):
+            continue
+    return roles
+
+
+def wait_for_pdfs(pool, workers, args) -> dict:
+    """Wait until every document's searchable PDF is built or failed (``--max-seconds`` at most):
+    how many of each, and how long after the last page the last one was."""
+    from django.db.models import Count, Max, Q
+
+    from ocrjobs.models import Document, Page, SearchablePdf
+
+    documents = Document.objects.filter(job__pool=pool).count()
+    rows = SearchablePdf.objects.filter(document__job__pool=pool)
+    started = time.monotonic()
+    while True:
+        if not workers.alive():
+            raise SystemExit(f"the workers exited:\n{workers.tail()}")
+        ended = rows.aggregate(built=Count("pk", filter=Q(status=SearchablePdf.Status.BUILT)),
+                               failed=Count("pk", filter=Q(status=SearchablePdf.Status.FAILED)))  # fmt: skip
+        if ended["built"] + ended["failed"] >= documents or time.monotonic() - started > args.max_seconds:
+            break
+        time.sleep(0.2)
+    last_page = Page.objects.filter(pool=pool).aggregate(last=Max("finished_at"))["last"]
+    last_pdf = rows.aggregate(last=Max("updated_at"))["last"]
+    after = (last_pdf - last_page).total_seconds() if last_pdf and last_page else None
+    return {**ended, "seconds_after_pages": round(after, 2) if after is not None else None}
 
 
 def run(args, children: Children, sim_url: str) -> None:
@@ -282,12 +343,14 @@ def run(args, children: Children, sim_url: str) -> None:
     workers = children.add(start_workers(env, children.log_dir, own_session=False))
     meter = CpuMeter(children)
     settle(meter)
-    cpu_before = meter.read()
+    cpu_before = meter.read(outputs_roles())
     print("submitting", file=sys.stderr, flush=True)  # a profiler attached now sees only the run
     first_submit = timezone.now()
     started = time.monotonic()
     submitted: dict = {}
-    submitter = threading.Thread(target=lambda: submitted.update(submit_all(front_url, token, jobs, args.clients)))
+    submitter = threading.Thread(
+        target=lambda: submitted.update(submit_all(front_url, token, jobs, args.clients, pdf=args.pdf))
+    )
     submitter.start()
     finished = Page.objects.filter(pool=pool, status__in=Page.FINISHED)
     ended = 0
@@ -305,9 +368,11 @@ def run(args, children: Children, sim_url: str) -> None:
             print(f"{len(bad)} submissions refused, e.g. {bad[0]}", file=sys.stderr)
             break
         time.sleep(0.1)
-    cpu_after = meter.read()
+    cpu_after = meter.read(outputs_roles())
     elapsed = time.monotonic() - started
     submitter.join()
+    pdfs = wait_for_pdfs(pool, workers, args) if args.pdf else {}
+    cpu_pdfs = meter.read(outputs_roles()) if args.pdf else cpu_after
 
     pages = Page.objects.filter(pool=pool)
     done = pages.filter(status=Page.Status.DONE).count()
@@ -316,7 +381,9 @@ def run(args, children: Children, sim_url: str) -> None:
     stored_bytes = Document.objects.filter(job__pool=pool).aggregate(total=Sum("size_bytes"))["total"] or 0
     stats = sim_get(sim_url, "/sim/stats")
     cpu = {name: cpu_after[0].get(name, 0.0) - cpu_before[0].get(name, 0.0) for name in cpu_after[0]}
+    # The pages' control plane: the front and every worker class but the outputs' (counted apart).
     control_plane_s = cpu.get("daphne", 0.0) + cpu.get("qcluster", 0.0)
+    outputs_s = cpu_pdfs[0].get("outputs", 0.0) - cpu_before[0].get("outputs", 0.0)
     upload_s = submitted["seconds"]
     result = {
         "benchmark": "ingest",
@@ -336,6 +403,12 @@ def run(args, children: Children, sim_url: str) -> None:
         "control_plane_cpu_s": round(control_plane_s, 2),
         "control_plane_cpu_ms_per_page": round(control_plane_s * 1000 / max(done, 1), 2),
         "cpu_s_by_process": {name: round(seconds, 2) for name, seconds in sorted(cpu.items())},
+        "pdf": args.pdf,
+        "pdfs_built": pdfs.get("built", 0),
+        "pdfs_failed": pdfs.get("failed", 0),
+        "pdf_seconds_after_pages": pdfs.get("seconds_after_pages"),
+        "outputs_cpu_s": round(outputs_s, 2),
+        "outputs_cpu_ms_per_page": round(outputs_s * 1000 / max(done, 1), 2),
         "document_bytes": document_bytes,
         "document_bytes_stored": stored_bytes,
         "document_bytes_per_page": round(document_bytes / max(pages_total, 1)),
@@ -366,6 +439,8 @@ def run(args, children: Children, sim_url: str) -> None:
         <= GOALS["control_plane_cpu_ms_per_page"],
         "upload_mb_s": result["upload_mb_s"] is not None and result["upload_mb_s"] >= GOALS["upload_mb_s"],
     }
+    if args.pdf:
+        goal["every_pdf_built"] = result["pdfs_built"] == len(documents)  # counted
     result.update(goal=goal, goal_met=all(goal.values()))
     print(f"database {connection.vendor}; {len(documents)} documents ({args.pdfs} PDFs of {args.pages_per_pdf} pages, "
           f"{args.images} images), {pages_total} pages, {document_bytes / 1e6:.1f} MB; {args.pods} pods × "
@@ -378,6 +453,10 @@ def run(args, children: Children, sim_url: str) -> None:
           f"document bytes per page: ratio {result['bytes_to_pods_ratio']} (goal <= {GOALS['bytes_to_pods_ratio']:g}); "
           f"{result['documents_put']} documents sent, {result['documents_put_again']} again, "
           f"{result['not_cached_answers']} 409s")  # fmt: skip
+    if args.pdf:
+        print(f"searchable PDFs: {result['pdfs_built']}/{len(documents)} built ({result['pdfs_failed']} failed), "
+              f"the last {result['pdf_seconds_after_pages']} s after the last page; outputs workers' CPU "
+              f"{outputs_s:.2f} s = {result['outputs_cpu_ms_per_page']} ms/page")  # fmt: skip
     print(f"uploads: {document_bytes / 1e6:.1f} MB accepted in {upload_s:.2f} s = {result['upload_mb_s']} MB/s "
           f"(goal >= {GOALS['upload_mb_s']:g})")  # fmt: skip
     print(json.dumps(result))

@@ -9,6 +9,8 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
+from fleetadmin.clusters import OUTPUTS
+
 # What a qcluster's workers import for their tasks. The qcluster imports it once, before it forks
 # them: the runpod SDK alone costs a worker 1.5-2 s of CPU, and 32 workers paying it on their first
 # boot at once starved the machine (the front included).
@@ -38,14 +40,26 @@ class FleetadminConfig(AppConfig):
         checks.register(check_pod_prefix)
         # Only there: every other command and the test suite import the SDK when they use it.
         if forks_workers(sys.argv):
-            prepare_workers()
+            prepare_workers(outputs=builds_outputs(sys.argv))
 
 
-def prepare_workers() -> None:
+def builds_outputs(argv: list[str]) -> bool:
+    """Whether this process is the outputs' cluster (``workers --cluster outputs``)."""
+    args = argv[2:] if argv[1:2] == ["workers"] else []
+    for index, arg in enumerate(args):
+        if arg == "--cluster":
+            return args[index + 1 : index + 2] == [OUTPUTS]
+        if arg.startswith("--cluster="):
+            return arg == f"--cluster={OUTPUTS}"
+    return False
+
+
+def prepare_workers(*, outputs: bool = False) -> None:
     """In the process that forks the workers, before it does: what they all inherit."""
     # Invariant 1 on a shared machine: the front (and the database) get the CPU first when
     # workers want more than there is; the workers' work waits a little, requests do not.
-    os.nice(settings.WORKERS_NICE)
+    # Invariant 20: searchable PDFs wait for everything else (OUTPUTS_NICE lower still).
+    os.nice(settings.WORKERS_NICE + (settings.OUTPUTS_NICE if outputs else 0))
     keep_connections()
     for module in WORKER_MODULES:
         importlib.import_module(module)

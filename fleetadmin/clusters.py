@@ -12,10 +12,15 @@ gets capacity that short tasks never share (invariant 15):
 - ``dispatch``: ``ocrjobs.tasks.dispatch_pool``, a loop that runs for minutes with hundreds of page
   forwards in flight. ``DISPATCHERS_PER_POOL`` × pools workers (counted when ``manage.py workers``
   starts, at least ``DISPATCHERS_PER_POOL``): every loop that may run at once has its worker.
+- ``outputs``: searchable PDFs (ocrjobs/output_tasks.py), work a user may not need and pages never
+  wait for (invariant 20): ``Q_OUTPUT_WORKERS`` (1) builds at once, in processes ``OUTPUTS_NICE``
+  below the other workers' CPU priority, so that on a machine they share a build takes only the CPU
+  that splits, dispatch and the pods leave (bench/ingest.py --pdf). On the short workers, building
+  every finished job's PDFs cut bench/ingest.py from 625 to 199-307 pages/s (issue 37).
 
 django-q2 keys each cluster's queue by its name (an ``OrmQ.key`` on the ORM broker, a list
 ``django_q:<name>:q`` on Redis): ``Q_CLUSTER_NAME`` for short tasks, ``<that>:passes`` and
-``<that>:dispatch`` for the others. A cluster process picks its class's ``ALT_CLUSTERS`` settings
+``<that>:dispatch`` and ``<that>:outputs`` for the others. A cluster process picks its class's ``ALT_CLUSTERS`` settings
 by the ``Q_CLUSTER_NAME`` in its environment, which ``manage.py workers`` sets for each.
 
 The clock: passes are asked for when a row becomes due now (a boot created, a release asked), and
@@ -34,9 +39,9 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-SHORT, PASSES, DISPATCH = "short", "passes", "dispatch"
-CLASSES = (SHORT, PASSES, DISPATCH)
-DESCRIPTIONS = {SHORT: "short tasks", PASSES: "passes", DISPATCH: "dispatch loops"}
+SHORT, PASSES, DISPATCH, OUTPUTS = "short", "passes", "dispatch", "outputs"
+CLASSES = (SHORT, PASSES, DISPATCH, OUTPUTS)
+DESCRIPTIONS = {SHORT: "short tasks", PASSES: "passes", DISPATCH: "dispatch loops", OUTPUTS: "outputs"}
 
 
 def cluster_name(work_class: str) -> str:
@@ -91,6 +96,7 @@ def work_classes() -> list[WorkClass]:
         WorkClass(PASSES, settings.Q_PASS_WORKERS, settings.Q_PASS_TIMEOUT, "Q_PASS_WORKERS"),
         WorkClass(DISPATCH, dispatchers, settings.Q_DISPATCH_TIMEOUT,
                   f"DISPATCHERS_PER_POOL {per_pool} × {'?' if pools is None else pools} pools"),
+        WorkClass(OUTPUTS, settings.Q_OUTPUT_WORKERS, settings.Q_OUTPUT_TIMEOUT, "Q_OUTPUT_WORKERS"),
     ]  # fmt: skip
 
 

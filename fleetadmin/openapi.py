@@ -64,13 +64,16 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-documents-result-jsonl", "get"): {"summary": "A document's page records", "content": "application/jsonl"},
     ("api-documents-result-pdf", "get"): {
         "summary": "A document's searchable PDF",
-        "description": "The original pages with an invisible text layer. 409 while it is being built "
-        "(a worker builds it when the job ends) or when its build failed (the error says why).",
+        "description": "The original pages with an invisible text layer, built when a job that asked for "
+        "it (`searchable_pdf`) ends, or on its first download by the job's owner. 202 while it is being "
+        "built (the first download of one not asked for starts its build; `Retry-After` says when to ask "
+        "again); 409 when its build failed (the error says why), before the job has ended, or for another "
+        "user's download of one not asked for.",
         "content": "application/pdf",
     },
     ("api-jobs-cancel", "post"): {"summary": "Cancel a job"},
     ("api-jobs-outputs-rebuild", "post"): {
-        "summary": "Build a job's searchable PDFs again (202)",
+        "summary": "Build a job's searchable PDFs (again) (202)",
         "description": "The job's owner only (403 otherwise), once the job is done, partial or cancelled "
         "(409 before). A build under way is overtaken: it stores nothing. The body is the job, each "
         "document's `outputs.pdf.state` back to `pending`.",

@@ -162,10 +162,11 @@ else:
 # django-q2. The database, not the broker, keeps every page: a task lost by
 # the broker is started again by the scaler tick. `retry` stays well above
 # `timeout` so a slow task is never run twice at once.
-# Work comes in three classes, each a cluster with capacity of its own (fleetadmin/clusters.py):
-# short tasks (this cluster, Q_WORKERS), passes and dispatch loops (ALT_CLUSTERS, below).
+# Work comes in four classes, each a cluster with capacity of its own (fleetadmin/clusters.py):
+# short tasks (this cluster, Q_WORKERS), passes, dispatch loops and outputs (ALT_CLUSTERS, below).
 # Q_CLUSTER_NAME names the deployment's queues; the other classes' clusters run under
-# "<name>:passes" and "<name>:dispatch", which is how django-q2 picks their ALT_CLUSTERS entry.
+# "<name>:passes", "<name>:dispatch" and "<name>:outputs", which is how django-q2 picks their
+# ALT_CLUSTERS entry.
 Q_CLUSTER_NAME = envstr("Q_CLUSTER_NAME", "fleetadmin").partition(":")[0]
 Q_TIMEOUT = envint("Q_TIMEOUT", 900, minimum=30)
 Q_SUCCESSES_KEPT = envint("Q_SUCCESSES_KEPT", 1000, minimum=0)
@@ -375,12 +376,23 @@ Q_PASS_WORKERS = envint("Q_PASS_WORKERS", 1, minimum=1)
 Q_DISPATCH_WORKERS = envint("Q_DISPATCH_WORKERS", DISPATCHERS_PER_POOL, minimum=1)
 Q_PASS_TIMEOUT = PASS_TIMEOUT_SECONDS
 Q_DISPATCH_TIMEOUT = int(DISPATCH_MAX_SECONDS + PAGE_TIMEOUT_SECONDS + 60)
+# Outputs (searchable PDFs): builds at once, deployment-wide per workers host, and how much lower
+# their CPU priority is than the other workers' (nice increment on top of WORKERS_NICE): a build
+# yields the CPU to splits, dispatch and local pods (invariant 20).
+Q_OUTPUT_WORKERS = envint("Q_OUTPUT_WORKERS", 1, minimum=1)
+Q_OUTPUT_TIMEOUT = Q_TIMEOUT
+OUTPUTS_NICE = envint("OUTPUTS_NICE", 10, minimum=0)
 Q_CLUSTER["ALT_CLUSTERS"] = {
     f"{Q_CLUSTER_NAME}:passes": {"workers": Q_PASS_WORKERS, "timeout": Q_PASS_TIMEOUT, "retry": Q_PASS_TIMEOUT * 2},
     f"{Q_CLUSTER_NAME}:dispatch": {
         "workers": Q_DISPATCH_WORKERS,
         "timeout": Q_DISPATCH_TIMEOUT,
         "retry": Q_DISPATCH_TIMEOUT * 2,
+    },
+    f"{Q_CLUSTER_NAME}:outputs": {
+        "workers": Q_OUTPUT_WORKERS,
+        "timeout": Q_OUTPUT_TIMEOUT,
+        "retry": Q_OUTPUT_TIMEOUT * 2,
     },
 }
 RECONCILE_GRACE_SECONDS = envfloat("RECONCILE_GRACE_SECONDS", 60.0, minimum=0.0)

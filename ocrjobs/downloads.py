@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from zipstream import ZIP_DEFLATED, ZIP_STORED, ZipStream
 
 from fleetadmin.api import ApiError, api_view
@@ -107,19 +107,40 @@ document_result_jsonl = _document_download(outputs.document_result_jsonl, conten
                                            suffix="jsonl")  # fmt: skip
 
 
+# Seconds a client is told to wait before it asks again for a searchable PDF being built.
+PDF_RETRY_AFTER_SECONDS = 5
+
+
 @api_view(scope="read")
-def document_result_pdf(request: HttpRequest, job_id: int, document_id: int) -> StreamingHttpResponse:
-    """The searchable PDF: 409 while it is being built, or when its build failed (with why)."""
+def document_result_pdf(request: HttpRequest, job_id: int, document_id: int) -> HttpResponse:
+    """The searchable PDF. 202 while it is being built, and on the first download of one its job
+    did not ask for (``searchable_pdf``), which asks for it: by its owner only, once the job has
+    ended. 409 when its build failed (with why), or when it cannot be built."""
     document = _document_for(request, job_id, document_id)
     pdf = outputs.document_searchable_pdf(document)
-    if pdf is None or pdf.status in (SearchablePdf.Status.PENDING, SearchablePdf.Status.BUILDING):
-        state = "is not built yet: its job has not ended" if pdf is None else "is being built"
-        raise ApiError(f"the searchable PDF of document {document.pk} {state}", 409)
+    if pdf is None:
+        job = document.job
+        if not job.is_finished:
+            raise ApiError(f"the searchable PDF of document {document.pk} is built once job {job.pk} has ended", 409)
+        if job.owner_id is None or job.owner_id != request.api_user.pk:
+            raise ApiError(f"job {job.pk} did not ask for searchable PDFs: only its owner's download asks for one", 409)
+        if not outputs.document_pdf_request(document=document):
+            raise ApiError(f"document {document.pk} has no searchable PDF: none of its pages was read", 409)
+        return _being_built(document)
+    if pdf.status in (SearchablePdf.Status.PENDING, SearchablePdf.Status.BUILDING):
+        return _being_built(document)
     if pdf.status == SearchablePdf.Status.FAILED:
         raise ApiError(f"the searchable PDF of document {document.pk} could not be built: {pdf.error}", 409)
     response = _stream(request, outputs.searchable_pdf_chunks(pdf), content_type="application/pdf",
                        filename=f"{_document_stem(document)}.pdf")  # fmt: skip
     response["X-Pages-Missing"] = str(pdf.pages_missing)  # (pages kept without text: failed, cancelled)
+    return response
+
+
+def _being_built(document: Document) -> JsonResponse:
+    message = f"the searchable PDF of document {document.pk} is being built: ask again in a few seconds"
+    response = JsonResponse({"state": "building", "message": message}, status=202)
+    response["Retry-After"] = str(PDF_RETRY_AFTER_SECONDS)
     return response
 
 

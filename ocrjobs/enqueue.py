@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django_q.tasks import async_task
 
-from fleetadmin.clusters import DISPATCH, SHORT, cluster_name
+from fleetadmin.clusters import DISPATCH, OUTPUTS, SHORT, cluster_name
 from pods.models import Pool
 
 
@@ -59,8 +59,9 @@ def enqueue_delivery(delivery_id: int, lease: str) -> None:
                group="webhooks", save=False, cluster=cluster_name(SHORT))  # fmt: skip
 
 
-# A build is seconds of CPU at most (bench/searchable_pdf.py: 0.6 s a 100 pages): short work, a few
-# documents a task so that a job of thousands of small documents is not as many tasks.
+# A build is seconds of CPU at most (bench/searchable_pdf.py: 0.6 s a 100 pages), in the outputs'
+# cluster (fleetadmin/clusters.py), a few documents a task so that a job of thousands of small
+# documents is not as many tasks.
 DOCUMENTS_PER_TASK = 20
 
 
@@ -68,11 +69,11 @@ def enqueue_searchable_pdf_builds(document_ids: list[int]) -> None:
     for start in range(0, len(document_ids), DOCUMENTS_PER_TASK):
         batch = document_ids[start : start + DOCUMENTS_PER_TASK]
         async_task("ocrjobs.output_tasks.build_searchable_pdfs", batch, group="outputs",
-                   task_name=f"searchable PDFs {batch[0]}..{batch[-1]}", cluster=cluster_name(SHORT))  # fmt: skip
+                   task_name=f"searchable PDFs {batch[0]}..{batch[-1]}", cluster=cluster_name(OUTPUTS))  # fmt: skip
 
 
 def enqueue_searchable_pdfs(*, job_ids: list[int]) -> None:
     """Sent once the transaction that ended the jobs commits: the task lists their documents
     (the ending transaction does not read them)."""
     async_task("ocrjobs.output_tasks.request_searchable_pdfs", job_ids, group="outputs", save=False,
-               task_name=f"searchable PDFs of jobs {job_ids[0]}..{job_ids[-1]}", cluster=cluster_name(SHORT))  # fmt: skip
+               task_name=f"searchable PDFs of jobs {job_ids[0]}..{job_ids[-1]}", cluster=cluster_name(OUTPUTS))  # fmt: skip

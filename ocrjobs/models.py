@@ -42,6 +42,9 @@ class Job(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
     languages = models.CharField(max_length=100, default="eng")
     skip_text_pages = models.BooleanField(default=False, help_text="PDF pages with a text layer keep it, no OCR")
+    searchable_pdf = models.BooleanField(
+        default=False, help_text="each document's searchable PDF is built when the job ends (else when first asked for)"
+    )
     max_dollars = models.DecimalField(
         max_digits=10, decimal_places=2, null=True, blank=True, help_text="budget cap: its pages boot no pod past it"
     )
@@ -101,6 +104,7 @@ class Job(models.Model):
             "pool": self.pool.key,
             "languages": self.languages,
             "skip_text_pages": self.skip_text_pages,
+            "searchable_pdf": self.searchable_pdf,
             "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
             "deadline": self.deadline.isoformat() if self.deadline else None,
             "priority": self.priority,

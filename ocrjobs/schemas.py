@@ -39,6 +39,10 @@ class SubmissionFields(BaseModel):
         default=False, title="Skip pages that already have text",
         description="PDF pages with a text layer keep it, no OCR",
     )  # fmt: skip
+    searchable_pdf: bool = Field(
+        default=False, title="Build searchable PDFs",
+        description="each document's searchable PDF is built as the job ends; without it, when first downloaded",
+    )  # fmt: skip
     max_dollars: float | None = Field(
         default=None, title="Budget ($)", description="no pod is booted for its pages once the job has cost this"
     )

@@ -31,10 +31,14 @@ WITH_OUTPUTS = (Job.Status.DONE, Job.Status.PARTIAL, Job.Status.CANCELLED)
 
 def job_outputs_request(*, jobs: list[Job]) -> None:
     """When jobs end (in the transaction that ends them): the split documents of those done,
-    partial or cancelled get a pending searchable PDF, built by a worker once this is committed;
-    a job that ends again after a retry has them built again. One statement whatever the number
-    of jobs (the dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
-    _request_builds([job.pk for job in jobs if job.status in WITH_OUTPUTS])
+    partial or cancelled that asked for searchable PDFs (``Job.searchable_pdf``) get a pending one,
+    built by the outputs workers once this is committed; in the others, only documents whose PDF
+    was asked for since (a download) are built again, so that a job that ends again after a retry
+    has them with its new pages. Two statements at most whatever the number of jobs (the
+    dispatcher ends jobs in batches: tests/ocrjobs/test_jobs_refresh.py counts them)."""
+    ended = [job for job in jobs if job.status in WITH_OUTPUTS]
+    _request_builds([job.pk for job in ended if job.searchable_pdf])
+    _request_builds([job.pk for job in ended if not job.searchable_pdf], only_asked=True)
 
 
 def job_outputs_rebuild(*, job: Job) -> int:
@@ -48,28 +52,46 @@ def job_outputs_rebuild(*, job: Job) -> int:
         return _request_builds([job.pk])
 
 
-def _request_builds(job_ids: list[int]) -> int:
-    """Each split document of the jobs: a pending searchable PDF of a new generation, its task's
-    lease queued (a lost task is sent again: services/recover.py); enqueued once committed. The
-    number of documents."""
+def document_pdf_request(*, document: Document) -> bool:
+    """A searchable PDF that its job did not ask for, asked for by its first download: built by
+    the outputs workers like the others. Whether one is now pending (False: the document has no
+    pages to lay text on, or its job has not ended)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=document.job_id)
+        if job.status not in WITH_OUTPUTS or document.status != Document.Status.SPLIT:
+            return False
+        return _request_builds([job.pk], document_id=document.pk) > 0
+
+
+def _request_builds(job_ids: list[int], *, only_asked: bool = False, document_id: int | None = None) -> int:
+    """Each split document of the jobs (or the one ``document_id``; with ``only_asked``, only
+    those that have a searchable PDF row already): a pending searchable PDF of a new generation,
+    its task's lease queued (a lost task is sent again: services/recover.py); enqueued once
+    committed. The number of documents."""
     if not job_ids:
         return 0
     rows, documents = SearchablePdf._meta.db_table, Document._meta.db_table
     pending, split = SearchablePdf.Status.PENDING, Document.Status.SPLIT
     adapt, lease = connection.ops.adapt_datetimefield_value, leases.queued()["task_lease_until"]
+    which, extra = "", []
+    if document_id is not None:
+        which, extra = " AND id = %s", [document_id]
+    if only_asked:
+        which += f" AND EXISTS (SELECT 1 FROM {rows} WHERE {rows}.document_id = {documents}.id)"
     with connection.cursor() as cursor:
         # (SQLite reads ON CONFLICT after a SELECT only when the SELECT has a WHERE: it has.)
         cursor.execute(
             f"INSERT INTO {rows} (document_id, status, name, size_bytes, error, builds, attempts, generation, "
             f"pages_missing, updated_at, task_lease_until, task_lease_token) "
             f"SELECT id, %s, '', 0, '', 0, 0, 1, 0, %s, %s, '' FROM {documents} "
-            f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s "
+            f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s{which} "
             f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = '', generation = {rows}.generation + 1, "
             f"attempts = 0, task_lease_until = %s, task_lease_token = ''",
-            [pending, adapt(timezone.now()), adapt(lease), *job_ids, split, pending, adapt(lease)],
+            [pending, adapt(timezone.now()), adapt(lease), *job_ids, split, *extra, pending, adapt(lease)],
         )
         count = cursor.rowcount
-    transaction.on_commit(lambda: enqueue_searchable_pdfs(job_ids=job_ids))
+    if count:
+        transaction.on_commit(lambda: enqueue_searchable_pdfs(job_ids=job_ids))
     return count
 
 
@@ -161,13 +183,20 @@ def document_outputs_dict(job: Job, document: Document, *, submitted: bool = Fal
     """A document's outputs as the API shows them: the text downloads' URLs (they stream what is
     read so far), and the searchable PDF's state: ``pending`` (until its job ends, or asked for
     again), ``building``, ``ready`` (with its URL; ``pages_missing``: pages kept without text),
-    ``failed`` (with the error), ``none`` (its job ended without one: no page read, not split).
+    ``failed`` (with the error), ``on_request`` (its job did not ask for one: its URL's first
+    download by the job's owner asks for it, ``searchable_pdf``), ``none`` (its job ended without
+    one: no page read, not split).
     ``document.searchable_pdf`` is best selected with it (select_related); ``submitted``: the
     document was made by this request, so it has no PDF yet (nothing is read)."""
     base = f"/v1/jobs/{job.pk}/documents/{document.pk}"
     pdf = None if submitted else document.searchable_pdf_or_none
     if pdf is None:
-        state = {"state": "none" if job.is_finished else "pending"}
+        if job.searchable_pdf and not job.is_finished:
+            state = {"state": "pending"}
+        elif (job.status in WITH_OUTPUTS and document.status == Document.Status.SPLIT) or not job.is_finished:
+            state = {"state": "on_request", "url": f"{base}/result.pdf"}
+        else:
+            state = {"state": "none"}
     else:
         state = {"state": PDF_STATES[pdf.status], "builds": pdf.builds}
         if pdf.status == SearchablePdf.Status.BUILT:

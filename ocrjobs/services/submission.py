@@ -304,6 +304,7 @@ def job_submit(
     languages: str | None = None,
     urls: list[str] | None = None,
     skip_text_pages: bool = False,
+    searchable_pdf: bool = False,
     schedule: Schedule | None = None,
     submission_key: tuple[str, str] | None = None,
     dry_run: bool = False,
@@ -345,6 +346,7 @@ def job_submit(
             schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
                                      languages=languages, skip_text_pages=skip_text_pages,
+                                     searchable_pdf=searchable_pdf,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
                                      priority=schedule.priority, forecast=forecast,
                                      callback_url=callback_url)  # fmt: skip

@@ -66,7 +66,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
 ):
     # Playwright's sync API keeps an event loop on this thread, so Django would refuse the test's ORM calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    job = submit(ordinary_user, DOCUMENTS)
+    job = submit(ordinary_user, DOCUMENTS, searchable_pdf=True)
     split(job)
     read_every_page(job)  # the real tesseract engine; the job ends and asks for its searchable PDFs
     pending = searchable_pdfs_pending(job_id=job.pk)

@@ -11,8 +11,8 @@ import os
 import subprocess
 import sys
 
-from fleetadmin.apps import WORKER_MODULES, forks_workers
-from fleetadmin.clusters import CLASSES
+from fleetadmin.apps import WORKER_MODULES, builds_outputs, forks_workers
+from fleetadmin.clusters import CLASSES, OUTPUTS
 from tools.processes import REPO, child_env
 
 AFTER_SETUP = (
@@ -33,14 +33,24 @@ def _after_setup(argv: list[str], env: dict[str, str]) -> dict:
 
 def test_every_cluster_imports_the_runpod_sdk_and_the_tasks_and_yields_the_cpu_before_forking(tmp_path):
     clusters = [["manage.py", "workers", "--cluster", work_class] for work_class in CLASSES]
-    for argv in (["manage.py", "qcluster"], *clusters, ["manage.py", "workers", "--cluster=dispatch"]):
-        shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3"))
+    for argv in (["manage.py", "qcluster"], *clusters, ["manage.py", "workers", "--cluster=dispatch"],
+                 ["manage.py", "workers", "--cluster=outputs"]):  # fmt: skip
+        shown = _after_setup(argv, child_env(tmp_path, WORKERS_NICE="3", OUTPUTS_NICE="4"))
         assert shown == {
             "loaded": sorted(("runpod", *WORKER_MODULES)),
-            "nicer": 3,
+            # Searchable PDFs yield the CPU to every other class's work too (invariant 20).
+            "nicer": 3 + 4 if OUTPUTS in argv or "--cluster=outputs" in argv else 3,
             "conn_max_age": None,
             "frozen": True,
         }, argv
+
+
+def test_only_the_outputs_cluster_builds_outputs():
+    assert builds_outputs(["manage.py", "workers", "--cluster", "outputs"])
+    assert builds_outputs(["manage.py", "workers", "--supervisor=7", "--cluster=outputs"])
+    for argv in (["manage.py", "workers", "--cluster", "short"], ["manage.py", "workers", "--cluster=dispatch"],
+                 ["manage.py", "workers"], ["manage.py", "qcluster"], ["manage.py", "ocr", "outputs"]):  # fmt: skip
+        assert not builds_outputs(argv), argv
 
 
 def test_other_commands_neither_import_the_runpod_sdk_at_start_up_nor_change_priority(tmp_path):

@@ -34,7 +34,7 @@ def test_jobs_that_ended_together_end_in_a_few_statements_for_them_all(ordinary_
     assert {reload(job).status for job in jobs} == {Job.Status.DONE}
     # A job_refresh each took ~9 statements (54 here): the look, the lock, the documents and the
     # pages' counts once for them all, then the job and its pool's tally per job; and one for
-    # their searchable PDFs (ocrjobs.services.outputs.job_outputs_request).
+    # their searchable PDFs, two when some asked for them (ocrjobs.services.outputs.job_outputs_request).
     assert len(statements) <= 7 + 2 * len(jobs), [q["sql"][:80] for q in statements]
 
 

@@ -15,11 +15,12 @@ from PIL import Image
 from reportlab.pdfgen import canvas
 
 from accounts.models import ApiToken
+from fleetadmin.clusters import OUTPUTS, SHORT
 from ocrjobs import downloads
 from ocrjobs.models import Job, SearchablePdf
 from ocrjobs.output_tasks import request_searchable_pdfs
 from ocrjobs.services.jobs import job_refresh
-from ocrjobs.services.outputs import page_markdown
+from ocrjobs.services.outputs import document_pdf_request, page_markdown
 from ocrjobs.services.searchable_pdf import searchable_pdf_build
 from ocrjobs.storage import documents
 from tests.factories import PAGES_TRUTH, pdf_bytes
@@ -89,7 +90,7 @@ def render_modes(pdf: bytes) -> set[int]:
 
 @pytest.fixture
 def own_pdf_job(ordinary_user, local_pool) -> Job:
-    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])})
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])}, searchable_pdf=True)
     split(job)
     complete_all(
         job,
@@ -189,7 +190,22 @@ def test_a_failed_build_is_shown_and_the_job_stays_as_it_was(own_pdf_job, client
     assert "could not be built" in response.json()["error"]
 
 
-def test_the_job_ending_asks_a_worker_for_its_pdfs(
+def test_the_job_ending_asks_the_outputs_workers_for_the_pdfs_it_asked_for(
+    ordinary_user, local_pool, queued, django_capture_on_commit_callbacks
+):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])}, searchable_pdf=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        split(job)
+        complete_all(job, results={(0, 1): boxed(["one line"])})
+
+    assert "ocrjobs.output_tasks.request_searchable_pdfs" in queued(OUTPUTS)
+    assert SearchablePdf.objects.get().status == SearchablePdf.Status.PENDING
+    request_searchable_pdfs([job.pk])  # as the worker runs it: a build task for its documents
+    assert queued(OUTPUTS).count("ocrjobs.output_tasks.build_searchable_pdfs") == 1
+    assert not any("output_tasks" in task for task in queued(SHORT))  # never where splits wait
+
+
+def test_a_job_that_did_not_ask_for_pdfs_builds_none_as_it_ends(
     ordinary_user, local_pool, queued, django_capture_on_commit_callbacks
 ):
     job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
@@ -197,10 +213,69 @@ def test_the_job_ending_asks_a_worker_for_its_pdfs(
         split(job)
         complete_all(job, results={(0, 1): boxed(["one line"])})
 
-    assert "ocrjobs.output_tasks.request_searchable_pdfs" in queued()
-    assert SearchablePdf.objects.get().status == SearchablePdf.Status.PENDING
-    request_searchable_pdfs([job.pk])  # as the worker runs it: a build task for its documents
-    assert queued().count("ocrjobs.output_tasks.build_searchable_pdfs") == 1
+    job.refresh_from_db()
+    assert job.status == Job.Status.DONE and not job.searchable_pdf
+    assert not SearchablePdf.objects.exists()
+    assert not any("output_tasks" in task for task in queued(SHORT) + queued(OUTPUTS))
+
+
+def test_the_first_download_of_a_pdf_not_asked_for_builds_it(
+    ordinary_user, local_pool, client, submit_token, queued, django_capture_on_commit_callbacks
+):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["asked for later"])})
+    document = job.documents.get()
+    url = f"/v1/jobs/{job.pk}/documents/{document.pk}/result.pdf"
+    outputs_before = client.get(f"/v1/jobs/{job.pk}", headers=auth(submit_token)).json()["documents"][0]["outputs"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.get(url, headers=auth(submit_token))
+    again = client.get(url, headers=auth(submit_token))
+
+    assert outputs_before["pdf"] == {"state": "on_request", "url": url}
+    assert first.status_code == 202 and first["Retry-After"] and "being built" in first.json()["message"]
+    assert again.status_code == 202  # one build asked for, however often the download is tried
+    assert queued(OUTPUTS) == ["ocrjobs.output_tasks.request_searchable_pdfs"]
+    request_searchable_pdfs([job.pk])
+    searchable_pdf_build(document_id=document.pk)
+    built = client.get(url, headers=auth(submit_token))
+    assert built.status_code == 200 and text_of(b"".join(built.streaming_content)) == ["asked for later"]
+
+
+def test_only_the_owners_download_asks_for_a_pdf_not_asked_for(
+    ordinary_user, local_pool, client, admin_token, submit_token
+):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
+    document = job.documents.get()
+    url = f"/v1/jobs/{job.pk}/documents/{document.pk}/result.pdf"
+    running = client.get(url, headers=auth(submit_token))
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["mine"])})
+
+    staff = client.get(url, headers=auth(admin_token))
+
+    assert running.status_code == 409 and "once job" in running.json()["error"]
+    assert staff.status_code == 409 and "only its owner" in staff.json()["error"]
+    assert not SearchablePdf.objects.exists()
+
+
+def test_a_retried_job_rebuilds_only_the_pdfs_asked_for(ordinary_user, local_pool, django_capture_on_commit_callbacks):
+    job = submit(ordinary_user, {"a.pdf": pdf_bytes(PAGES_TRUTH[:1]), "b.pdf": pdf_bytes(PAGES_TRUTH[:1])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["a"]), (1, 1): boxed(["b"])})
+    first = job.documents.get(position=0)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert document_pdf_request(document=first)
+    searchable_pdf_build(document_id=first.pk)
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING, finished_at=None)
+
+    with django_capture_on_commit_callbacks(execute=False):
+        job_refresh(job_id=job.pk)
+
+    assert list(SearchablePdf.objects.values_list("document_id", "status")) == [
+        (first.pk, SearchablePdf.Status.PENDING)
+    ]
 
 
 def test_a_job_that_ends_again_has_its_pdf_built_again(own_pdf_job, django_capture_on_commit_callbacks):
@@ -250,12 +325,12 @@ def test_each_documents_downloads(client, submit_token, own_pdf_job):
     assert b"".join(job_md.streaming_content).decode().startswith("# report.pdf\n\n<!-- page 1 -->")
 
 
-def test_the_pdf_is_409_until_it_is_built(client, submit_token, own_pdf_job):
+def test_the_pdf_is_202_until_it_is_built(client, submit_token, own_pdf_job):
     document = own_pdf_job.documents.get()
     response = client.get(f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.pdf", headers=auth(submit_token))
 
-    assert response.status_code == 409
-    assert "is being built" in response.json()["error"]
+    assert response.status_code == 202 and response["Retry-After"] == "5"
+    assert response.json()["state"] == "building" and "is being built" in response.json()["message"]
 
 
 def test_the_zip_streams_in_parts_and_holds_every_output(client, submit_token, own_pdf_job, monkeypatch):
@@ -348,7 +423,8 @@ def test_the_openapi_describes_the_downloads(client, read_token):
     paths = client.get("/v1/openapi.json", headers=auth(read_token)).json()["paths"]
 
     assert paths["/v1/jobs/{job_id}/outputs.zip"]["get"]["responses"]["200"]["content"] == {"application/zip": {}}
-    assert "409" in paths["/v1/jobs/{job_id}/documents/{document_id}/result.pdf"]["get"]["description"]
+    description = paths["/v1/jobs/{job_id}/documents/{document_id}/result.pdf"]["get"]["description"]
+    assert "202" in description and "409" in description and "first download" in description
     for suffix in ("txt", "md", "jsonl"):
         assert f"/v1/jobs/{{job_id}}/documents/{{document_id}}/result.{suffix}" in paths
 

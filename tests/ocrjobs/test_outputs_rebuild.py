@@ -40,12 +40,12 @@ def read_some(job: Job, read: set[int]) -> None:
 
 @pytest.fixture
 def three_pages(ordinary_user, local_pool) -> Job:
-    return submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:3])})
+    return submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:3])}, searchable_pdf=True)
 
 
 @pytest.fixture
 def done_job(ordinary_user, local_pool) -> Job:
-    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])}, searchable_pdf=True)
     split(job)
     complete_all(job, results={(0, 1): boxed(["Water levels rose"])})
     return job
@@ -206,7 +206,7 @@ def test_a_build_under_way_shows_building(done_job, monkeypatch, client, submit_
 
     monkeypatch.setattr(searchable_pdf, "_overlay_pdf", look)
     searchable_pdf_build(document_id=document.pk)
-    assert seen[0]["documents"][0]["outputs"]["pdf"]["state"] == "building" and seen[1] == 409
+    assert seen[0]["documents"][0]["outputs"]["pdf"]["state"] == "building" and seen[1] == 202
 
 
 # --- the API's output state -----------------------------------------------------------------------

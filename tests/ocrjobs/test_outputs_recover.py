@@ -23,7 +23,7 @@ from tests.ocrjobs.test_outputs import boxed, text_of
 
 @pytest.fixture
 def done_job(ordinary_user, local_pool) -> Job:
-    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])})
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])}, searchable_pdf=True)
     split(job)
     complete_all(job, results={(0, 1): boxed(["Water levels rose"]), (0, 2): boxed(["Three pumps serviced"])})
     return job

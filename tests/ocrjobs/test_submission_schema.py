@@ -43,6 +43,7 @@ def test_multipart_fields_have_their_real_types_in_openapi(db):
     types = {name: field.get("type") for name, field in fields["properties"].items()}
 
     assert types == {"urls": "array", "pool": "string", "languages": "string", "skip_text_pages": "boolean",
+                     "searchable_pdf": "boolean",
                      "max_dollars": "number", "deadline": "string", "priority": "string", "dry_run": "boolean",
                      "callback_url": "string", "files": "array"}  # fmt: skip
     assert fields["properties"]["priority"]["enum"] == ["fastest", "balanced", "cheapest"]

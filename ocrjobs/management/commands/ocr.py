@@ -1,6 +1,7 @@
 """Submit files to the running fleetadmin, follow the job, write one file per document and format
-(``--format txt,md,pdf,jsonl``; txt by default). A searchable PDF is built by a worker once the
-job ends: the command waits for it too.
+(``--format txt,md,pdf,jsonl``; txt by default). ``pdf`` asks the job for searchable PDFs
+(``--searchable-pdf``), built by the outputs workers once the job ends: the command waits for
+them too.
 
 Exit codes: 0 every page has text; 1 some pages or documents failed (the text
 of the others is written); 2 bad input (nothing was submitted); 4 gave up
@@ -55,7 +56,10 @@ class Command(BaseCommand):
         started = time.monotonic()
         try:
             formats = _formats(options["format"])
-            fields = submission_from_values({name: options[name] for name in CLI_FIELDS if options[name] is not None})
+            values = {name: options[name] for name in CLI_FIELDS if options[name] is not None}
+            if "pdf" in formats:
+                values["searchable_pdf"] = True  # asked for as the job ends, not on the first download
+            fields = submission_from_values(values)
             for name in files:
                 path = Path(name)
                 if not path.is_file():
