@@ -142,6 +142,23 @@ def test_the_job_page_has_a_rebuild_button_for_its_owner(client, ordinary_user, 
     assert SearchablePdf.objects.get().generation == 2
 
 
+def test_the_job_page_of_a_job_that_did_not_ask_for_pdfs_offers_to_build_them(
+    client, ordinary_user, local_pool, django_capture_on_commit_callbacks
+):
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:1])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["Water levels rose"])})
+    client.force_login(ordinary_user)
+
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+    assert "PDF not asked for" in page and "<button>Build searchable PDFs</button>" in page
+    with django_capture_on_commit_callbacks(execute=False):
+        assert client.post(f"/jobs/{job.pk}/outputs/rebuild").status_code == 302
+
+    assert SearchablePdf.objects.get().status == SearchablePdf.Status.PENDING
+    assert "PDF being built" in client.get(f"/jobs/{job.pk}").content.decode()
+
+
 def test_the_rebuild_button_needs_the_csrf_token(ordinary_user, done_job):
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(ordinary_user)
