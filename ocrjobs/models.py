@@ -53,6 +53,8 @@ class Job(models.Model):
     forecast = models.JSONField(default=dict, blank=True, help_text="pods, minutes and dollars foreseen at submission")
     callback_url = models.URLField(max_length=2000, blank=True, help_text="posted a signed event when the job ends")
     created_at = models.DateTimeField(default=timezone.now)
+    # When it last started: submitted, or retried. Its owner's daily budget counts it from then.
+    started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     # What of this job's pages is already in its pool's PoolPageTally (added when it finished):
     # /metrics counts the rest live, from the unfinished jobs' pages only.
@@ -69,6 +71,8 @@ class Job(models.Model):
             models.Index(fields=["status", "created_at", "id"], name="job_status_created_idx"),
             models.Index(fields=["owner", "created_at", "id"], name="job_owner_created_idx"),
             models.Index(fields=["owner", "status", "created_at", "id"], name="job_owner_status_created_idx"),
+            # The owner's jobs of the budget's window (ocrjobs.services.budgets.budget_left).
+            models.Index(fields=["owner", "started_at"], name="job_owner_started_idx"),
         ]
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ from ocrjobs.models import Job
 from ocrjobs.schemas import job_submit_arguments
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services import outputs
+from ocrjobs.services.budgets import budget_left
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
 from pods.services.forecast import job_forecast_again
@@ -50,7 +51,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Job {job.pk} submitted.")
             return redirect(job)
     status = 400 if form.errors else 200
-    return render(request, "ocrjobs/job_new.html", {"form": form}, status=status)
+    return render(request, "ocrjobs/job_new.html", {"form": form, "budget": budget_left(request.user)}, status=status)
 
 
 @login_required
@@ -158,6 +159,10 @@ def job_outputs_rebuild(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    pages, documents = job_services.job_retry(job=job)
+    try:
+        pages, documents = job_services.job_retry(job=job)
+    except ApiError as exc:  # the owner's daily budget is used
+        messages.error(request, exc.message)
+        return redirect(job)
     messages.info(request, f"{pages} failed pages and {documents} failed documents queued again.")
     return redirect(job)

@@ -10,6 +10,20 @@ class PoolAdmin(admin.ModelAdmin):
                     "max_dollars_per_hour", "staff_only")  # fmt: skip
     filter_horizontal = ("groups",)
 
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+
+        class PoolForm(form):
+            def clean(self):
+                # Pool.clean (run after this) judges the escalation pool by the groups being
+                # saved, which the instance has only once the form is saved.
+                cleaned = super().clean()
+                if cleaned.get("groups") is not None:
+                    self.instance.groups_to_save = {group.pk for group in cleaned["groups"]}
+                return cleaned
+
+        return PoolForm
+
     def get_changeform_initial_data(self, request):
         # A new pool starts with a $/h cap (POOL_DEFAULT_DOLLARS_PER_HOUR); clearing it is a choice.
         return {

@@ -90,10 +90,29 @@ class Pool(models.Model):
             raise ValidationError({"escalation_threshold": "an escalation pool and a threshold go together"})
         if self.escalation_pool_id is not None and self.escalation_pool_id == self.pk:
             raise ValidationError({"escalation_pool": "a pool cannot escalate to itself"})
+        if self.escalation_pool_id is not None:
+            groups = getattr(self, "groups_to_save", None)  # the admin form's, before it saves them
+            if groups is None:
+                groups = set(self.groups.values_list("pk", flat=True)) if self.pk else set()
+            if why := self.less_open(self.escalation_pool, staff_only=self.staff_only, groups=groups):
+                raise ValidationError({"escalation_pool": why})
         try:
             parse_config(self.provider, self.config)
         except PoolConfigError as exc:
             raise ValidationError({"config": str(exc)}) from None
+
+    @staticmethod
+    def less_open(target: Pool, *, staff_only: bool, groups: set[int]) -> str:
+        """Why ``target`` is open to fewer users than a pool that is ``staff_only`` and kept to
+        ``groups`` (their ids; none: everyone), or "" when it is open to all of them: a pool
+        escalates only to one open to every user of its own (issue 38), or their pages would
+        keep their first reading."""
+        if target.staff_only and not staff_only:
+            return f"pool {target.key!r} is kept to staff: others' pages here could not escalate to it"
+        kept_to = set(target.groups.values_list("pk", flat=True))
+        if kept_to and not staff_only and (not groups or not groups <= kept_to):
+            return f"pool {target.key!r} is kept to groups that not every user of this pool is in"
+        return ""
 
     def to_dict(self) -> dict:
         return {

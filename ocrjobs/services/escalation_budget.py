@@ -1,6 +1,8 @@
 """The cascade and a job's budget (issue 26): a page is escalated only while its job's budget
 lasts, and an escalated page waiting in the escalation pool keeps its first reading once the
 budget is spent (the scaler boots no pod for it there, as for any page of a job past its budget).
+Nor is a page escalated into a pool its job's owner may not submit to (issue 38): moving work
+between pools checks the same rights as a submission.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from django.db import transaction
 from ocrjobs.models import Page
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import _first_reading_kept
+from pods.models import Pool
 from pods.spend import jobs_spend
+
+NOT_OPEN = "the escalation pool is not open to the job's owner"
 
 
 def jobs_at_budget(max_dollars: dict[int, Decimal | None]) -> dict[int, str]:
@@ -25,6 +30,23 @@ def jobs_at_budget(max_dollars: dict[int, Decimal | None]) -> dict[int, str]:
     spent = jobs_spend(budgets)
     return {job_id: budget_spent(budgets[job_id], spent[job_id]) for job_id in budgets
             if spent[job_id] >= budgets[job_id]}  # fmt: skip
+
+
+def escalations_refused(moves: set[tuple[int | None, int]]) -> set[tuple[int | None, int]]:
+    """Of the (job owner's id, escalation pool id) that pages would move by, those the owner may
+    not submit to (``Pool.objects.open_to``): those pages keep their first reading. A job without
+    an owner (the command line: whoever runs the deployment) may use every pool. A query per
+    owner, for the pages of a batch that escalate only."""
+    from django.contrib.auth import get_user_model
+
+    owners = get_user_model().objects.in_bulk({owner_id for owner_id, _ in moves if owner_id is not None})
+    pools = {pool_id for _, pool_id in moves}
+    open_to = {
+        owner_id: set(Pool.objects.open_to(owner).filter(pk__in=pools).values_list("pk", flat=True))
+        for owner_id, owner in owners.items()
+    }
+    return {(owner_id, pool_id) for owner_id, pool_id in moves
+            if owner_id is not None and pool_id not in open_to.get(owner_id, set())}  # fmt: skip
 
 
 def budget_spent(max_dollars: Decimal, spent: Decimal) -> str:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from fleetadmin import leases
 from ocrjobs.enqueue import enqueue_documents
 from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services.budgets import retry_within_budget
 from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
 from pods.enqueue import nudge_scaler
@@ -144,6 +145,9 @@ def job_retry(*, job: Job) -> tuple[int, int]:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
             return 0, 0
+        # A retry spends as a submission does: checked against its owner's day in turn with
+        # their submissions, its cap lowered to what is left (429 when nothing is).
+        max_dollars = retry_within_budget(job)
         retried = job.pages.filter(status=Page.Status.FAILED).update(
             status=Page.Status.PENDING, attempts=0, attempts_given_back=0, failed_on_pod=None, error="",
             finished_at=None,
@@ -155,9 +159,11 @@ def job_retry(*, job: Job) -> tuple[int, int]:
         if retried or documents:
             job.status = Job.Status.RUNNING
             job.finished_at = None
+            job.started_at = timezone.now()  # its owner's day counts it from now
+            job.max_dollars = max_dollars
             # Its failures so far stay counted in the pool's tally; those of this run count anew.
             job.tallied_failed = 0
-            job.save(update_fields=["status", "finished_at", "tallied_failed"])
+            job.save(update_fields=["status", "finished_at", "started_at", "max_dollars", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
         if documents:
             transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))

@@ -201,6 +201,7 @@ class _InCascade(NamedTuple):
     first_result: str
     to_key: str | None
     max_dollars: Decimal | None  # its job's budget
+    owner_id: int | None  # its job's owner, whose rights the escalation pool must grant
 
 
 def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int]:
@@ -211,7 +212,7 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
         row[0]: _InCascade(*row[1:])
         for row in held.values_list(
             "id", "pool_id", "pool__key", "pool__escalation_pool_id", "pool__escalation_threshold",
-            "escalated_from__key", "first_result", "pool__escalation_pool__key", "job__max_dollars",
+            "escalated_from__key", "first_result", "pool__escalation_pool__key", "job__max_dollars", "job__owner_id",
         )
     }  # fmt: skip
     done: dict[int, tuple[PageResult, dict]] = {}
@@ -232,14 +233,17 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
             cascade = [_stage(item.result, stage.pool_key)]
             done[page_id] = (item, {**item.result, "escalated": False, "cascade": cascade})
     # function-level: the budget's module keeps first readings with this one's helpers
-    from ocrjobs.services.escalation_budget import jobs_at_budget
+    from ocrjobs.services.escalation_budget import NOT_OPEN, escalations_refused, jobs_at_budget
 
+    refused = escalations_refused({(stages[page_id].owner_id, to_pool) for page_id, (_, to_pool) in escalate.items()})
     spent = jobs_at_budget({item.job_id: stages[page_id].max_dollars for page_id, (item, _) in escalate.items()})
-    for page_id in [page_id for page_id, (item, _) in escalate.items() if item.job_id in spent]:
-        item, _ = escalate.pop(page_id)
+    for page_id, (item, to_pool) in list(escalate.items()):
         stage = stages[page_id]
-        done[page_id] = (item, _reading_kept(item.result, first_pool=stage.pool_key, pool=stage.to_key,
-                                             why={"skipped": spent[item.job_id]}))  # fmt: skip
+        why = NOT_OPEN if (stage.owner_id, to_pool) in refused else spent.get(item.job_id)
+        if why is not None:
+            del escalate[page_id]
+            done[page_id] = (item, _reading_kept(item.result, first_pool=stage.pool_key, pool=stage.to_key,
+                                                 why={"skipped": why}))  # fmt: skip
     with transaction.atomic():
         stored = _store_done(token=token, items=done)
         moved = _escalate(token=token, items=escalate)

@@ -119,7 +119,8 @@ def test_a_day_old_job_no_longer_counts(client, ordinary_user, settings):
     settings.USER_DOLLARS_PER_DAY = Decimal("5")
     token = _token(ordinary_user)
     old = Job.objects.get(pk=_submit(client, token).json()["id"])
-    Job.objects.filter(pk=old.pk).update(created_at=timezone.now() - timezone.timedelta(hours=25))
+    day_ago = timezone.now() - timezone.timedelta(hours=25)
+    Job.objects.filter(pk=old.pk).update(created_at=day_ago, started_at=day_ago, status=Job.Status.DONE)
 
     assert _submit(client, token).json()["max_dollars"] == 5.0
 
@@ -175,3 +176,100 @@ def test_a_json_submission_is_refused_past_the_budget_too(client, ordinary_user,
                            content_type="application/json", headers={"Authorization": f"Bearer {token}"})  # fmt: skip
 
     assert response.status_code == 429
+
+
+# --- retries spend as submissions do (issue 38, N4) ----------------------------------------------
+
+
+def _partial(job: Job) -> None:
+    """The job ended partial: its pages failed."""
+    from tests.ocrjobs.helpers import split
+
+    split(job)
+    job.pages.update(status="failed", error="engine crashed")
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.PARTIAL, finished_at=timezone.now())
+
+
+def test_a_retry_past_the_owners_daily_budget_is_refused(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("10")
+    token = _token(ordinary_user)
+    job = Job.objects.get(pk=_submit(client, token, max_dollars="10").json()["id"])
+    _partial(job)
+    _spent(job, "10")  # what the owner's day allows, spent
+    retried = client.post(f"/v1/jobs/{job.pk}/retry", headers={"Authorization": f"Bearer {token}"})
+
+    assert retried.status_code == 429 and "daily budget of $10" in retried.json()["error"]
+    job.refresh_from_db()
+    assert job.status == Job.Status.PARTIAL and set(job.pages.values_list("status", flat=True)) == {"failed"}
+
+
+def test_a_retried_jobs_budget_is_what_it_cost_and_what_is_left(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("10")
+    token = _token(ordinary_user)
+    job = Job.objects.get(pk=_submit(client, token, max_dollars="8").json()["id"])
+    _partial(job)
+    _spent(job, "3")
+    other = Job.objects.get(pk=_submit(client, token, max_dollars="5").json()["id"])  # running: may cost 5
+
+    retried = client.post(f"/v1/jobs/{job.pk}/retry", headers={"Authorization": f"Bearer {token}"})
+
+    assert retried.status_code == 200 and retried.json()["max_dollars"] == 5.0  # 3 spent + (10 - 3 - 5) left
+    assert other.pk != job.pk
+
+
+def test_five_retries_cannot_each_spend_the_day(client, ordinary_user, settings):
+    # The review's case: five jobs capped at the day's $10, each retried after spending it.
+    settings.USER_DOLLARS_PER_DAY = Decimal("10")
+    token = _token(ordinary_user)
+    jobs = [Job.objects.get(pk=_submit(client, token, max_dollars="2").json()["id"]) for _ in range(5)]
+    for job in jobs:
+        _partial(job)
+        _spent(job, "2")
+
+    answers = [client.post(f"/v1/jobs/{job.pk}/retry", headers={"Authorization": f"Bearer {token}"}) for job in jobs]
+
+    assert [answer.status_code for answer in answers] == [429] * 5
+
+
+def test_a_job_retried_today_counts_in_todays_budget_however_old(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("10")
+    Budget.objects.create(user=ordinary_user, dollars_per_day=None)  # no limit while the old job runs
+    token = _token(ordinary_user)
+    old = Job.objects.get(pk=_submit(client, token, max_dollars="6").json()["id"])
+    _partial(old)
+    Job.objects.filter(pk=old.pk).update(created_at=timezone.now() - timezone.timedelta(days=3),
+                                         started_at=timezone.now() - timezone.timedelta(days=3))  # fmt: skip
+    Budget.objects.filter(user=ordinary_user).update(dollars_per_day=Decimal("10"))
+    assert client.post(f"/v1/jobs/{old.pk}/retry", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+    assert _submit(client, token).json()["max_dollars"] == 4.0  # the retried job may cost 6 of today's 10
+
+
+def test_a_job_still_running_counts_however_long_ago_it_started(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    token = _token(ordinary_user)
+    running = Job.objects.get(pk=_submit(client, token, max_dollars="2").json()["id"])
+    Job.objects.filter(pk=running.pk).update(status=Job.Status.RUNNING,
+                                             started_at=timezone.now() - timezone.timedelta(hours=30))  # fmt: skip
+
+    assert _submit(client, token).json()["max_dollars"] == 3.0
+
+
+def test_the_job_page_says_why_a_retry_was_refused(client, ordinary_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("1")
+    job = Job.objects.get(pk=_submit(client, _token(ordinary_user), max_dollars="1").json()["id"])
+    _partial(job)
+    _spent(job, "1")
+    client.force_login(ordinary_user)
+
+    page = client.post(f"/jobs/{job.pk}/retry", follow=True).content.decode()
+
+    assert "daily budget of $1" in page and Job.objects.get(pk=job.pk).status == Job.Status.PARTIAL
+
+
+def test_the_form_shows_a_users_daily_budget_and_what_is_left(client, ordinary_user, admin_user, settings):
+    settings.USER_DOLLARS_PER_DAY = Decimal("25")
+    client.force_login(ordinary_user)
+    assert "Your daily budget: $25.00; $25.00 left" in client.get("/jobs/new").content.decode()
+    client.force_login(admin_user)
+    assert "Your daily budget" not in client.get("/jobs/new").content.decode()
