@@ -12,8 +12,9 @@ removed when it exits, whatever happens.
 
 Each run's closing JSON line is read, and every numeric figure in it (nested ones by a dotted path,
 ``fleet_push.push_median_ms``; lists by index) is printed with its values on each side, their
-medians and the ratio: working tree ÷ REF. Read the CPU figures first (``control_plane_cpu_ms_per_page``
-and its kind: bench/_cpu.py): the machine's load barely moves them, as it moves wall time and rates.
+medians and the ratio: working tree ÷ REF. Read the CPU figures first
+(``control_plane_cpu_ms_per_page`` and its kind: bench/_cpu.py): the machine's load barely moves
+them, as it moves wall time and rates.
 Ends with one JSON line of its own: the figures, and a "goal" with every_run_ended (each run exited
 0 and ended with a JSON line).
 

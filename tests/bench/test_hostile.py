@@ -1,7 +1,7 @@
 """bench/hostile.py at a small size: with a trickling webhook receiver, trickling URL hosts and
 slow clients on the front all at once, the one-page jobs are done with their text, every URL
-document ends failed at its deadline, and the receiver's attempt is recorded; the control plane's CPU a second
-under them stays under its ceiling (never a time)."""
+document ends failed at its deadline, and the receiver's attempt is recorded; the control plane's
+CPU a second under them stays under its ceiling (never a time)."""
 
 from __future__ import annotations
 
