@@ -30,6 +30,10 @@ scale_seconds (the target reached within one boot time plus ``SCALE_GOAL_MARGIN_
 CI's size (tests/bench/test_busy_workers.py):
 
     .venv/bin/python bench/busy_workers.py --boots 8 --boot-seconds 10 --every 1 --idle-jobs 3
+
+Also control_plane_cpu_within_ceiling: the front's and the workers' CPU in the busy phase a
+one-page job (control_plane_cpu_ms_per_page, bench/_cpu.py; the local pod's is carved out) under
+CPU_CEILING_MS_PER_PAGE, which CI asserts; the idle phase's is printed beside.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
 from bench._setup import django_for_bench
 from bench.control_plane import CpuMeter, raise_on_sigterm
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
@@ -55,6 +60,9 @@ GPU = "BUSY-GPU"
 LATENCY_RATIO_GOAL = 1.5
 LATENCY_EXTRA_GOAL_S = 5.0
 SCALE_GOAL_MARGIN_S = 10.0
+# The front's and the workers' CPU a one-page job while the boots are in flight at CI's size (8
+# boots of 10 s, a job a second): 321 and 267 ms (SQLite; the test runs once). About three times.
+CPU_CEILING_MS_PER_PAGE = 1000.0
 # Which work class runs a task, by its function (fleetadmin/clusters.py routes them so).
 CLASS_OF = {"ocrjobs.tasks.dispatch_pool": "dispatch", "pods.tasks.advance_pods": "passes"}
 PROCESSING = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO django-q (\d+) \S+ processing (.+) '([\w.]+)'")
@@ -217,6 +225,8 @@ def run(args, children: Children) -> None:
         raise SystemExit(f"the local pod never came up:\n{workers.tail()}")
 
     # Idle.
+    meter = CpuMeter(children)
+    idle_cpu_before = meter.read(local_pod_roles())
     idle_started = time.time()
     idle_jobs = []
     for _ in range(args.idle_jobs):
@@ -224,11 +234,11 @@ def run(args, children: Children) -> None:
         time.sleep(args.every)
     wait_done(idle_jobs, 120)
     idle_ended = time.time()
+    idle_cpu_s = control_plane_seconds(idle_cpu_before[0], meter.read(local_pod_roles())[0])
 
     # Busy: the scale request, and the same jobs while its boots are in flight.
     cap = args.boot_seconds * 2 + 60
-    meter = CpuMeter(children)
-    cpu_before, cpu_at = meter.read(), time.monotonic()
+    cpu_before, cpu_at = meter.read(local_pod_roles()), time.monotonic()
     busy_started = time.time()
     response = httpx.post(f"{front_url}/v1/runpod/scale", headers=admin,
                           json={"pool": pool.key, "pods": args.boots, "wait_s": 0}, timeout=60)  # fmt: skip
@@ -248,7 +258,8 @@ def run(args, children: Children) -> None:
             break
         time.sleep(args.every)
     wait_done(busy_jobs, 60)
-    cores, _ = CpuMeter.spent(cpu_before, meter.read(), time.monotonic() - cpu_at)
+    cpu_after = meter.read(local_pod_roles())
+    cores, _ = CpuMeter.spent(cpu_before, cpu_after, time.monotonic() - cpu_at)
     busy_ended = time.time()
     request = ScaleRequest.objects.get(pk=request_id)
     ready = Pod.objects.filter(pool=pool, state=Pod.State.READY).count()
@@ -262,6 +273,12 @@ def run(args, children: Children) -> None:
         for phase, (start, end) in {"idle": (idle_started, idle_ended), "busy": (busy_started, busy_ended)}.items()
     }
     idle_p95, busy_p95 = percentile(idle, 0.95), percentile(busy, 0.95)
+    # The front's and the workers' CPU over the busy phase (the local pod's is the engine's, carved
+    # out), per one-page job done in it: the boots' passes are in it, the load this is about. The
+    # idle phase's, beside it, is a one-page job's alone.
+    cpu = per_unit("page", control_plane_seconds(cpu_before[0], cpu_after[0]), len(busy) - undone,
+                   CPU_CEILING_MS_PER_PAGE)  # fmt: skip
+    idle_ms_per_page = round(idle_cpu_s * 1000 / (len(idle) - idle_undone), 3) if len(idle) > idle_undone else None
     goal = {
         # Counted, the same on any machine:
         "every_job_done": undone == 0 == idle_undone,
@@ -270,6 +287,8 @@ def run(args, children: Children) -> None:
         # held them all, and 64 boots would have needed 64 of them to be in flight at once).
         "short_workers_never_all_busy": in_use["busy"]["short"] < sizes["short"],
         "scale_target_reached": ready >= args.boots,
+        # CPU time, which the machine's load barely moves: a generous ceiling CI asserts.
+        CEILING_GOAL: within_ceiling(cpu),
         # Times (this machine's): in the JSON, not asserted by CI.
         "busy_latency_p95": idle_p95 is not None and busy_p95 is not None
         and busy_p95 <= LATENCY_RATIO_GOAL * idle_p95 and busy_p95 <= idle_p95 + LATENCY_EXTRA_GOAL_S,
@@ -290,6 +309,8 @@ def run(args, children: Children) -> None:
         "worker_processes": {"configured": sizes, "most_busy_idle": in_use["idle"], "most_busy_busy": in_use["busy"]},
         "scale_request": {"state": request.state, "ready": ready, "seconds_to_target": scale_seconds},
         "cores_used_busy_phase": cores,
+        **cpu,
+        "idle_control_plane_cpu_ms_per_page": idle_ms_per_page,
         "pass_interval_s": settings.PASS_INTERVAL_SECONDS,
         "latency_met": latency_met,
         "workers_met": workers_met,
@@ -315,6 +336,7 @@ def run(args, children: Children) -> None:
     print(f"scale request: {request.state}, {ready}/{args.boots} ready; target reached after "
           f"{'-' if scale_seconds is None else scale_seconds} s (goal <= {goal_s:g} s: "
           f"{'met' if scale_met else 'NOT met'})")  # fmt: skip
+    print(cpu_line(cpu) + f" in the busy phase; idle, {idle_ms_per_page} ms a page")
     print("cores used during the busy phase: " + ", ".join(f"{k} {v}" for k, v in sorted(cores.items())))
     print(json.dumps(result))
 

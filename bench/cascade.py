@@ -26,7 +26,8 @@ them at a small size): every_page_read (both engines answered every page), every
 (each kind of degradation is among the pages), as_accurate_as_the_better_engine (the cascade's
 accuracy >= the better engine's alone), escalated_some_not_all (the threshold sends some pages
 on and keeps some). Measured, for a reader: at_most_half_the_cost (the cascade's CPU-seconds per
-page <= half of the better engine's).
+page <= half of the better engine's). No control plane runs here (no front, no workers:
+bench/_cpu.py), so there is no control-plane CPU a page: the engines' CPU is the figure.
 """
 
 from __future__ import annotations
@@ -303,6 +304,7 @@ def main() -> None:
                     for n in ENGINES)
         + f"; cascade: accuracy {cascade_accuracy:.4f}, {cpu:.3f} CPU-s/page, {escalated}/{len(evaluation)} escalated"
     )  # fmt: skip
+    print("control-plane CPU: none in this run (the engines in this process, no front, no workers)")
     print(json.dumps(figures))
 
 

@@ -11,7 +11,8 @@ the pod rendering it), with ``--lanes`` pages in flight both ways. It prints pag
 per page for both and the pod server's overhead; the goal is <= 10 %. Each figure is the best of
 ``--rounds`` rounds, the two ways alternating, so that a neighbour's load hits both alike. It also
 prints the CPU-seconds per page of each way (the engine's child processes included, the client's
-excluded), which a shared machine's load does not move as it moves wall-clock time.
+excluded), which a shared machine's load does not move as it moves wall-clock time. No control
+plane runs here (no front, no workers: bench/_cpu.py), so there is no control-plane CPU a page.
 
 Engines: tesseract and rapidocr on the CPU everywhere; on an NVIDIA GPU (onnxruntime-gpu's CUDA
 provider present) rapidocr on CUDA too; vlm when a vLLM server answers at VLM_URL with MODEL
@@ -274,6 +275,7 @@ def main() -> None:
         if r["pages_with_one_answer"] != r["pages"]:
             print(f"{r['engine']} on {r['device']}: {r['pages'] - r['pages_with_one_answer']} page(s) read otherwise "
                   "through the server than directly (or in another round)")  # fmt: skip
+    print("control-plane CPU: none in this run (a pod server and its engines, no front, no workers)")
     print(
         json.dumps(
             {

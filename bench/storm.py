@@ -50,6 +50,10 @@ no growth while dispatch is stalled, every ready pod read pages, create calls <=
 pods booted, at most one catalogue fetch per 60 s, the status endpoint answered every probe, every
 pod shed by the system, no pod left at the provider. Default size: a few minutes here;
 --docs/--pages-per-doc/--max-pods scale it; --small is CI's size (a minute or so).
+
+Also control_plane_cpu_within_ceiling, asserted by CI: the front's and the workers' CPU from the
+storm's submission to its last pod's end a page done (control_plane_cpu_ms_per_page,
+bench/_cpu.py) under CPU_CEILING_MS_PER_PAGE.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import spot
+from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, per_unit, within_ceiling
 from bench._forecast_check import (
     forecast_vs_bill,
     print_forecast_vs_bill,
@@ -91,6 +96,10 @@ CATALOGUE = [
     ("NVIDIA GeForce RTX 4090", 0.69, 8),
 ]
 PAID_OVER_BUSY_GOAL = 1.15
+# The front's and the workers' CPU a page at --small (240 pages, ~50 s, most of it the probe and
+# the clocks): 29.4 and 28.6 ms stored, 32.0 and 33.5 through the API (SQLite, PostgreSQL).
+# About three times the most.
+CPU_CEILING_MS_PER_PAGE = 100.0
 # --small: a minute or so, in either mode (CI's size, tests/bench/test_storm.py).
 SMALL = {"docs": 60, "pages_per_doc": 4, "jobs": 2, "max_pods": 8, "max_seconds": 300}
 
@@ -353,6 +362,9 @@ def run(args, children: Children, sim_url: str) -> None:
     stats = since(sim_get(sim_url, "/sim/stats"), stats_before)
     extra_forwards = stats["ocr_pages"] - done
     lost = pages_total - done + done_without_result
+    # The front's and the workers' CPU from the storm's submission to its last pod's end (the
+    # probe's answers, the boots, the sheds and the clocks' idle passes too), per page done.
+    cpu = per_unit("page", control_plane_seconds(cpu_before[0], cpu_after[0]), done, CPU_CEILING_MS_PER_PAGE)
 
     measured_pods = Pod.objects.filter(pool=pool, created_at__gte=warm_end)  # (the warm-up's all ended before)
     pods = list(measured_pods)
@@ -419,6 +431,8 @@ def run(args, children: Children, sim_url: str) -> None:
         and not healthz_row.get("unanswered"),
         "every_pod_shed": not not_shed,
         "no_pod_left_at_provider": stats_after["pods_total"] == 0,
+        # CPU time, which the machine's load barely moves: a generous ceiling CI asserts.
+        CEILING_GOAL: within_ceiling(cpu),
         **within_goal(forecasts),
     }
     result = {
@@ -464,6 +478,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_left_at_provider": stats_after["pods_total"],
         "ready_pods_without_pages": len(ready_idle),
         "cores_used": workers_cores,
+        **cpu,
         "forecast_vs_bill": forecasts,
         "warm_up_pages": warm_pages,
         "warm_up_forecast_vs_bill": warmed,
@@ -493,6 +508,7 @@ def run(args, children: Children, sim_url: str) -> None:
     print(f"stalls               {len(stalls)} STALL alerts ({result['stall_alert_raises']} raises), "
           f"{grown_while_stalled} pods created while one was open")  # fmt: skip
     print(f"pods not shed        {len(not_shed)} (released by the benchmark)")
+    print(f"{cpu_line(cpu)}")
     print("cores used           " + ", ".join(f"{k} {v}" for k, v in sorted(workers_cores.items())))
     if args.interruptible:
         spot.print_section(result["interruptible"])

@@ -1,4 +1,5 @@
-"""bench/boot_storm.py at a small size: a storm of boots probes each candidate about once."""
+"""bench/boot_storm.py at a small size: a storm of boots probes each candidate about once, and
+the passes' CPU a boot stays under its ceiling."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tests.bench.conftest import assert_goals, run_bench
 
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
-def test_a_boot_storm_makes_no_more_create_calls_than_candidates_and_boots():
+def test_a_boot_storm_makes_no_more_create_calls_than_candidates_and_boots_within_the_cpu_ceiling():
     figures = run_bench("boot_storm.py", "--boots", "12", "--gpu-types", "4", "--data-centers", "4")
-    assert_goals(figures, "create_calls", "catalogue_fetches", "boots_succeeded")
+    assert_goals(figures, "create_calls", "catalogue_fetches", "boots_succeeded", "control_plane_cpu_within_ceiling")
     assert figures["boots_succeeded"] == 12 and figures["candidates"] == 16
