@@ -51,12 +51,16 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._cpu import CEILING_GOAL, per_unit, within_ceiling
 from bench._setup import django_for_bench
 from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 GPU = "INGEST-GPU"
 GOALS = {"pages_per_s": 300.0, "control_plane_cpu_ms_per_page": 3.5, "bytes_to_pods_ratio": 1.1, "upload_mb_s": 100.0}
+# What CI asserts at its small size (bench/_cpu.py): ~3x the 5.1 ms a page measured there (its
+# start-up costs weigh on 120 pages), on a machine shared with other work.
+CPU_CEILING_MS_PER_PAGE = 16.0
 
 
 def sim_config(args) -> dict:
@@ -400,8 +404,7 @@ def run(args, children: Children, sim_url: str) -> None:
         "docs_per_job": args.docs_per_job,
         "seconds": round(span, 2),
         "pages_per_s": round(done / span, 1) if span > 0 else None,
-        "control_plane_cpu_s": round(control_plane_s, 2),
-        "control_plane_cpu_ms_per_page": round(control_plane_s * 1000 / max(done, 1), 2),
+        **per_unit("page", control_plane_s, done, CPU_CEILING_MS_PER_PAGE),
         "cpu_s_by_process": {name: round(seconds, 2) for name, seconds in sorted(cpu.items())},
         "pdf": args.pdf,
         "pdfs_built": pdfs.get("built", 0),
@@ -435,8 +438,9 @@ def run(args, children: Children, sim_url: str) -> None:
         and result["bytes_to_pods_ratio"] <= GOALS["bytes_to_pods_ratio"],
         # This machine's speed: in the JSON, not asserted by CI.
         "pages_per_s": bool(result["pages_per_s"]) and result["pages_per_s"] >= GOALS["pages_per_s"],
-        "control_plane_cpu_ms_per_page": result["control_plane_cpu_ms_per_page"]
-        <= GOALS["control_plane_cpu_ms_per_page"],
+        CEILING_GOAL: within_ceiling(result),  # CPU time: CI asserts it, at a generous ceiling
+        "control_plane_cpu_ms_per_page": result["control_plane_cpu_ms_per_page"] is not None
+        and result["control_plane_cpu_ms_per_page"] <= GOALS["control_plane_cpu_ms_per_page"],
         "upload_mb_s": result["upload_mb_s"] is not None and result["upload_mb_s"] >= GOALS["upload_mb_s"],
     }
     if args.pdf:
