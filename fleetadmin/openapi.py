@@ -75,7 +75,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-jobs-outputs-rebuild", "post"): {
         "summary": "Build a job's searchable PDFs (again) (202)",
         "description": "The job's owner only (403 otherwise), once the job is done, partial or cancelled "
-        "(409 before). A build under way is overtaken: it stores nothing. The body is the job, each "
+        "with a page read (409 otherwise), OUTPUT_REBUILDS_PER_HOUR a user (429 past it). A build under way is overtaken: it stores nothing. The body is the job, each "
         "document's `outputs.pdf.state` back to `pending`.",
         "scope": "submit",
     },

@@ -322,6 +322,9 @@ TASK_LEASE_SECONDS = envfloat("TASK_LEASE_SECONDS", 60.0, minimum=1.0)
 TASK_START_GRACE_SECONDS = envfloat("TASK_START_GRACE_SECONDS", 300.0, minimum=1.0)
 # A searchable PDF's build whose worker died this many times (a document that kills it) fails.
 PDF_BUILD_ATTEMPTS = envint("PDF_BUILD_ATTEMPTS", 3, minimum=1)
+# Rebuilds of a job's searchable PDFs one user may ask for in any hour (issue 38, N2): each may
+# hold the outputs workers for a build's time limit.
+OUTPUT_REBUILDS_PER_HOUR = envint("OUTPUT_REBUILDS_PER_HOUR", 10, minimum=1)
 OCR_LANGUAGES = [lang.strip() for lang in envstr("OCR_LANGUAGES", "eng").split(",") if lang.strip()]
 OCR_MAX_REQUEST_BYTES = envint("OCR_MAX_REQUEST_BYTES", 2 * 1024 * 1024 * 1024, minimum=1)
 # The front against slow or many clients (fleetadmin/front.py).

@@ -432,10 +432,28 @@ class SearchablePdf(TaskLeased):
     size_bytes = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
     builds = models.PositiveIntegerField(default=0, help_text="builds started")
-    attempts = models.PositiveIntegerField(default=0, help_text="builds started since the last was asked for")
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="builds started since one last ended (built or failed): kept across rebuilds"
+    )
     generation = models.PositiveIntegerField(default=0, help_text="builds asked for: the last one asked stores")
     pages_missing = models.PositiveIntegerField(default=0, help_text="pages without text: failed, cancelled")
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return f"searchable PDF of document {self.document_id}: {self.status}"
+
+
+class OutputRebuild(models.Model):
+    """A rebuild of a job's outputs that its owner asked for: what bounds the rebuilds one user may
+    ask for in an hour (OUTPUT_REBUILDS_PER_HOUR; ocrjobs.services.outputs.job_outputs_rebuild)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    documents = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "at"], name="output_rebuild_owner_at_idx")]
+
+    def __str__(self) -> str:
+        return f"rebuild of job {self.job_id} by {self.owner_id} at {self.at:%Y-%m-%d %H:%M}"

@@ -147,11 +147,12 @@ def job_outputs_rebuild(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
     if job.owner_id != request.user.pk:
         raise PermissionDenied("only the job's owner may rebuild its outputs")
-    documents = outputs.job_outputs_rebuild(job=job)
-    if documents:
-        messages.info(request, f"The searchable PDFs of {documents} documents are being built again.")
+    try:
+        documents = outputs.job_outputs_rebuild(job=job, user=request.user)
+    except ApiError as exc:
+        messages.error(request, exc.message)
     else:
-        messages.error(request, f"Job {job.pk} is {job.status}: its outputs are built once it has ended.")
+        messages.info(request, f"The searchable PDFs of {documents} documents are being built.")
     return redirect(job)
 
 

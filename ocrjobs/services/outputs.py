@@ -11,13 +11,16 @@ import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
 from fleetadmin import leases
+from fleetadmin.api import ApiError
 from ocrjobs import storage
 from ocrjobs.enqueue import enqueue_searchable_pdfs
-from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.models import Document, Job, OutputRebuild, Page, SearchablePdf
 
 ROWS_PER_QUERY = 500
 
@@ -41,15 +44,30 @@ def job_outputs_request(*, jobs: list[Job]) -> None:
     _request_builds([job.pk for job in ended if not job.searchable_pdf], only_asked=True)
 
 
-def job_outputs_rebuild(*, job: Job) -> int:
+def job_outputs_rebuild(*, job: Job, user) -> int:
     """Build the job's searchable PDFs again (the job page's button, ``POST
-    /v1/jobs/{id}/outputs/rebuild``): the number of documents asked for. A build still running
-    is overtaken: it stores nothing (searchable_pdf_build)."""
+    /v1/jobs/{id}/outputs/rebuild``), asked by ``user``, its owner: the number of documents asked
+    for. A build still running is overtaken: it stores nothing (searchable_pdf_build). ApiError
+    409 for a job that has not ended or has no page read; 429 past the user's
+    OUTPUT_REBUILDS_PER_HOUR (each rebuild may hold the outputs workers for a build's time limit).
+    A document's builds whose workers died are still counted (``attempts``): a rebuild gives a
+    document that kills its worker one more try, not PDF_BUILD_ATTEMPTS more."""
     with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # a user's rebuilds in turn
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in WITH_OUTPUTS:
-            return 0
-        return _request_builds([job.pk])
+            raise ApiError(
+                f"job {job.pk} is {job.status}: outputs are built once it is done, partial or cancelled", 409
+            )
+        if not job.pages.filter(status=Page.Status.DONE).exists():
+            raise ApiError(f"job {job.pk} has no page read: there is no text to build its searchable PDFs from", 409)
+        hour_ago = timezone.now() - timezone.timedelta(hours=1)
+        if OutputRebuild.objects.filter(owner=user, at__gte=hour_ago).count() >= settings.OUTPUT_REBUILDS_PER_HOUR:
+            raise ApiError(f"you asked for {settings.OUTPUT_REBUILDS_PER_HOUR} rebuilds in the last hour "
+                           "(OUTPUT_REBUILDS_PER_HOUR): ask again later", 429)  # fmt: skip
+        documents = _request_builds([job.pk])
+        OutputRebuild.objects.create(owner=user, job=job, documents=documents)
+        return documents
 
 
 def document_pdf_request(*, document: Document) -> bool:
@@ -86,7 +104,7 @@ def _request_builds(job_ids: list[int], *, only_asked: bool = False, document_id
             f"SELECT id, %s, '', 0, '', 0, 0, 1, 0, %s, %s, '' FROM {documents} "
             f"WHERE job_id IN ({', '.join(['%s'] * len(job_ids))}) AND status = %s{which} "
             f"ON CONFLICT (document_id) DO UPDATE SET status = %s, error = '', generation = {rows}.generation + 1, "
-            f"attempts = 0, task_lease_until = %s, task_lease_token = ''",
+            f"task_lease_until = %s, task_lease_token = ''",
             [pending, adapt(timezone.now()), adapt(lease), *job_ids, split, *extra, pending, adapt(lease)],
         )
         count = cursor.rowcount

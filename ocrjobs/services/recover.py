@@ -53,7 +53,7 @@ def searchable_pdfs_recover() -> list[int]:
     attempts = settings.PDF_BUILD_ATTEMPTS
     died = lost.filter(status=SearchablePdf.Status.BUILDING, attempts__gte=attempts).update(
         status=SearchablePdf.Status.FAILED, task_lease_until=None, updated_at=timezone.now(),
-        error=f"its build stopped without an end {attempts} times (its worker died: out of memory?); rebuild to try again",
+        error=f"its build stopped without an end {attempts} times (its worker died: out of memory?); a rebuild tries once more",
     )  # fmt: skip
     if died:
         log.warning("%d searchable PDFs failed: their builds' workers died %d times", died, attempts)

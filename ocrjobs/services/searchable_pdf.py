@@ -138,7 +138,11 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         log.exception("document %s: the searchable PDF failed", document.pk)
         error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
         rows.filter(generation=generation, task_lease_token=token).update(
-            status=SearchablePdf.Status.FAILED, error=error, updated_at=timezone.now(), task_lease_until=None
+            status=SearchablePdf.Status.FAILED,
+            error=error,
+            updated_at=timezone.now(),
+            task_lease_until=None,
+            attempts=0,  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
         )
         return rows.get()
     missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
@@ -151,6 +155,7 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         previous = row.name
         row.status, row.name, row.size_bytes, row.error = SearchablePdf.Status.BUILT, name, size, ""
         row.pages_missing, row.updated_at, row.task_lease_until = missing, timezone.now(), None
+        row.attempts = 0  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
         row.save()
         if previous and previous != name:
             transaction.on_commit(lambda: storage.document_delete(previous))

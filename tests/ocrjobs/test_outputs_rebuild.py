@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
-from ocrjobs.models import Job, Page, SearchablePdf
+from ocrjobs.models import Job, OutputRebuild, Page, SearchablePdf
 from ocrjobs.services import searchable_pdf
 from ocrjobs.services.jobs import job_cancel, job_refresh
 from ocrjobs.services.outputs import job_outputs_rebuild
@@ -159,6 +160,39 @@ def test_the_job_page_of_a_job_that_did_not_ask_for_pdfs_offers_to_build_them(
     assert "PDF being built" in client.get(f"/jobs/{job.pk}").content.decode()
 
 
+def test_a_rebuild_of_a_job_with_no_page_read_is_refused(client, submit_token, three_pages):
+    split(three_pages)
+    three_pages.pages.update(status=Page.Status.CANCELLED)
+    Job.objects.filter(pk=three_pages.pk).update(status=Job.Status.CANCELLED)
+
+    response = client.post(f"/v1/jobs/{three_pages.pk}/outputs/rebuild", headers=auth(submit_token))
+
+    assert response.status_code == 409 and "no page read" in response.json()["error"]
+    assert not OutputRebuild.objects.exists() and not SearchablePdf.objects.exists()
+
+
+def test_one_users_rebuilds_are_limited_per_hour(client, submit_token, done_job, settings):
+    settings.OUTPUT_REBUILDS_PER_HOUR = 3
+    url = f"/v1/jobs/{done_job.pk}/outputs/rebuild"
+
+    answers = [client.post(url, headers=auth(submit_token)).status_code for _ in range(4)]
+    OutputRebuild.objects.update(at=timezone.now() - timezone.timedelta(minutes=61))
+    later = client.post(url, headers=auth(submit_token))
+
+    assert answers == [202, 202, 202, 429] and later.status_code == 202
+    assert SearchablePdf.objects.get().generation == 1 + 4  # the job's end, then the four rebuilds let through
+
+
+def test_the_job_page_says_why_a_rebuild_was_refused(client, ordinary_user, done_job, settings):
+    settings.OUTPUT_REBUILDS_PER_HOUR = 1
+    client.force_login(ordinary_user)
+    client.post(f"/jobs/{done_job.pk}/outputs/rebuild")
+
+    page = client.post(f"/jobs/{done_job.pk}/outputs/rebuild", follow=True).content.decode()
+
+    assert "rebuilds in the last hour" in page and SearchablePdf.objects.get().generation == 2
+
+
 def test_the_rebuild_button_needs_the_csrf_token(ordinary_user, done_job):
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(ordinary_user)
@@ -178,7 +212,7 @@ def test_a_build_overtaken_by_a_rebuild_never_replaces_the_later_build(
         real_overlay(source, doc, target, lease)
         calls.append(doc.pk)
         if len(calls) == 1:  # (only build A: B runs the real thing)
-            job_outputs_rebuild(job=done_job)
+            job_outputs_rebuild(job=done_job, user=done_job.owner)
             later.append(searchable_pdf_build(document_id=doc.pk))
 
     monkeypatch.setattr(searchable_pdf, "_overlay_pdf", overlay_then_overtaken)
@@ -200,7 +234,7 @@ def test_a_stale_build_that_fails_does_not_mark_the_later_build_failed(done_job,
         calls.append(doc.pk)
         if len(calls) > 1:
             return real_overlay(source, doc, target, lease)
-        job_outputs_rebuild(job=done_job)
+        job_outputs_rebuild(job=done_job, user=done_job.owner)
         later.append(searchable_pdf_build(document_id=doc.pk))
         raise RuntimeError("the stale build breaks")
 
