@@ -34,8 +34,15 @@ def _embedded_secret_key() -> str:
     # sessions survive a restart; a scaled-out deployment must supply its own.
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # Made 0600 before the key is written (review L1: written, then chmod-ed, it was readable
+        # by others in between), and only if no other process made it first.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 

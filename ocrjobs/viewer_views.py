@@ -18,7 +18,8 @@ from ocrjobs import selectors, storage
 from ocrjobs.models import Job
 from ocrjobs.viewer import VIEWER_BATCH, document_source, image_type, viewer_batch, viewer_counts
 
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# At most 19 digits a number (review N8: Python refuses to read over 4,300 as an int, a 500).
+RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:

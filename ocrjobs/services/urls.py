@@ -12,16 +12,19 @@ from django.conf import settings
 from fleetadmin.api import ApiError
 
 # IPv6 prefixes that carry an IPv4 address a gateway translates to, which ``is_global`` calls
-# public whatever IPv4 address they hold: NAT64's well-known and local-use prefixes (RFC 6052,
-# 8215), and the deprecated IPv4-compatible form (::a.b.c.d), refused outright.
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# public whatever IPv4 address they hold: NAT64's well-known prefix (RFC 6052), whose /96 holds
+# the address in its last 32 bits; the local-use prefix (RFC 8215) and the deprecated
+# IPv4-compatible form (::a.b.c.d), refused outright: a /48 carries its IPv4 address in any of
+# RFC 6052's layouts (review N7: 64:ff9b:1:a00:0:500:808:808 holds 10.0.0.5), and a local
+# translator is ours to reach, never a document host's.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_REFUSED_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("::/96"))
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses an IPv6 address carries (mapped, 6to4, Teredo, NAT64, compatible)."""
     embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
-    if any(ip in network for network in _NAT64):
+    if ip in _NAT64:
         embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     return [address for address in embedded if address is not None]
 
@@ -36,7 +39,7 @@ def address_allowed(address: str) -> bool:
     if not ip.is_global or ip.is_multicast:
         return False
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip in _IPV4_COMPATIBLE:
+        if any(ip in network for network in _REFUSED_V6):
             return False
         return all(inner.is_global and not inner.is_multicast for inner in _embedded_ipv4(ip))
     return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,27 @@ def test_the_embedded_default_needs_no_environment(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "django.db.backends.sqlite3"
     assert (tmp_path / "var" / "secret_key").is_file()
+
+
+def test_the_generated_secret_key_is_never_on_disk_readable_by_others(tmp_path):
+    # Review L1: the key was written with the umask's mode, then chmod-ed. The key is made here
+    # with the file already there: what mode does it have at that moment?
+    code = (
+        "import os, secrets, stat; from pathlib import Path; made = secrets.token_urlsafe; "
+        f"path = Path({str(tmp_path / 'var' / 'secret_key')!r}); "
+        "secrets.token_urlsafe = lambda n: print('mode', oct(stat.S_IMODE(path.stat().st_mode)) "
+        "if path.exists() else 'no file') or made(n); "
+        "import django; django.setup(); print('key', len(Path(path).read_text()))"
+    )
+    (tmp_path / "var").mkdir()
+    clean = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    clean.update(FLEETADMIN_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="fleetadmin.settings")
+    result = subprocess.run(["sh", "-c", f"umask 022 && exec {sys.executable} -c \"$0\"", code], cwd=REPO,
+                            env=clean, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["mode 0o600", "key 67"]
+    assert stat.S_IMODE((tmp_path / "var" / "secret_key").stat().st_mode) == 0o600
 
 
 def test_settings_refuse_a_database_url_without_a_secret_key(tmp_path):

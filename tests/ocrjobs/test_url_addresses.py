@@ -14,6 +14,8 @@ from ocrjobs.services.urls import address_allowed
         "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254, the cloud metadata service
         "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
         "64:ff9b:1::a00:5",  # local-use NAT64 prefix, 10.0.0.5
+        "64:ff9b:1:a00:0:500:808:808",  # the same, 10.0.0.5 in RFC 6052's /48 layout (review N7)
+        "64:ff9b:1::808:808",  # the local-use prefix is never a document host's, whatever it carries
         "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
         "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo whose client is 10.0.0.1
         "::127.0.0.1",  # IPv4-compatible loopback
