@@ -24,7 +24,7 @@ from twisted.internet.testing import StringTransport
 from accounts.models import ApiToken
 from fleetadmin.asgi import BODY_EXTENSION, FrontASGIHandler, _handed_body
 from fleetadmin.formdata import FormData
-from fleetadmin.front import EVICTABLE_AFTER_SECONDS, FrontHTTPFactory, FrontServer, hand_over_body
+from fleetadmin.front import EVICTABLE_AFTER_SECONDS, READ_BYTES, FrontHTTPFactory, FrontServer, hand_over_body
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
 from tests.factories import pdf_bytes
@@ -362,6 +362,14 @@ def test_the_front_writes_an_uploads_bytes_once(front_process, token):
     uploaded = sum(len(data) for data in documents)
     # Once, and what a job's rows, its tasks and the answer take (~30 kB on SQLite).
     assert _written_bytes(process.pid) - before < uploaded + 256 * 1024
+
+
+def test_a_connection_reads_up_to_read_bytes_at_a_time():
+    # Twisted's 64 KiB reads cost a dozen Python calls each on the way to an upload's form.
+    channel = FrontHTTPFactory(_Server()).buildProtocol(None)
+    channel.makeConnection(_Transport())
+
+    assert channel.transport.bufferSize == READ_BYTES == 256 * 1024
 
 
 def test_start_up_fails_unless_daphne_listens_with_the_fronts_factory():
