@@ -20,6 +20,7 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
+from fleetadmin import formdata
 from fleetadmin.db import use_connection_pool
 from fleetadmin.healthz import HealthzFirst
 from fleetadmin.loopwatch import watch_loop
@@ -35,7 +36,10 @@ class FrontASGIHandler(ASGIHandler):
     messages as Django does."""
 
     async def handle(self, scope, receive, send):
-        _handed_body.set(scope.get("extensions", {}).get(BODY_EXTENSION))
+        body = scope.get("extensions", {}).get(BODY_EXTENSION)
+        _handed_body.set(body)
+        # A form the front read as it arrived: what ocrjobs.uploads' handler gives Django as POST and FILES.
+        formdata.received.set(body if isinstance(body, formdata.FormData) else None)
         return await super().handle(scope, receive, send)
 
     async def read_body(self, receive):

@@ -7,10 +7,17 @@ Out of the box a multipart POST body is held whole in memory twice over: Twisted
 daphne reads the body back and queues every chunk of it to the application at once. Here:
 - ``FrontRequest`` is built with Twisted's public ``parsePOSTFormSubmission=False``: no first
   parse (it would be ~80% of the front's CPU on uploads);
-- ``FrontServer.create_application`` hands Twisted's content file (a BytesIO under 100 kB, else a
-  temporary file) to Django in the request's scope (``BODY_EXTENSION``), left at its end so that
-  daphne queues one empty message; fleetadmin.asgi's handler reads it as the body file. The body
-  is received once and read once, by Django's multipart parser;
+- a multipart form body of a stated length (what every upload is) is read as it arrives
+  (``FrontRequest.form_for_body``, fleetadmin/formdata.py): each file is written to a temporary
+  file of its own and hashed on the way, and no file holds the whole body. Twisted's temporary
+  file of the body, which Django's parser read back and wrote out again file by file, was most
+  of what doubled the front's CPU a page after 8db2974 (bench/uploads.py, 2,500 pages: 2.4-2.7 s
+  before, 3.0-3.1 s once Django's parser read bodies at eadcdb3, 3.8-4.1 s once they went to
+  that file at f74ac5a);
+- ``FrontServer.create_application`` hands the body (that form, or Twisted's content file: a
+  BytesIO under 100 kB, else a temporary file) to Django in the request's scope
+  (``BODY_EXTENSION``), left at its end so that daphne queues one empty message; fleetadmin.asgi's
+  handler reads it as the body file (a form's fields and files through ocrjobs.uploads' handler);
 - a body over OCR_MAX_REQUEST_BYTES gets a 413 as soon as its Content-Length says so, before a
   byte of it is stored, and a chunked one once it passes the limit; the rest of it is dropped;
 - a client cannot hold the front's capacity by being slow or many (``FrontHTTPChannel``, checked
@@ -20,8 +27,9 @@ daphne reads the body back and queues every chunk of it to the application at on
   most FRONT_MAX_BODIES_IN_FLIGHT bodies are received at once (past it, the slowest body that has
   been behind the minimum rate for EVICTABLE_AFTER_SECONDS gets a JSON 408 and its place goes to
   the new one; if none is behind, the new one gets a JSON 503 with Retry-After before it is read). Twisted keeps a body under 100 kB in memory and a larger or
-  chunked one in a temporary file, so bodies hold at most 100 kB x FRONT_MAX_BODIES_IN_FLIGHT of
-  memory between them.
+  chunked one in a temporary file, and a form keeps at most 100 kB of fields in memory
+  (formdata.FIELDS_IN_MEMORY_BYTES), so bodies hold at most about 100 kB x FRONT_MAX_BODIES_IN_FLIGHT
+  of memory between them.
 
 daphne's command line takes its Server class from ``CommandLineInterface.server_class``; the
 Server builds its HTTP factory in ``run()`` as ``self.http_factory``, which ``FrontServer`` takes
@@ -48,8 +56,11 @@ from twisted.internet.task import LoopingCall
 from twisted.web.http import HTTPChannel
 
 from fleetadmin.asgi import BODY_EXTENSION
+from fleetadmin.formdata import FormData
 
 REFUSED_CLOSE_SECONDS = 5.0
+# What a connection reads at a time (FrontHTTPChannel.connectionMade says why).
+READ_BYTES = 256 * 1024
 # A body behind the minimum rate for this long gives its slot to a new one when every slot is held.
 EVICTABLE_AFTER_SECONDS = 1.0
 
@@ -66,18 +77,26 @@ class FrontRequest(WebRequest):
     def gotLength(self, length: int | None) -> None:
         self.channel.headers_since = None
         if length is not None and length > settings.OCR_MAX_REQUEST_BYTES:
-            self.content = io.BytesIO()  # (never written to: the body is dropped as it arrives)
-            self.refuse()
+            self.refuse()  # (the body is dropped as it arrives)
             return
         if length != 0:  # a body to come (None: chunked)
             factory = self.channel.factory
             if len(factory.bodies) >= settings.FRONT_MAX_BODIES_IN_FLIGHT and not factory.evict_slowest():
-                self.content = io.BytesIO()
                 self.refuse(503, "Service Unavailable", "too many uploads are being received; retry shortly")
                 return
             factory.bodies.add(self)
             self.body_since = time.monotonic()
-        super().gotLength(length)
+        form = self.form_for_body() if length else None
+        if form is None:
+            super().gotLength(length)
+        else:
+            self.content = form  # (Twisted's public Request.content: what the body is written to)
+
+    def form_for_body(self) -> FormData | None:
+        """A multipart form body of a stated length is read as it arrives (fleetadmin/formdata.py):
+        no temporary file of the whole body, read back and written out again file by file."""
+        content_type = self.requestHeaders.getRawHeaders(b"content-type")
+        return FormData.for_content_type(content_type[0].decode("latin-1")) if content_type else None
 
     def handleContentChunk(self, data: bytes) -> None:
         if self.refused:
@@ -89,6 +108,9 @@ class FrontRequest(WebRequest):
         super().handleContentChunk(data)
 
     def requestReceived(self, command, path, version) -> None:
+        if isinstance(self.content, FormData) and command != b"POST" and not self.refused:
+            # (Django reads a form from a POST only: another method's body is its own to read)
+            self.refuse(400, "Bad Request", "a multipart/form-data body is taken with POST only")
         self.body_received()
         if self.refused:  # the whole body came and was dropped: nothing more to read
             self.channel.transport.loseConnection()
@@ -98,6 +120,12 @@ class FrontRequest(WebRequest):
     def connectionLost(self, reason) -> None:
         self.body_received()
         super().connectionLost(reason)
+
+    def drop_body(self) -> None:
+        """What was received of the body is dropped (a form's files removed), and what comes next."""
+        if self.content is not None and not self.content.closed:
+            self.content.close()
+        self.content = io.BytesIO()  # (never written to: refused, the rest of the body is not kept)
 
     def body_received(self) -> None:
         self.body_since = None
@@ -125,6 +153,7 @@ class FrontRequest(WebRequest):
         read it)."""
         self.refused = True
         self.body_received()
+        self.drop_body()
         self.requestHeaders.removeHeader(b"Expect")  # (Twisted answers 100-continue after gotLength)
         error = error or f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes"
         body = json.dumps({"error": error}).encode()
@@ -149,6 +178,12 @@ class FrontHTTPChannel(HTTPChannel):
 
     def connectionMade(self) -> None:
         super().connectionMade()
+        # Twisted's transports read 64 KiB at a time (FileDescriptor.bufferSize, a public
+        # attribute), and each read passes a dozen Python calls on its way to the form: reading up
+        # to 256 KiB, bench/uploads.py's front took 5.09 / 5.25 s against 5.82 / 5.56 s (2,500
+        # pages, alternated). It also bounds what a connection buffers of an answer before a
+        # streamed download's producer is paused: 256 KiB instead of 64 KiB.
+        self.transport.bufferSize = READ_BYTES
         self.headers_since = time.monotonic()
         self.factory.channels.add(self)
 
@@ -173,7 +208,6 @@ class FrontHTTPChannel(HTTPChannel):
             if request.too_slow(now):
                 rate = settings.FRONT_BODY_MIN_BYTES_PER_SECOND
                 request.refuse(408, "Request Timeout", f"the body arrived slower than {rate} bytes/s")
-                request.content = io.BytesIO()  # (what it had received is dropped)
 
 
 class FrontHTTPFactory(HTTPFactory):
@@ -218,7 +252,6 @@ class FrontHTTPFactory(HTTPFactory):
         rate = settings.FRONT_BODY_MIN_BYTES_PER_SECOND
         slowest.refuse(408, "Request Timeout", f"the body arrived slower than {rate} bytes/s while every upload "
                        "slot was taken")  # fmt: skip
-        slowest.content = io.BytesIO()  # (what it had received is dropped)
         return True
 
 

@@ -271,13 +271,9 @@ STORAGES = {
 # than asked for (ocrjobs/storage.py).
 STORAGE_READ_TIMEOUT_SECONDS = envfloat("STORAGE_READ_TIMEOUT_SECONDS", 60.0, minimum=1.0)
 
-# Uploads above this size go to a temporary file instead of memory.
-FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
-# Files larger than that are spooled to disk and hashed as they are (the sha256 pods cache them under).
-FILE_UPLOAD_HANDLERS = [
-    "django.core.files.uploadhandler.MemoryFileUploadHandler",
-    "ocrjobs.uploads.HashingTemporaryFileUploadHandler",
-]
+# Every multipart body is read by fleetadmin/formdata.py (the front's as they arrive): each file
+# written to a temporary file of its own and hashed on the way (the sha256 pods cache it under).
+FILE_UPLOAD_HANDLERS = ["ocrjobs.uploads.FormDataUploadHandler"]
 
 # OCR limits (bad input gets a clear error, never a half-made job).
 OCR_MAX_FILE_BYTES = envint("OCR_MAX_FILE_BYTES", 200 * 1024 * 1024, minimum=1)

@@ -1,26 +1,38 @@
-"""Uploads: an upload handler that hashes each file as Django spools it to disk, so that the
-sha256 pods cache a document under costs no second read of its bytes
-(ocrjobs.services.submission._stage). It is Django's documented upload-handler hook
-(FILE_UPLOAD_HANDLERS): Django's own multipart parser reads every body.
+"""Uploads: the upload handler through which every multipart body is read by
+fleetadmin.formdata.FormData, which writes each file to a temporary file of its own and hashes it
+on the way (the sha256 pods cache a document under costs no second read of its bytes:
+ocrjobs.services.submission._stage moves the file into place). It is Django's documented hook
+for a parser of one's own (FILE_UPLOAD_HANDLERS, ``handle_raw_input``): a body the front read as
+it arrived is taken as it is; any other (another server, the test client) is read from the
+request's stream.
 """
 
 from __future__ import annotations
 
-import hashlib
+from django.core.files.uploadhandler import FileUploadHandler
 
-from django.core.files.uploadhandler import TemporaryFileUploadHandler
+from fleetadmin import formdata
+
+# A body read from the request's stream is read this much at a time.
+READ_BYTES = 1024 * 1024
 
 
-class HashingTemporaryFileUploadHandler(TemporaryFileUploadHandler):
-    def new_file(self, *args, **kwargs) -> None:
-        super().new_file(*args, **kwargs)
-        self.digest = hashlib.sha256()
+class FormDataUploadHandler(FileUploadHandler):
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        form = formdata.received.get()
+        if form is None:
+            form = formdata.FormData(boundary)
+            try:
+                while chunk := input_data.read(READ_BYTES):
+                    form.write(chunk)
+            except BaseException:
+                form.close()
+                raise
+        return form.finish(encoding)
 
-    def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
-        self.digest.update(raw_data)
-        super().receive_data_chunk(raw_data, start)
+    # Never called: handle_raw_input answers for every body (Django's parser does not run).
+    def receive_data_chunk(self, raw_data, start):
+        raise NotImplementedError
 
-    def file_complete(self, file_size: int):
-        uploaded = super().file_complete(file_size)
-        uploaded.sha256 = self.digest.hexdigest()
-        return uploaded
+    def file_complete(self, file_size):
+        raise NotImplementedError

@@ -16,6 +16,15 @@ def media_root(settings, tmp_path):
     return settings.MEDIA_ROOT
 
 
+@pytest.fixture
+def spool(tmp_path, settings):
+    """Where uploads' temporary files go (FILE_UPLOAD_TEMP_DIR): empty once what a test took is closed."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    settings.FILE_UPLOAD_TEMP_DIR = str(spool)
+    return spool
+
+
 @pytest.fixture(autouse=True)
 def plain_http(settings):
     # The test client speaks plain HTTP. With DATABASE_URL set (CI's PostgreSQL run) the settings

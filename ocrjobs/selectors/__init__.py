@@ -37,6 +37,7 @@ from ocrjobs.selectors.demand import (
     pool_pages_not_split,
     pool_scheduled_jobs,
     pool_seconds_per_page,
+    pools_pages_ahead,
 )
 from ocrjobs.selectors.jobs import (
     RESULT_ROWS_PER_QUERY,
@@ -77,6 +78,7 @@ __all__ = [
     "pool_pages_not_split",
     "pool_scheduled_jobs",
     "pool_seconds_per_page",
+    "pools_pages_ahead",
     "pools_page_totals",
     "pools_pages",
 ]

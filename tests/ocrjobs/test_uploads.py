@@ -1,39 +1,43 @@
-"""Multipart bodies go through Django's own parser (request.FILES); the project's upload handler
-(ocrjobs/uploads.py) hashes each file it spools as the bytes arrive."""
+"""Every multipart body is read by fleetadmin.formdata.FormData through the project's upload handler
+(ocrjobs/uploads.py): one the front read as it arrived is taken as it is, any other is read from
+the request's stream; either way each file is in a temporary file of its own, hashed."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import io
 import os
 
 import httpx
-from django.core.files.uploadedfile import InMemoryUploadedFile, TemporaryUploadedFile
 from django.core.handlers.asgi import ASGIRequest
 
-BIG = os.urandom(6 * 1024 * 1024)  # over FILE_UPLOAD_MAX_MEMORY_SIZE: spooled to a temporary file
+from fleetadmin import formdata
+from fleetadmin.formdata import FormData, ReceivedFile
+
+BIG = os.urandom(3 * 1024 * 1024)
 
 
-def _request(files: list, data: dict | None = None) -> ASGIRequest:
+def _sent(files: list, data: dict | None = None) -> tuple[bytes, list]:
     sent = httpx.Request("POST", "http://front/v1/jobs", files=files, data=data or {})
     body = sent.read()
     headers = [(b"content-type", sent.headers["content-type"].encode()), (b"content-length", str(len(body)).encode())]
-    scope = {"type": "http", "method": "POST", "path": "/v1/jobs", "query_string": b"", "headers": headers}
-    return ASGIRequest(scope, io.BytesIO(body))
+    return body, headers
 
 
-def test_a_body_over_the_memory_size_is_spooled_and_each_file_hashed_as_it_arrives(tmp_path, settings):
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    settings.FILE_UPLOAD_TEMP_DIR = str(spool)
+def _scope(headers: list) -> dict:
+    return {"type": "http", "method": "POST", "path": "/v1/jobs", "query_string": b"", "headers": headers}
+
+
+def test_a_body_from_the_requests_stream_is_read_into_hashed_files_of_their_own(spool):
     files = [("files", ("big.pdf", BIG, "application/pdf")), ("files", ("small.png", b"\x89PNG small", "image/png"))]
-    request = _request(files, {"pool": "local"})
+    body, headers = _sent(files, {"pool": "local"})
+    request = ASGIRequest(_scope(headers), io.BytesIO(body))
 
     uploaded = request.FILES.getlist("files")
 
     assert request.POST["pool"] == "local"
-    assert all(isinstance(f, TemporaryUploadedFile) for f in uploaded)
-    assert all(f.temporary_file_path().startswith(str(spool)) for f in uploaded)
+    assert all(isinstance(f, ReceivedFile) and f.temporary_file_path().startswith(str(spool)) for f in uploaded)
     assert [(f.name, f.content_type, f.read()) for f in uploaded] == [
         ("big.pdf", "application/pdf", BIG),
         ("small.png", "image/png", b"\x89PNG small"),
@@ -42,12 +46,24 @@ def test_a_body_over_the_memory_size_is_spooled_and_each_file_hashed_as_it_arriv
         hashlib.sha256(BIG).hexdigest(),
         hashlib.sha256(b"\x89PNG small").hexdigest(),
     ]
+    request.close()
+    assert list(spool.iterdir()) == []  # (each file removed with the request)
 
 
-def test_a_small_body_stays_in_memory():
-    request = _request([("files", ("small.png", b"\x89PNG small", "image/png"))])
+def test_a_body_the_front_read_as_it_arrived_is_taken_as_it_is(spool):
+    body, headers = _sent([("files", ("big.pdf", BIG, "application/pdf"))], {"pool": "local"})
+    form = FormData.for_content_type(dict(headers)[b"content-type"].decode())
+    form.write(body)
+    request = ASGIRequest(_scope(headers), form)  # the body file Django gets: it reads empty
 
-    (small,) = request.FILES.getlist("files")
+    def files():
+        formdata.received.set(form)  # (fleetadmin.asgi's handler sets it for the request)
+        return request.FILES.getlist("files")
 
-    assert isinstance(small, InMemoryUploadedFile)  # hashed as it is staged (submission._stage)
-    assert small.read() == b"\x89PNG small"
+    (uploaded,) = contextvars.copy_context().run(files)
+
+    assert request.POST["pool"] == "local"
+    assert (uploaded.read(), uploaded.sha256) == (BIG, hashlib.sha256(BIG).hexdigest())
+    request.close()
+    assert form.closed
+    assert list(spool.iterdir()) == []
