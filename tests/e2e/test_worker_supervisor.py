@@ -33,7 +33,7 @@ from django_q.models import Task
 from django_q.tasks import async_task
 
 from accounts.models import ApiToken
-from fleetadmin.clusters import CLASSES, DISPATCH, PASSES, SHORT, brokers, cluster_name
+from fleetadmin.clusters import CLASSES, DISPATCH, OUTPUTS, PASSES, SHORT, brokers, cluster_name
 from fleetadmin.workers import ProcInfo, proc_info, processes
 from ocrjobs.models import Dispatcher, Job
 from pods.enqueue import enqueue_fetch_catalogue
@@ -163,7 +163,7 @@ def test_the_clock_asks_for_a_pass_while_something_is_due(transactional_db, loca
     cluster = queues_of_its_own(monkeypatch, "clock")
     workers = start_workers(child_env(tmp_path, Q_WORKERS="1", Q_CLUSTER_NAME=cluster), tmp_path, name="workers")
     try:
-        wait_for(lambda: all_clusters_ready(workers, {SHORT: 1, PASSES: 1, DISPATCH: 1}), GUARD,
+        wait_for(lambda: all_clusters_ready(workers, {SHORT: 1, PASSES: 1, DISPATCH: 1, OUTPUTS: 1}), GUARD,
                  lambda: f"the workers never got ready\n{workers.tail()}")  # fmt: skip
         assert not Task.objects.filter(func="pods.tasks.advance_pods").exists()
         # Due now, and nobody asks for a pass (no scaler tick runs here): the clock does.
@@ -184,10 +184,10 @@ def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_
     transactional_db, local_pool, tmp_path
 ):
     Pool.objects.create(key="second", max_pods=1)
-    env = child_env(tmp_path, Q_WORKERS="2", Q_PASS_WORKERS="2", DISPATCHERS_PER_POOL="2")
+    env = child_env(tmp_path, Q_WORKERS="2", Q_PASS_WORKERS="2", DISPATCHERS_PER_POOL="2", Q_OUTPUT_WORKERS="3")
     workers = start_workers(env, tmp_path, name="workers")
     try:
-        sizes = {SHORT: 2, PASSES: 2, DISPATCH: 4}  # 2 dispatch loops per pool × 2 pools
+        sizes = {SHORT: 2, PASSES: 2, DISPATCH: 4, OUTPUTS: 3}  # 2 dispatch loops per pool × 2 pools
         running = wait_for(lambda: all_clusters_ready(workers, sizes), GUARD,
                            lambda: f"the clusters never got ready as sized\n{workers.tail()}")  # fmt: skip
         log = workers.log_path.read_text()
@@ -200,6 +200,8 @@ def test_each_class_runs_sized_as_configured_and_the_workers_killed_with_9_take_
         )
         assert (f"dispatch loops: 4 workers (DISPATCHERS_PER_POOL 2 × 2 pools; time limit {limits[DISPATCH]} s) "
                 f"(cluster {cluster_name(DISPATCH)})") in log  # fmt: skip
+        assert (f"outputs: 3 workers (Q_OUTPUT_WORKERS; time limit {settings.Q_OUTPUT_TIMEOUT} s) "
+                f"(cluster {cluster_name(OUTPUTS)})") in log  # fmt: skip
         supervisor = workers.popen.pid
 
         def cluster_members() -> list[ProcInfo]:
