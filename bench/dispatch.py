@@ -2,17 +2,26 @@
 
     .venv/bin/python bench/dispatch.py                                   # zero-latency pods, SQLite
     .venv/bin/python bench/dispatch.py --database-url postgres://postgres@127.0.0.1:5432/test
-    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 5000   # achieved ÷ ideal
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 20480   # achieved ÷ ideal
+    .venv/bin/python bench/dispatch.py --pods 256 --lanes 8 --latency 2 --pages 40960  # the same at 256 pods
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --gateway       # every pod behind one host
     .venv/bin/python bench/dispatch.py --lease-only                      # cost of one lease at 8, 128, 512 pods
+
+Each pod is reached at a host of its own, as RunPod's proxy serves pods
+(``{pod_id}-{port}.proxy.localhost`` here); ``--gateway`` puts every pod under the simulator's one
+host and port (``/pods/{pod_id}``), as a deployment that reaches its pods through one gateway does.
 
 Prints its figures and ends with one JSON line whose "goal" names each goal. A run:
 nothing_lost (every page done, with its result), nothing_read_twice (the pods read no
-more pages than were done), and a rate: pages_per_s (>= 1,000 on PostgreSQL with
-zero-latency pods) or achieved_over_ideal (>= 0.95 with 64 pods x 8 lanes at 2 s per
-page). --lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease
-executes no more bytecode at 512 pods than at 8; its wall time is printed).
+more pages than were done), and rates: pages_per_s (>= 1,000 on PostgreSQL with
+zero-latency pods) or, with a latency, achieved_over_ideal (>= 0.95 with 64 or 256 pods x 8
+lanes at 2 s per page) and pages_per_dispatcher_cpu_s (>= 2,500 pages per CPU-second of the
+dispatcher at 64 pods x 8 lanes, 2 s per page; "dispatcher_cpu_s_per_page" is its inverse).
+--lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease executes no more
+bytecode at 512 pods than at 8; its wall time is printed).
 
     .venv/bin/python bench/dispatch.py --pods 4 --lanes 8 --pages 1000   # CI's sizes: tests/bench/test_dispatch.py
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 0.5 --pages 4096 --gateway
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ TINY_PNG = bytes.fromhex(
 FLEETS = (8, 128, 512)
 PAGES_PER_S_GOAL = 1_000  # with zero-latency pods (the figure is PostgreSQL's)
 ACHIEVED_OVER_IDEAL_GOAL = 0.95
+# Pages per CPU-second of the dispatcher, with pods that take a while (64 x 8 lanes at 2 s a page):
+# 2,771 before pages' POSTs moved to aiohttp (d04aa44), 1,684 after (issue 37).
+PAGES_PER_DISPATCHER_CPU_S_GOAL = 2_500
 
 
 def lease_cost() -> dict:
@@ -100,6 +112,8 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--dispatchers", type=int, default=1, help="dispatcher processes")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--gateway", action="store_true",
+                        help="every pod under the simulator's one host (/pods/{id}); else a host per pod")  # fmt: skip
     parser.add_argument("--lease-only", action="store_true")
     args = parser.parse_args()
     if args.lease_only:
@@ -123,14 +137,14 @@ def main() -> None:
         return
     sim_config = {
         "api_key": "bench-key", "boot_delay_s": 0, "model_load_s": 0, "page_latency_s": args.latency,
-        "default_lanes": args.lanes,
+        "default_lanes": args.lanes, "gateway": args.gateway,
         "gpu_types": [{"id": "BENCH-GPU", "displayName": "bench", "memoryInGb": 80, "securePrice": 1.0,
                        "communityPrice": 1.0, "capacity": {"SECURE": {"DC-1": args.pods}}}],
     }  # fmt: skip
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-"))
     sim, url = start_simulator(sim_config, log_dir, own_session=False)
     try:
-        point_at_simulator(url, "bench-key")
+        point_at_simulator(url, "bench-key", gateway=args.gateway)
         os.environ.update(DISPATCH_MAX_SECONDS="3600")
         django_for_bench("dispatch", database_url=args.database_url)
         run(args)
@@ -148,7 +162,7 @@ def run(args) -> None:
     from ocrjobs.services.dispatchers import dispatcher_register
     from pods.models import Pod, Pool, pod_name
     from pods.providers.base import Offer, PodSpec
-    from pods.providers.runpod import RunPodProvider
+    from pods.providers.runpod import DEFAULT_POD_PORT, RunPodProvider
 
     pool = Pool.objects.create(key="bench", provider="runpod", max_pods=args.pods, lanes_per_pod=args.lanes)
     provider = RunPodProvider()
@@ -159,8 +173,10 @@ def run(args) -> None:
             ex.map(lambda n: provider.create(PodSpec(name=n, lanes=args.lanes, offer=offer, image="img:1")), names)
         )
     for item in created:
-        Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY, lanes=args.lanes,
-                           base_url=f"{os.environ['RUNPOD_API_BASE_URL']}/pods/{item.provider_id}")  # fmt: skip
+        # As a boot finds it: the pod URL template (a host per pod, or the gateway's /pods/{id}).
+        base_url = provider.url_template.format(pod_id=item.provider_id, port=DEFAULT_POD_PORT, ip="", public_port="")
+        Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY,
+                           lanes=args.lanes, base_url=base_url)  # fmt: skip
     from bench.control_plane import bench_document
 
     source, sha256, size = bench_document(args.pages)
@@ -212,6 +228,7 @@ def run(args) -> None:
         "database": connection.vendor,
         "pods": args.pods,
         "lanes_per_pod": args.lanes,
+        "pod_urls": "gateway" if args.gateway else "host per pod",
         "latency_s": args.latency,
         "dispatchers": args.dispatchers,
         "pages": args.pages,
@@ -222,6 +239,7 @@ def run(args) -> None:
         # so what one dispatcher can carry is the pages per CPU-second it spends.
         "dispatcher_cpu_s": round(cpu, 2),
         "pages_per_dispatcher_cpu_s": round(done / cpu, 1) if cpu else None,
+        "dispatcher_cpu_s_per_page": round(cpu / done, 7) if done else None,
     }
     lost = args.pages - done + done_without_result
     figures.update(pages_lost=lost, pod_reads=pod_reads, pages_read_twice=max(0, pod_reads - done))
@@ -229,12 +247,15 @@ def run(args) -> None:
     if ideal:
         figures["ideal_pages_per_s"] = round(min(ideal, args.pages / ideal_seconds), 1)
         figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
-        goal["achieved_over_ideal"] = figures["achieved_over_ideal"] >= ACHIEVED_OVER_IDEAL_GOAL  # a rate: not in CI
+        goal["achieved_over_ideal"] = figures["achieved_over_ideal"] >= ACHIEVED_OVER_IDEAL_GOAL
+        # This machine's speed: printed, and CI asserts only a generous ceiling on the CPU a page.
+        goal["pages_per_dispatcher_cpu_s"] = bool(cpu) and done / cpu >= PAGES_PER_DISPATCHER_CPU_S_GOAL
     else:
         goal["pages_per_s"] = rate >= PAGES_PER_S_GOAL  # a rate: not in CI
     figures.update(goal=goal, goal_met=all(goal.values()))
     print(f"{done}/{args.pages} pages in {seconds:.2f} s on {connection.vendor}: {rate:.0f} pages/s "
-          f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s))")  # fmt: skip
+          f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s), "
+          f"{figures['pod_urls']})")  # fmt: skip
     print(f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second")
     if ideal:
         print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}")

@@ -20,6 +20,8 @@ import ssl
 import aiohttp
 from yarl import URL
 
+from fleetadmin.localhost import LocalhostResolver
+
 # An idle connection older than this is closed, not reused: a pod's server or a proxy drops idle
 # connections after its own timeout, and a page written as it does so fails as a fault of the pod.
 IDLE_SECONDS = 15.0
@@ -40,7 +42,7 @@ class AnswerTooLarge(Exception):
 def pod_session(*, deadline: float, ssl_context: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
     """The dispatcher's one session to its pods: pooled keep-alive connections, certificates checked
     against ``ssl_context`` (None: the system's CAs, hostname checked too), a total deadline per
-    request, bodies never decompressed."""
+    request, bodies never decompressed, names under ``.localhost`` on loopback (RFC 6761)."""
     # No limit per host, nor in all: lanes bound what each pod is sent (lanes.py; a page holds its
     # lane from its document's PUT to its answer, and a PUT is sent only for a page holding one), and
     # pods may share a host (a deployment that reaches them through one gateway). aiohttp's
@@ -49,6 +51,7 @@ def pod_session(*, deadline: float, ssl_context: ssl.SSLContext | None = None) -
     connector = aiohttp.TCPConnector(
         limit=0,
         limit_per_host=0,
+        resolver=LocalhostResolver(),
         ttl_dns_cache=300,
         keepalive_timeout=IDLE_SECONDS,
         ssl=ssl_context if ssl_context is not None else ssl.create_default_context(),
