@@ -32,6 +32,6 @@ def test_pods_with_latency_lose_no_page_and_read_none_twice():
 @pytest.mark.e2e
 @pytest.mark.once_sqlite  # a lease's steps, counted without a database
 @pytest.mark.timeout(120)
-def test_a_lease_executes_as_many_steps_at_512_pods_as_at_8():
+def test_a_lease_executes_as_many_steps_at_512_pods_as_at_8_and_a_pages_route_as_at_128():
     figures = run_bench("dispatch.py", "--lease-only", database=False)
-    assert_goals(figures, "lease_steps_flat", "preferred_lease_steps_flat")
+    assert_goals(figures, "lease_steps_flat", "preferred_lease_steps_flat", "route_steps_flat")
