@@ -18,7 +18,8 @@ zero-latency pods) or, with a latency, achieved_over_ideal (>= 0.95 with 64 or 2
 lanes at 2 s per page), steady_over_ideal (the same past the first round: CI's goal, whose run
 is too short to amortize the start-up) and pages_per_dispatcher_cpu_s (>= 2,500 pages per
 CPU-second of the dispatcher at 64 pods x 8 lanes, 2 s per page; "dispatcher_cpu_s_per_page"
-is its inverse, under a generous ceiling in CI).
+is its inverse). control_plane_cpu_within_ceiling: the dispatcher's CPU a page (it is the
+control plane here: bench/_cpu.py) at most a generous ceiling, which CI asserts.
 --lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease executes no more
 bytecode at 512 pods than at 8; its wall time is printed), route_steps_flat (routing a page of a
 long document every pod holds executes no more at 512 pods than at 128).
@@ -43,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._cpu import CEILING_GOAL, cpu_line, per_unit, within_ceiling
 from bench._setup import REPO, django_for_bench
 from tools.processes import point_at_simulator, start_simulator
 
@@ -58,6 +60,11 @@ ACHIEVED_OVER_IDEAL_GOAL = 0.95
 # Pages per CPU-second of the dispatcher, with pods that take a while (64 x 8 lanes at 2 s a page):
 # 2,771 before pages' POSTs moved to aiohttp (d04aa44), 1,684 after (issue 37).
 PAGES_PER_DISPATCHER_CPU_S_GOAL = 2_500
+# What CI asserts (bench/_cpu.py): ~3x the 0.70 ms a page measured at its fleet size (64 pods x 8
+# lanes behind one gateway, 4,096 pages; 0.52-0.66 ms at 4 pods x 8 lanes, 1,000 pages) on this
+# 2-core machine under load. Runs whose CPU is mostly start-up (160 pages; two dispatcher
+# processes, their imports counted) are over it and CI does not ask them.
+CPU_CEILING_MS_PER_PAGE = 2.1
 
 
 def lease_cost() -> dict:
@@ -295,10 +302,11 @@ def run(args) -> None:
         "dispatcher_cpu_s": round(cpu, 2),
         "pages_per_dispatcher_cpu_s": round(done / cpu, 1) if cpu else None,
         "dispatcher_cpu_s_per_page": round(cpu / done, 7) if done else None,
+        **per_unit("page", cpu, done, CPU_CEILING_MS_PER_PAGE),
     }
     lost = args.pages - done + done_without_result
     figures.update(pages_lost=lost, pod_reads=pod_reads, pages_read_twice=max(0, pod_reads - done))
-    goal = {"nothing_lost": lost == 0, "nothing_read_twice": pod_reads <= done}
+    goal = {"nothing_lost": lost == 0, "nothing_read_twice": pod_reads <= done, CEILING_GOAL: within_ceiling(figures)}
     if ideal:
         figures["ideal_pages_per_s"] = round(min(ideal, args.pages / ideal_seconds), 1)
         figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
@@ -315,7 +323,9 @@ def run(args) -> None:
     print(f"{done}/{args.pages} pages in {seconds:.2f} s on {connection.vendor}: {rate:.0f} pages/s "
           f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s), "
           f"{figures['pod_urls']})")  # fmt: skip
-    print(f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second")
+    print(
+        f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second; {cpu_line(figures)}"
+    )
     if ideal:
         print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}, "
               f"past the first round {figures.get('steady_over_ideal')}")  # fmt: skip

@@ -1,6 +1,6 @@
 """bench/dispatch.py at a small size: no page lost or read twice, and a lease flat with the fleet;
-and at fleet scale, 64 pods x 8 lanes behind one gateway: every lane kept busy (achieved ÷ ideal)
-at a CPU cost a page under a generous ceiling (invariant 18)."""
+and at fleet scale, 64 pods x 8 lanes behind one gateway: every lane kept busy (achieved ÷ ideal).
+Both sizes with the dispatcher's CPU a page under a generous ceiling (invariant 18)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,12 @@ import pytest
 
 from tests.bench.conftest import assert_goals, run_bench
 
-# The dispatcher's CPU-seconds a page at CI's fleet size (below): 0.70 ms measured on this 2-core
-# machine under load (1,437 pages per CPU-second, SQLite, 4,096 pages, the start-up included; main
-# at 8630753 spent 1.05 ms). CPU time, not wall time: a loaded machine stretches it far less. Three
-# times the figure: a guard against a page's cost growing severalfold, never a flake.
-DISPATCHER_CPU_S_PER_PAGE_CEILING = 0.0021
-
 
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
-def test_one_dispatcher_loses_no_page_and_reads_none_twice():
+def test_one_dispatcher_loses_no_page_reads_none_twice_within_its_cpu_ceiling():
     figures = run_bench("dispatch.py", "--pods", "4", "--lanes", "8", "--pages", "1000")
-    assert_goals(figures, "nothing_lost", "nothing_read_twice")
+    assert_goals(figures, "nothing_lost", "nothing_read_twice", "control_plane_cpu_within_ceiling")
     assert figures["pages_done"] == 1000
 
 
@@ -53,7 +47,7 @@ def test_64_pods_x_8_lanes_behind_one_gateway_keep_every_lane_busy_at_a_small_cp
     # host left half the lanes idle (main at 8630753: 0.499 of the ideal past the first round,
     # 0.477 in all), and a host per pod would hide it. 8 rounds of 2 s; the goal is the rounds
     # after the first (steady_over_ideal): the start-up, ~2 s here, is the larger run's to amortize.
+    # The CPU a page (0.70 ms here; main 1.05 ms) under bench/dispatch.py's ceiling, 2.1 ms.
     figures = run_bench("dispatch.py", "--pods", "64", "--lanes", "8", "--latency", "2", "--pages", "4096", "--gateway")
-    assert_goals(figures, "nothing_lost", "nothing_read_twice", "steady_over_ideal")
+    assert_goals(figures, "nothing_lost", "nothing_read_twice", "steady_over_ideal", "control_plane_cpu_within_ceiling")
     assert figures["pod_urls"] == "gateway"
-    assert figures["dispatcher_cpu_s_per_page"] <= DISPATCHER_CPU_S_PER_PAGE_CEILING, figures
