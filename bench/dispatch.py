@@ -2,17 +2,30 @@
 
     .venv/bin/python bench/dispatch.py                                   # zero-latency pods, SQLite
     .venv/bin/python bench/dispatch.py --database-url postgres://postgres@127.0.0.1:5432/test
-    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 5000   # achieved ÷ ideal
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 20480   # achieved ÷ ideal
+    .venv/bin/python bench/dispatch.py --pods 256 --lanes 8 --latency 2 --pages 40960  # the same at 256 pods
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --gateway       # every pod behind one host
     .venv/bin/python bench/dispatch.py --lease-only                      # cost of one lease at 8, 128, 512 pods
+
+Each pod is reached at a host of its own, as RunPod's proxy serves pods
+(``{pod_id}-{port}.proxy.localhost`` here); ``--gateway`` puts every pod under the simulator's one
+host and port (``/pods/{pod_id}``), as a deployment that reaches its pods through one gateway does.
 
 Prints its figures and ends with one JSON line whose "goal" names each goal. A run:
 nothing_lost (every page done, with its result), nothing_read_twice (the pods read no
-more pages than were done), and a rate: pages_per_s (>= 1,000 on PostgreSQL with
-zero-latency pods) or achieved_over_ideal (>= 0.95 with 64 pods x 8 lanes at 2 s per
-page). --lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease
-executes no more bytecode at 512 pods than at 8; its wall time is printed).
+more pages than were done), and rates: pages_per_s (>= 1,000 on PostgreSQL with
+zero-latency pods) or, with a latency, achieved_over_ideal (>= 0.95 with 64 or 256 pods x 8
+lanes at 2 s per page), steady_over_ideal (the same past the first round: CI's goal, whose run
+is too short to amortize the start-up) and pages_per_dispatcher_cpu_s (>= 2,500 pages per
+CPU-second of the dispatcher at 64 pods x 8 lanes, 2 s per page; "dispatcher_cpu_s_per_page"
+is its inverse). control_plane_cpu_within_ceiling: the dispatcher's CPU a page (it is the
+control plane here: bench/_cpu.py) at most a generous ceiling, which CI asserts.
+--lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease executes no more
+bytecode at 512 pods than at 8; its wall time is printed), route_steps_flat (routing a page of a
+long document every pod holds executes no more at 512 pods than at 128).
 
     .venv/bin/python bench/dispatch.py --pods 4 --lanes 8 --pages 1000   # CI's sizes: tests/bench/test_dispatch.py
+    .venv/bin/python bench/dispatch.py --pods 64 --lanes 8 --latency 2 --pages 4096 --gateway
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._cpu import CEILING_GOAL, cpu_line, per_unit, within_ceiling
 from bench._setup import REPO, django_for_bench
 from tools.processes import point_at_simulator, start_simulator
 
@@ -43,6 +57,14 @@ TINY_PNG = bytes.fromhex(
 FLEETS = (8, 128, 512)
 PAGES_PER_S_GOAL = 1_000  # with zero-latency pods (the figure is PostgreSQL's)
 ACHIEVED_OVER_IDEAL_GOAL = 0.95
+# Pages per CPU-second of the dispatcher, with pods that take a while (64 x 8 lanes at 2 s a page):
+# 2,771 before pages' POSTs moved to aiohttp (d04aa44), 1,684 after (issue 37).
+PAGES_PER_DISPATCHER_CPU_S_GOAL = 2_500
+# What CI asserts (bench/_cpu.py): ~3x the 0.70 ms a page measured at its fleet size (64 pods x 8
+# lanes behind one gateway, 4,096 pages; 0.52-0.66 ms at 4 pods x 8 lanes, 1,000 pages) on this
+# 2-core machine under load. Runs whose CPU is mostly start-up (160 pages; two dispatcher
+# processes, their imports counted) are over it and CI does not ask them.
+CPU_CEILING_MS_PER_PAGE = 2.1
 
 
 def lease_cost() -> dict:
@@ -68,12 +90,57 @@ def lease_cost() -> dict:
         # Every pod holds the page's document and the first ones are full: the lease looks at a
         # bounded few of them, then takes a lane anywhere.
         preferred_steps[pods] = lease_steps(table, prefer=list(range(pods)))
-    return {"microseconds": micro, "lease_steps": steps, "preferred_lease_steps": preferred_steps}
+    routes = {pods: route_steps(pods) for pods in FLEETS}
+    return {
+        "microseconds": micro,
+        "lease_steps": steps,
+        "preferred_lease_steps": preferred_steps,
+        "route_steps": routes,
+    }
 
 
 def lease_steps(table, prefer: list[int], runs: int = 100) -> float:
     """Bytecode instructions executed by one lease and its release (``runs`` of them, averaged):
     a count, the same on any machine, where the wall time depends on the machine."""
+
+    def one() -> None:
+        table.release(table.lease(prefer))
+
+    return counted_steps(one, runs)
+
+
+def route_steps(pods: int, runs: int = 100) -> float:
+    """Bytecode instructions executed to route one page (``DocumentRoutes.next_forward``, its lane
+    given back) of a long document that every pod holds, with the fleet busy but for the last lane
+    of the last 4 pods: the looks at its holders and at the queue are bounded, whatever the fleet."""
+    from ocrjobs.dispatch.documents import DocumentRoutes, PageQueue
+    from ocrjobs.dispatch.lanes import FleetCounts, LaneTable
+    from ocrjobs.services.pages import ClaimedPage
+
+    sha256 = "ab" * 32
+    routes = DocumentRoutes()
+    routes.lanes = LaneTable()
+    routes.lanes.sync([(n, f"http://pod-{n}", 8, "") for n in range(pods)], FleetCounts(ready=pods))
+    routes._documents_init()
+    for pod in range(pods):
+        routes.remember(pod, sha256)
+    assert all(routes.lanes.lease() for _ in range(pods * 8 - 4))
+    routes.queue = PageQueue(
+        ClaimedPage(n, 1, 0, 1, "bench.pdf", sha256, n, "eng", 1, pages=100_000) for n in range(64)
+    )
+
+    def one() -> None:
+        page, lane = routes.next_forward()
+        routes.lanes.release(lane)
+        routes.queue.appendleft(page)
+
+    for _ in range(runs):  # the holders' order settles
+        one()
+    return counted_steps(one, runs)
+
+
+def counted_steps(fn, runs: int) -> float:
+    """Bytecode instructions ``fn`` executes, averaged over ``runs`` calls."""
     steps = 0
 
     def trace(frame, event, arg):
@@ -86,7 +153,7 @@ def lease_steps(table, prefer: list[int], runs: int = 100) -> float:
     sys.settrace(trace)
     try:
         for _ in range(runs):
-            table.release(table.lease(prefer))
+            fn()
     finally:
         sys.settrace(None)
     return steps / runs
@@ -100,16 +167,22 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--dispatchers", type=int, default=1, help="dispatcher processes")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--gateway", action="store_true",
+                        help="every pod under the simulator's one host (/pods/{id}); else a host per pod")  # fmt: skip
     parser.add_argument("--lease-only", action="store_true")
     args = parser.parse_args()
     if args.lease_only:
         sys.path.insert(0, str(REPO))
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetadmin.settings")
+        import django
+
+        django.setup()  # the routing's modules read settings; no database is asked anything
         costs = lease_cost()
         small, large = FLEETS[0], FLEETS[-1]
         for pods in FLEETS:
             print(f"lease + release at {pods:4d} pods: {costs['microseconds'][pods]:.3f} µs, "
                   f"{costs['lease_steps'][pods]:g} steps; preferring every pod: "
-                  f"{costs['preferred_lease_steps'][pods]:g} steps")  # fmt: skip
+                  f"{costs['preferred_lease_steps'][pods]:g} steps; routing a page: {costs['route_steps'][pods]:g} steps")  # fmt: skip
         ratio = round(costs["microseconds"][large] / costs["microseconds"][small], 2)
         print(f"wall time @{large} ÷ @{small}: {ratio} (this machine's; the goal counts steps)")
         # Bytecode steps, not seconds: a lease that grew with the fleet would run more of them.
@@ -117,20 +190,23 @@ def main() -> None:
         goal = {
             "lease_steps_flat": steps[large] <= steps[small],
             "preferred_lease_steps_flat": preferred[large] <= preferred[small],
+            # Past the bounds (16 holders looked at), from 128 pods on. When each page of a long
+            # document walked every pod holding it, 8 pods cost 8,905 steps, 128 14,361, 512 22,809.
+            "route_steps_flat": costs["route_steps"][large] <= costs["route_steps"][FLEETS[1]],
         }
         print(json.dumps({"benchmark": "lease_cost", **costs, "microseconds_ratio": ratio,
                           "goal": goal, "goal_met": all(goal.values())}))  # fmt: skip
         return
     sim_config = {
         "api_key": "bench-key", "boot_delay_s": 0, "model_load_s": 0, "page_latency_s": args.latency,
-        "default_lanes": args.lanes,
+        "default_lanes": args.lanes, "gateway": args.gateway,
         "gpu_types": [{"id": "BENCH-GPU", "displayName": "bench", "memoryInGb": 80, "securePrice": 1.0,
                        "communityPrice": 1.0, "capacity": {"SECURE": {"DC-1": args.pods}}}],
     }  # fmt: skip
     log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-sim-"))
     sim, url = start_simulator(sim_config, log_dir, own_session=False)
     try:
-        point_at_simulator(url, "bench-key")
+        point_at_simulator(url, "bench-key", gateway=args.gateway)
         os.environ.update(DISPATCH_MAX_SECONDS="3600")
         django_for_bench("dispatch", database_url=args.database_url)
         run(args)
@@ -148,7 +224,7 @@ def run(args) -> None:
     from ocrjobs.services.dispatchers import dispatcher_register
     from pods.models import Pod, Pool, pod_name
     from pods.providers.base import Offer, PodSpec
-    from pods.providers.runpod import RunPodProvider
+    from pods.providers.runpod import DEFAULT_POD_PORT, RunPodProvider
 
     pool = Pool.objects.create(key="bench", provider="runpod", max_pods=args.pods, lanes_per_pod=args.lanes)
     provider = RunPodProvider()
@@ -159,8 +235,10 @@ def run(args) -> None:
             ex.map(lambda n: provider.create(PodSpec(name=n, lanes=args.lanes, offer=offer, image="img:1")), names)
         )
     for item in created:
-        Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY, lanes=args.lanes,
-                           base_url=f"{os.environ['RUNPOD_API_BASE_URL']}/pods/{item.provider_id}")  # fmt: skip
+        # As a boot finds it: the pod URL template (a host per pod, or the gateway's /pods/{id}).
+        base_url = provider.url_template.format(pod_id=item.provider_id, port=DEFAULT_POD_PORT, ip="", public_port="")
+        Pod.objects.create(pool=pool, name=item.name, provider_id=item.provider_id, state=Pod.State.READY,
+                           lanes=args.lanes, base_url=base_url)  # fmt: skip
     from bench.control_plane import bench_document
 
     source, sha256, size = bench_document(args.pages)
@@ -212,6 +290,7 @@ def run(args) -> None:
         "database": connection.vendor,
         "pods": args.pods,
         "lanes_per_pod": args.lanes,
+        "pod_urls": "gateway" if args.gateway else "host per pod",
         "latency_s": args.latency,
         "dispatchers": args.dispatchers,
         "pages": args.pages,
@@ -222,25 +301,56 @@ def run(args) -> None:
         # so what one dispatcher can carry is the pages per CPU-second it spends.
         "dispatcher_cpu_s": round(cpu, 2),
         "pages_per_dispatcher_cpu_s": round(done / cpu, 1) if cpu else None,
+        "dispatcher_cpu_s_per_page": round(cpu / done, 7) if done else None,
+        **per_unit("page", cpu, done, CPU_CEILING_MS_PER_PAGE),
     }
     lost = args.pages - done + done_without_result
     figures.update(pages_lost=lost, pod_reads=pod_reads, pages_read_twice=max(0, pod_reads - done))
-    goal = {"nothing_lost": lost == 0, "nothing_read_twice": pod_reads <= done}
+    goal = {"nothing_lost": lost == 0, "nothing_read_twice": pod_reads <= done, CEILING_GOAL: within_ceiling(figures)}
     if ideal:
         figures["ideal_pages_per_s"] = round(min(ideal, args.pages / ideal_seconds), 1)
         figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
-        goal["achieved_over_ideal"] = figures["achieved_over_ideal"] >= ACHIEVED_OVER_IDEAL_GOAL  # a rate: not in CI
+        goal["achieved_over_ideal"] = figures["achieved_over_ideal"] >= ACHIEVED_OVER_IDEAL_GOAL
+        steady = steady_over_ideal(job, args)
+        if steady is not None:
+            figures["steady_over_ideal"] = steady
+            goal["steady_over_ideal"] = steady >= ACHIEVED_OVER_IDEAL_GOAL
+        # This machine's speed: printed, and CI asserts only a generous ceiling on the CPU a page.
+        goal["pages_per_dispatcher_cpu_s"] = bool(cpu) and done / cpu >= PAGES_PER_DISPATCHER_CPU_S_GOAL
     else:
         goal["pages_per_s"] = rate >= PAGES_PER_S_GOAL  # a rate: not in CI
     figures.update(goal=goal, goal_met=all(goal.values()))
     print(f"{done}/{args.pages} pages in {seconds:.2f} s on {connection.vendor}: {rate:.0f} pages/s "
-          f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s))")  # fmt: skip
-    print(f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second")
+          f"({args.pods} pods × {args.lanes} lanes, {args.latency} s per page, {args.dispatchers} dispatcher(s), "
+          f"{figures['pod_urls']})")  # fmt: skip
+    print(
+        f"dispatcher CPU: {cpu:.2f} s, {figures['pages_per_dispatcher_cpu_s']} pages per CPU-second; {cpu_line(figures)}"
+    )
     if ideal:
-        print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}")
+        print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}, "
+              f"past the first round {figures.get('steady_over_ideal')}")  # fmt: skip
     print(f"pages lost {lost} ({done_without_result} done without a result); pods read {pod_reads} pages "
           f"for {done} done")  # fmt: skip
     print(json.dumps(figures))
+
+
+def steady_over_ideal(job, args) -> float | None:
+    """The rounds after the first, against their ideal: from the moment as many pages were done as
+    there are lanes (every lane has read one: connections made, the document sent to every pod) to
+    the last page. What a cap on requests out or a dispatcher that cannot keep up stretches, without
+    the start-up, which a short run cannot amortize: 64 pods x 8 lanes at 2 s a page spent ~2 s
+    before every lane had its first answer (64 PUTs of the document, each read, hashed and counted
+    by the one simulator process), 0.93 of the ideal over 15 rounds and 0.99 past the first."""
+    from ocrjobs.models import Page
+
+    lanes = args.pods * args.lanes
+    if args.latency <= 0 or args.pages <= lanes:
+        return None
+    finished = sorted(Page.objects.filter(job=job).exclude(finished_at=None).values_list("finished_at", flat=True))
+    if len(finished) < args.pages:
+        return None
+    ideal = -(-(args.pages - lanes) // lanes) * args.latency
+    return round(ideal / (finished[-1] - finished[lanes - 1]).total_seconds(), 3)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from fleetadmin.localhost import localhost_transport
+
 MAX_LANES = 256  # a pod reporting more is believed no further than the pool's own figure
 
 
@@ -16,7 +18,8 @@ def pod_headers(token: str) -> dict[str, str]:
 def pod_engine(base_url: str, *, token: str = "", timeout: float = 2.0) -> dict | None:
     """What the pod's /v1/models says once /healthz answers and its engine is ready; else None."""
     try:
-        with httpx.Client(timeout=timeout, headers=pod_headers(token)) as client:
+        # Names under .localhost (RFC 6761) on loopback, as the dispatcher's session has them.
+        with httpx.Client(timeout=timeout, headers=pod_headers(token), transport=localhost_transport()) as client:
             if client.get(f"{base_url}/healthz").status_code != 200:
                 return None
             models = client.get(f"{base_url}/v1/models").json()

@@ -1,6 +1,12 @@
 """HTTP face of the simulator: RunPod's GraphQL endpoint, the control API, and every virtual pod.
 
-Routes:
+A virtual pod answers under a host of its own, ``{pod_id}-{port}.proxy.localhost`` (at the
+simulator's port), routed by the Host header as RunPod's proxy routes
+``{pod_id}-{port}.proxy.runpod.net``: ``GET /healthz``, ``GET /v1/models``, ``PUT
+/v1/documents/{sha256}``, ``POST /v1/ocr``. The same routes are served under ``/pods/{pod_id}`` of
+the simulator's own host, as one gateway in front of every pod would serve them.
+
+Routes of the simulator's own host:
   POST /graphql                      what the runpod SDK talks to
   GET  /sim/stats                    counters for tests and benchmarks
   GET  /sim/pods                     the virtual pods
@@ -37,12 +43,27 @@ from runpodsim.schema import RUNPOD_SCHEMA
 
 FARM_KEY = web.AppKey("farm", Farm)
 ENGINE = "simulated"
+# Pods' own hosts are {pod_id}-{port} under this domain (names under .localhost are loopback: RFC 6761).
+POD_DOMAIN = "proxy.localhost"
 
 
 def make_app(config: SimConfig) -> web.Application:
     # Pages can be tens of MB; the size check against max_page_bytes gives the 413.
-    app = web.Application(client_max_size=max(config.max_page_bytes, config.max_document_bytes) + 1024 * 1024)
+    client_max_size = max(config.max_page_bytes, config.max_document_bytes) + 1024 * 1024
+    app = web.Application(client_max_size=client_max_size)
     app[FARM_KEY] = Farm(config)
+    # Each pod under a host of its own (the Host header names it, as at RunPod's proxy).
+    pods = web.Application(client_max_size=client_max_size)
+    pods[FARM_KEY] = app[FARM_KEY]
+    pods.add_routes(
+        [
+            web.get("/healthz", pod_healthz),
+            web.get("/v1/models", pod_models),
+            web.post("/v1/ocr", pod_ocr),
+            web.put("/v1/documents/{sha256}", pod_put_document),
+        ]
+    )
+    app.add_domain(f"*.{POD_DOMAIN}", pods)
     app.add_routes(
         [
             web.post("/graphql", graphql_endpoint),
@@ -189,11 +210,22 @@ def _pod_error(status: int, message: str, headers: dict[str, str] | None = None)
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
+def _addressed(request: web.Request) -> tuple[str, str | None]:
+    """The pod id this request is for and the pod's port it names: from the path under the gateway
+    (``/pods/{pod_id}``, no port), else from the host, ``{pod_id}-{port}.proxy.localhost``."""
+    pod_id = request.match_info.get("pod_id")
+    if pod_id is not None:
+        return pod_id, None
+    pod_id, _, port = request.host.partition(".")[0].rpartition("-")
+    return pod_id, port
+
+
 def _serving_pod(request: web.Request) -> tuple[Farm, VirtualPod, None] | tuple[Farm, None, web.Response]:
     """The pod behind this URL, or the response RunPod's proxy would give instead."""
     farm = request.app[FARM_KEY]
-    pod = farm.pods.get(request.match_info["pod_id"])
-    if pod is None:
+    pod_id, port = _addressed(request)
+    pod = farm.pods.get(pod_id)
+    if pod is None or (port is not None and not farm.serves_http(pod, port)):
         return farm, None, _pod_error(404, "no such pod")
     if not farm.runtime_up(pod):
         return farm, None, _pod_error(502, "pod is not running")

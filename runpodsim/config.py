@@ -183,6 +183,11 @@ def _default_gpu_types() -> list[GpuTypeConfig]:
 class SimConfig(_Strict):
     api_key: str = "sim-key"
     public_host: str = "127.0.0.1"  # the address pods' runtime.ports advertise
+    # The pod URL template it announces (Endpoint.pod_url_template). False: each pod under a host of
+    # its own, http://{pod_id}-{port}.proxy.localhost:PORT, as RunPod's proxy names pods. True: every
+    # pod under http://HOST:PORT/pods/{pod_id}, as a deployment that reaches its pods through one
+    # gateway does. Both are always served.
+    gateway: bool = False
     boot_delay_s: float = Field(1.0, ge=0)
     model_load_s: float = Field(0.5, ge=0)
     page_latency_s: float = Field(0.05, ge=0)

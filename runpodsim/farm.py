@@ -473,9 +473,13 @@ class Farm:
             },
         }
 
+    def serves_http(self, pod: VirtualPod, port: str) -> bool:
+        """Whether the pod exposes ``port`` (its number, as a URL names it) over HTTP."""
+        return f"{port}/http" in (entry.strip() for entry in pod.ports.split(","))
+
     def _runtime_ports(self, pod: VirtualPod) -> list[dict[str, Any]]:
-        # Every HTTP port of every pod is this process, under /pods/{id}; TCP ports get a
-        # plausible mapping that nothing answers.
+        # Every HTTP port of every pod is this process, under its own host ({id}-{port}.proxy.localhost)
+        # or /pods/{id}; TCP ports get a plausible mapping that nothing answers.
         ports = []
         for index, entry in enumerate(p for p in pod.ports.split(",") if "/" in p):
             number, _, kind = entry.partition("/")

@@ -9,14 +9,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from aiohttp import web
 
-from runpodsim.app import FARM_KEY, make_app
+from runpodsim.app import FARM_KEY, POD_DOMAIN, make_app
 from runpodsim.config import SimConfig
 
 START_GUARD_S = 30.0
+
+
+def pod_url_template(url: str, *, gateway: bool = False) -> str:
+    """The ``RUNPOD_POD_URL_TEMPLATE`` of the simulator at ``url``: each pod under a host of its own,
+    ``{pod_id}-{port}.proxy.localhost`` at the simulator's port, as RunPod's proxy serves
+    ``{pod_id}-{port}.proxy.runpod.net`` (names under .localhost are loopback: fleetadmin/localhost.py);
+    or (``gateway``) every pod under ``/pods/{pod_id}`` of the one host."""
+    if gateway:
+        return f"{url}/pods/{{pod_id}}"
+    return f"http://{{pod_id}}-{{port}}.{POD_DOMAIN}:{urlsplit(url).port}"
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class Endpoint:
     port: int
     api_key: str
     tls_port: int | None = None  # a second listener over TLS (the same pods), when asked for
+    gateway: bool = False  # the template it announces: every pod under /pods/{pod_id} (SimConfig.gateway)
 
     @property
     def url(self) -> str:
@@ -34,8 +46,7 @@ class Endpoint:
 
     @property
     def pod_url_template(self) -> str:
-        # Every virtual pod lives under /pods/{pod_id} of this one process.
-        return f"{self.url}/pods/{{pod_id}}"
+        return pod_url_template(self.url, gateway=self.gateway)
 
     def environment(self) -> dict[str, str]:
         return {
@@ -65,7 +76,7 @@ async def start(
         site = web.TCPSite(runner, host, 0, ssl_context=tls)
         await site.start()
         tls_port = site._server.sockets[0].getsockname()[1]
-    return runner, Endpoint(config.public_host, bound_port, config.api_key, tls_port)
+    return runner, Endpoint(config.public_host, bound_port, config.api_key, tls_port, gateway=config.gateway)
 
 
 async def serve(

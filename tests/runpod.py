@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
+
+from fleetadmin.localhost import localhost_transport
+
 
 def use_simulator(sim, monkeypatch, settings, *, api_key: str | None = None) -> None:
     """The SDK reads ``RUNPOD_API_BASE_URL`` from the environment on every call. The
@@ -13,3 +17,16 @@ def use_simulator(sim, monkeypatch, settings, *, api_key: str | None = None) -> 
     if api_key is not None:
         monkeypatch.setenv("RUNPOD_API_KEY", api_key)
         settings.RUNPOD_API_KEY = api_key
+
+
+def pod_client(**options) -> httpx.Client:
+    """An httpx client (``options``) that reaches a simulated pod at its own host, ``{pod_id}-{port}
+    .proxy.localhost``: names under .localhost on loopback, as the control plane's clients have them."""
+    options.setdefault("timeout", 10)
+    return httpx.Client(transport=localhost_transport(), **options)
+
+
+def pod_request(method: str, url: str, **options) -> httpx.Response:
+    """One request to a simulated pod at its own host (``pod_client``)."""
+    with pod_client() as client:
+        return client.request(method, url, **options)

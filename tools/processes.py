@@ -36,6 +36,7 @@ import httpx
 
 from fleetadmin.workers import ProcInfo, proc_info, process_tree, processes
 from pods.providers.local import free_port, listening_port
+from runpodsim.runner import pod_url_template
 
 REPO = Path(__file__).resolve().parents[1]
 ASGI_APPLICATION = "fleetadmin.asgi:application"
@@ -173,13 +174,14 @@ def child_env(var_dir: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-def point_at_simulator(url: str, api_key: str) -> None:
+def point_at_simulator(url: str, api_key: str, *, gateway: bool = False) -> None:
     """This process (and the children it gives ``child_env``) talk to the simulator at ``url`` as a
-    deployment of their own. Call it before Django reads its settings."""
+    deployment of their own, each pod at a host of its own as at RunPod (``gateway``: every pod
+    under the simulator's one host). Call it before Django reads its settings."""
     os.environ.update(
         RUNPOD_API_BASE_URL=url,
         RUNPOD_API_KEY=api_key,
-        RUNPOD_POD_URL_TEMPLATE=f"{url}/pods/{{pod_id}}",
+        RUNPOD_POD_URL_TEMPLATE=pod_url_template(url, gateway=gateway),
         FLEETADMIN_DEPLOYMENT=f"b{uuid.uuid4().hex[:6]}",
     )
 

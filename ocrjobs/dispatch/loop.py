@@ -378,8 +378,8 @@ class DispatchLoop(DocumentRoutes):
         restarted) sends it again and asks again. A 409 is not an attempt."""
         if not page.sha256:  # a document stored before documents had hashes
             page = dataclasses.replace(page, sha256=await self.io(_document_sha256, page.source))
-        payload = json.dumps({"document": page.sha256, "page": page.number, "dpi": settings.OCR_RENDER_DPI,
-                              "languages": page.languages}).encode()  # fmt: skip
+        head, tail = _page_request(page.sha256, settings.OCR_RENDER_DPI, page.languages)
+        payload = b"%s%d%s" % (head, page.number, tail)
         for _ in range(DOCUMENT_SENDS):
             await self.send_document(page, lane)
             status, body = await self.pods.post(lane.base_url, "/v1/ocr", payload, token=lane.token)
@@ -525,6 +525,15 @@ class DispatchLoop(DocumentRoutes):
         jobs, self.touched_jobs = self.touched_jobs, set()
         if jobs:
             await self.db(jobs_refresh, job_ids=jobs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _page_request(sha256: str, dpi: int, languages: str) -> tuple[bytes, bytes]:
+    """A page's ``POST /v1/ocr`` body around its number, made once per document: json.dumps of each
+    page's was 3% of the loop's CPU at 64 pods x 8 lanes."""
+    body = json.dumps({"document": sha256, "page": 0, "dpi": dpi, "languages": languages})
+    head, _, tail = body.partition('"page": 0')  # a hash is hex and comes first: the one such text
+    return f'{head}"page": '.encode(), tail.encode()
 
 
 def _document_sha256(source: str) -> str:

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fleetadmin.sqlbatch import id_list, ids_in, rows_table
 from ocrjobs.models import Job, Page
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
@@ -60,7 +61,8 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
         ids = list(query.values_list("id", flat=True)[:limit])
         if not ids:
             return []
-        Page.objects.filter(id__in=ids).update(
+        claimed = Page.objects.filter(id__in=id_list(ids))  # the ids as one parameter (fleetadmin/sqlbatch.py)
+        claimed.update(
             status=Page.Status.RUNNING,
             claim_token=token,
             claim_expires_at=expires,
@@ -68,7 +70,7 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             started_at=now,
             pod=None,
         )
-        rows = Page.objects.filter(id__in=ids).values_list(
+        rows = claimed.values_list(
             "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
             "job__languages", "attempts", "document__page_count",
         )  # fmt: skip
@@ -108,13 +110,17 @@ def claims_renew(*, token: str, page_ids: list[int]) -> set[int]:
     if not page_ids:
         return set()
     expires = timezone.now() + timezone.timedelta(seconds=settings.PAGE_CLAIM_SECONDS)
-    with transaction.atomic():
-        held = Page.objects.filter(id__in=page_ids, claim_token=token, status=Page.Status.RUNNING)
-        if connection.features.has_select_for_update:
-            held = held.select_for_update()  # a cancel in between would be renewed as held
-        ids = set(held.values_list("id", flat=True))
-        Page.objects.filter(id__in=ids).update(claim_expires_at=expires)
-    return ids
+    # One guarded UPDATE: the rows it renews are the ones still held (a cancel in between is not),
+    # read back as it writes them; the ids as one parameter (fleetadmin/sqlbatch.py).
+    table = Page._meta.db_table
+    ids, params = ids_in(page_ids)
+    sql = f"UPDATE {table} SET claim_expires_at = %s WHERE id {ids} AND claim_token = %s AND status = %s RETURNING id"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [connection.ops.adapt_datetimefield_value(expires), *params, token, Page.Status.RUNNING])
+        return {row[0] for row in cursor.fetchall()}
+
+
+_ASSIGNMENT = [("id", "bigint"), ("attempts", "integer"), ("pod_id", "bigint")]
 
 
 def pages_assign_pods(*, token: str, assignments: list[tuple[int, int, int]]) -> None:
@@ -126,15 +132,14 @@ def pages_assign_pods(*, token: str, assignments: list[tuple[int, int, int]]) ->
     if not assignments:
         return
     table = Page._meta.db_table
-    placeholders = ", ".join(["(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS bigint))"] * len(assignments))
-    params = [value for row in assignments for value in row] + [token, Page.Status.RUNNING]
+    values, params = rows_table("v", _ASSIGNMENT, assignments)
     sql = (
-        f"WITH v(id, attempts, pod_id) AS (VALUES {placeholders}) UPDATE {table} SET pod_id = v.pod_id "
+        f"WITH {values} UPDATE {table} SET pod_id = v.pod_id "
         f"FROM v WHERE {table}.id = v.id AND {table}.attempts = v.attempts "
         f"AND {table}.claim_token = %s AND {table}.status = %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [*params, token, Page.Status.RUNNING])
 
 
 @dataclass(frozen=True)
@@ -272,24 +277,19 @@ def _stage(result: dict, pool: str) -> dict:
             "seconds": result.get("seconds")}  # fmt: skip
 
 
-_VALUES = "v(id, attempts, result, confidence, pod_id, seconds{extra}) AS (VALUES {rows})"
-_ROW = (
-    "(CAST(%s AS bigint), CAST(%s AS integer), CAST(%s AS text), CAST(%s AS double precision),"
-    " CAST(%s AS bigint), CAST(%s AS double precision){extra})"
-)
+_RESULT = [("id", "bigint"), ("attempts", "integer"), ("result", "text"), ("confidence", "double precision"),
+           ("pod_id", "bigint"), ("seconds", "double precision")]  # fmt: skip
 
 
 def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]:
-    """The VALUES of a guarded UPDATE: each page's attempt, result, confidence, pod and seconds
-    (and the pool it moves to, for an escalation)."""
+    """The rows of a guarded UPDATE (``v``): each page's attempt, result, confidence, pod and seconds
+    (and the pool it moves to, for an escalation), as one parameter where it can (fleetadmin/sqlbatch.py)."""
     extra = rows[0][2] is not None
-    row = _ROW.format(extra=", CAST(%s AS bigint)" if extra else "")
-    params: list = []
+    values = []
     for item, result, to_pool in rows:
-        params += [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds]
-        if extra:
-            params.append(to_pool)
-    return _VALUES.format(extra=", to_pool" if extra else "", rows=", ".join([row] * len(rows))), params
+        row = [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds]
+        values.append([*row, to_pool] if extra else row)
+    return rows_table("v", [*_RESULT, ("to_pool", "bigint")] if extra else _RESULT, values)
 
 
 def _guarded_update(

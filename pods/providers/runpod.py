@@ -17,7 +17,7 @@ mutation the SDK lacks (``interruptible_query``) included: one place to read wha
 
 Settings (read from the environment in fleetadmin/settings.py): ``RUNPOD_API_KEY``
 (or ``RUNPOD_API_KEY_FILE``), ``RUNPOD_POD_URL_TEMPLATE`` (the simulator prints the
-one to use, ``http://127.0.0.1:PORT/pods/{pod_id}``) and ``RUNPOD_RETRY_DELAYS``.
+one to use, ``http://{pod_id}-{port}.proxy.localhost:PORT``) and ``RUNPOD_RETRY_DELAYS``.
 """
 
 from __future__ import annotations

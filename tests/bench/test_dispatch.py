@@ -1,4 +1,6 @@
-"""bench/dispatch.py at a small size: no page lost or read twice, and a lease flat with the fleet."""
+"""bench/dispatch.py at a small size: no page lost or read twice, and a lease flat with the fleet;
+and at fleet scale, 64 pods x 8 lanes behind one gateway: every lane kept busy (achieved ÷ ideal).
+Both sizes with the dispatcher's CPU a page under a generous ceiling (invariant 18)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from tests.bench.conftest import assert_goals, run_bench
 
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
-def test_one_dispatcher_loses_no_page_and_reads_none_twice():
+def test_one_dispatcher_loses_no_page_reads_none_twice_within_its_cpu_ceiling():
     figures = run_bench("dispatch.py", "--pods", "4", "--lanes", "8", "--pages", "1000")
-    assert_goals(figures, "nothing_lost", "nothing_read_twice")
+    assert_goals(figures, "nothing_lost", "nothing_read_twice", "control_plane_cpu_within_ceiling")
     assert figures["pages_done"] == 1000
 
 
@@ -32,6 +34,20 @@ def test_pods_with_latency_lose_no_page_and_read_none_twice():
 @pytest.mark.e2e
 @pytest.mark.once_sqlite  # a lease's steps, counted without a database
 @pytest.mark.timeout(120)
-def test_a_lease_executes_as_many_steps_at_512_pods_as_at_8():
+def test_a_lease_executes_as_many_steps_at_512_pods_as_at_8_and_a_pages_route_as_at_128():
     figures = run_bench("dispatch.py", "--lease-only", database=False)
-    assert_goals(figures, "lease_steps_flat", "preferred_lease_steps_flat")
+    assert_goals(figures, "lease_steps_flat", "preferred_lease_steps_flat", "route_steps_flat")
+
+
+@pytest.mark.e2e
+@pytest.mark.once_sqlite  # ~30 s: once, not on each database
+@pytest.mark.timeout(300)
+def test_64_pods_x_8_lanes_behind_one_gateway_keep_every_lane_busy_at_a_small_cpu_cost_a_page():
+    # Pods sharing one host and port, as behind a gateway (--gateway): a cap on connections per
+    # host left half the lanes idle (main at 8630753: 0.499 of the ideal past the first round,
+    # 0.477 in all), and a host per pod would hide it. 8 rounds of 2 s; the goal is the rounds
+    # after the first (steady_over_ideal): the start-up, ~2 s here, is the larger run's to amortize.
+    # The CPU a page (0.70 ms here; main 1.05 ms) under bench/dispatch.py's ceiling, 2.1 ms.
+    figures = run_bench("dispatch.py", "--pods", "64", "--lanes", "8", "--latency", "2", "--pages", "4096", "--gateway")
+    assert_goals(figures, "nothing_lost", "nothing_read_twice", "steady_over_ideal", "control_plane_cpu_within_ceiling")
+    assert figures["pod_urls"] == "gateway"

@@ -12,6 +12,7 @@ from fleetadmin.clusters import brokers
 from pods.providers.local import LocalProvider
 from runpodsim import SimConfig, SimulatorThread
 from runpodsim.config import GpuTypeConfig
+from runpodsim.runner import pod_url_template
 from tests.runpod import use_simulator
 from tools.processes import Process, child_env, start_front, start_simulator, start_workers
 
@@ -95,7 +96,7 @@ def system_on_simulator(config: SimConfig, tmp_path, **env: str) -> Iterator[tup
         broker.purge_queue()
     sim, sim_url = start_simulator(config.model_dump(mode="json", by_alias=True), tmp_path)
     env = child_env(tmp_path, RUNPOD_API_BASE_URL=sim_url, RUNPOD_API_KEY=config.api_key,
-                    RUNPOD_POD_URL_TEMPLATE=f"{sim_url}/pods/{{pod_id}}", **env)  # fmt: skip
+                    RUNPOD_POD_URL_TEMPLATE=pod_url_template(sim_url), **env)  # fmt: skip
     workers = start_workers(env, tmp_path)
     front, url = start_front(env, tmp_path)
     try:

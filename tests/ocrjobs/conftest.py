@@ -48,7 +48,7 @@ def running_sim_pool(monkeypatch, settings, tls: ssl.SSLContext | None = None) -
         spec = PodSpec(name=f"t{uuid.uuid4().hex[:6]}-sim-0", lanes=2, offer=Offer("G", "SECURE", "DC"), image="i:1",
                        env={"POD_TOKEN": token})  # fmt: skip
         created = RunPodProvider(api_key="k", url_template=sim.pod_url_template).create(spec)
-        base_url = sim.pod_url_template.format(pod_id=created.provider_id)
+        base_url = sim.pod_url_template.format(pod_id=created.provider_id, port=8000)
         if tls is not None:
             base_url = f"https://127.0.0.1:{sim.endpoint.tls_port}/pods/{created.provider_id}"
         pod = Pod.objects.create(

@@ -199,6 +199,63 @@ def test_many_posts_in_flight_each_get_their_own_answer():
     assert run(scenario) == [(200, (b"page-%03d" % n)[::-1]) for n in range(100)]
 
 
+def test_posts_to_pods_behind_one_host_are_all_out_at_once_however_many():
+    # Pods behind one gateway share its host and port: lanes bound what each pod is sent, the
+    # session does not. 300 POSTs, each answered only once all 300 have arrived (with a cap of 256
+    # per host, as the session had, 44 waited for a connection that never came free).
+    count = 300
+
+    async def scenario():
+        arrived = []
+        everyone = asyncio.Event()
+
+        async def handler(request):
+            arrived.append(await request.read())
+            if len(arrived) == count:
+                everyone.set()
+            try:
+                await asyncio.wait_for(everyone.wait(), 5)
+            except TimeoutError:
+                return web.Response(status=503, body=b"not all arrived")
+            return web.Response(body=b"ok")
+
+        runner, url, peers = await serve(handler)
+        pods = client()
+        try:
+            answers = await asyncio.gather(*(pods.post(url, "/v1/ocr", b"page-%03d" % n) for n in range(count)))
+        finally:
+            await close(pods)
+            await runner.cleanup()
+        return answers, peers
+
+    answers, peers = run(scenario)
+    assert answers == [(200, b"ok")] * count
+    assert len(set(peers)) == count
+
+
+def test_pods_named_under_localhost_are_reached_on_loopback_each_name_in_its_host_header():
+    # As the simulator names pods (a host each, as RunPod's proxy does): RFC 6761 loopback names,
+    # which this machine's C library resolves nowhere.
+    hosts = []
+
+    async def handler(request):
+        hosts.append(request.headers["Host"])
+        return web.Response(body=b"ok")
+
+    async def scenario():
+        runner, url, peers = await serve(handler)
+        port = url.rpartition(":")[2]
+        pods = client()
+        try:
+            return [await pods.post(f"http://pod{n}-8000.proxy.localhost:{port}", "/v1/ocr", b"{}") for n in (1, 2, 1)]
+        finally:
+            await close(pods)
+            await runner.cleanup()
+
+    assert run(scenario) == [(200, b"ok")] * 3
+    assert [host.partition(":")[0] for host in hosts] == [f"pod{n}-8000.proxy.localhost" for n in (1, 2, 1)]
+
+
 def test_a_chunked_answer_is_read_whole_and_the_connection_is_kept():
     async def handler(request):
         response = web.StreamResponse(status=504)

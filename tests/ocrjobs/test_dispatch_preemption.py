@@ -38,7 +38,7 @@ def spot_pod(monkeypatch, settings, transactional_db):
         created = RunPodProvider(api_key="k", url_template=sim.pod_url_template).create(spec)
         pod = Pod.objects.create(
             pool=pool, name=created.name, provider_id=created.provider_id, lanes=2, state=Pod.State.READY,
-            base_url=sim.pod_url_template.format(pod_id=created.provider_id), ready_at=timezone.now(),
+            base_url=sim.pod_url_template.format(pod_id=created.provider_id, port=8000), ready_at=timezone.now(),
             billed_from=timezone.now(), token=token, interruptible=True, cost_per_hr=Decimal("0.25"),
         )  # fmt: skip
         yield sim, pod

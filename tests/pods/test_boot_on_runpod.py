@@ -24,7 +24,7 @@ from runpodsim.config import GpuTypeConfig
 from runpodsim.farm import Farm
 from tests.pods.conftest import EMPTY, GOOD, KEY
 from tests.pods.helpers import boot_until_settled, new_pod, passes_until_settled
-from tests.runpod import use_simulator
+from tests.runpod import pod_request, use_simulator
 from tools.processes import REPO, child_env, wait_for
 
 
@@ -529,8 +529,6 @@ def _pod_env(sim, provider_id: str) -> dict[str, str]:
 
 
 def test_a_boot_passes_the_pods_own_token_in_its_environment_and_asks_with_it(sim, pool):
-    import httpx
-
     first = boot_until_settled(new_pod(pool).pk)
     second = boot_until_settled(new_pod(pool).pk)
 
@@ -540,11 +538,10 @@ def test_a_boot_passes_the_pods_own_token_in_its_environment_and_asks_with_it(si
     assert env["POD_TOKEN"] == first.token
     assert env["MODEL"] == "olmocr"  # the pool's own env goes along
     # The virtual pod checks it as the pod server does: the boot's health checks sent it.
-    assert httpx.get(f"{first.base_url}/v1/models").status_code == 401
-    assert (
-        httpx.get(f"{first.base_url}/v1/models", headers={"Authorization": f"Bearer {second.token}"}).status_code == 401
-    )
-    models = httpx.get(f"{first.base_url}/v1/models", headers={"Authorization": f"Bearer {first.token}"})
+    assert pod_request("GET", f"{first.base_url}/v1/models").status_code == 401
+    wrong = {"Authorization": f"Bearer {second.token}"}
+    assert pod_request("GET", f"{first.base_url}/v1/models", headers=wrong).status_code == 401
+    models = pod_request("GET", f"{first.base_url}/v1/models", headers={"Authorization": f"Bearer {first.token}"})
     assert models.status_code == 200 and models.json()["ready"]
     assert first.engine["ready"]
 

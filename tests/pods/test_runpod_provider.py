@@ -21,6 +21,7 @@ from pods.providers.base import AuthFailed, NoCapacity, Offer, PodSpec, Transien
 from pods.providers.runpod import RunPodProvider, UnsafeValue
 from runpodsim import SimConfig, SimulatorThread
 from runpodsim.config import GpuTypeConfig
+from tests.runpod import pod_request
 
 HANG_GUARD = 30.0
 KEY = "test-key"
@@ -81,7 +82,7 @@ def wait_for(what: str, probe: Callable[[], Any]) -> Any:
 
 def wait_serving(provider: RunPodProvider, provider_id: str) -> str:
     seen = wait_for("the pod to run", lambda: (pod := provider.get(provider_id)) and pod.running and pod)
-    wait_for("/healthz to say ok", lambda: httpx.get(f"{seen.base_url}/healthz").status_code == 200)
+    wait_for("/healthz to say ok", lambda: pod_request("GET", f"{seen.base_url}/healthz").status_code == 200)
     return seen.base_url
 
 
@@ -103,19 +104,20 @@ def test_a_pod_boots_serves_a_page_and_is_terminated(provider: RunPodProvider, s
     assert sim.stats()["free_capacity"] == free_before - 1
 
     base_url = wait_serving(provider, created.provider_id)
-    assert base_url == f"{sim.url}/pods/{created.provider_id}"
-    models = httpx.get(f"{base_url}/v1/models").json()
+    # A host of its own, named as RunPod's proxy names pods ({pod_id}-{port}.proxy.runpod.net).
+    assert base_url == f"http://{created.provider_id}-8000.proxy.localhost:{sim.endpoint.port}"
+    models = pod_request("GET", f"{base_url}/v1/models").json()
     assert models["ready"] is True and models["lanes"] == 2 and models["name"] == "fa-test-1"
 
     page = b"\x89PNG not really a page"
-    answer = httpx.post(f"{base_url}/v1/ocr", params={"lang": "eng"}, content=page)
+    answer = pod_request("POST", f"{base_url}/v1/ocr", params={"lang": "eng"}, content=page)
     assert answer.status_code == 200
     assert answer.json()["text"] == f"page {hashlib.sha1(page).hexdigest()[:12]}"
 
     provider.terminate(created.provider_id)
     assert provider.get(created.provider_id) is None
     assert sim.stats()["free_capacity"] == free_before
-    assert httpx.get(f"{base_url}/healthz").status_code == 404
+    assert pod_request("GET", f"{base_url}/healthz").status_code == 404
 
 
 def test_a_booting_pod_is_not_running_and_has_no_url(sim: SimulatorThread) -> None:
@@ -270,13 +272,16 @@ def test_unsafe_pod_ids_are_refused(provider: RunPodProvider, sim: SimulatorThre
 def test_a_busy_pod_answers_429(provider: RunPodProvider) -> None:
     created = provider.create(spec(lanes=1))
     url = httpx.URL(wait_serving(provider, created.provider_id))
-    # A page whose upload has begun holds the only lane until its last byte arrives.
-    with socket.create_connection((url.host, url.port), timeout=HANG_GUARD) as upload:
-        head = f"POST {url.path}/v1/ocr HTTP/1.1\r\nHost: {url.host}\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+    # A page whose upload has begun holds the only lane until its last byte arrives. The pod's
+    # host is a name under .localhost: loopback, the name in the Host header.
+    with socket.create_connection(("127.0.0.1", url.port), timeout=HANG_GUARD) as upload:
+        head = (f"POST {url.path.rstrip('/')}/v1/ocr HTTP/1.1\r\nHost: {url.host}:{url.port}\r\nContent-Length: 8\r\n"
+                "Connection: close\r\n\r\n")  # fmt: skip
         upload.sendall(head.encode() + b"page")
-        wait_for("the first page to take the lane", lambda: httpx.get(f"{url}/v1/models").json()["busy"] == 1)
+        wait_for("the first page to take the lane",
+                 lambda: pod_request("GET", f"{url}/v1/models").json()["busy"] == 1)  # fmt: skip
 
-        second = httpx.post(f"{url}/v1/ocr", content=b"page two")
+        second = pod_request("POST", f"{url}/v1/ocr", content=b"page two")
 
         upload.sendall(b" one")
         first = upload.makefile("rb").readline()

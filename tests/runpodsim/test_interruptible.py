@@ -15,6 +15,7 @@ from runpodsim import SimulatorThread
 from runpodsim import graphql as gql
 from runpodsim.config import GpuTypeConfig
 from runpodsim.farm import Farm
+from tests.runpod import pod_client
 from tests.runpodsim.test_simulator import GPU, KEY, FakeClock, deploy_query, run, small_config
 
 PRICES = "query { gpuTypes { id lowestPrice(input: {gpuCount: 1}) { minimumBidPrice uninterruptablePrice } } }"
@@ -94,7 +95,7 @@ def test_a_page_in_flight_when_its_pod_is_preempted_is_answered_502_and_not_coun
         answer = httpx.post(f"{sim.url}/graphql", json={"query": rent_query("0.1")}, headers=headers, timeout=10)
         pod_id = answer.json()["data"]["podRentInterruptable"]["id"]
         url = sim.pod_url_template.format(pod_id=pod_id, port=8000)
-        with httpx.Client(timeout=10, headers={"Authorization": "Bearer t"}) as client:
+        with pod_client(headers={"Authorization": "Bearer t"}) as client:
             result: dict = {}
             page = threading.Thread(target=lambda: result.update(r=client.post(f"{url}/v1/ocr", content=b"\x89PNG..")))
             page.start()

@@ -23,6 +23,7 @@ from runpodsim import graphql as gql
 from runpodsim.config import NO_CAPACITY_MESSAGE, NO_GPUS_ON_HOST_MESSAGE, FaultList, GpuTypeConfig
 from runpodsim.farm import LOADING, READY, Farm
 from runpodsim.schema import RUNPOD_SCHEMA
+from tests.runpod import pod_client
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD = 30.0
@@ -347,6 +348,29 @@ def test_a_hundred_pods_are_served_by_one_process(sim: SimulatorThread) -> None:
     assert len(texts) == 100
     stats = sim.stats()
     assert (stats["pods_running"], stats["ocr_pages"], stats["create_calls"]) == (100, 100, 100)
+
+
+def test_each_pod_answers_at_a_host_of_its_own_as_at_runpods_proxy_and_under_the_gateway(sim: SimulatorThread) -> None:
+    ids = [post(sim, deploy_query(f"fa-{n}", cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+           for n in range(2)]  # fmt: skip
+    own = [sim.pod_url_template.format(pod_id=pod_id, port=8000) for pod_id in ids]
+
+    assert own[0] == f"http://{ids[0]}-8000.proxy.localhost:{sim.endpoint.port}"
+    with pod_client() as client:
+        texts = [client.post(f"{url}/v1/ocr", content=b"page").json()["text"] for url in own]
+        assert client.get(f"{own[1]}/v1/models").json()["name"] == "fa-1"
+        assert client.get(f"http://{ids[0]}-9000.proxy.localhost:{sim.endpoint.port}/healthz").status_code == 404
+        assert client.get(f"http://nosuchpod-8000.proxy.localhost:{sim.endpoint.port}/healthz").status_code == 404
+    # The same pods under the simulator's one host, as behind one gateway.
+    assert httpx.get(f"{sim.url}/pods/{ids[1]}/v1/models").json()["name"] == "fa-1"
+    assert texts[0] == texts[1] and sim.stats()["ocr_pages"] == 2
+    assert [pod["pages_done"] for pod in sim.pods()] == [1, 1]
+
+
+def test_the_gateway_mode_announces_every_pod_under_the_simulators_one_host() -> None:
+    with SimulatorThread(small_config(gateway=True)) as sim:
+        assert sim.pod_url_template == f"{sim.url}/pods/{{pod_id}}"
+        assert sim.endpoint.environment()["RUNPOD_POD_URL_TEMPLATE"] == sim.pod_url_template
 
 
 def test_virtual_pods_refuse_like_the_pod_server(sim: SimulatorThread) -> None:

@@ -1,9 +1,11 @@
 """Run the local RunPod simulator until interrupted.
 
-    python manage.py runpodsim --port 8765 [--config sim.json]
+    python manage.py runpodsim --port 8765 [--config sim.json] [--gateway]
 
 Prints ``RUNPODSIM http://HOST:PORT`` once it listens, then the environment
-that points fleetadmin (and the runpod SDK) at it.
+that points fleetadmin (and the runpod SDK) at it: pods under hosts of their own
+(``http://{pod_id}-{port}.proxy.localhost:PORT``), or with ``--gateway`` every
+pod under ``http://HOST:PORT/pods/{pod_id}``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--config", help="JSON file: catalogue, capacity, timings, faults")
+        parser.add_argument("--gateway", action="store_true", help="announce every pod under /pods/{pod_id}")
 
     def handle(self, *args: object, **options: object) -> None:
         try:
             config = SimConfig.load(str(options["config"])) if options["config"] else SimConfig()
         except (OSError, ValidationError) as exc:
             raise CommandError(f"cannot load simulator config: {exc}") from exc
+        if options["gateway"]:
+            config = config.model_copy(update={"gateway": True})
         try:
             asyncio.run(serve(config, str(options["host"]), int(options["port"]), announce=self._announce))
         except OSError as exc:
