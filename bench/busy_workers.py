@@ -64,7 +64,9 @@ SCALE_GOAL_MARGIN_S = 10.0
 # boots of 10 s, a job a second): 321 and 267 ms (SQLite; the test runs once). About three times.
 CPU_CEILING_MS_PER_PAGE = 1000.0
 # Which work class runs a task, by its function (fleetadmin/clusters.py routes them so).
-CLASS_OF = {"ocrjobs.tasks.dispatch_pool": "dispatch", "pods.tasks.advance_pods": "passes"}
+CLASS_OF = {"ocrjobs.tasks.dispatch_pool": "dispatch", "pods.tasks.advance_pods": "passes",
+            "ocrjobs.output_tasks.build_searchable_pdfs": "outputs",
+            "ocrjobs.output_tasks.request_searchable_pdfs": "outputs"}  # fmt: skip
 PROCESSING = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO django-q (\d+) \S+ processing (.+) '([\w.]+)'")
 ENDED = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ django-q \d+ (?:Processed|Failed) '([\w.]+)' \((.*?)\)"
@@ -115,7 +117,9 @@ def busy_intervals(log_path: Path) -> dict[str, list[tuple[float, float]]]:
                 task = waiting.pop(0)
                 task[1] = task[1] if task[1] is not None else _stamp(stamp)
     now = time.time()
-    intervals: dict[str, list[tuple[float, float]]] = {"short": [], "passes": [], "dispatch": []}
+    from fleetadmin.clusters import CLASSES
+
+    intervals: dict[str, list[tuple[float, float]]] = {name: [] for name in CLASSES}
     for start, end, _, work_class in tasks:
         intervals[work_class].append((start, now if end is None else end))
     return intervals

@@ -26,7 +26,7 @@ Prints:
 
 The closing JSON line's "goal" names each goal: counted ones, every_submission_accepted,
 nothing_lost, nothing_read_twice and bytes_to_pods_ratio (<= 1.1); and on this 2-core
-machine pages_per_s (>= 300), control_plane_cpu_ms_per_page (<= 3.5) and upload_mb_s
+machine pages_per_s (>= 500), control_plane_cpu_ms_per_page (<= 2.5) and upload_mb_s
 (>= 100), which CI does not assert; with ``--pdf``, every_pdf_built (counted). CI's size
 (tests/bench/test_ingest.py):
 
@@ -57,7 +57,9 @@ from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 GPU = "INGEST-GPU"
-GOALS = {"pages_per_s": 300.0, "control_plane_cpu_ms_per_page": 3.5, "bytes_to_pods_ratio": 1.1, "upload_mb_s": 100.0}
+# Issue 37's goals on an idle 2-core machine, with no PDF asked for (with --pdf, pages/s is to stay
+# at 0.9x that: bench/compare.py shows the pair).
+GOALS = {"pages_per_s": 500.0, "control_plane_cpu_ms_per_page": 2.5, "bytes_to_pods_ratio": 1.1, "upload_mb_s": 100.0}
 # What CI asserts at its small size (bench/_cpu.py): ~3x the 5.1 ms a page measured there (its
 # start-up costs weigh on 120 pages), on a machine shared with other work.
 CPU_CEILING_MS_PER_PAGE = 16.0
