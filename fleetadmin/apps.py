@@ -17,13 +17,27 @@ from fleetadmin.clusters import OUTPUTS
 WORKER_MODULES = ("pods.providers.runpod", "pods.tasks", "ocrjobs.tasks")
 
 
+def supervised_cluster(argv: list[str]) -> str | None:
+    """The work class of a cluster that ``manage.py workers`` starts (``workers --cluster <class>``),
+    or None for any other process (the supervisor included)."""
+    args = argv[2:] if argv[1:2] == ["workers"] else []
+    for index, arg in enumerate(args):
+        if arg == "--cluster":
+            return next(iter(args[index + 1 : index + 2]), "")
+        if arg.startswith("--cluster="):
+            return arg.removeprefix("--cluster=")
+    return None
+
+
 def forks_workers(argv: list[str]) -> bool:
     """Whether this process runs a django-q2 cluster, which forks the workers: ``manage.py qcluster``,
-    or a cluster that ``manage.py workers`` starts (``workers --cluster <class>``, one per work
-    class), not its supervisor."""
-    command = argv[1] if len(argv) > 1 else ""
-    cluster = any(arg == "--cluster" or arg.startswith("--cluster=") for arg in argv[2:])
-    return command == "qcluster" or (command == "workers" and cluster)
+    or a cluster that ``manage.py workers`` starts (one per work class), not its supervisor."""
+    return argv[1:2] == ["qcluster"] or supervised_cluster(argv) is not None
+
+
+def builds_outputs(argv: list[str]) -> bool:
+    """Whether this process is the outputs' cluster (``workers --cluster outputs``)."""
+    return supervised_cluster(argv) == OUTPUTS
 
 
 class FleetadminConfig(AppConfig):
@@ -41,17 +55,6 @@ class FleetadminConfig(AppConfig):
         # Only there: every other command and the test suite import the SDK when they use it.
         if forks_workers(sys.argv):
             prepare_workers(outputs=builds_outputs(sys.argv))
-
-
-def builds_outputs(argv: list[str]) -> bool:
-    """Whether this process is the outputs' cluster (``workers --cluster outputs``)."""
-    args = argv[2:] if argv[1:2] == ["workers"] else []
-    for index, arg in enumerate(args):
-        if arg == "--cluster":
-            return args[index + 1 : index + 2] == [OUTPUTS]
-        if arg.startswith("--cluster="):
-            return arg == f"--cluster={OUTPUTS}"
-    return False
 
 
 def prepare_workers(*, outputs: bool = False) -> None:
