@@ -312,6 +312,7 @@ def run(args) -> None:
         figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
         goal["achieved_over_ideal"] = figures["achieved_over_ideal"] >= ACHIEVED_OVER_IDEAL_GOAL
         steady = steady_over_ideal(job, args)
+        figures.update(first_round(job, args, started_wall))
         if steady is not None:
             figures["steady_over_ideal"] = steady
             goal["steady_over_ideal"] = steady >= ACHIEVED_OVER_IDEAL_GOAL
@@ -328,10 +329,31 @@ def run(args) -> None:
     )
     if ideal:
         print(f"ideal {figures['ideal_pages_per_s']} pages/s; achieved ÷ ideal {figures['achieved_over_ideal']}, "
-              f"past the first round {figures.get('steady_over_ideal')}")  # fmt: skip
+              f"past the first round {figures.get('steady_over_ideal')}; first page done at "
+              f"{figures.get('first_page_s')} s, every lane's first at {figures.get('first_round_s')} s "
+              f"(ideal {args.latency} s)")  # fmt: skip
     print(f"pages lost {lost} ({done_without_result} done without a result); pods read {pod_reads} pages "
           f"for {done} done")  # fmt: skip
     print(json.dumps(figures))
+
+
+def first_round(job, args, started_wall: float) -> dict:
+    """When the first page was done, and when as many as the fleet has lanes were (every lane's
+    first answer), in seconds from the start: what the start-up (connections, every pod's first
+    document) costs against the one latency an ideal first round takes."""
+    from ocrjobs.models import Page
+
+    lanes = args.pods * args.lanes
+    finished = list(
+        Page.objects.filter(job=job).exclude(finished_at=None).order_by("finished_at")
+        .values_list("finished_at", flat=True)[:lanes]
+    )  # fmt: skip
+    if len(finished) < lanes:
+        return {}
+    return {
+        "first_page_s": round(finished[0].timestamp() - started_wall, 3),
+        "first_round_s": round(finished[-1].timestamp() - started_wall, 3),
+    }
 
 
 def steady_over_ideal(job, args) -> float | None:
