@@ -338,7 +338,7 @@ FRONT_MAX_BODIES_IN_FLIGHT = envint("FRONT_MAX_BODIES_IN_FLIGHT", 64, minimum=1)
 # Spend (issue 23): a new pool's $/h cap as the admin form offers it, and what a user's jobs may
 # cost in any 24 hours unless their Budget says otherwise (`none`: no limit; staff have none).
 POOL_DEFAULT_DOLLARS_PER_HOUR = envdollars("POOL_DEFAULT_DOLLARS_PER_HOUR", "20")
-USER_DOLLARS_PER_DAY = envdollars("USER_DOLLARS_PER_DAY", None)
+USER_DOLLARS_PER_DAY = envdollars("USER_DOLLARS_PER_DAY", "50")
 CAPACITY_VERDICT_TTL_SECONDS = envfloat("CAPACITY_VERDICT_TTL_SECONDS", 90.0, minimum=1.0)
 CATALOGUE_TTL_SECONDS = envfloat("CATALOGUE_TTL_SECONDS", 60.0, minimum=1.0)
 POD_CREATE_TIMEOUT_SECONDS = envfloat("POD_CREATE_TIMEOUT_SECONDS", 120.0, minimum=1.0)

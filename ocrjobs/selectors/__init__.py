@@ -5,6 +5,9 @@ consumer:
 
 - ``jobs``: the API, the job pages and the CLI (who sees which jobs, texts, result downloads);
 - ``dashboard``: the dashboard's jobs, their progress, pods' pages in flight, the charts' minutes;
+- ``budgets``: users' daily budgets and what their jobs of the day cost (submissions, retries, the
+  scaler); imported as ``ocrjobs.selectors.budgets``, not from here: it reads ``pods.spend``, which
+  reads this package;
 - ``demand``: the scaler, the boots, the forecast, the spend report and the dispatcher;
 - ``status``: the fleet status and the metrics.
 

@@ -12,24 +12,34 @@ from decimal import Decimal
 from django.db import transaction
 
 from ocrjobs.models import Page
+from ocrjobs.selectors.budgets import daily_budgets, days_spent
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import _first_reading_kept
 from pods.models import Pool
 from pods.spend import jobs_spend
 
 NOT_OPEN = "the escalation pool is not open to the job's owner"
+OWNERS_DAY = "the daily budget of the job's owner is spent by their jobs of the last 24 hours"
 
 
-def jobs_at_budget(max_dollars: dict[int, Decimal | None]) -> dict[int, str]:
-    """Of the jobs with pages to escalate ({job id: its budget}), those whose budget is spent, with
-    why: their pages keep the first reading. The scaler's rule for every page (no pod for a job
-    past its budget), held at the escalation, where a page would otherwise start new spend."""
+def jobs_at_budget(
+    max_dollars: dict[int, Decimal | None], owners: dict[int, int | None] | None = None
+) -> dict[int, str]:
+    """Of the jobs with pages to escalate ({job id: its budget}; ``owners``: {job id: its owner's
+    id}), those whose budget, or whose owner's day, is spent, with why: their pages keep the first
+    reading. The scaler's rule for every page (no pod for a job past its budget or its owner's
+    day), held at the escalation, where a page would otherwise start new spend."""
     budgets = {job_id: dollars for job_id, dollars in max_dollars.items() if dollars is not None}
-    if not budgets:
-        return {}
-    spent = jobs_spend(budgets)
-    return {job_id: budget_spent(budgets[job_id], spent[job_id]) for job_id in budgets
-            if spent[job_id] >= budgets[job_id]}  # fmt: skip
+    spent = jobs_spend(budgets) if budgets else {}
+    at = {job_id: budget_spent(budgets[job_id], spent[job_id]) for job_id in budgets
+          if spent[job_id] >= budgets[job_id]}  # fmt: skip
+    owners = {job_id: owner for job_id, owner in (owners or {}).items() if owner is not None and job_id not in at}
+    days = daily_budgets(set(owners.values()))
+    if days:
+        days_of = days_spent(days)
+        at.update({job_id: OWNERS_DAY for job_id, owner in owners.items()
+                   if owner in days and days_of[owner] >= days[owner]})  # fmt: skip
+    return at
 
 
 def escalations_refused(moves: set[tuple[int | None, int]]) -> set[tuple[int | None, int]]:
@@ -66,7 +76,8 @@ def pages_escalated_over_budget(*, pool_id: int, job_ids: list[int], limit: int 
     kept, jobs = 0, set()
     with transaction.atomic():
         for page in pages:
-            why = budget_spent(page.job.max_dollars, spent[page.job_id])
+            own = page.job.max_dollars
+            why = budget_spent(own, spent[page.job_id]) if own is not None and spent[page.job_id] >= own else OWNERS_DAY
             claim = Page.objects.filter(
                 pk=page.pk, status=page.status, attempts=page.attempts, claim_token=page.claim_token
             )

@@ -241,7 +241,10 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
     from ocrjobs.services.escalation_budget import NOT_OPEN, escalations_refused, jobs_at_budget
 
     refused = escalations_refused({(stages[page_id].owner_id, to_pool) for page_id, (_, to_pool) in escalate.items()})
-    spent = jobs_at_budget({item.job_id: stages[page_id].max_dollars for page_id, (item, _) in escalate.items()})
+    spent = jobs_at_budget(
+        {item.job_id: stages[page_id].max_dollars for page_id, (item, _) in escalate.items()},
+        {item.job_id: stages[page_id].owner_id for page_id, (item, _) in escalate.items()},
+    )
     for page_id, (item, to_pool) in list(escalate.items()):
         stage = stages[page_id]
         why = NOT_OPEN if (stage.owner_id, to_pool) in refused else spent.get(item.job_id)

@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ocrjobs import selectors
+from ocrjobs.selectors.budgets import jobs_past_owners_day
 from pods import capacity
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import PoolConfigError, pool_offers
@@ -74,9 +75,12 @@ def boot_seconds(pool: Pool, times: list[float] | None = None) -> float:
 
 
 def _jobs_over_budget(pool: Pool) -> list[int]:
+    """Jobs with pages waiting in the pool that have spent their own budget, or whose owner's jobs
+    together have spent the owner's day."""
     budgets = selectors.budgeted_jobs_waiting(pool.pk)
     spent = jobs_spend(job_id for job_id, _ in budgets)
-    return [job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars]
+    over = {job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars}
+    return sorted(over.union(jobs_past_owners_day(pool.pk)))
 
 
 def pool_floor(pool: Pool) -> int:

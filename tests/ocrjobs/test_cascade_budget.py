@@ -11,6 +11,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from ocrjobs.models import Job, Page
+from ocrjobs.services.escalation_budget import OWNERS_DAY
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import pages_claim
 from pods.models import Pod, Pool, SpendEntry, pod_name
@@ -84,4 +85,54 @@ def test_the_escalation_pool_boots_for_an_escalated_page_within_budget(cascade, 
     job = _job(ordinary_user, cheap, max_dollars="0.05")
     _read(cheap, [95, 40], engine="tesseract")
     assert len(scaler.pool_tick(pool=strong).booted) == 1  # the control: within budget, a pod boots
+    assert job.pages.get(escalated_from=cheap).status == Page.Status.PENDING
+
+
+# --- the owner's day (issue 38): jobs running at once share it ------------------------------------
+
+
+def _kept_by_owners_day(page: Page) -> None:
+    page.refresh_from_db()
+    assert page.status == Page.Status.DONE and page.confidence == 40
+    second = page.read_result()["cascade"][1]
+    assert second["pool"] == "strong" and second["skipped"] == OWNERS_DAY
+
+
+def test_an_escalated_page_boots_no_pod_once_its_owners_jobs_together_spent_the_day(cascade, ordinary_user, settings):
+    cheap, strong = cascade
+    settings.USER_DOLLARS_PER_DAY = Decimal("0.10")
+    job = _job(ordinary_user, cheap, max_dollars="0.10")
+    _read(cheap, [95, 40], engine="tesseract")  # escalated within the day
+    page = job.pages.get(escalated_from=cheap)
+    other = _job(ordinary_user, cheap, max_dollars="0.10")
+    _spend(job, cheap, "0.04")
+    _spend(other, cheap, "0.06")  # neither job's own budget is spent; together they spent the day
+
+    assert scaler.pool_demand(strong).capped_jobs == [job.pk]
+    assert scaler.pool_tick(pool=strong).booted == [] and not strong.pods.exists()
+    _kept_by_owners_day(page)
+
+
+def test_a_page_is_not_escalated_once_its_owners_day_is_spent(cascade, ordinary_user, settings):
+    cheap, strong = cascade
+    settings.USER_DOLLARS_PER_DAY = Decimal("0.10")
+    job = _job(ordinary_user, cheap, max_dollars="0.10")
+    other = _job(ordinary_user, cheap, max_dollars="0.10")
+    other.pages.update(status=Page.Status.CANCELLED)
+    _spend(other, cheap, "0.10")  # the owner's other job of the day spent it
+
+    _read(cheap, [95, 40], engine="tesseract")
+
+    assert pages_claim(pool_id=strong.pk, token="t", limit=10) == []
+    _kept_by_owners_day(job.pages.order_by("id").last())
+
+
+def test_another_users_day_does_not_hold_this_ones_pages(cascade, ordinary_user, outsider, settings):
+    cheap, strong = cascade
+    settings.USER_DOLLARS_PER_DAY = Decimal("0.10")
+    job = _job(ordinary_user, cheap, max_dollars="0.10")
+    _read(cheap, [95, 40], engine="tesseract")
+    _spend(_job(outsider, cheap, max_dollars="0.10"), cheap, "0.10")  # the outsider's day is spent
+
+    assert len(scaler.pool_tick(pool=strong).booted) == 1
     assert job.pages.get(escalated_from=cheap).status == Page.Status.PENDING

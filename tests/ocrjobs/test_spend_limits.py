@@ -96,13 +96,35 @@ def test_a_job_gets_at_most_what_is_left_of_its_owners_day(client, ordinary_user
     token = _token(ordinary_user)
 
     first = _submit(client, token, max_dollars="2")  # within what is left: its own budget stands
-    second = _submit(client, token)  # no budget asked: what is left (5 - 2 the first may still cost)
-    third = _submit(client, token)
+    second = _submit(client, token)  # no budget asked: what is left (nothing is spent yet)
+    _spent(Job.objects.get(pk=first.json()["id"]), "2")
+    third = _submit(client, token)  # 5 - the 2 the first has cost
+    _spent(Job.objects.get(pk=third.json()["id"]), "3")
+    fourth = _submit(client, token)
 
     assert (first.status_code, first.json()["max_dollars"]) == (201, 2.0)
-    assert (second.status_code, second.json()["max_dollars"]) == (201, 3.0)
-    assert third.status_code == 429 and "daily budget of $5" in third.json()["error"]
-    assert Job.objects.count() == 2
+    assert (second.status_code, second.json()["max_dollars"]) == (201, 5.0)
+    assert (third.status_code, third.json()["max_dollars"]) == (201, 3.0)
+    assert fourth.status_code == 429 and "daily budget of $5" in fourth.json()["error"]
+    assert Job.objects.count() == 3
+
+
+def test_jobs_running_at_once_share_the_day_rather_than_each_holding_it(client, ordinary_user, settings):
+    # A job is not counted at its cap before it spends it: a second job of the day is taken while
+    # the first runs (the scaler holds their sum to the day: tests/pods/test_scaler.py).
+    settings.USER_DOLLARS_PER_DAY = Decimal("5")
+    token = _token(ordinary_user)
+    running = [Job.objects.get(pk=_submit(client, token).json()["id"]) for _ in range(3)]
+    Job.objects.filter(pk__in=[job.pk for job in running]).update(status=Job.Status.RUNNING)
+
+    assert [job.max_dollars for job in running] == [Decimal("5")] * 3
+    assert _submit(client, token).status_code == 201
+
+
+def test_users_who_are_not_staff_have_a_daily_budget_by_default():
+    from django.conf import settings
+
+    assert settings.USER_DOLLARS_PER_DAY == Decimal("50")
 
 
 def test_a_finished_job_counts_what_it_cost_not_its_budget(client, ordinary_user, settings):
@@ -170,7 +192,9 @@ def test_dollar_settings_refuse_what_is_not_an_amount(monkeypatch, value):
 def test_a_json_submission_is_refused_past_the_budget_too(client, ordinary_user, settings):
     settings.USER_DOLLARS_PER_DAY = Decimal("1")
     token = _token(ordinary_user)
-    assert _submit(client, token).status_code == 201
+    first = _submit(client, token)
+    assert first.status_code == 201
+    _spent(Job.objects.get(pk=first.json()["id"]), "1")
 
     response = client.post("/v1/jobs", json.dumps({"urls": ["https://example.org/a.pdf"]}),
                            content_type="application/json", headers={"Authorization": f"Bearer {token}"})  # fmt: skip
@@ -209,7 +233,8 @@ def test_a_retried_jobs_budget_is_what_it_cost_and_what_is_left(client, ordinary
     job = Job.objects.get(pk=_submit(client, token, max_dollars="8").json()["id"])
     _partial(job)
     _spent(job, "3")
-    other = Job.objects.get(pk=_submit(client, token, max_dollars="5").json()["id"])  # running: may cost 5
+    other = Job.objects.get(pk=_submit(client, token, max_dollars="6").json()["id"])
+    _spent(other, "5")  # running, and has cost 5 so far
 
     retried = client.post(f"/v1/jobs/{job.pk}/retry", headers={"Authorization": f"Bearer {token}"})
 
@@ -241,8 +266,9 @@ def test_a_job_retried_today_counts_in_todays_budget_however_old(client, ordinar
                                          started_at=timezone.now() - timezone.timedelta(days=3))  # fmt: skip
     Budget.objects.filter(user=ordinary_user).update(dollars_per_day=Decimal("10"))
     assert client.post(f"/v1/jobs/{old.pk}/retry", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    _spent(old, "6")
 
-    assert _submit(client, token).json()["max_dollars"] == 4.0  # the retried job may cost 6 of today's 10
+    assert _submit(client, token).json()["max_dollars"] == 4.0  # the retried job has cost 6 of today's 10
 
 
 def test_a_job_still_running_counts_however_long_ago_it_started(client, ordinary_user, settings):
@@ -251,6 +277,7 @@ def test_a_job_still_running_counts_however_long_ago_it_started(client, ordinary
     running = Job.objects.get(pk=_submit(client, token, max_dollars="2").json()["id"])
     Job.objects.filter(pk=running.pk).update(status=Job.Status.RUNNING,
                                              started_at=timezone.now() - timezone.timedelta(hours=30))  # fmt: skip
+    _spent(running, "2")
 
     assert _submit(client, token).json()["max_dollars"] == 3.0
 
