@@ -78,9 +78,7 @@ SECURE_PROXY_SSL_HEADER = envproxyheader("SECURE_PROXY_SSL_HEADER")
 # templates/base.html), images from our origin or made in the page (pdf.js), nothing fetched from
 # or posted to another origin, and no framing. 'self' covers the dashboard's websocket on the same
 # host (ws: for http, wss: for https). A response that sets its own policy keeps it (documents are
-# served sandboxed, ocrjobs/viewer_views.py). Static files are served before the middleware and
-# carry none: pdf.js's worker, a script of ours, compiles its image decoders (JBIG2, JPEG 2000)
-# from WebAssembly.
+# served sandboxed, ocrjobs/viewer_views.py).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
@@ -93,6 +91,12 @@ CONTENT_SECURITY_POLICY = {
         "form-action": ["'self'"],
         "frame-ancestors": ["'none'"],
     }
+}
+# Static files' own (fleetadmin/staticpolicy.py): it takes effect in pdf.js's worker, which
+# compiles its image decoders from WebAssembly; eval stays refused there too.
+STATIC_CONTENT_SECURITY_POLICY = {
+    **CONTENT_SECURITY_POLICY["DIRECTIVES"],
+    "script-src": ["'self'", "'wasm-unsafe-eval'"],
 }
 
 # Not "daphne": its app only swaps runserver for its own (the front is `python -m fleetadmin.front`)

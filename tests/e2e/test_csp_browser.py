@@ -184,8 +184,12 @@ def test_every_console_page_works_under_the_policy_with_no_violation(front, brow
     page.evaluate("document.body.dataset.live = 'on'")
 
     # The job page: pdf.js draws the page (its worker and WebAssembly decoders), the Markdown is rendered.
+    # The worker runs under its own response's policy (fleetadmin/staticpolicy.py): eval refused there too.
     pdf_page = Page.objects.get(document__job=read)
-    page.goto(f"{front}/jobs/{read.pk}")
+    with page.expect_response(lambda answer: "pdf.worker" in answer.url) as worker:
+        page.goto(f"{front}/jobs/{read.pk}")
+    worker_policy = worker.value.headers["content-security-policy"]
+    assert "script-src 'self' 'wasm-unsafe-eval';" in worker_policy and "'unsafe-eval'" not in worker_policy
     page.wait_for_selector(f"#viewer-page-{pdf_page.pk}[data-drawn='true']")
     assert page.locator(f"#viewer-page-{pdf_page.pk} .box").count() == 3
     assert page.locator(".progress [data-width]").evaluate("e => e.style.width") == "100%"
@@ -273,8 +277,8 @@ def hostile_pdf_bytes(beacon: str) -> bytes:
 
 
 @closing_its_connections
-def test_a_hostile_markdown_page_and_a_hostile_pdf_do_nothing(live_server, client, ordinary_user, local_pool,
-                                                               browser, elsewhere):  # fmt: skip
+def test_a_hostile_markdown_page_and_a_hostile_pdf_do_nothing(front, client, ordinary_user, local_pool, browser,
+                                                               elsewhere):  # fmt: skip
     markdown_job = submit(ordinary_user, {"table.png": image_bytes(["Pumps 4"])})
     split(markdown_job)
     vlm_page(markdown_job, hostile_markdown(elsewhere.url))
@@ -282,11 +286,11 @@ def test_a_hostile_markdown_page_and_a_hostile_pdf_do_nothing(live_server, clien
     split(pdf_job)
     read_every_page(pdf_job)
     client.force_login(ordinary_user)
-    context = session_context(browser, client, live_server.url)
-    watched = Watched(context, live_server.url)
+    context = session_context(browser, client, front)
+    watched = Watched(context, front)
     page = watched.page
 
-    page.goto(f"{live_server.url}/jobs/{markdown_job.pk}")
+    page.goto(f"{front}/jobs/{markdown_job.pk}")
     rendered = page.locator(".markdown.rendered")
     rendered.wait_for()
     # What a Markdown page may show is kept: the heading, the table, emphasis, a safe link.
@@ -305,7 +309,7 @@ def test_a_hostile_markdown_page_and_a_hostile_pdf_do_nothing(live_server, clien
 
     # The hostile PDF is drawn; none of its script runs, its font and function compile nothing.
     pdf_page = Page.objects.get(document__job=pdf_job)
-    page.goto(f"{live_server.url}/jobs/{pdf_job.pk}")
+    page.goto(f"{front}/jobs/{pdf_job.pk}")
     page.wait_for_selector(f"#viewer-page-{pdf_page.pk}[data-drawn='true']")
     assert page.locator(f"#viewer-page-{pdf_page.pk} .box").count() >= 1
 

@@ -5,12 +5,14 @@ does with it is in tests/e2e/test_csp_browser.py."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
 from django.conf import settings
 from django.test import Client
 
+from fleetadmin.staticpolicy import StaticPolicy
 from ocrjobs.models import Document
 from tests.factories import pdf_bytes
 from tests.ocrjobs.helpers import split, submit
@@ -115,3 +117,37 @@ def test_the_vendored_pdfjs_compiles_nothing_as_script_and_the_viewer_says_so():
     assert "isEvalSupported: false" in (REPO / "static" / "viewer.js").read_text()
     # The check finds it where it is: htmx evaluates hx-on and trigger filters (allowEval, off here).
     assert len(COMPILES_SCRIPT.findall((REPO / "static" / "vendor" / "htmx-2.0.11.min.js").read_text())) >= 3
+
+
+def _answer(app, path: str) -> dict[bytes, bytes]:
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app({"type": "http", "path": path, "method": "GET", "headers": []}, receive, send))
+    return dict(sent[0]["headers"])
+
+
+async def _file(scope, receive, send):
+    headers = [(b"content-type", b"text/javascript")]
+    if scope["path"].endswith("own.js"):
+        headers.append((b"Content-Security-Policy", b"sandbox"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def test_static_files_carry_a_policy_that_refuses_eval_and_allows_webassembly_only():
+    # pdf.js's worker runs under the policy its own response carries (chromium; the e2e test
+    # checks the real front's): without one, eval was allowed there.
+    app = StaticPolicy(_file)
+    worker = _answer(app, "/static/vendor/pdfjs-6.5.438/pdf.worker.min.mjs")[b"content-security-policy"]
+    directives = dict(part.split(" ", 1) for part in worker.decode().split("; "))
+    assert directives["script-src"] == "'self' 'wasm-unsafe-eval'"
+    assert directives["default-src"] == "'self'" and "unsafe-eval'" not in worker.decode().replace("wasm-unsafe", "")
+    assert b"content-security-policy" not in _answer(app, "/jobs/1")  # django-csp's
+    assert _answer(app, "/static/own.js")[b"Content-Security-Policy"] == b"sandbox"  # kept, not doubled
+    assert b"content-security-policy" not in _answer(app, "/static/own.js")
