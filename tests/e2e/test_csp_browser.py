@@ -10,6 +10,7 @@ request it gets. One browser for the module."""
 from __future__ import annotations
 
 import io
+import re
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -214,6 +215,10 @@ def test_every_console_page_works_under_the_policy_with_no_violation(front, brow
     page.set_input_files("#id_files", str(upload))
     page.wait_for_selector("#forecast h3")
     assert "1 pages" in page.inner_text("#forecast")
+    # Submitting posts the form to our own origin (form-action 'self'), which answers with the job.
+    page.click("main form button[type=submit]")
+    page.wait_for_url(re.compile(rf"{front}/jobs/\d+$"))
+    assert page.locator("h1").inner_text().startswith("Job ")
 
     for path in ("/jobs/", "/admin/", "/admin/pods/pool/", f"/admin/pods/pool/{local_pool.pk}/change/"):
         page.goto(f"{front}{path}")
