@@ -24,8 +24,8 @@ if (viewer) {
       // The PDF is the document's author's: pdf.js runs none of its JavaScript (no scripting, no
       // XFA), and compiles nothing of it as script. isEvalSupported is the switch for that in the
       // pdf.js versions that had it (before 5; this one compiles a PostScript function to
-      // WebAssembly or walks it: tests/fleetadmin/test_csp.py), and the page's CSP refuses eval whatever
-      // a version does.
+      // WebAssembly or walks it: tests/fleetadmin/test_csp.py), and the CSP refuses eval in the
+      // page and in pdf.js's worker whatever a version does (fleetadmin/staticpolicy.py).
       documents.set(url, loadPdfjs().then((lib) => lib.getDocument({
         url, wasmUrl: viewer.dataset.pdfjsWasm, disableStream: true, disableAutoFetch: true,
         isEvalSupported: false, enableXfa: false,
