@@ -169,6 +169,12 @@ def spend(request: HttpRequest) -> JsonResponse:
         own = jobs_visible_to(request.api_user, request.api_scopes).filter(pk__in=billed).values_list("pk", flat=True)
         own = {str(pk) for pk in own}
         report["by_job"] = {job: dollars for job, dollars in report["by_job"].items() if job in own}
+        # Nor the pools not open to them, by name or by their pods' (review N10); the totals stay the fleet's.
+        closed = Pool.objects.exclude(pk__in=Pool.objects.open_to(request.api_user).values("pk"))
+        closed_pods = set(Pod.objects.filter(pool__in=closed).values_list("name", flat=True))
+        closed_keys = set(closed.values_list("key", flat=True))
+        report["by_pool"] = {key: dollars for key, dollars in report["by_pool"].items() if key not in closed_keys}
+        report["by_pod"] = {name: dollars for name, dollars in report["by_pod"].items() if name not in closed_pods}
     return JsonResponse(report)
 
 

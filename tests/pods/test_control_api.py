@@ -156,6 +156,23 @@ def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_
     assert own["by_pod"] == {"fa-local-ended": 1.0}
 
 
+def test_spend_names_no_pool_or_pod_a_read_token_may_not_use(client, read_token, admin_token, local_pool):
+    # Review N10: a staff-only pool's key and its pods' names are not shown to others; the
+    # fleet's totals stay the same for all.
+    staff_pool = Pool.objects.create(key="gpu-staff", provider="local", staff_only=True)
+    for pool, name in ((local_pool, "fa-local-a"), (staff_pool, "fa-gpu-staff-a")):
+        pod = Pod.objects.create(pool=pool, name=name, state=Pod.State.TERMINATED)
+        SpendEntry.objects.create(pod=pod, pool=pool, dollars=Decimal("0.5"), seconds=30, at=timezone.now())
+
+    own = api_get(client, "/v1/runpod/spend", read_token).json()
+    everyone = api_get(client, "/v1/runpod/spend", admin_token).json()
+
+    assert everyone["by_pool"] == {"gpu-staff": 0.5, "local": 0.5}
+    assert everyone["by_pod"] == {"fa-gpu-staff-a": 0.5, "fa-local-a": 0.5}
+    assert own["by_pool"] == {"local": 0.5} and own["by_pod"] == {"fa-local-a": 0.5}
+    assert own["total"] == everyone["total"] == 1.0
+
+
 def test_models_lists_what_ready_pods_reported(client, read_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-m", state=Pod.State.READY, lanes=2,
                        engine={"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "ready": True})  # fmt: skip
