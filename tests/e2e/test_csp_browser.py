@@ -202,8 +202,8 @@ def test_every_console_page_works_under_the_policy_with_no_violation(front, brow
     page.goto(f"{front}/jobs/{waiting.pk}")
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
-    page.click("text=Cancel job")
-    page.wait_for_url(f"{front}/jobs/{waiting.pk}")
+    with page.expect_navigation():  # the post, then the job page it redirects to
+        page.click("text=Cancel job")
     assert dialogs == [f"Cancel job {waiting.pk}?"]
     waiting.refresh_from_db()
     assert waiting.status == "cancelled"
