@@ -1,7 +1,7 @@
 """The front: Django over daphne (fleetadmin/front.py), static files served by the ASGI handler
-(plain daphne serves no /static/), ``GET /healthz`` answered before Django
-(fleetadmin/healthz.py), a body the server handed over read as it is, and PostgreSQL
-connections from a pool."""
+(plain daphne serves no /static/) with a policy of their own (fleetadmin/staticpolicy.py),
+``GET /healthz`` answered before Django (fleetadmin/healthz.py), a body the server handed over
+read as it is, and PostgreSQL connections from a pool."""
 
 import contextvars
 import gc
@@ -24,6 +24,7 @@ from fleetadmin import formdata
 from fleetadmin.db import use_connection_pool
 from fleetadmin.healthz import HealthzFirst
 from fleetadmin.loopwatch import watch_loop
+from fleetadmin.staticpolicy import StaticPolicy
 
 # The request body the server received, handed over in the scope (fleetadmin/front.py).
 BODY_EXTENSION = "fleetadmin.body"
@@ -90,7 +91,7 @@ _import_what_requests_use()
 
 application = ProtocolTypeRouter(
     {
-        "http": HealthzFirst(ASGIStaticFilesHandler(django_asgi)),
+        "http": HealthzFirst(StaticPolicy(ASGIStaticFilesHandler(django_asgi))),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -73,6 +73,32 @@ SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)  # a promise for the
 # through alone): anyone who reaches the front directly could claim HTTPS with it.
 SECURE_PROXY_SSL_HEADER = envproxyheader("SECURE_PROXY_SSL_HEADER")
 
+# The Content-Security-Policy of every page (django-csp; issue 38, N3 and N9): scripts and styles
+# from our own origin only, no inline script or style, no eval (htmx's allowEval is off too,
+# templates/base.html), images from our origin or made in the page (pdf.js), nothing fetched from
+# or posted to another origin, and no framing. 'self' covers the dashboard's websocket on the same
+# host (ws: for http, wss: for https). A response that sets its own policy keeps it (documents are
+# served sandboxed, ocrjobs/viewer_views.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:", "blob:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Static files' own (fleetadmin/staticpolicy.py): it takes effect in pdf.js's worker, which
+# compiles its image decoders from WebAssembly; eval stays refused there too.
+STATIC_CONTENT_SECURITY_POLICY = {
+    **CONTENT_SECURITY_POLICY["DIRECTIVES"],
+    "script-src": ["'self'", "'wasm-unsafe-eval'"],
+}
+
 # Not "daphne": its app only swaps runserver for its own (the front is `python -m fleetadmin.front`)
 # and imports Twisted's server on start, 0.35 s of CPU in every manage.py process (manage.py ocr,
 # each worker cluster) for nothing they use (issue 27).
@@ -100,6 +126,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Last, as django-axes asks: it turns a refused login into its lock-out answer.
     "axes.middleware.AxesMiddleware",
 ]

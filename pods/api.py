@@ -38,7 +38,13 @@ async def status(request: HttpRequest) -> HttpResponse:
     snapshot = selectors.fleet_status_snapshot.peek()
     if snapshot is None:
         snapshot = await sync_to_async(selectors.fleet_status_snapshot.get)()
-    body = snapshot.json if _sees_everyone(request) else snapshot.json_without_alerts
+    if _sees_everyone(request):
+        body = snapshot.json
+    elif snapshot.grouped:  # the caller's groups choose the pools kept to groups (one query)
+        groups = frozenset([pk async for pk in request.api_user.groups.values_list("pk", flat=True)])
+        body = snapshot.json_for(groups)
+    else:
+        body = snapshot.json_for()
     return HttpResponse(body, content_type="application/json")
 
 
@@ -128,7 +134,9 @@ async def scale(request: HttpRequest) -> JsonResponse:
 @api_view(scope="read")
 def scale_detail(request: HttpRequest, request_id: int) -> JsonResponse:
     scale_request = ScaleRequest.objects.select_related("pool").filter(pk=request_id).first()
-    if scale_request is None:
+    # Scaling is asked with an admin token: nobody else's to follow (its result carries the boots'
+    # errors, and its pool may be staff-only; review N10).
+    if scale_request is None or not _sees_everyone(request):
         raise ApiError(f"no scale request {request_id}", 404)
     return JsonResponse(scale_request.to_dict())
 
@@ -161,6 +169,12 @@ def spend(request: HttpRequest) -> JsonResponse:
         own = jobs_visible_to(request.api_user, request.api_scopes).filter(pk__in=billed).values_list("pk", flat=True)
         own = {str(pk) for pk in own}
         report["by_job"] = {job: dollars for job, dollars in report["by_job"].items() if job in own}
+        # Nor the pools not open to them, by name or by their pods' (review N10); the totals stay the fleet's.
+        closed = Pool.objects.exclude(pk__in=Pool.objects.open_to(request.api_user).values("pk"))
+        closed_pods = set(Pod.objects.filter(pool__in=closed).values_list("name", flat=True))
+        closed_keys = set(closed.values_list("key", flat=True))
+        report["by_pool"] = {key: dollars for key, dollars in report["by_pool"].items() if key not in closed_keys}
+        report["by_pod"] = {name: dollars for name, dollars in report["by_pod"].items() if name not in closed_pods}
     return JsonResponse(report)
 
 
@@ -168,7 +182,9 @@ def spend(request: HttpRequest) -> JsonResponse:
 def models(request: HttpRequest) -> JsonResponse:
     """The engines the ready pods reported when they joined, by pool (no pod is asked now)."""
     pools = []
-    for pool in Pool.objects.all():
+    # The pools open to the caller (review N10: staff-only pools are not everyone's to see).
+    shown = Pool.objects.all() if _sees_everyone(request) else Pool.objects.open_to(request.api_user)
+    for pool in shown:
         engines = {}
         for pod in pool.pods.ready():
             engine = pod.engine or {}

@@ -71,24 +71,61 @@ def fleet_status() -> dict:
     }
 
 
+# What a caller who is neither staff nor holds an admin token is not shown (review N10): a pod's
+# provider id (at RunPod, its proxy address, whose /healthz answers anyone), its error and why it
+# ended (a provider's or a pod's words), the alerts (they name other users' jobs), and the pools
+# not open to them (staff-only pools, pools kept to groups they are not in).
+PRIVATE_POD_FIELDS = ("provider_id", "error", "reason")
+
+
+class PoolAudience(NamedTuple):
+    staff_only: bool
+    groups: frozenset[int]
+
+    def open_to(self, groups: frozenset[int]) -> bool:
+        """As ``Pool.objects.open_to`` decides for a user who is not staff, in ``groups``."""
+        return not self.staff_only and (not self.groups or bool(self.groups & groups))
+
+
 class FleetStatus(NamedTuple):
     data: dict
     json: bytes  # what the status endpoint answers staff, encoded once per snapshot
-    json_without_alerts: bytes  # what it answers everyone else (alerts name other users' jobs)
+    public: dict  # what everyone else may see of it, before the pools are chosen for them
+    audiences: dict[str, PoolAudience]  # by pool key
+    public_json: dict[frozenset[str], bytes]  # encoded once per set of pools shown, as asked
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a pool is kept to groups: then a caller's own groups decide what they see."""
+        return any(audience.groups for audience in self.audiences.values())
+
+    def json_for(self, groups: frozenset[int] = frozenset()) -> bytes:
+        """The status as a caller who is not staff, in ``groups``, may see it."""
+        shown = frozenset(key for key, audience in self.audiences.items() if audience.open_to(groups))
+        if shown not in self.public_json:
+            pools = [pool for pool in self.public["pools"] if pool["key"] in shown]
+            self.public_json[shown] = json.dumps({**self.public, "pools": pools}, cls=DjangoJSONEncoder).encode()
+        return self.public_json[shown]
+
+
+def _public(data: dict) -> dict:
+    def pod(entry: dict) -> dict:
+        return {key: value for key, value in entry.items() if key not in PRIVATE_POD_FIELDS}
+
+    pools = [{**pool, "alerts": [], "pod_list": [pod(entry) for entry in pool["pod_list"]]} for pool in data["pools"]]
+    return {**data, "alerts": [], "pools": pools}
 
 
 def _fleet_status_with_json() -> FleetStatus:
     data = fleet_status()
-    without_alerts = {
-        **data,
-        "alerts": [],
-        "pools": [{**pool, "alerts": []} for pool in data["pools"]],
+    groups: dict[int, set[int]] = {}
+    for pool_id, group_id in Pool.groups.through.objects.values_list("pool_id", "group_id"):
+        groups.setdefault(pool_id, set()).add(group_id)
+    audiences = {
+        key: PoolAudience(staff_only, frozenset(groups.get(pk, ())))
+        for pk, key, staff_only in Pool.objects.values_list("pk", "key", "staff_only")
     }
-    return FleetStatus(
-        data,
-        json.dumps(data, cls=DjangoJSONEncoder).encode(),
-        json.dumps(without_alerts, cls=DjangoJSONEncoder).encode(),
-    )
+    return FleetStatus(data, json.dumps(data, cls=DjangoJSONEncoder).encode(), _public(data), audiences, {})
 
 
 # Refreshed ahead on its own thread once 0.75 s old (a refresh under load takes up to a quarter of

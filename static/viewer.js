@@ -21,8 +21,14 @@ if (viewer) {
   function pdfDocument(url) {
     if (!documents.has(url)) {
       // Ranges: a long PDF's pages are read without fetching all of it (the view answers 206).
+      // The PDF is the document's author's: pdf.js runs none of its JavaScript (no scripting, no
+      // XFA), and compiles nothing of it as script. isEvalSupported is the switch for that in the
+      // pdf.js versions that had it (before 5; this one compiles a PostScript function to
+      // WebAssembly or walks it: tests/fleetadmin/test_csp.py), and the CSP refuses eval in the
+      // page and in pdf.js's worker whatever a version does (fleetadmin/staticpolicy.py).
       documents.set(url, loadPdfjs().then((lib) => lib.getDocument({
         url, wasmUrl: viewer.dataset.pdfjsWasm, disableStream: true, disableAutoFetch: true,
+        isEvalSupported: false, enableXfa: false,
       }).promise));
     }
     return documents.get(url);
@@ -45,11 +51,38 @@ if (viewer) {
     article.dataset.drawn = "true";
   }
 
+  // What the model's Markdown may show (issue 38, N3): it is the document's author's text, or a
+  // compromised pod's. Text structure only: no style, form, input, button, image, media, frame,
+  // id, class or data attribute; links to http(s) and mailto only, opened apart from this page.
+  const MARKDOWN_ALLOWED = {
+    ALLOWED_TAGS: [
+      "h1", "h2", "h3", "h4", "h5", "h6", "p", "br", "hr", "blockquote", "pre", "code",
+      "strong", "b", "em", "i", "del", "s", "sub", "sup", "mark",
+      "ul", "ol", "li", "dl", "dt", "dd",
+      "table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td", "a",
+    ],
+    ALLOWED_ATTR: ["href", "title", "colspan", "rowspan", "start", "align"],
+    ALLOW_DATA_ATTR: false,
+    ALLOW_ARIA_ATTR: false,
+    ALLOWED_URI_REGEXP: /^(?:(?:https?|mailto):|#)/i,
+  };
+
+  function markdownSanitizer(purify) {
+    purify.addHook("afterSanitizeAttributes", (node) => {
+      if (node.tagName === "A" && node.hasAttribute("href")) {
+        node.setAttribute("rel", "noopener noreferrer nofollow");
+        node.setAttribute("target", "_blank");
+      }
+    });
+    return (html) => purify.sanitize(html, MARKDOWN_ALLOWED);
+  }
+
   async function renderMarkdown(element) {
-    markdown ??= Promise.all([import(viewer.dataset.marked), import(viewer.dataset.purify)]);
-    const [marked, purify] = await markdown;
-    // The model's Markdown may hold HTML (its tables): only what DOMPurify keeps is shown.
-    element.innerHTML = purify.default.sanitize(marked.parse(element.textContent));
+    markdown ??= Promise.all([import(viewer.dataset.marked), import(viewer.dataset.purify)])
+      .then(([marked, purify]) => [marked, markdownSanitizer(purify.default)]);
+    const [marked, sanitize] = await markdown;
+    // The model's Markdown may hold HTML (its tables): only what the allow-list keeps is shown.
+    element.innerHTML = sanitize(marked.parse(element.textContent));
     element.classList.add("rendered");
   }
 

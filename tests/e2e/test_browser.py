@@ -57,7 +57,7 @@ def log_in(browser, url: str, username: str, password: str):
     page.fill("#id_password", password)
     page.click("main button[type=submit]")
     page.wait_for_selector("#dash-pods")
-    page.wait_for_function("document.body.dataset.live === 'on'")  # the websocket is open
+    page.wait_for_function("() => document.body.dataset.live === 'on'")  # the websocket is open
     page.evaluate("window.notReloaded = true")  # gone if anything reloads the page
     return page
 

@@ -128,7 +128,7 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     assert page.locator(".viewer-page").count() == 4
     image = page.locator(f"#viewer-page-{png_page.pk} .viewer-sheet img")
     image.scroll_into_view_if_needed()
-    page.wait_for_function(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth > 0")
+    page.wait_for_function(f"() => document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth > 0")
     shown = Image.open(io.BytesIO(image_bytes(["A photographed note."])))
     assert page.evaluate(f"document.querySelector('#viewer-page-{png_page.pk} img').naturalWidth") == shown.width
     page.wait_for_selector(f"#viewer-page-{png_page.pk} .box")
@@ -180,7 +180,7 @@ def test_a_vlm_pages_markdown_is_rendered_and_what_could_run_is_dropped(
     assert rendered.locator("strong").inner_text() == "in March"
     assert rendered.locator("table td").inner_text() == "4"
     assert rendered.locator("script").count() == 0
-    assert rendered.locator("img").get_attribute("onerror") is None
+    assert rendered.locator("img").count() == 0  # no image at all (the allow-list, issue 38)
     page.wait_for_timeout(500)  # an image's error would have fired by now
     assert page.evaluate("window.ran === undefined")
     context.close()

@@ -120,7 +120,7 @@ def test_each_line_is_boxed_at_its_share_of_the_pages_pixels_and_coloured_by_con
 
     html = client.get(f"/jobs/{job.pk}").content.decode()
 
-    assert 'style="aspect-ratio: 1700 / 2200"' in html
+    assert 'data-aspect="1700 / 2200"' in html
     data = re.search(r'<script id="viewer-lines-\d+" type="application/json">(.*?)</script>', html).group(1)
     assert json.loads(data) == [
         {"n": 0, "text": "Sharp <b>words</b>", "conf": 96.0, "band": "good", "box": [10.0, 10.0, 40.0, 5.0]},

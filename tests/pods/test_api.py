@@ -5,11 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from pods import api as pods_api
 from pods import selectors
-from pods.models import Alert, CapacityVerdict, Pod, PriceCatalogue
+from pods.models import Alert, CapacityVerdict, Pod, Pool, PriceCatalogue
 from tests.pods.helpers import api_get
 
 
@@ -53,6 +54,36 @@ def test_status_shows_alerts_only_to_staff_and_admin_tokens(client, read_token, 
     assert ordinary["alerts"] == [] and all(pool["alerts"] == [] for pool in ordinary["pools"])
     assert [a["message"] for a in staff["alerts"]] == ["job 7's deadline cannot be met"]
     assert {p["key"] for p in ordinary["pools"]} == {p["key"] for p in staff["pools"]}
+
+
+def test_status_hides_pod_provider_ids_errors_and_closed_pools_from_read_tokens(
+    client, ordinary_user, read_token, admin_token, local_pool
+):
+    # Review N10: a pod's provider id is its RunPod proxy address; its error and end reason are a
+    # provider's words; a staff-only pool, or one kept to a group, is not everyone's to see.
+    Pod.objects.create(pool=local_pool, name="fa-local-a", state=Pod.State.READY, lanes=2, provider_id="abc123xyz",
+                       error="runpod: GPU fell off the bus at 10.0.0.7", reason="boot retried")  # fmt: skip
+    Pool.objects.create(key="gpu-staff", provider="local", staff_only=True)
+    team = Group.objects.create(name="team")
+    Pool.objects.create(key="gpu-team", provider="local").groups.set([team])
+
+    ordinary = api_get(client, "/v1/runpod/status", read_token).json()
+    staff = api_get(client, "/v1/runpod/status", admin_token).json()
+
+    assert {p["key"] for p in staff["pools"]} == {"local", "gpu-staff", "gpu-team"}
+    assert {p["key"] for p in ordinary["pools"]} == {"local"}
+    [staff_pod] = next(p for p in staff["pools"] if p["key"] == "local")["pod_list"]
+    [ordinary_pod] = ordinary["pools"][0]["pod_list"]
+    assert staff_pod["provider_id"] == "abc123xyz" and staff_pod["error"] and staff_pod["reason"]
+    assert ordinary_pod["name"] == "fa-local-a" and ordinary_pod["state"] == "ready"
+    assert not {"provider_id", "error", "reason"} & set(ordinary_pod)
+    assert b"abc123xyz" not in api_get(client, "/v1/runpod/status", read_token).content
+
+    # In the group, its pool is theirs to see (and still no staff-only one).
+    ordinary_user.groups.add(team)
+    selectors.fleet_status_snapshot.clear()
+    member = api_get(client, "/v1/runpod/status", read_token).json()
+    assert {p["key"] for p in member["pools"]} == {"local", "gpu-team"}
 
 
 def test_prices_without_a_catalogue_asks_a_worker_and_answers_503(client, read_token, queued):

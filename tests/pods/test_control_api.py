@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from pods import tasks
-from pods.models import Pod, ScaleRequest, SpendEntry
+from pods.models import Pod, Pool, ScaleRequest, SpendEntry
 from pods.services import lifecycle, passes
 from tests.pods.helpers import api_get, boot_until_settled
 from tools.processes import wait_for
@@ -156,9 +156,44 @@ def test_spend_by_job_shows_a_non_staff_caller_only_their_own_jobs(client, read_
     assert own["by_pod"] == {"fa-local-ended": 1.0}
 
 
+def test_spend_names_no_pool_or_pod_a_read_token_may_not_use(client, read_token, admin_token, local_pool):
+    # Review N10: a staff-only pool's key and its pods' names are not shown to others; the
+    # fleet's totals stay the same for all.
+    staff_pool = Pool.objects.create(key="gpu-staff", provider="local", staff_only=True)
+    for pool, name in ((local_pool, "fa-local-a"), (staff_pool, "fa-gpu-staff-a")):
+        pod = Pod.objects.create(pool=pool, name=name, state=Pod.State.TERMINATED)
+        SpendEntry.objects.create(pod=pod, pool=pool, dollars=Decimal("0.5"), seconds=30, at=timezone.now())
+
+    own = api_get(client, "/v1/runpod/spend", read_token).json()
+    everyone = api_get(client, "/v1/runpod/spend", admin_token).json()
+
+    assert everyone["by_pool"] == {"gpu-staff": 0.5, "local": 0.5}
+    assert everyone["by_pod"] == {"fa-gpu-staff-a": 0.5, "fa-local-a": 0.5}
+    assert own["by_pool"] == {"local": 0.5} and own["by_pod"] == {"fa-local-a": 0.5}
+    assert own["total"] == everyone["total"] == 1.0
+
+
 def test_models_lists_what_ready_pods_reported(client, read_token, local_pool):
     Pod.objects.create(pool=local_pool, name="fa-local-m", state=Pod.State.READY, lanes=2,
                        engine={"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "ready": True})  # fmt: skip
     body = api_get(client, "/v1/models", read_token).json()
     [pool] = [p for p in body["pools"] if p["pool"] == "local"]
     assert pool["models"] == [{"engine": "tesseract", "version": "5.3.0", "languages": ["eng"], "pods": 1, "lanes": 2}]
+
+
+def test_models_shows_read_tokens_only_the_pools_open_to_them(client, read_token, admin_token, local_pool):
+    # Review N10: a staff-only pool (a GPU or vlm pool) is not listed to a user who cannot use it.
+    Pool.objects.create(key="vlm-staff", provider="local", staff_only=True)
+    ordinary = api_get(client, "/v1/models", read_token).json()
+    staff = api_get(client, "/v1/models", admin_token).json()
+    assert {p["pool"] for p in ordinary["pools"]} == {"local"}
+    assert {p["pool"] for p in staff["pools"]} == {"local", "vlm-staff"}
+
+
+def test_a_scale_request_is_shown_to_staff_and_admin_tokens_only(client, read_token, admin_token, local_pool):
+    # Review N10: scaling is asked with an admin token; its result carries boot errors.
+    request = ScaleRequest.objects.create(pool=local_pool, target=1, requested_by="ops",
+                                          result={"errors": ["runpod: out of H100 at 10.0.0.7"]})  # fmt: skip
+    refused = api_get(client, f"/v1/runpod/scale/{request.pk}", read_token)
+    assert refused.status_code == 404 and refused.json() == {"error": f"no scale request {request.pk}"}
+    assert api_get(client, f"/v1/runpod/scale/{request.pk}", admin_token).json()["target"] == 1

@@ -1,0 +1,36 @@
+// What every page needs of script, kept out of the templates: the Content-Security-Policy
+// (fleetadmin/settings.py) runs no inline script, no on*= handler and no style="" attribute.
+// - A form with data-confirm asks before it is sent.
+// - An element with data-width (a percent) or data-aspect ("width / height") gets that size, in
+//   the first render and in every part htmx swaps in later (a poll, a websocket push).
+(function () {
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form instanceof HTMLFormElement && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+    }
+  });
+
+  function size(root) {
+    if (!root.querySelectorAll) return;
+    var elements = Array.prototype.slice.call(root.querySelectorAll("[data-width], [data-aspect]"));
+    if (root.matches && root.matches("[data-width], [data-aspect]")) elements.push(root);
+    elements.forEach(function (element) {
+      var width = Number(element.dataset.width);
+      if (element.dataset.width !== undefined && Number.isFinite(width)) element.style.width = width + "%";
+      if (element.dataset.aspect) element.style.aspectRatio = element.dataset.aspect;
+    });
+  }
+
+  // Nodes added by a swap are sized before the browser paints them (a mutation observer's
+  // callback runs before the next frame).
+  new MutationObserver(function (mutations) {
+    mutations.forEach(function (mutation) {
+      mutation.addedNodes.forEach(size);
+      if (mutation.type === "attributes") size(mutation.target);
+    });
+  }).observe(document.documentElement, {
+    childList: true, subtree: true, attributes: true, attributeFilter: ["data-width", "data-aspect"],
+  });
+  size(document);
+})();
