@@ -328,6 +328,8 @@ LOCAL_POD_MAX_PODS = envint("LOCAL_POD_MAX_PODS", 1, minimum=0)
 # Local pods each local pool keeps ready without work (a floor under its min pods, within max
 # pods): a job's first page then waits for no boot. `manage.py up` (the embedded default) sets 1.
 LOCAL_WARM_PODS = envint("LOCAL_WARM_PODS", 0, minimum=0)
+# Local pods confined to their own files by Landlock (podserver/sandbox.py); off: as the workers.
+LOCAL_POD_SANDBOX = envbool("LOCAL_POD_SANDBOX", True)
 # Local pods belong to the host that started them (fleetadmin/hosts.py): each worker host reports
 # every HOST_REPORT_SECONDS; one silent for HOST_LOST_AFTER_SECONDS has its local pods marked lost
 # by whichever host reconciles, and their pages wait again.

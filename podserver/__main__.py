@@ -16,6 +16,7 @@ from .config import Config
 from .config import load as load_config
 from .documents import CacheInUse
 from .pages import MAX_PIXELS
+from .sandbox import confine_from_environment
 from .server import make_server
 
 
@@ -25,6 +26,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
+    # Before any thread starts: the sandbox binds this thread and all it starts afterwards.
+    confined = confine_from_environment()
+    if confined is not None:
+        print(f"podserver: {confined}", file=sys.stderr, flush=True)
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow stops the worst bombs inside Image.open too
     try:
         server = make_server(config, environ=os.environ)

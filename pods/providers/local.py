@@ -17,6 +17,7 @@ listed it ready.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,6 +53,41 @@ def pod_environment(spec_env: dict[str, str]) -> dict[str, str]:
     then the spec's own variables (its token)."""
     inherited = {k: v for k, v in os.environ.items() if k in POD_ENV_NAMES or k.startswith(POD_ENV_PREFIXES)}
     return {**inherited, "OMP_THREAD_LIMIT": "1", **spec_env}
+
+
+# What a local pod may read (podserver/sandbox.py): the system's programs, libraries and settings,
+# tesseract's data, Python and its libraries, and the pod server's own package; of /proc, its own
+# process (``/proc/self`` is opened by the pod itself) and what the machine is, not another
+# process's environment or memory. It writes only its own directory (var/pods/<name>/: documents,
+# temporary files) and /dev (null, shm).
+SANDBOX_SYSTEM = (
+    "/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/sys", "/opt",
+    "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
+)  # fmt: skip
+
+
+def pod_sandbox(name: str) -> tuple[Path, dict[str, str]]:
+    """A local pod's own directory (its working directory) and the environment that confines it
+    there (podserver.sandbox), unless LOCAL_POD_SANDBOX is off."""
+    from podserver import sandbox  # function-level: the pod server's package names its variables
+
+    own = Path(settings.VAR_DIR) / "pods" / name
+    (own / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {
+        "TMPDIR": str(own / "tmp"),
+        "DOCUMENT_CACHE_DIR": str(own / "documents"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(settings.BASE_DIR), os.environ.get("PYTHONPATH")])),
+    }
+    if not settings.LOCAL_POD_SANDBOX:
+        return own, env
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and os.path.isdir(p))}
+    python.discard(str(settings.BASE_DIR))  # its pod server only, not the rest (var/ above all)
+    read = [*SANDBOX_SYSTEM, *sorted({os.path.realpath(p) for p in python}), str(Path(settings.BASE_DIR) / "podserver")]
+    read += [os.environ[name] for name in ("TESSDATA_PREFIX",) if os.environ.get(name)]
+    env[sandbox.READ_ENV] = os.pathsep.join(read)
+    env[sandbox.WRITE_ENV] = os.pathsep.join([str(own), "/dev"])
+    env[sandbox.LIST_ENV] = str(settings.BASE_DIR)
+    return own, env
 
 
 def free_port() -> int:
@@ -129,7 +165,8 @@ class LocalProvider:
     name = "local"
 
     def create(self, spec: PodSpec) -> ProviderPod:
-        env = pod_environment(spec.env)
+        own, confined = pod_sandbox(spec.name)
+        env = {**pod_environment(spec.env), **confined}
         log_dir = settings.VAR_DIR / "pods"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{spec.name}.log", "ab") as log:
@@ -142,7 +179,7 @@ class LocalProvider:
                     "--page-timeout", str(spec.page_timeout),
                     "--name", spec.name,
                 ],
-                cwd=settings.BASE_DIR,
+                cwd=own,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -179,9 +216,17 @@ class LocalProvider:
         return pods
 
     def terminate(self, provider_id: str) -> None:
-        """Stop the pod; a pod that is already gone counts as terminated."""
-        if self.get(provider_id) is None:
+        """Stop the pod; a pod that is already gone counts as terminated. Its directory goes with it."""
+        pod = self.get(provider_id)
+        if pod is None:
             return
+        try:
+            self._stop(provider_id)
+        finally:
+            if self.get(provider_id) is None:
+                shutil.rmtree(Path(settings.VAR_DIR) / "pods" / pod.name, ignore_errors=True)
+
+    def _stop(self, provider_id: str) -> None:
         pid = int(provider_id)
         try:
             os.kill(pid, signal.SIGTERM)

@@ -178,3 +178,76 @@ def test_a_local_pod_gets_the_engines_knobs_and_none_of_the_control_planes_secre
     env = local.pod_environment({"POD_TOKEN": "t"})
     assert env["TESSERACT_API"] == "false" and env["POD_TOKEN"] == "t" and env["OMP_THREAD_LIMIT"] == "1"
     assert "SECRET_KEY" not in env
+
+
+# --- a local pod confined to its own files (issue 38, M8) -----------------------------------------
+
+PROBE = """
+import os, signal, sys
+from podserver.sandbox import confine_from_environment
+print(confine_from_environment())
+def tried(what, action):
+    try:
+        action()
+        print(what, "allowed")
+    except OSError as exc:
+        print(what, "refused", type(exc).__name__)
+tried("secret", lambda: open(sys.argv[1]).read())
+tried("environ", lambda: open(f"/proc/{os.getppid()}/environ", "rb").read())
+tried("signal", lambda: os.kill(os.getppid(), 0))
+tried("own", lambda: open(os.path.join(os.environ["TMPDIR"], "x"), "w").write("x"))
+tried("engine", lambda: __import__("pytesseract").get_tesseract_version())
+"""
+
+
+def _landlock() -> bool:
+    import landlockpy
+
+    return landlockpy.abi_version() > 0
+
+
+@pytest.mark.skipif(not _landlock(), reason="this kernel has no Landlock")
+def test_a_local_pod_cannot_read_the_control_planes_files_nor_its_processes(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    secret = tmp_path / "secret_key"
+    secret.write_text("the control plane's key")
+    own, env = local.pod_sandbox("t-sandbox-pod")
+    env = {**local.pod_environment({}), **env}
+
+    # The pod server's own code path (podserver.sandbox), with the paths the provider gives a pod.
+    probe = subprocess.run([sys.executable, "-c", PROBE, str(secret)], cwd=own, env=env, capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+
+    lines = probe.stdout.splitlines()
+    assert lines[0].startswith("confined (Landlock ABI"), probe.stdout + probe.stderr
+    assert "secret refused PermissionError" in lines
+    assert "environ refused PermissionError" in lines  # the workers' environment through /proc
+    assert "signal refused PermissionError" in lines
+    assert "own allowed" in lines and "engine allowed" in lines
+
+
+def test_without_the_sandbox_setting_a_pod_is_not_confined(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    settings.LOCAL_POD_SANDBOX = False
+
+    own, env = local.pod_sandbox("t-open-pod")
+
+    assert own == tmp_path / "pods" / "t-open-pod" and "POD_SANDBOX_READ" not in env
+    assert env["TMPDIR"].startswith(str(own))
+
+
+@pytest.mark.skipif(not _landlock(), reason="this kernel has no Landlock")
+def test_a_confined_local_pod_reads_a_page_and_its_directory_goes_with_it(provider, settings):
+    created = provider.create(_spec(settings, suffix="confined"))
+    url = wait_for(lambda: (seen := provider.get(created.provider_id)) and seen.base_url, 30, "it never listened")
+    wait_for(lambda: pod_is_serving(url), 30, "the pod never served")
+
+    answer = httpx.post(f"{url}/v1/ocr", content=encode(render(["Confined to its files."])), timeout=60)
+
+    assert answer.status_code == 200 and "Confined to its files" in answer.json()["text"], answer.text
+    log = (settings.VAR_DIR / "pods" / f"{_spec(settings, suffix='confined').name}.log").read_text()
+    assert "podserver: confined (Landlock ABI" in log
+    own = settings.VAR_DIR / "pods" / _spec(settings, suffix="confined").name
+    assert own.is_dir()
+    provider.terminate(created.provider_id)
+    assert not own.exists()
