@@ -1,6 +1,8 @@
 """Start everything on this machine: the front, the workers, and (on demand) local pods.
 
-Ctrl-C (or SIGTERM) stops every process it started, local pods included.
+Ctrl-C (or SIGTERM) stops every process it started, local pods included, and lists the paid
+pods still up: they stop themselves once nobody has spoken to them for their pool's autostop
+interval (pods/services/autostop.py), or are used again when fleetadmin starts again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fleetadmin.workers import ended_with
 from pods.enqueue import nudge_scaler
 from pods.models import Pod, Pool
 from pods.providers import get_provider
+from pods.services.autostop import paid_pods_up
 from pods.services.lifecycle import pod_release, terminate_step
 
 
@@ -83,6 +86,7 @@ class Command(BaseCommand):
                     child.kill()
                     child.wait()
             self.release_local_pods()
+            self.report_paid_pods()
         self.stdout.write("stopped.")
 
     def release_local_pods(self) -> None:
@@ -95,3 +99,18 @@ class Command(BaseCommand):
         provider = get_provider("local")
         for leftover in provider.list(prefix=f"{pod_prefix()}-"):
             provider.terminate(leftover.provider_id)
+
+    def report_paid_pods(self) -> None:
+        """Say which paid pods are still up (and billing) now that nothing here speaks to them."""
+        up = paid_pods_up()
+        if not up:
+            self.stdout.write("no paid pods are up.")
+            return
+        self.stderr.write(self.style.WARNING(f"{len(up)} paid pod(s) still up, billing until they stop themselves:"))
+        for pod, stops_by in up:
+            state = "ended, terminate not confirmed" if not pod.is_alive else pod.state
+            self.stderr.write(
+                f"  {pod.name}  pool {pod.pool.key}  {pod.gpu_type or '?'}  ${pod.cost_per_hr}/h  {state}"
+                f"  stops itself by {stops_by:%Y-%m-%d %H:%M:%S} UTC"
+            )
+        self.stderr.write("Start fleetadmin again to use or release them sooner (its passes terminate ended pods).")
