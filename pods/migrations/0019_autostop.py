@@ -2,6 +2,14 @@
 
 import django.core.validators
 from django.db import migrations, models
+from django.utils import timezone
+
+
+def speak_to_the_pods_joined_now(apps, schema_editor):
+    # Joined before keepalives: a pass speaks to them from now on, so their last contact is known
+    # (they were booted without AUTOSTOP_SECONDS and never stop themselves).
+    Pod = apps.get_model("pods", "Pod")
+    Pod.objects.filter(state__in=("ready", "draining")).update(keepalive_at=timezone.now())
 
 
 class Migration(migrations.Migration):
@@ -26,4 +34,5 @@ class Migration(migrations.Migration):
             name='autostop_seconds',
             field=models.PositiveIntegerField(default=600, help_text='a pod the control plane has not spoken to for this long stops itself', validators=[django.core.validators.MinValueValidator(10), django.core.validators.MaxValueValidator(604800)]),
         ),
+        migrations.RunPython(speak_to_the_pods_joined_now, migrations.RunPython.noop),
     ]

@@ -17,10 +17,10 @@ from pods.management.commands import up
 from pods.models import CapacityVerdict, Pod, Pool
 from pods.providers.local import LocalProvider
 from pods.providers.runpod import RunPodProvider
-from pods.services import autostop, reconcile
+from pods.services import autostop, preemption, reconcile
 from pods.services.lifecycle import pod_release, pod_release_now
 from tests.pods.helpers import boot_until_settled, new_pod, terminate_what_ended
-from tests.pods.test_interruptible import pages_on
+from tests.pods.test_interruptible import pages_on, spot_pool, spot_sim  # noqa: F401 (a fixture)
 
 HANG_GUARD = 60.0  # against hangs only: nothing here asserts how long anything takes
 
@@ -154,3 +154,21 @@ def test_up_lists_the_paid_pods_still_up_when_it_stops(sim, pool):
     out, err = StringIO(), StringIO()
     up.Command(stdout=out, stderr=err).report_paid_pods()
     assert out.getvalue().strip() == "no paid pods are up." and err.getvalue() == ""
+
+
+def test_an_interruptible_pod_that_stopped_itself_is_not_counted_as_preempted(spot_sim, db):  # noqa: F811
+    pool = spot_pool()
+    Pool.objects.filter(pk=pool.pk).update(autostop_seconds=2)
+    pod = _ready(pool)
+    assert pod.interruptible
+    _until(lambda: not _sim_pod(spot_sim, pod.provider_id)["billing"], "the pod never stopped itself")
+
+    # What the dispatcher asks when a pod stops answering it (the control plane just came back).
+    seen = preemption.provider_pod("runpod", pod.provider_id)
+    assert seen is not None and seen.stopped
+    assert preemption.pod_preempted_if_stopped(pod_id=pod.pk, seen=seen)  # ended: it leaves the lanes
+
+    pod.refresh_from_db()
+    assert pod.state == Pod.State.TERMINATED and pod.error.startswith("autostopped")
+    assert pod.preempted_at is None
+    assert not CapacityVerdict.objects.filter(key__contains=pod.gpu_type, blocked_until__gt=timezone.now()).exists()
