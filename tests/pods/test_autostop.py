@@ -172,3 +172,19 @@ def test_an_interruptible_pod_that_stopped_itself_is_not_counted_as_preempted(sp
     assert pod.state == Pod.State.TERMINATED and pod.error.startswith("autostopped")
     assert pod.preempted_at is None
     assert not CapacityVerdict.objects.filter(key__contains=pod.gpu_type, blocked_until__gt=timezone.now()).exists()
+
+
+def test_the_admin_edits_the_interval_and_refuses_one_too_short_for_a_worker_restart(client, admin_user):
+    pool = Pool.objects.create(key="edited", provider="local")
+    client.force_login(admin_user)
+    form = client.get(f"/admin/pods/pool/{pool.pk}/change/").context["adminform"].form
+    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
+    data.update(config="{}")
+
+    refused = client.post(f"/admin/pods/pool/{pool.pk}/change/", {**data, "autostop_seconds": 5})
+    accepted = client.post(f"/admin/pods/pool/{pool.pk}/change/", {**data, "autostop_seconds": 1200})
+
+    assert refused.status_code == 200 and "autostop_seconds" in refused.context["adminform"].form.errors
+    assert accepted.status_code == 302, accepted.content.decode()[:2000]
+    pool.refresh_from_db()
+    assert pool.autostop_seconds == 1200
