@@ -28,7 +28,8 @@ from tests.e2e.test_process_faults import (  # noqa: F401 (fixtures)
 )
 from tools.processes import start_front, start_workers, wait_for
 
-pytestmark = pytest.mark.e2e
+# Its subject is the processes and the provider, not the database: once, on the SQLite run.
+pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]
 
 AUTOSTOP = 5  # seconds
 PODS = 4
@@ -37,7 +38,7 @@ PODS = 4
 def test_every_pod_stops_billing_when_the_control_plane_is_killed_and_a_restart_loses_nothing(sim, start_system):  # noqa: F811
     system = start_system()
     pool = sim_pool(min_pods=PODS, max_pods=PODS, autostop_seconds=AUTOSTOP)
-    job = system.submit({"scan.tiff": frames(160)}, pool)
+    job = system.submit({"scan.tiff": frames(320)}, pool)
     ready = Pod.objects.filter(pool=pool, state=Pod.State.READY)
     wait_for(lambda: ready.count() == PODS and pages_done(job) >= 10, GUARD,
              lambda: f"never {PODS} pods up mid job\n{system.logs()}", interval=0.05)  # fmt: skip
