@@ -216,6 +216,9 @@ class Pod(TaskLeased):
         null=True, blank=True, db_index=True,
         help_text="when a pass next looks at it: a booting pod's next step, an ended pod's next terminate",
     )  # fmt: skip
+    autostop_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the autostop interval it was booted with (its pool's then)"
+    )
     contacted_at = models.DateTimeField(
         null=True, blank=True, help_text="when the control plane last spoke to the pod (its autostop counts from there)"
     )
@@ -252,6 +255,12 @@ class Pod(TaskLeased):
         end = self.ended_at or at or timezone.now()
         seconds = max(0.0, (end - self.billed_from).total_seconds())
         return (self.cost_per_hr * Decimal(seconds) / Decimal(3600)).quantize(Decimal("0.0001"))
+
+    @property
+    def autostop(self) -> int:
+        """Seconds it stops itself after, unspoken to: the interval it was booted with (a pool
+        changed since does not change a running pod's), else its pool's."""
+        return self.autostop_seconds or self.pool.autostop_seconds
 
     def mark_ready(self, *, base_url: str) -> None:
         self.state = self.State.READY

@@ -1,5 +1,5 @@
 """Autostop (issue 39, invariant 21): a pod the control plane has not spoken to for its pool's
-``autostop_seconds`` stops itself, so no GPU bills while every control-plane process is gone.
+``autostop_seconds`` (as it was when the pod was booted: ``Pod.autostop``) stops itself, so no GPU bills while every control-plane process is gone.
 
 The pod server exits when nobody with its token has asked it anything for the interval (as
 SkyPilot's autostop does), and with it the pod's container: RunPod stops billing the GPU of a
@@ -32,7 +32,7 @@ AUTOSTOPPED_ERROR = "autostopped: the control plane had not spoken to it for {se
 
 
 def keepalive_period(pod: Pod) -> timedelta:
-    return timedelta(seconds=pod.pool.autostop_seconds / KEEPALIVES_PER_INTERVAL)
+    return timedelta(seconds=pod.autostop / KEEPALIVES_PER_INTERVAL)
 
 
 def pod_contacted(*, pod: Pod, at: datetime | None = None) -> None:
@@ -84,7 +84,7 @@ def autostop_expired(pod: Pod, *, now: datetime | None = None) -> bool:
     A pod that stops or vanishes sooner than that failed (or was preempted): it is not this."""
     last = last_spoken_to(pod)
     now = now or timezone.now()
-    return last is not None and (now - last).total_seconds() >= pod.pool.autostop_seconds
+    return last is not None and (now - last).total_seconds() >= pod.autostop
 
 
 def pod_autostopped(*, pod: Pod, now: datetime | None = None) -> bool:
@@ -97,7 +97,7 @@ def pod_autostopped(*, pod: Pod, now: datetime | None = None) -> bool:
         current = Pod.objects.select_for_update().select_related("pool").filter(pk=pod.pk).first()
         if current is None or not current.is_alive:
             return False
-        stopped_at = min(now, (last_spoken_to(current) or now) + timedelta(seconds=current.pool.autostop_seconds))
+        stopped_at = min(now, (last_spoken_to(current) or now) + timedelta(seconds=current.autostop))
         if current.billed_from is not None:
             stopped_at = max(stopped_at, current.billed_from)
         current.ended_at = stopped_at  # mark_ended keeps it: the spend runs to here
@@ -106,7 +106,7 @@ def pod_autostopped(*, pod: Pod, now: datetime | None = None) -> bool:
         pod_end(
             pod=current,
             state=Pod.State.TERMINATED,
-            error=AUTOSTOPPED_ERROR.format(seconds=current.pool.autostop_seconds),
+            error=AUTOSTOPPED_ERROR.format(seconds=current.autostop),
         )
     pod.refresh_from_db()
     log.warning("pod %s stopped itself (autostop) at %s", current.name, stopped_at.isoformat())
@@ -133,6 +133,6 @@ def paid_pods_up() -> list[tuple[Pod, datetime]]:
     up = Pod.objects.exclude(pool__provider=Pool.Provider.LOCAL).exclude(provider_id="").select_related("pool")
     pods = up.filter(state__in=Pod.ALIVE_STATES) | up.filter(terminate_pending=True)
     return [
-        (pod, (last_spoken_to(pod) or pod.created_at) + timedelta(seconds=pod.pool.autostop_seconds))
+        (pod, (last_spoken_to(pod) or pod.created_at) + timedelta(seconds=pod.autostop))
         for pod in pods.order_by("pool__key", "name")
     ]

@@ -225,6 +225,7 @@ def _create_on(
 ) -> None:
     """The one create call of a step, on a candidate whose probe this boot holds (``how`` is
     PROBE) or that a create opened lately (OPEN: boots create on it side by side)."""
+    autostop = pod.pool.autostop_seconds
     spec = PodSpec(
         name=pod.name,
         lanes=pod.lanes,
@@ -236,7 +237,7 @@ def _create_on(
             **(config.env if config else local_pod_env(pod.pool)),
             **({"POD_TOKEN": pod.token} if pod.token else {}),
             # It stops itself once the control plane is silent this long (pods/services/autostop.py).
-            "AUTOSTOP_SECONDS": str(pod.pool.autostop_seconds),
+            "AUTOSTOP_SECONDS": str(autostop),
         },
         page_timeout=settings.PAGE_TIMEOUT_SECONDS,
         options=config.pod_options() if config else PodOptions(),
@@ -245,7 +246,8 @@ def _create_on(
     try:
         # Committed before the call: a step that dies inside it leaves "creating", and the next
         # step looks for the pod by its name before it creates anything (a local pod: on this host).
-        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible}
+        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible,
+                    "autostop_seconds": autostop}  # fmt: skip
         if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(**creating):
             raise leases.LeaseLost(pod.name)
         created = provider.create(spec)

@@ -188,3 +188,16 @@ def test_the_admin_edits_the_interval_and_refuses_one_too_short_for_a_worker_res
     assert accepted.status_code == 302, accepted.content.decode()[:2000]
     pool.refresh_from_db()
     assert pool.autostop_seconds == 1200
+
+
+def test_a_running_pod_keeps_the_interval_it_was_booted_with_when_its_pool_changes(sim, pool):
+    Pool.objects.filter(pk=pool.pk).update(autostop_seconds=300)
+    pod = _ready(pool)
+    Pool.objects.filter(pk=pool.pk).update(autostop_seconds=7200)  # longer: spoken to every 40 min
+    pod = Pod.objects.select_related("pool").get(pk=pod.pk)
+
+    assert pod.autostop == 300
+    # Still spoken to at a third of the 300 s it stops after, not of the pool's new 7200 s.
+    assert autostop.keepalive_period(pod) == timedelta(seconds=100)
+    assert not autostop.autostop_expired(pod, now=autostop.last_spoken_to(pod) + timedelta(seconds=299))
+    assert autostop.autostop_expired(pod, now=autostop.last_spoken_to(pod) + timedelta(seconds=300))
