@@ -42,6 +42,20 @@ def django_for_bench(name: str, *, database_url: str = "") -> Path:
     return var_dir
 
 
+def release_local_pods() -> int:
+    """After the benchmark's front and workers are stopped: release its local pods and terminate
+    them here (no pass will come), as ``manage.py up`` does when it stops. They run in sessions of
+    their own and outlived the benchmark until their autostop (bench/hostile.py and
+    bench/busy_workers.py left theirs up). Nothing if Django was never set up."""
+    from django.apps import apps
+
+    if not apps.ready:
+        return 0
+    from pods.services.lifecycle import local_pods_release
+
+    return local_pods_release(reason="benchmark over")
+
+
 def _empty_database() -> None:
     """Drop the PostgreSQL database's public schema and make it anew, so that migrate starts from
     nothing. Not flush: flush empties the rows migrations wrote (the local pool), which migrate

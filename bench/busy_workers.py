@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
-from bench._setup import django_for_bench
+from bench._setup import django_for_bench, release_local_pods
 from bench.control_plane import CpuMeter, raise_on_sigterm
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
@@ -157,6 +157,7 @@ def main() -> None:
         run(args, children)
     finally:
         children.stop_all()
+        release_local_pods()  # in sessions of their own: stopping the workers leaves them up
         print(f"logs: {log_dir}", file=sys.stderr)
 
 

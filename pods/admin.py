@@ -7,6 +7,7 @@ from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PriceCat
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
     list_display = ("key", "provider", "min_pods", "max_pods", "lanes_per_pod", "max_parallel_boots", "idle_seconds",
+                    "autostop_seconds",
                     "max_dollars_per_hour", "staff_only")  # fmt: skip
     filter_horizontal = ("groups",)
 

@@ -47,6 +47,14 @@ class Pool(models.Model):
     lanes_per_pod = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(256)])
     max_parallel_boots = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
     idle_seconds = models.PositiveIntegerField(default=300, help_text="idle time before a pod above the floor is shed")
+    # Issue 39: a pod the control plane has not spoken to for this long stops itself (the pod
+    # server exits, and with it the container), so nothing bills while every control-plane
+    # process is gone. Long enough for a worker restart; the passes speak to every pod at a
+    # third of it.
+    autostop_seconds = models.PositiveIntegerField(
+        default=600, validators=[MinValueValidator(10), MaxValueValidator(7 * 24 * 3600)],
+        help_text="a pod the control plane has not spoken to for this long stops itself",
+    )  # fmt: skip
     shed_tick_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="a tick is due then: a pod will have idled long enough"
     )
@@ -122,6 +130,7 @@ class Pool(models.Model):
             "min_pods": self.min_pods,
             "max_pods": self.max_pods,
             "lanes_per_pod": self.lanes_per_pod,
+            "autostop_seconds": self.autostop_seconds,
         }
 
 
@@ -207,6 +216,15 @@ class Pod(TaskLeased):
         null=True, blank=True, db_index=True,
         help_text="when a pass next looks at it: a booting pod's next step, an ended pod's next terminate",
     )  # fmt: skip
+    autostop_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the autostop interval it was booted with (its pool's then)"
+    )
+    contacted_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the control plane last spoke to the pod (its autostop counts from there)"
+    )
+    keepalive_at = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="when a pass next speaks to it, so it does not stop itself"
+    )
     terminate_pending = models.BooleanField(
         default=False, help_text="ended here; the provider has not confirmed its terminate yet"
     )
@@ -237,6 +255,12 @@ class Pod(TaskLeased):
         end = self.ended_at or at or timezone.now()
         seconds = max(0.0, (end - self.billed_from).total_seconds())
         return (self.cost_per_hr * Decimal(seconds) / Decimal(3600)).quantize(Decimal("0.0001"))
+
+    @property
+    def autostop(self) -> int:
+        """Seconds it stops itself after, unspoken to: the interval it was booted with (a pool
+        changed since does not change a running pod's), else its pool's."""
+        return self.autostop_seconds or self.pool.autostop_seconds
 
     def mark_ready(self, *, base_url: str) -> None:
         self.state = self.State.READY

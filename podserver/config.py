@@ -42,6 +42,10 @@ class Config:
     cache_dir: str
     cache_bytes: int
     max_document_bytes: int
+    # Seconds without a request from the control plane (one carrying the token) before the server
+    # exits, and with it the pod's container, so no GPU bills while the control plane is gone
+    # (SkyPilot's autostop). 0: never.
+    autostop: float = 0.0
 
     def __repr__(self) -> str:  # the token must not reach a log through a repr
         return f"Config(host={self.host!r}, port={self.port}, engine={self.engine!r}, token={'set' if self.token else 'none'})"
@@ -132,7 +136,17 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=env("MAX_DOCUMENT_BYTES") or DEFAULT_MAX_DOCUMENT_BYTES,
         help="env MAX_DOCUMENT_BYTES",
     )
+    p.add_argument(
+        "--autostop",
+        type=_seconds_or_off,
+        default=env("AUTOSTOP_SECONDS") or 0,
+        help="env AUTOSTOP_SECONDS: exit after this many seconds without a request carrying the token (0: never)",
+    )
     return p
+
+
+def _seconds_or_off(raw: str) -> float:
+    return 0.0 if raw in ("0", "0.0") else float(_positive(float)(raw))
 
 
 def read_token(environ: Mapping[str, str]) -> str:
@@ -169,4 +183,5 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         cache_dir=args.cache_dir,
         cache_bytes=args.cache_bytes,
         max_document_bytes=args.max_document_bytes,
+        autostop=float(args.autostop),
     )

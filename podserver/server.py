@@ -66,6 +66,10 @@ class PodServer(ThreadingHTTPServer):
         self.busy = 0
         self.pages_done = 0
         self.pages_failed = 0
+        # When the control plane last asked for anything (a request carrying the token), on the
+        # monotonic clock: the autostop watchdog stops the server once it is too long ago.
+        self.last_contact = time.monotonic()
+        self.autostopped = False
         super().__init__((config.host, config.port), PodHandler)
 
     def server_bind(self) -> None:
@@ -123,6 +127,35 @@ class PodServer(ThreadingHTTPServer):
         if not words & set(result["text"].lower().split()):
             raise RuntimeError(f"engine read the start-up page as {result['text']!r}, not {WARMUP_TEXT!r}")
 
+    def touch(self) -> None:
+        self.last_contact = time.monotonic()
+
+    def start_autostop(self) -> threading.Thread | None:
+        """Watch for silence from the control plane; None when autostop is off."""
+        if self.config.autostop <= 0:
+            return None
+        thread = threading.Thread(target=self._autostop_watch, name="autostop", daemon=True)
+        thread.start()
+        return thread
+
+    def _autostop_watch(self) -> None:
+        # Checked often enough to stop within a small fraction of the interval past it; a page in
+        # flight (bounded by the page timeout) is someone talking, so the server never stops under it.
+        period = min(1.0, self.config.autostop / 10)
+        while True:
+            time.sleep(period)
+            silent = time.monotonic() - self.last_contact
+            with self.stats_lock:
+                busy = self.busy
+            if silent >= self.config.autostop and not busy:
+                break
+        self.autostopped = True
+        sys.stderr.write(
+            f"podserver: no request from the control plane for {silent:.0f} s "
+            f"(autostop {self.config.autostop:g} s): stopping\n"
+        )
+        self.shutdown()  # serve_forever returns in the main thread, which exits the process
+
     def count(self, ok: bool) -> None:
         with self.stats_lock:
             if ok:
@@ -175,8 +208,13 @@ class PodHandler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         route = "/v1/documents/" if path.startswith("/v1/documents/") else path
         allowed = ROUTES.get(route)
+        # Anything asked with the token is the control plane speaking (an unauthenticated
+        # /healthz from whoever can reach the port does not keep a pod billing).
+        authorized = self._authorized()
+        if authorized:
+            self.server.touch()
         try:
-            if path != "/healthz" and not self._authorized():
+            if path != "/healthz" and not authorized:
                 # Decided from the headers alone: the body is never read, the connection closes.
                 self.close_connection = True
                 self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token"}, {"WWW-Authenticate": "Bearer"})
@@ -204,6 +242,8 @@ class PodHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
         finally:
             self._expect_continue = False
+            if authorized:
+                self.server.touch()  # a long page ends the silence when it is answered, not when asked
 
     def _authorized(self) -> bool:
         expected = self.server.token
@@ -570,4 +610,5 @@ def make_server(
         raise ConfigError(f"refusing to listen on {config.host} without a token")
     server = PodServer(config, documents, environ)
     server.start_loading()
+    server.start_autostop()
     return server

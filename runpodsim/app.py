@@ -242,12 +242,18 @@ def _authorized(request: web.Request, farm: Farm, pod: VirtualPod) -> web.Respon
     """None if the request carries the pod's token (or the pod has none); else the 401, decided
     from the headers alone, before any body is read."""
     if not pod.token:
+        farm.touch(pod)
         return None
-    sent = request.headers.get("Authorization", "")
-    if hmac.compare_digest(sent.encode(), f"Bearer {pod.token}".encode()):
+    if _carries_token(request, pod):
+        farm.touch(pod)
         return None
     farm.stats["pod_auth_failures"] += 1
     return _pod_error(401, "missing or wrong token")
+
+
+def _carries_token(request: web.Request, pod: VirtualPod) -> bool:
+    sent = request.headers.get("Authorization", "")
+    return hmac.compare_digest(sent.encode(), f"Bearer {pod.token}".encode())
 
 
 def _pod_for_api(request: web.Request) -> tuple[Farm, VirtualPod, None] | tuple[Farm, None, web.Response]:
@@ -261,6 +267,8 @@ async def pod_healthz(request: web.Request) -> web.Response:
     farm, pod, refusal = _serving_pod(request)
     if refusal is not None:
         return refusal
+    if not pod.token or _carries_token(request, pod):  # asked with the token: the control plane
+        farm.touch(pod)
     state = farm.model_state(pod)
     if state == READY:
         return web.json_response({"status": "ok"})

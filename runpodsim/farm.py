@@ -76,6 +76,11 @@ class VirtualPod:
     interruptible: bool = False
     preempt_at: float | None = None  # the simulator's clock: when the provider takes it back
     preempted: bool = False
+    # Autostop (issue 39): the pod server in it exits once nobody with its token has asked it
+    # anything for AUTOSTOP_SECONDS (its env), and with it the container: EXITED, GPUs freed.
+    autostop_s: float = 0.0
+    last_contact: float = 0.0  # the simulator's clock: the last request that carried the token
+    autostopped: bool = False
     busy: int = 0
     pages_done: int = 0
     pages_failed: int = 0
@@ -209,6 +214,7 @@ class Farm:
     def execute(self, operation: graphql.Operation) -> dict[str, Any]:
         """Run a validated operation; GraphQLError becomes the answer's error message."""
         self.preempt_due()
+        self.autostop_due()
         resolvers = {
             "gpuTypes": self._gpu_types,
             "myself": self._myself,
@@ -343,6 +349,7 @@ class Farm:
             allowed_cuda_versions=list(spec.get("allowedCudaVersions") or []),
             interruptible=bid is not None,
         )
+        pod.autostop_s, pod.last_contact = _autostop_seconds(env), pod.started_at
         if bid is not None and self.config.preempt_rate_per_hour > 0:
             pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
         self.pods[pod.id] = pod
@@ -423,11 +430,45 @@ class Farm:
         pod.status_changed_wall = self.wall_clock() - (now - at)
         self.stats["pods_preempted"] += 1
 
+    # -- autostop -------------------------------------------------------------------------------------
+
+    def touch(self, pod: VirtualPod) -> None:
+        """The control plane asked the pod something with its token: its autostop counts from now."""
+        pod.last_contact = self.clock()
+
+    def autostop_due(self) -> None:
+        """Stop every pod whose server has been left alone for its autostop interval."""
+        for pod in self.pods.values():
+            self._autostop_if_due(pod)
+
+    def _autostop_if_due(self, pod: VirtualPod) -> None:
+        if pod.autostop_s <= 0 or pod.started_at is None or pod.busy:
+            return
+        at = max(pod.last_contact, pod.started_at) + pod.autostop_s
+        if self.clock() >= at:
+            self.exit_container(pod, at=at, event="Exited: the pod server stopped itself (autostop)")
+            pod.autostopped = True
+            self.stats["pods_autostopped"] += 1
+
+    def exit_container(self, pod: VirtualPod, *, at: float, event: str) -> None:
+        """The pod's container exited at ``at`` (the simulator's clock): RunPod marks the pod EXITED
+        and stops billing its GPUs; it stays listed until its owner terminates it."""
+        if pod.started_at is None:
+            return
+        now = self.clock()
+        self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
+        pod.started_at = None
+        pod.preempt_at = None
+        pod.desired_status = "EXITED"
+        pod.status_event = event
+        pod.status_changed_wall = self.wall_clock() - max(0.0, now - at)
+
     # -- pod state ---------------------------------------------------------------------------------
 
     def runtime_up(self, pod: VirtualPod) -> bool:
         if pod.preempt_at is not None and self.clock() >= pod.preempt_at:
             self.preempt(pod, at=pod.preempt_at)
+        self._autostop_if_due(pod)
         return (
             pod.started_at is not None and not pod.stuck and self.clock() - pod.started_at >= self.config.boot_delay_s
         )
@@ -511,6 +552,7 @@ class Farm:
             "interruptible_create_calls": 0,
             "bids_refused": 0,
             "pods_preempted": 0,
+            "pods_autostopped": 0,  # pods whose server stopped itself: nobody spoke to them for their interval
             "ocr_pages_lost_to_preemption": 0,  # pages whose pod was preempted while it read them
             "auth_failures": 0,
             "http_errors_injected": 0,
@@ -530,6 +572,7 @@ class Farm:
             **counters,
             "pods_total": len(self.pods),
             "pods_running": running,
+            "pods_billing": sum(1 for pod in self.pods.values() if pod.holds_gpus),
             "pods_booting": sum(1 for pod in self.pods.values() if pod.holds_gpus) - running,
             "free_capacity": sum(self.free.values()),
         }
@@ -551,6 +594,8 @@ class Farm:
             "cost_per_hr": pod.cost_per_hr,
             "interruptible": pod.interruptible,
             "preempted": pod.preempted,
+            "billing": pod.holds_gpus,
+            "autostopped": pod.autostopped,
             "create_settings": {  # what create_pod asked for, as tests check it arrived
                 "image": pod.image,
                 "ports": pod.ports,
@@ -572,6 +617,14 @@ def _lanes(env: dict[str, str], default: int) -> int:
     except ValueError:
         return default
     return lanes if 1 <= lanes <= 256 else default
+
+
+def _autostop_seconds(env: dict[str, str]) -> float:
+    try:
+        seconds = float(env.get("AUTOSTOP_SECONDS", "") or 0)
+    except ValueError:
+        return 0.0  # the real pod server would refuse to start; the simulator does not judge it
+    return max(0.0, seconds)
 
 
 def _js_date(timestamp: float) -> str:

@@ -36,7 +36,7 @@ from fleetadmin import leases
 from ocrjobs import selectors
 from pods import capacity
 from pods.models import Alert, BootAttempt, Pod, Pool
-from pods.podclient import pod_engine, reported_lanes
+from pods.podclient import pod_engine_answer, reported_lanes
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, pool_offers
 from pods.providers import get_provider
 from pods.providers.base import (
@@ -51,6 +51,7 @@ from pods.providers.base import (
     Transient,
     UnknownOffer,
 )
+from pods.services.autostop import autostopped_if_expired, pod_contacted
 from pods.services.lifecycle import pod_end, pod_terminate_later
 from pods.services.preemption import on_demand_floor_unmet, preempted_if_stopped
 
@@ -224,6 +225,7 @@ def _create_on(
 ) -> None:
     """The one create call of a step, on a candidate whose probe this boot holds (``how`` is
     PROBE) or that a create opened lately (OPEN: boots create on it side by side)."""
+    autostop = pod.pool.autostop_seconds
     spec = PodSpec(
         name=pod.name,
         lanes=pod.lanes,
@@ -231,7 +233,12 @@ def _create_on(
         image=config.image if config else "",
         ports=config.ports if config else "",
         # The pod's token goes in its environment, never on a command line.
-        env={**(config.env if config else local_pod_env(pod.pool)), **({"POD_TOKEN": pod.token} if pod.token else {})},
+        env={
+            **(config.env if config else local_pod_env(pod.pool)),
+            **({"POD_TOKEN": pod.token} if pod.token else {}),
+            # It stops itself once the control plane is silent this long (pods/services/autostop.py).
+            "AUTOSTOP_SECONDS": str(autostop),
+        },
         page_timeout=settings.PAGE_TIMEOUT_SECONDS,
         options=config.pod_options() if config else PodOptions(),
     )
@@ -239,7 +246,8 @@ def _create_on(
     try:
         # Committed before the call: a step that dies inside it leaves "creating", and the next
         # step looks for the pod by its name before it creates anything (a local pod: on this host).
-        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible}
+        creating = {"boot_stage": Stage.CREATING, "host": _host_of(pod), "interruptible": offer.interruptible,
+                    "autostop_seconds": autostop}  # fmt: skip
         if not Pod.objects.filter(pk=pod.pk, task_lease_token=token).update(**creating):
             raise leases.LeaseLost(pod.name)
         created = provider.create(spec)
@@ -358,6 +366,8 @@ def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
 
 def _running_step(pod: Pod, provider: Provider, token: str) -> None:
     seen = provider.get(pod.provider_id)
+    if (seen is None or seen.stopped) and autostopped_if_expired(pod):
+        return  # it stopped itself while no control plane spoke to it: its end, not a failure
     if seen is None:
         raise BootFailed("the pod went away while booting")
     if preempted_if_stopped(pod, seen):
@@ -371,10 +381,17 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
 
 def _model_step(pod: Pod, provider: Provider, token: str) -> None:
     if _asks_the_provider(pod):
-        if provider.get(pod.provider_id) is None:
+        seen = provider.get(pod.provider_id)
+        if (seen is None or seen.stopped) and autostopped_if_expired(pod):
+            return
+        if seen is None:
             raise BootFailed("the pod went away while loading its model")
-    elif (engine := pod_engine(pod.base_url, token=pod.token)) is not None:
-        return _join(pod, provider, engine)
+    else:
+        answered, engine = pod_engine_answer(pod.base_url, token=pod.token)
+        if answered:
+            pod_contacted(pod=pod)  # it heard us, with its token: its autostop counts from here
+        if engine is not None:
+            return _join(pod, provider, engine)
     if _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS):
         raise BootFailed(f"its model was not ready {settings.POD_READY_TIMEOUT_SECONDS:.0f} s after it ran")
     _next_step(pod.pk, in_seconds=_poll_seconds(pod))

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from fleetadmin.deployment import pod_prefix
 from pods.enqueue import nudge_scaler
 from pods.models import Pod, PoolPodTally
 from pods.providers import get_provider
@@ -77,6 +78,22 @@ def pod_release_now(*, pod: Pod, reason: str) -> None:
     same for its local pods in two steps: ``pod_release`` for each, then ``terminate_step``.)"""
     pod_release(pod=pod, reason=reason)
     terminate_step(pod.pk)
+
+
+def local_pods_release(*, reason: str) -> int:
+    """Release this host's local pods and terminate them here, for when no pass will come (the
+    workers are stopped: ``manage.py up`` stopping, a benchmark ending), and any process of this
+    deployment's left at the provider; how many pods were released. Pods run in sessions of their
+    own, so that stopping the workers leaves them up: without this they would run on until their
+    autostop."""
+    local = Pod.objects.filter(pool__provider="local").reachable_here()
+    released = sum(pod_release(pod=pod, reason=reason) for pod in local.alive())
+    for pod_id in local.filter(terminate_pending=True).values_list("pk", flat=True):
+        terminate_step(pod_id)
+    provider = get_provider("local")
+    for leftover in provider.list(prefix=f"{pod_prefix()}-"):
+        provider.terminate(leftover.provider_id)
+    return released
 
 
 def terminations_due(*, now: datetime, limit: int) -> list[int]:

@@ -25,6 +25,7 @@ from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
 from pods.providers import get_provider
 from pods.providers.base import Offer, ProviderError, ProviderPod
+from pods.services.autostop import autostopped_if_expired
 from pods.services.lifecycle import pod_end
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,14 @@ def provider_pod(provider_name: str, provider_id: str) -> ProviderPod | None:
 
 
 def pod_preempted_if_stopped(*, pod_id: int, seen: ProviderPod) -> bool:
-    """``preempted_if_stopped`` for the pod with this id."""
+    """``preempted_if_stopped`` for the pod with this id; also True (it ended) for a pod that
+    stopped itself while nobody here spoke to it (autostop: its end, not a preemption)."""
     pod = Pod.objects.select_related("pool").filter(pk=pod_id).first()
-    return pod is not None and pod.is_alive and preempted_if_stopped(pod, seen)
+    if pod is None or not pod.is_alive:
+        return False
+    if seen.stopped and autostopped_if_expired(pod):
+        return True
+    return preempted_if_stopped(pod, seen)
 
 
 def fleet_before_preemption(pool: Pool, *, now: datetime | None = None) -> int:

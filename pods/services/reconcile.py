@@ -13,6 +13,7 @@ from fleetadmin.hosts import hosts_silent, is_this_host
 from pods.models import Pod
 from pods.providers import get_provider
 from pods.services import passes
+from pods.services.autostop import autostopped_if_expired
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
 from pods.services.preemption import preempted_if_stopped
@@ -27,6 +28,7 @@ class ReconcileResult:
     terminated: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    autostopped: list[str] = field(default_factory=list)  # stopped themselves while no control plane ran
 
 
 def reconcile(*, provider_name: str) -> ReconcileResult:
@@ -35,6 +37,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
     - a pod at the provider that the database does not know, older than the grace period:
       terminated (without its row, its token is unknown: it could never take a page);
     - a pod whose boot died between its create and saving it: adopted into its own row (and token);
+    - a pod the database has that the provider has stopped, or no longer has, after nobody here
+      spoke to it for its pool's autostop interval: it stopped itself, its end (not a failure);
     - a pod the database has but the provider no longer has: lost, its pages wait again;
     - a pod the database ended that still runs: terminated again;
     - another host's local pods are that host's to compare (only it sees their processes): left
@@ -63,6 +67,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             if not pod.is_alive:
                 _terminate_quietly(provider, pod)
                 result.terminated.append(seen.name)
+            elif seen.stopped and autostopped_if_expired(pod):  # its end, not a failure
+                result.autostopped.append(seen.name)
             elif preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
                 result.preempted.append(seen.name)
             continue
@@ -82,11 +88,14 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         result.terminated.append(seen.name)
     for provider_id, pod in known.items():
         if pod.is_alive and provider_id not in remote:
+            if autostopped_if_expired(pod):  # a local pod that stopped itself is gone from the process table
+                result.autostopped.append(pod.name)
+                continue
             pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
             result.lost.append(pod.name)
     if result.adopted:
         transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
-    if result.adopted or result.terminated or result.lost or result.preempted:
+    if result.adopted or result.terminated or result.lost or result.preempted or result.autostopped:
         log.warning("reconcile %s: %s", provider_name, result)
     return result
 

@@ -383,6 +383,7 @@ def test_each_app_registers_its_kinds_of_work_for_the_passes():
     assert [work.name for work in passes.kinds_of_work()] == [
         "boot",
         "terminate",
+        "keepalive",
         "shed tick",
         "scale request",
         "webhook",

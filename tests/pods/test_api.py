@@ -37,6 +37,7 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, admin_token
     assert pool["lanes"] == {"used": 0, "total": 2}
     assert pool["backlog"] == 5
     assert pool["dollars_per_hour"] == pytest.approx(0.5)
+    assert pool["autostop_seconds"] == 600  # its pods stop themselves after this long unspoken to
     assert [a["kind"] for a in pool["alerts"]] == ["auth"]
     assert {p["name"] for p in pool["pod_list"]} == {"fa-local-a", "fa-local-b"}
     [verdict] = body["capacity_verdicts"]

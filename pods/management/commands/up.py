@@ -1,6 +1,8 @@
 """Start everything on this machine: the front, the workers, and (on demand) local pods.
 
-Ctrl-C (or SIGTERM) stops every process it started, local pods included.
+Ctrl-C (or SIGTERM) stops every process it started, local pods included, and lists the paid
+pods still up: they stop themselves once nobody has spoken to them for their pool's autostop
+interval (pods/services/autostop.py), or are used again when fleetadmin starts again.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from fleetadmin.deployment import pod_prefix
 from fleetadmin.workers import ended_with
 from pods.enqueue import nudge_scaler
-from pods.models import Pod, Pool
-from pods.providers import get_provider
-from pods.services.lifecycle import pod_release, terminate_step
+from pods.models import Pool
+from pods.services.autostop import paid_pods_up
+from pods.services.lifecycle import local_pods_release
 
 
 class Command(BaseCommand):
@@ -82,16 +83,21 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()
-            self.release_local_pods()
+            local_pods_release(reason="fleetadmin stopped")  # the workers are stopped: no pass will come
+            self.report_paid_pods()
         self.stdout.write("stopped.")
 
-    def release_local_pods(self) -> None:
-        local = Pod.objects.filter(pool__provider="local")
-        for pod in local.alive():
-            pod_release(pod=pod, reason="fleetadmin stopped")
-        # The workers are stopped: no pass will come, so the terminates are made here.
-        for pod_id in local.filter(terminate_pending=True).values_list("pk", flat=True):
-            terminate_step(pod_id)
-        provider = get_provider("local")
-        for leftover in provider.list(prefix=f"{pod_prefix()}-"):
-            provider.terminate(leftover.provider_id)
+    def report_paid_pods(self) -> None:
+        """Say which paid pods are still up (and billing) now that nothing here speaks to them."""
+        up = paid_pods_up()
+        if not up:
+            self.stdout.write("no paid pods are up.")
+            return
+        self.stderr.write(self.style.WARNING(f"{len(up)} paid pod(s) still up, billing until they stop themselves:"))
+        for pod, stops_by in up:
+            state = "ended, terminate not confirmed" if not pod.is_alive else pod.state
+            self.stderr.write(
+                f"  {pod.name}  pool {pod.pool.key}  {pod.gpu_type or '?'}  ${pod.cost_per_hr}/h  {state}"
+                f"  stops itself by {stops_by:%Y-%m-%d %H:%M:%S} UTC"
+            )
+        self.stderr.write("Start fleetadmin again to use or release them sooner (its passes terminate ended pods).")
