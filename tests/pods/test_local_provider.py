@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pods.podclient import pod_is_serving
 from pods.providers import local
 from pods.providers.base import PodSpec
 from pods.providers.local import LOCAL_OFFER, LocalProvider
+from tests.factories import pdf_bytes
 from tests.podserver.helpers import encode, render
 from tools.processes import wait_for
 
@@ -243,8 +245,14 @@ def test_a_confined_local_pod_reads_a_page_and_its_directory_goes_with_it(provid
     wait_for(lambda: pod_is_serving(url), 30, "the pod never served")
 
     answer = httpx.post(f"{url}/v1/ocr", content=encode(render(["Confined to its files."])), timeout=60)
+    document = pdf_bytes([["A confined pod renders PDF pages."]])
+    sha256 = hashlib.sha256(document).hexdigest()
+    stored = httpx.put(f"{url}/v1/documents/{sha256}", content=document, timeout=60)
+    page = httpx.post(f"{url}/v1/ocr", json={"document": sha256, "page": 1}, timeout=60)  # rendered in a child
 
     assert answer.status_code == 200 and "Confined to its files" in answer.json()["text"], answer.text
+    assert stored.status_code == 201 and page.status_code == 200, page.text
+    assert "renders PDF pages" in page.json()["text"]
     log = (settings.VAR_DIR / "pods" / f"{_spec(settings, suffix='confined').name}.log").read_text()
     assert "podserver: confined (Landlock ABI" in log
     own = settings.VAR_DIR / "pods" / _spec(settings, suffix="confined").name
