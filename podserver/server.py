@@ -36,6 +36,15 @@ DEFAULT_DPI = 200
 WARMUP_TEXT = "fleetadmin pod ready 1234"
 
 
+MIN_CONNECTIONS = 32
+CONNECTIONS_PER_LANE = 4
+_BUSY_BODY = b'{"error": "too many connections: try again"}'
+TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
+)
+
+
 class PodServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
@@ -64,6 +73,7 @@ class PodServer(ThreadingHTTPServer):
         self.draining = False
         self.stats_lock = threading.Lock()
         self.busy = 0
+        self.connections = 0
         self.pages_done = 0
         self.pages_failed = 0
         # When the control plane last asked for anything (a request carrying the token), on the
@@ -86,6 +96,36 @@ class PodServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self.renderer.close()
+
+    # -- connections: a thread each, at most max_connections at once ------------------------------
+
+    @property
+    def max_connections(self) -> int:
+        """Connections served at once (a thread each): room for every lane's page, a document's
+        PUT and a health check per lane, and a pool's idle keep-alives; past it a connection gets
+        a 503 at once, not a thread (security review L5: one per connection, unbounded)."""
+        return MIN_CONNECTIONS + CONNECTIONS_PER_LANE * self.lane_count
+
+    def process_request(self, request, client_address) -> None:
+        with self.stats_lock:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if full:
+            try:
+                request.sendall(TOO_MANY_CONNECTIONS)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.stats_lock:
+                self.connections -= 1
 
     def render(self, path, number: int, dpi: int) -> Image.Image:
         """A cached document's page: a PDF's within the page's time limit, an image's as it is."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import httpx
 import pytesseract
@@ -302,3 +303,28 @@ def test_lanes_auto_gives_tesseract_one_lane_per_usable_cpu(start_server) -> Non
     assert all(held) and not server.lanes.acquire(blocking=False)  # the semaphore has that many
     for _ in held:
         server.lanes.release()
+
+
+# --- connections bounded (security review L5) ------------------------------------------------------
+
+
+def test_connections_past_the_bound_get_a_503_not_a_thread(start_server):
+    server, url = start_server(lanes=1)
+    host, port = server.server_address[:2]
+    idle = [socket.create_connection((host, port), timeout=10) for _ in range(server.max_connections)]
+    try:
+        wait = time.monotonic() + 10
+        while server.connections < server.max_connections and time.monotonic() < wait:
+            time.sleep(0.01)
+
+        refused = httpx.get(f"{url}/healthz", timeout=10)
+
+        assert refused.status_code == 503 and "too many connections" in refused.json()["error"]
+        assert refused.headers["Retry-After"] == "1" and server.connections == server.max_connections
+    finally:
+        for sock in idle:
+            sock.close()
+    wait = time.monotonic() + 10
+    while server.connections and time.monotonic() < wait:
+        time.sleep(0.01)
+    assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
