@@ -16,7 +16,7 @@ from accounts.models import ApiToken
 from ocrjobs.models import Document
 from tests.factories import pdf_bytes
 from tests.fleetadmin.helpers import closed_within
-from tools.processes import child_env, start_front
+from tools.processes import child_env, start_front, wait_for
 
 PASSWORD = "a long enough password"
 # No minimum rate: a held body is never behind it, as the review's bodies (10 kB/s) were not.
@@ -274,3 +274,22 @@ def test_a_body_that_keeps_up_the_rate_is_cut_off_at_its_total_time(front, users
 
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"the body did not arrive within 2 s" in answer
+
+
+@pytest.mark.parametrize("front", [{**HELD, "FRONT_MAX_BODIES_PER_CLIENT": "1"}], indirect=True)
+def test_a_body_gives_its_clients_place_back_however_it_ends(front, users):
+    # One place for the address: each of these would lock it out if its place were never given back.
+    token = _token(users[0])
+    assert [_login(front).status_code for _ in range(2)] == [302, 302]  # answered
+    assert [_upload(front, token, n).status_code for n in range(2)] == [201, 201]  # an uploader, checked
+    with _connect(front) as refused:
+        refused.sendall(_head("/login/", 1_000_000))
+        assert _answer(refused).startswith(b"HTTP/1.1 413 ")  # refused
+    with _connect(front) as unknown:
+        unknown.sendall(_head("/v1/jobs", 1_000_000, "Authorization: Bearer fa_not-a-token"))
+        assert _answer(unknown).startswith(b"HTTP/1.1 401 ")  # refused once checked
+    with _connect(front) as gone:
+        gone.sendall(_head("/login/", 1000) + b"username=")
+        assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200  # (its body begun)
+    # ... and hung up on: its place is back once the front has seen it go.
+    assert wait_for(lambda: _login(front).status_code == 302, 20, "the address's place was never given back")
