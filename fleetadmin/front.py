@@ -39,7 +39,8 @@ daphne reads the body back and queues every chunk of it to the application at on
   Refusals are JSON on the API's paths and a plain page on the others. Twisted keeps a body under
   100 kB in memory and a larger or chunked one in a temporary file, and a form keeps at most
   100 kB of fields in memory (formdata.FIELDS_IN_MEMORY_BYTES), so bodies hold at most about
-  64 kB x FRONT_MAX_SMALL_BODIES_IN_FLIGHT + 100 kB x FRONT_MAX_BODIES_IN_FLIGHT of memory.
+  64 kB x FRONT_MAX_SMALL_BODIES_IN_FLIGHT + (100 + 256) kB x FRONT_MAX_BODIES_IN_FLIGHT of memory
+  (an uploader being checked keeps one read of its body, READ_BYTES).
 
 daphne's command line takes its Server class from ``CommandLineInterface.server_class``; the
 Server builds its HTTP factory in ``run()`` as ``self.http_factory``, which ``FrontServer`` takes
@@ -79,8 +80,9 @@ from fleetadmin.asgi import BODY_EXTENSION
 from fleetadmin.formdata import FormData
 
 REFUSED_CLOSE_SECONDS = 5.0
-# The budgets a body's slot is taken from (FrontHTTPFactory).
-SMALL, LARGE = "small", "large"
+# The budgets a body's slot is taken from (FrontHTTPFactory): CHECK, while its uploader is checked
+# (what came of the body meanwhile is kept: one read, READ_BYTES at most, a check).
+SMALL, LARGE, CHECK = "small", "large", "check"
 # The paths that take large bodies (files), from a caller known before the body is read.
 UPLOAD_URL_NAMES = ("api-jobs", "jobs-new", "jobs-forecast")
 UPLOADS_SHOWN = "POST /v1/jobs, /jobs/new, /jobs/forecast"
@@ -140,10 +142,9 @@ class FrontRequest(WebRequest):
             self.refuse(429, "Too Many Requests", f"{limit} bodies from this address are being received; retry shortly")
             return
         self.body_since = time.monotonic()
-        if credentials is None:
-            if not factory.take_slot(self, SMALL):
-                self.refuse(503, "Service Unavailable", "too many bodies are being received; retry shortly")
-                return
+        if not factory.take_slot(self, SMALL if credentials is None else CHECK):
+            self.refuse(503, "Service Unavailable", "too many bodies are being received; retry shortly")
+        elif credentials is None:
             self.open_body(length)
         else:
             self.check_uploader(length, credentials)
@@ -174,6 +175,7 @@ class FrontRequest(WebRequest):
         if self.refused or self.gone:
             return
         factory = self.channel.factory
+        factory.give_back_slot(self)  # (the check's: an upload's is taken next)
         if user_id is None:
             self.refuse(401, "Unauthorized", "unknown or revoked token, or no logged-in session: a body over "
                         f"{settings.FRONT_SMALL_BODY_BYTES} bytes needs a token that may submit or a session")  # fmt: skip
@@ -380,7 +382,8 @@ class FrontHTTPChannel(HTTPChannel):
 class FrontHTTPFactory(HTTPFactory):
     """The front's connections, and the bodies they are receiving: a small body (at most
     FRONT_SMALL_BODY_BYTES) takes one of FRONT_MAX_SMALL_BODIES_IN_FLIGHT slots, an upload one of
-    FRONT_MAX_BODIES_IN_FLIGHT, at most FRONT_MAX_UPLOADS_PER_USER of them per user; a client
+    FRONT_MAX_BODIES_IN_FLIGHT, at most FRONT_MAX_UPLOADS_PER_USER of them per user (and as many
+    callers of uploads may be checked at once, each holding at most a read of its body); a client
     address has at most FRONT_MAX_BODIES_PER_CLIENT bodies of either kind (or callers being
     checked) in flight."""
 
@@ -389,7 +392,7 @@ class FrontHTTPFactory(HTTPFactory):
     def __init__(self, server) -> None:
         super().__init__(server)
         self.channels: set[FrontHTTPChannel] = set()
-        self.bodies: dict[str, set[FrontRequest]] = {SMALL: set(), LARGE: set()}
+        self.bodies: dict[str, set[FrontRequest]] = {SMALL: set(), LARGE: set(), CHECK: set()}
         self.by_client: Counter[str] = Counter()
         self.by_user: Counter[int] = Counter()
         self.upload_paths = {reverse(name).encode() for name in UPLOAD_URL_NAMES}
@@ -440,11 +443,14 @@ class FrontHTTPFactory(HTTPFactory):
         request.kind = kind
         return True
 
-    def release(self, request: FrontRequest) -> None:
-        """What the request held: its slot, its count for its client and its user's."""
+    def give_back_slot(self, request: FrontRequest) -> None:
         if request.kind is not None:
             self.bodies[request.kind].discard(request)
             request.kind = None
+
+    def release(self, request: FrontRequest) -> None:
+        """What the request held: its slot, its count for its client and its user's."""
+        self.give_back_slot(request)
         for counter, key, held in ((self.by_client, request.client, request.counted),
                                    (self.by_user, request.user_id, request.user_id is not None)):  # fmt: skip
             if held:

@@ -18,10 +18,12 @@ import httpx
 import pytest
 from daphne.http_protocol import HTTPFactory
 from django.core.exceptions import RequestAborted
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from accounts.models import ApiToken
+from fleetadmin import front as front_module
 from fleetadmin.asgi import BODY_EXTENSION, FrontASGIHandler, _handed_body
 from fleetadmin.formdata import FormData
 from fleetadmin.front import EVICTABLE_AFTER_SECONDS, READ_BYTES, FrontHTTPFactory, FrontServer, hand_over_body
@@ -410,3 +412,31 @@ def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
         _read_body(handed, [{"type": "http.disconnect"}])
 
     assert handed.closed
+
+
+def _begin_upload(factory: FrontHTTPFactory, token: str = "fa_any") -> tuple[object, _Transport]:
+    """An upload's head and a first piece of its body on a new connection: its request, its transport."""
+    factory.timeOut = None
+    channel = factory.buildProtocol(None)
+    channel.callLater = Clock().callLater
+    transport = _Transport()
+    channel.makeConnection(transport)
+    channel.dataReceived(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nAuthorization: Bearer %s\r\n"
+                         b"Content-Length: 1000000\r\n\r\n--b0" % token.encode())  # fmt: skip
+    return channel.requests[-1], transport
+
+
+def test_uploads_whose_callers_are_being_checked_have_a_budget_and_keep_one_read_of_their_body(monkeypatch, settings):
+    settings.FRONT_MAX_BODIES_IN_FLIGHT = 1
+    checks = []
+    monkeypatch.setattr(front_module.threads, "deferToThread", lambda *args: checks.append(args) or Deferred())
+    factory = FrontHTTPFactory(_Server())
+
+    first, first_transport = _begin_upload(factory)
+    second, second_transport = _begin_upload(factory)
+
+    assert checks == [(front_module.check_uploader, "Bearer fa_any", "")]  # one check, on a thread
+    assert first.checking and first.early == [b"--b0"] and first_transport.producerState == "paused"
+    assert first_transport.value() == b""  # nothing answered while the caller is checked
+    assert second_transport.value().startswith(b"HTTP/1.1 503 ")  # before its body is read
+    assert second.early == []
