@@ -15,7 +15,7 @@ of its own from an address of its own (127.1.0.0/16: any address of 127/8 is thi
 per-address cap does not stand in for the budgets), trickling 10 kB/s as the review's did; half of
 them announce 2 GB (to /login/, /v1/jobs, /jobs/new, /healthz in turn: the review's attack), half
 announce a body just under the small limit to /login/ (what the attack can still do: a small body
-held for as long as the rate and the total time allow); a client the front answers connects again
+held for as long as the rate and the total time allow: silent for QUIET_SECONDS, then trickled); a client the front answers connects again
 a second later. While they are held the same login and job are measured again, once.
 
 Prints the figures and ends with one JSON line whose "goal" names each goal: the counted ones,
@@ -57,6 +57,9 @@ TRICKLE_BYTES = 1024  # every TRICKLE_SECONDS: 10 kB/s, the review's rate
 TRICKLE_SECONDS = 0.1
 LARGE_PATHS = ("/login/", "/v1/jobs", "/jobs/new", "/healthz")
 SMALL_BODY_BYTES = 60_000  # under FRONT_SMALL_BODY_BYTES (64 KiB)
+# A small body says nothing for this long first (within FRONT_BODY_GRACE_SECONDS, 10 s), then
+# trickles: held ~14 s, about the longest the default rate and total time (20 s) allow.
+QUIET_SECONDS = 8.0
 HELD_SHARE = 0.9
 RATIO_GOAL = 2.0
 SMALL = {"bodies": "64", "logins": 3}
@@ -114,10 +117,13 @@ class SlowBodies:
             writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-"
                          f"urlencoded\r\nContent-Length: {length}\r\n\r\n".encode())  # fmt: skip
             sent = 0
+            quiet_until = time.monotonic() + (QUIET_SECONDS if kind == "small" else 0.0)
             while not self.stop.is_set() and sent < length:
                 try:
                     answer = await asyncio.wait_for(reader.read(4096), TRICKLE_SECONDS)
                 except TimeoutError:
+                    if time.monotonic() < quiet_until:
+                        continue
                     chunk = b"a" * min(TRICKLE_BYTES, length - sent)
                     writer.write(chunk)
                     sent += len(chunk)
