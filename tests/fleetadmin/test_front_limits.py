@@ -162,6 +162,17 @@ def test_a_large_body_without_an_uploader_on_an_upload_path_is_refused_before_it
     assert not Document.objects.exists()
 
 
+def test_a_chunked_body_that_is_not_an_upload_gets_its_413_once_it_passes_the_small_limit(front):
+    with _connect(front) as sock:
+        sock.sendall(b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(b"%x\r\n%s\r\n" % (40_000, b"x" * 40_000) * 2)  # 80 kB, and no last chunk
+
+        answer = _answer(sock)
+
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    assert b"a body over 65536 bytes is taken only by an upload" in answer
+
+
 def test_an_uploader_known_by_a_session_or_a_token_sends_a_large_body(front, users):
     # A browser's session (the API's CSRF check as ever) ...
     transport = httpx.HTTPTransport()
