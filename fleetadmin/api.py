@@ -13,10 +13,14 @@ import functools
 import json
 import logging
 from dataclasses import dataclass
+from importlib import import_module
+from types import SimpleNamespace
 from typing import TypeVar
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, JsonResponse
@@ -144,6 +148,27 @@ def _note_use(token: ApiToken) -> None:
     )
 
 
+def token_row(token: str) -> ApiToken | None:
+    """The token's row (its user selected) if the token is known and its user active."""
+    row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token.strip())).first()
+    return row if row is not None and row.user.is_active else None
+
+
+def uploader_id(*, authorization: str, session_key: str) -> int | None:
+    """Who may send a large body, known from a request's headers alone (fleetadmin/front.py asks
+    before it reads the body): the id of the user of a bearer token that may submit, or else of
+    a logged-in session's active user; None for anyone else."""
+    if authorization:
+        kind, _, token = authorization.partition(" ")
+        row = token_row(token) if kind.lower() == "bearer" and token.strip() else None
+        return row.user_id if row is not None and row.allows("submit") else None
+    if session_key:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+        user = get_user(SimpleNamespace(session=store))  # (get_user reads request.session only)
+        return user.pk if user.is_authenticated and user.is_active else None
+    return None
+
+
 def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
     """(user, scopes, by_token) of the request, or raise ApiError 401."""
     header = request.headers.get("Authorization", "")
@@ -151,8 +176,8 @@ def _caller(request: HttpRequest) -> tuple[object | None, set[str], bool]:
         kind, _, token = header.partition(" ")
         if kind.lower() != "bearer" or not token.strip():
             raise ApiError("the Authorization header must be 'Bearer <token>'", 401)
-        row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token.strip())).first()
-        if row is None or not row.user.is_active:
+        row = token_row(token)
+        if row is None:
             raise ApiError("unknown or revoked token", 401)
         _note_use(row)
         scopes = {s for s in SCOPES if row.allows(s)}

@@ -363,7 +363,17 @@ OCR_MAX_REQUEST_BYTES = envint("OCR_MAX_REQUEST_BYTES", 2 * 1024 * 1024 * 1024, 
 FRONT_HEADER_TIMEOUT_SECONDS = envfloat("FRONT_HEADER_TIMEOUT_SECONDS", 30.0, minimum=1.0)
 FRONT_BODY_GRACE_SECONDS = envfloat("FRONT_BODY_GRACE_SECONDS", 10.0, minimum=0.0)
 FRONT_BODY_MIN_BYTES_PER_SECOND = envint("FRONT_BODY_MIN_BYTES_PER_SECOND", 8192, minimum=0)
+# Bodies in flight (issue 38, N1): a large one (over FRONT_SMALL_BODY_BYTES) only for a token or a
+# session that may submit, to an upload path, known before its body is read; small ones (logins,
+# forms) from a budget of their own; both per client address (the proxy's, with --proxy-headers)
+# and large ones per user; each within a total time.
 FRONT_MAX_BODIES_IN_FLIGHT = envint("FRONT_MAX_BODIES_IN_FLIGHT", 64, minimum=1)
+FRONT_SMALL_BODY_BYTES = envint("FRONT_SMALL_BODY_BYTES", 64 * 1024, minimum=1024)
+FRONT_MAX_SMALL_BODIES_IN_FLIGHT = envint("FRONT_MAX_SMALL_BODIES_IN_FLIGHT", 1024, minimum=1)
+FRONT_MAX_BODIES_PER_CLIENT = envint("FRONT_MAX_BODIES_PER_CLIENT", 32, minimum=1)
+FRONT_MAX_UPLOADS_PER_USER = envint("FRONT_MAX_UPLOADS_PER_USER", 16, minimum=1)
+FRONT_SMALL_BODY_SECONDS = envfloat("FRONT_SMALL_BODY_SECONDS", 20.0, minimum=1.0)
+FRONT_BODY_DEADLINE_SECONDS = envfloat("FRONT_BODY_DEADLINE_SECONDS", 3600.0, minimum=1.0)
 # Spend (issue 23): a new pool's $/h cap as the admin form offers it, and what a user's jobs may
 # cost in any 24 hours unless their Budget says otherwise (`none`: no limit; staff have none).
 POOL_DEFAULT_DOLLARS_PER_HOUR = envdollars("POOL_DEFAULT_DOLLARS_PER_HOUR", "20")

@@ -18,16 +18,19 @@ import httpx
 import pytest
 from daphne.http_protocol import HTTPFactory
 from django.core.exceptions import RequestAborted
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from accounts.models import ApiToken
+from fleetadmin import front as front_module
 from fleetadmin.asgi import BODY_EXTENSION, FrontASGIHandler, _handed_body
 from fleetadmin.formdata import FormData
 from fleetadmin.front import EVICTABLE_AFTER_SECONDS, READ_BYTES, FrontHTTPFactory, FrontServer, hand_over_body
 from ocrjobs.models import Document
 from ocrjobs.storage import document_bytes
 from tests.factories import pdf_bytes
+from tests.fleetadmin.helpers import closed_within
 from tools.processes import child_env, start_front, wait_for
 
 
@@ -128,21 +131,6 @@ SLOW = {
 }
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bytes:
-    """What the front sent before it closed the connection, which it must do within ``seconds``
-    (a generous bound: the front's checks run once a second)."""
-    sock.settimeout(seconds)
-    answer = b""
-    try:
-        while chunk := sock.recv(65536):
-            answer += chunk
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        pytest.fail(f"the front still held the connection after {seconds} s (got {answer!r})")
-    return answer
-
-
 @pytest.mark.parametrize("front", [SLOW], indirect=True)
 def test_a_client_that_never_finishes_its_headers_is_cut_off_and_the_front_answers_others(front):
     host, port = front.removeprefix("http://").split(":")
@@ -150,7 +138,7 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off_and_the_front_answe
         sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\n")  # and no more: its headers never end
         assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
 
-        assert _closed_within(sock, 30) == b""  # no request, nothing to answer
+        assert closed_within(sock, 30) == b""  # no request, nothing to answer
 
 
 @pytest.mark.parametrize("front", [SLOW], indirect=True)
@@ -162,39 +150,40 @@ def test_a_body_that_trickles_gets_a_json_408_and_nothing_is_stored(front, token
                      % token.encode())  # fmt: skip
         sock.sendall(b"--x\r\n")  # then nothing: far under 50 kB/s once its second of grace is over
 
-        answer = _closed_within(sock, 30)
+        answer = closed_within(sock, 30)
 
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"slower than 50000 bytes/s" in answer
     assert not Document.objects.exists()
 
 
-HOLD = (
-    b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nContent-Type: multipart/form-data; boundary=x\r\n"
-    b"Content-Length: 1000\r\n\r\n"
-)  # a body begun, never sent
+def _hold(token: str) -> bytes:
+    """An upload's head (a body over FRONT_SMALL_BODY_BYTES, from an uploader): a body begun, never sent."""
+    return (b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 1000000\r\n\r\n" % token.encode())  # fmt: skip
 
 
 def _upload(front: str, token: str) -> httpx.Response:
-    files = [("files", ("d.pdf", _unique_pdf(0), "application/pdf"))]
+    # Over FRONT_SMALL_BODY_BYTES once written in hex: an upload, which takes an upload's place.
+    files = [("files", ("d.pdf", _unique_pdf(0, padding=40_000), "application/pdf"))]
     return httpx.post(f"{front}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 # No minimum rate: the bodies held are never behind it, so none gives its place up.
 @pytest.mark.parametrize("front", [{"FRONT_MAX_BODIES_IN_FLIGHT": "2", "FRONT_BODY_MIN_BYTES_PER_SECOND": "0"}],
                          indirect=True)  # fmt: skip
-def test_bodies_past_the_limit_in_flight_get_a_503_before_they_are_read(front, token):
+def test_uploads_past_the_limit_in_flight_get_a_503_before_they_are_read(front, token):
     host, port = front.removeprefix("http://").split(":")
     holding = [socket.create_connection((host, int(port))) for _ in range(2)]
     try:
         for sock in holding:
-            sock.sendall(HOLD)  # two bodies begun, not finished
+            sock.sendall(_hold(token))  # two bodies begun, not finished
         with socket.create_connection((host, int(port))) as third:
             # (the front reads the first two before the third: one more round trip to be sure)
             assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
-            third.sendall(HOLD)
+            third.sendall(_hold(token))
 
-            answer = _closed_within(third, 30)
+            answer = closed_within(third, 30)
 
         assert answer.startswith(b"HTTP/1.1 503 "), answer
         assert b"Retry-After: 1" in answer
@@ -213,7 +202,7 @@ def test_when_every_place_is_held_the_slowest_body_behind_the_rate_gives_its_pla
     holding = [socket.create_connection((host, int(port))) for _ in range(2)]
     try:
         for sock in holding:
-            sock.sendall(HOLD)
+            sock.sendall(_hold(token))
         assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200  # (the front has read both)
         time.sleep(EVICTABLE_AFTER_SECONDS + 0.5)  # both behind the rate for longer than that, by now
 
@@ -221,7 +210,7 @@ def test_when_every_place_is_held_the_slowest_body_behind_the_rate_gives_its_pla
 
         readable, _, _ = select.select(holding, [], [], 30)
         assert len(readable) == 1, "one slow body, and one only, was cut off"
-        answer = _closed_within(readable[0], 30)
+        answer = closed_within(readable[0], 30)
         assert answer.startswith(b"HTTP/1.1 408 ") and b"while every upload slot was taken" in answer, answer
     finally:
         for sock in holding:
@@ -423,3 +412,31 @@ def test_a_disconnect_before_the_body_is_taken_closes_the_handed_over_body():
         _read_body(handed, [{"type": "http.disconnect"}])
 
     assert handed.closed
+
+
+def _begin_upload(factory: FrontHTTPFactory, token: str = "fa_any") -> tuple[object, _Transport]:
+    """An upload's head and a first piece of its body on a new connection: its request, its transport."""
+    factory.timeOut = None
+    channel = factory.buildProtocol(None)
+    channel.callLater = Clock().callLater
+    transport = _Transport()
+    channel.makeConnection(transport)
+    channel.dataReceived(b"POST /v1/jobs HTTP/1.1\r\nHost: front\r\nAuthorization: Bearer %s\r\n"
+                         b"Content-Length: 1000000\r\n\r\n--b0" % token.encode())  # fmt: skip
+    return channel.requests[-1], transport
+
+
+def test_uploads_whose_callers_are_being_checked_have_a_budget_and_keep_one_read_of_their_body(monkeypatch, settings):
+    settings.FRONT_MAX_BODIES_IN_FLIGHT = 1
+    checks = []
+    monkeypatch.setattr(front_module.threads, "deferToThread", lambda *args: checks.append(args) or Deferred())
+    factory = FrontHTTPFactory(_Server())
+
+    first, first_transport = _begin_upload(factory)
+    second, second_transport = _begin_upload(factory)
+
+    assert checks == [(front_module.check_uploader, "Bearer fa_any", "")]  # one check, on a thread
+    assert first.checking and first.early == [b"--b0"] and first_transport.producerState == "paused"
+    assert first_transport.value() == b""  # nothing answered while the caller is checked
+    assert second_transport.value().startswith(b"HTTP/1.1 503 ")  # before its body is read
+    assert second.early == []
