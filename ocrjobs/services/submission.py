@@ -28,8 +28,9 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.enqueue import enqueue_documents
+from ocrjobs.enqueue import enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
+from ocrjobs.services import fetch_turns
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
@@ -358,14 +359,15 @@ def job_submit(
             for offset, url in enumerate(urls):
                 documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
                                           kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
-                                          **leases.queued()))  # fmt: skip
+                                          **fetch_turns.waiting()))  # fmt: skip
             Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
             if submission_key is not None:
                 key, fingerprint = submission_key
                 SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
             split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
-            fetch_ids = [d.pk for d in documents if d.kind == Document.Kind.URL]
-            transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))
+            transaction.on_commit(lambda: enqueue_splits(split_ids))
+            if urls:  # their fetches wait for a slot, in turn by owner
+                transaction.on_commit(fetch_turns.fetches_start)
             job.submitted_documents = documents
     except BaseException:
         for name in stored:
