@@ -392,6 +392,9 @@ Q_DISPATCH_TIMEOUT = int(DISPATCH_MAX_SECONDS + PAGE_TIMEOUT_SECONDS + 60)
 Q_OUTPUT_WORKERS = envint("Q_OUTPUT_WORKERS", 1, minimum=1)
 Q_OUTPUT_TIMEOUT = Q_TIMEOUT
 OUTPUTS_NICE = envint("OUTPUTS_NICE", 10, minimum=0)
+# Builds one user's documents may hold at once (ocrjobs/services/build_turns.py: builds are taken
+# in turn by owner; with more than one outputs worker, a user's storm leaves the others room).
+PDF_BUILDS_PER_OWNER = envint("PDF_BUILDS_PER_OWNER", max(1, Q_OUTPUT_WORKERS // 2), minimum=1)
 Q_CLUSTER["ALT_CLUSTERS"] = {
     f"{Q_CLUSTER_NAME}:passes": {"workers": Q_PASS_WORKERS, "timeout": Q_PASS_TIMEOUT, "retry": Q_PASS_TIMEOUT * 2},
     f"{Q_CLUSTER_NAME}:dispatch": {
