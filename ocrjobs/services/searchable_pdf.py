@@ -206,6 +206,7 @@ def _update_pdf(source: Path, document: Document, target: Path, lease: leases.Ho
         update.append(update.next_number - 1, b"<<>>", stream=b"q\n")
         for start in range(0, count, PAGES_PER_LAYER):
             stop = min(count, start + PAGES_PER_LAYER)
+            lease.confirm()  # a rebuild asked since: this build stops here (a storm of them burns no more)
             with pikepdf.open(source) as pdf, tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
                 pages = [pikepdf.Page(page) for page in pdf_update.page_dicts(pdf, start, stop)]
                 if len(pages) != stop - start:
@@ -318,6 +319,7 @@ def _image_pdf(source: Path, document: Document, target: Path, lease: leases.Hol
         passthrough = image.format == "JPEG" and frames == 1 and image.getexif().get(0x0112, 1) == 1
         for start in range(0, frames, IMAGES_PER_LAYER):
             stop = min(frames, start + IMAGES_PER_LAYER)
+            lease.confirm()  # a rebuild asked since: this build stops here (a storm of them burns no more)
             with tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
                 path = Path(tmp) / "pages.pdf"
                 page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
