@@ -112,3 +112,9 @@ class Hold:
         if time.monotonic() - self.renewed >= settings.TASK_LEASE_SECONDS / 3:
             renew(self.queryset, self.token)
             self.renewed = time.monotonic()
+
+    def confirm(self) -> None:
+        """LeaseLost if another task (or a request that queued the row again) took the row: one
+        read, for a long task to stop at the next step of its work, not at its next renewal."""
+        if not self.queryset.filter(task_lease_token=self.token).exists():
+            raise LeaseLost("another task took over this row")

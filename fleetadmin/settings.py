@@ -308,6 +308,10 @@ OCR_MAX_PAGES_PER_DOCUMENT = envint("OCR_MAX_PAGES_PER_DOCUMENT", 3000, minimum=
 OCR_MAX_FILES_PER_JOB = envint("OCR_MAX_FILES_PER_JOB", 1000, minimum=1)
 OCR_MAX_IMAGE_PIXELS = envint("OCR_MAX_IMAGE_PIXELS", 100_000_000, minimum=1)
 OCR_RENDER_DPI = envint("OCR_RENDER_DPI", 200, minimum=50)
+# Pixels of one document, summed over its pages or frames (issue 38, N2): a TIFF of 3,000 blank
+# 100-megapixel frames is 10 MB on disk and 300 gigapixels to read or draw. 3,000 letter pages
+# at 300 DPI are 25 gigapixels.
+OCR_MAX_DOCUMENT_PIXELS = envint("OCR_MAX_DOCUMENT_PIXELS", 30_000_000_000, minimum=1)
 # The job page's viewer: pages whose confidence (0-100) is under this are listed first, "to check".
 VIEWER_CONFIDENCE_THRESHOLD = envfloat("VIEWER_CONFIDENCE_THRESHOLD", 80.0, minimum=0.0)
 DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
@@ -427,6 +431,9 @@ Q_DISPATCH_TIMEOUT = int(DISPATCH_MAX_SECONDS + PAGE_TIMEOUT_SECONDS + 60)
 Q_OUTPUT_WORKERS = envint("Q_OUTPUT_WORKERS", 1, minimum=1)
 Q_OUTPUT_TIMEOUT = Q_TIMEOUT
 OUTPUTS_NICE = envint("OUTPUTS_NICE", 10, minimum=0)
+# Builds one user's documents may hold at once (ocrjobs/services/build_turns.py: builds are taken
+# in turn by owner; with more than one outputs worker, a user's storm leaves the others room).
+PDF_BUILDS_PER_OWNER = envint("PDF_BUILDS_PER_OWNER", max(1, Q_OUTPUT_WORKERS // 2), minimum=1)
 Q_CLUSTER["ALT_CLUSTERS"] = {
     f"{Q_CLUSTER_NAME}:passes": {"workers": Q_PASS_WORKERS, "timeout": Q_PASS_TIMEOUT, "retry": Q_PASS_TIMEOUT * 2},
     f"{Q_CLUSTER_NAME}:dispatch": {
@@ -459,9 +466,22 @@ URL_FETCH_TIMEOUT_SECONDS = envfloat("URL_FETCH_TIMEOUT_SECONDS", 120.0, minimum
 URL_FETCH_MAX_ATTEMPTS = envint("URL_FETCH_MAX_ATTEMPTS", 3, minimum=1)
 # Fetches at once, deployment-wide: the short-task workers they may hold (half, by default).
 URL_FETCH_MAX_IN_FLIGHT = envint("URL_FETCH_MAX_IN_FLIGHT", max(1, Q_CLUSTER["workers"] // 2), minimum=1)
+# ... of them one user's, and on one host (fleetadmin/fairshare.py: slots taken in turn by owner,
+# review N6): under the whole, so that one user's slow URLs always leave a slot to the others.
+URL_FETCH_MAX_IN_FLIGHT_PER_OWNER = envint(
+    "URL_FETCH_MAX_IN_FLIGHT_PER_OWNER", max(1, URL_FETCH_MAX_IN_FLIGHT // 2), minimum=1
+)
+URL_FETCH_MAX_IN_FLIGHT_PER_HOST = envint(
+    "URL_FETCH_MAX_IN_FLIGHT_PER_HOST", max(1, URL_FETCH_MAX_IN_FLIGHT // 2), minimum=1
+)
 WEBHOOK_TIMEOUT_SECONDS = envfloat("WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=1.0)
 # Webhook attempts in flight at once, deployment-wide: each holds a short-task worker that long at most.
 WEBHOOK_MAX_IN_FLIGHT = envint("WEBHOOK_MAX_IN_FLIGHT", 2, minimum=1)
+# ... of them one user's, and to one host (taken in turn by owner, like the fetches').
+WEBHOOK_MAX_IN_FLIGHT_PER_OWNER = envint(
+    "WEBHOOK_MAX_IN_FLIGHT_PER_OWNER", max(1, WEBHOOK_MAX_IN_FLIGHT // 2), minimum=1
+)
+WEBHOOK_MAX_IN_FLIGHT_PER_HOST = envint("WEBHOOK_MAX_IN_FLIGHT_PER_HOST", max(1, WEBHOOK_MAX_IN_FLIGHT // 2), minimum=1)
 WEBHOOK_SECRET_GRACE_SECONDS = envfloat("WEBHOOK_SECRET_GRACE_SECONDS", 86400.0, minimum=0.0)
 # Only for tests and closed networks: lets documents be fetched from private and loopback addresses.
 URL_FETCH_ALLOW_PRIVATE = envbool("URL_FETCH_ALLOW_PRIVATE", False)

@@ -30,15 +30,6 @@ def enqueue_splits(document_ids: list[int]) -> None:
                    group="splits", save=False, cluster=cluster_name(SHORT))  # fmt: skip
 
 
-def enqueue_documents(split_ids: list[int], fetch_ids: list[int]) -> None:
-    """The splits (SPLITS_PER_TASK a task) and the fetches (one a URL document) of documents a
-    submission or a retry left waiting; sent once the transaction that queued them commits."""
-    if split_ids:
-        enqueue_splits(split_ids)
-    for document_id in fetch_ids:
-        enqueue_fetch(document_id)
-
-
 def enqueue_dispatch(pool: Pool) -> None:
     """To the dispatch cluster: a loop runs for minutes, and never in a short task's worker."""
     async_task("ocrjobs.tasks.dispatch_pool", pool.pk, task_name=f"dispatch pool {pool.key}", group="dispatch",

@@ -457,3 +457,24 @@ class OutputRebuild(models.Model):
 
     def __str__(self) -> str:
         return f"rebuild of job {self.job_id} by {self.owner_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class OwnerTurn(models.Model):
+    """When an owner was last given a shared slot of a kind (a URL fetch, a webhook attempt, a
+    searchable PDF build): what makes the turns go round (fleetadmin/fairshare.py), the owner
+    served longest ago first among those holding as many. ``owner_id`` 0: jobs without an owner."""
+
+    class Kind(models.TextChoices):
+        FETCH = "fetch"
+        WEBHOOK = "webhook"
+        BUILD = "build"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    owner_id = models.PositiveBigIntegerField()
+    served_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "owner_id"], name="owner_turn_kind_owner_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} turn of owner {self.owner_id} at {self.served_at:%Y-%m-%d %H:%M:%S}"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fleetadmin.db import retry_on_db_error
 from ocrjobs.enqueue import enqueue_searchable_pdf_builds
+from ocrjobs.services.build_turns import searchable_pdfs_build_in_turn
 from ocrjobs.services.outputs import searchable_pdfs_pending
-from ocrjobs.services.searchable_pdf import searchable_pdf_build
 
 
 @retry_on_db_error
 def build_searchable_pdfs(document_ids: list[int]) -> str:
-    rows = [searchable_pdf_build(document_id=document_id) for document_id in document_ids]
-    built = sum(1 for row in rows if row is not None and row.status == row.Status.BUILT)
-    return f"{len(document_ids)} documents: {built} searchable PDFs built"
+    """Sent for ``document_ids``; builds whichever wait, in turn by owner (services/build_turns.py)."""
+    built = searchable_pdfs_build_in_turn()
+    return f"sent for {len(document_ids)} documents: {len(built)} searchable PDFs built in turn"
 
 
 @retry_on_db_error

@@ -23,6 +23,7 @@ from fleetadmin import leases
 from fleetadmin.api import ApiError
 from ocrjobs.models import Document, Job
 from ocrjobs.services import remote
+from ocrjobs.services.fetch_turns import fetches_start
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, _stage, _Staged, name_from_url
@@ -59,8 +60,15 @@ def document_fetch(*, document_id: int) -> Document:
     The fetch holds the document's short lease and renews it as the bytes come in, so the scaler
     tick never sends a second fetch beside a live one; what it writes, it writes only while it
     still holds that lease. At most URL_FETCH_MAX_IN_FLIGHT fetches run at once, so that slow
-    hosts never hold every short-task worker. Each fetch that starts is counted: after
+    hosts never hold every short-task worker; its slot, once it ends, goes to the next document
+    in turn by owner (services/fetch_turns.py). Each fetch that starts is counted: after
     URL_FETCH_MAX_ATTEMPTS that never finished (killed, lost), the document fails instead."""
+    document = _fetch_with_lease(document_id)
+    fetches_start()  # its slot to the next in turn (a fetch that raised leaves it to the tick)
+    return document
+
+
+def _fetch_with_lease(document_id: int) -> Document:
     document = Document.objects.select_related("job").get(pk=document_id)
     if document.kind != Document.Kind.URL or document.job.status == Job.Status.CANCELLED:
         return document
@@ -74,7 +82,7 @@ def document_fetch(*, document_id: int) -> Document:
             return _fetch_failed(document, row, lease, fetch_attempts_error(document.fetch_attempts))
         if fetches_in_flight(but=document_id) >= settings.URL_FETCH_MAX_IN_FLIGHT:
             # Every slot is held (by hosts that may be slow on purpose): this worker goes back to
-            # other work; the lease, released below, lapses and the scaler's next tick sends it again.
+            # other work; the lease, released below, lapses and the document waits for its turn.
             log.info(
                 "document %s: %d fetches in flight already; it waits", document_id, settings.URL_FETCH_MAX_IN_FLIGHT
             )

@@ -10,8 +10,9 @@ from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs.enqueue import enqueue_documents
+from ocrjobs.enqueue import enqueue_splits
 from ocrjobs.models import Document, Job, Page, PoolPageTally
+from ocrjobs.services import fetch_turns
 from ocrjobs.services.budgets import retry_within_budget
 from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
@@ -153,9 +154,11 @@ def job_retry(*, job: Job) -> tuple[int, int]:
             finished_at=None,
         )  # fmt: skip
         failed_documents = job.documents.filter(status=Document.Status.FAILED)
-        fetch_ids = list(failed_documents.filter(kind=Document.Kind.URL).values_list("pk", flat=True))
+        fetches = failed_documents.filter(kind=Document.Kind.URL).update(
+            status=Document.Status.PENDING, error="", **fetch_turns.waiting()
+        )  # their fetches wait for a slot, in turn by owner
         split_ids = list(failed_documents.exclude(kind=Document.Kind.URL).values_list("pk", flat=True))
-        documents = failed_documents.update(status=Document.Status.PENDING, error="", **leases.queued())
+        documents = fetches + failed_documents.update(status=Document.Status.PENDING, error="", **leases.queued())
         if retried or documents:
             job.status = Job.Status.RUNNING
             job.finished_at = None
@@ -165,8 +168,10 @@ def job_retry(*, job: Job) -> tuple[int, int]:
             job.tallied_failed = 0
             job.save(update_fields=["status", "finished_at", "started_at", "max_dollars", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
-        if documents:
-            transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))
+        if split_ids:
+            transaction.on_commit(lambda: enqueue_splits(split_ids))
+        if fetches:
+            transaction.on_commit(fetch_turns.fetches_start)
     return retried, documents
 
 

@@ -11,16 +11,19 @@ from django.conf import settings
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs.enqueue import enqueue_fetch, enqueue_searchable_pdf_builds, enqueue_split
+from ocrjobs.enqueue import enqueue_searchable_pdf_builds, enqueue_split
 from ocrjobs.models import Document, Job, SearchablePdf
 from ocrjobs.services.fetch import fetches_exhausted
+from ocrjobs.services.fetch_turns import fetches_start
 
 log = logging.getLogger(__name__)
 
 
 def documents_recover(*, pool_id: int) -> list[int]:
-    """Send again the fetch or split of every waiting document whose task never started or stopped
-    renewing its lease (worker killed, task lost); a URL one whose fetches lapsed too often fails."""
+    """Send again the split of every waiting document whose task never started or stopped renewing
+    its lease (worker killed, task lost); a URL one whose fetches lapsed too often fails, the others
+    wait for a fetch slot, given in turn by owner (services/fetch_turns.py). The documents sent:
+    the splits, and the fetches that took a free slot."""
     lost = leases.expired(
         Document.objects.filter(job__pool_id=pool_id, status=Document.Status.PENDING).exclude(
             job__status=Job.Status.CANCELLED
@@ -31,16 +34,13 @@ def documents_recover(*, pool_id: int) -> list[int]:
         return []
     failed = fetches_exhausted(lost.filter(kind=Document.Kind.URL)) if any(n for _, _, n in documents) else set()
     documents = [(pk, kind) for pk, kind, _ in documents if pk not in failed]
-    Document.objects.filter(pk__in=[pk for pk, _ in documents]).update(**leases.queued())
-    fetches = [pk for pk, kind in documents if kind == Document.Kind.URL]
     splits = [pk for pk, kind in documents if kind != Document.Kind.URL]
-    log.warning("pool %s: sending again %d fetches and %d splits whose tasks were lost", pool_id, len(fetches),
-                len(splits))  # fmt: skip
-    for document_id in fetches:
-        enqueue_fetch(document_id)
+    if splits:
+        Document.objects.filter(pk__in=splits).update(**leases.queued())
+        log.warning("pool %s: sending again %d splits whose tasks were lost", pool_id, len(splits))
     for document_id in splits:
         enqueue_split(document_id)
-    return [pk for pk, _ in documents]
+    return splits + fetches_start()
 
 
 def searchable_pdfs_recover() -> list[int]:

@@ -3,6 +3,10 @@ pages, pixels), URLs only for their form; then each document is stored and the j
 documents are stored in one transaction. The front only reads the uploaded files: it never
 resolves or fetches a URL. Each upload is staged to a local file (moved there when Django spooled
 it already), checked, then moved or sent to the documents' storage.
+
+Length: the checks of a document (sniffing, pages, pixels a page and a document: the front, the
+fetch and the split share them) stay beside the submission that is their first caller; split
+out, they would be a module that imports this one's staging and limits back.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
 from fleetadmin.api import ApiError
-from ocrjobs.enqueue import enqueue_documents
+from ocrjobs.enqueue import enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
+from ocrjobs.services import fetch_turns
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
@@ -210,6 +215,7 @@ def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
         return pages  # refused for its page count; no need to measure every page
     scale = settings.OCR_RENDER_DPI / 72
+    total = 0
     for index in range(pages):
         width, height = pdf.get_page_size(index)
         pixels = int(width * scale) * int(height * scale)
@@ -219,6 +225,8 @@ def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
                 f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
                 413,
             )
+        total += pixels
+    _check_document_pixels(name, total, pages, "pages would render at")
     return pages
 
 
@@ -242,11 +250,23 @@ def _check_pixels(name: str, image: Image.Image) -> None:
         )
 
 
+def _check_document_pixels(name: str, total: int, pages: int, what: str) -> None:
+    """Pixels summed over a document's pages or frames (review N2: 3,000 blank 100-megapixel
+    frames are 10 MB of Group 4 TIFF and hours of drawing) against OCR_MAX_DOCUMENT_PIXELS."""
+    if total > settings.OCR_MAX_DOCUMENT_PIXELS:
+        raise ApiError(
+            f"{name}: its {pages} {what} {total:,} pixels in all, over the limit of "
+            f"{settings.OCR_MAX_DOCUMENT_PIXELS:,} pixels a document",
+            413,
+        )
+
+
 def _count_image_frames(name: str, file: IO[bytes]) -> int:
     try:
         with open_image(file) as image:
             _check_pixels(name, image)
             frames = getattr(image, "n_frames", 1)
+            total = image.size[0] * image.size[1]
             image.verify()
         if frames > 1:
             with open_image(file) as image:
@@ -257,6 +277,10 @@ def _count_image_frames(name: str, file: IO[bytes]) -> int:
                     for frame in range(1, frames):
                         image.seek(frame)
                         _check_pixels(name, image)
+                        total += image.size[0] * image.size[1]
+                else:  # frames of one size
+                    total *= frames
+        _check_document_pixels(name, total, frames, "frames are")
     except ApiError:
         raise
     except Exception as exc:  # Pillow raises many types for a broken file
@@ -358,14 +382,15 @@ def job_submit(
             for offset, url in enumerate(urls):
                 documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
                                           kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
-                                          **leases.queued()))  # fmt: skip
+                                          **fetch_turns.waiting()))  # fmt: skip
             Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
             if submission_key is not None:
                 key, fingerprint = submission_key
                 SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
             split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
-            fetch_ids = [d.pk for d in documents if d.kind == Document.Kind.URL]
-            transaction.on_commit(lambda: enqueue_documents(split_ids, fetch_ids))
+            transaction.on_commit(lambda: enqueue_splits(split_ids))
+            if urls:  # their fetches wait for a slot, in turn by owner
+                transaction.on_commit(fetch_turns.fetches_start)
             job.submitted_documents = documents
     except BaseException:
         for name in stored:

@@ -34,11 +34,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleetadmin import leases
+from fleetadmin import fairshare, leases
 from fleetadmin.api import ApiError
 from ocrjobs.enqueue import enqueue_delivery
-from ocrjobs.models import Job, WebhookDelivery, WebhookSecret
-from ocrjobs.services import remote
+from ocrjobs.models import Job, OwnerTurn, WebhookDelivery, WebhookSecret
+from ocrjobs.services import remote, turns
 from ocrjobs.services.urls import check_url
 from pods.services.passes import pass_request
 
@@ -136,13 +136,25 @@ def _ask_for_a_pass() -> None:
 
 
 def deliveries_due(*, now: datetime, limit: int) -> list[int]:
-    """Due deliveries a pass may send now: no more than fit under WEBHOOK_MAX_IN_FLIGHT."""
-    due = WebhookDelivery.objects.due(now=now).order_by("next_attempt_at").values_list("pk", flat=True)
-    ids = list(due[: min(limit, settings.WEBHOOK_MAX_IN_FLIGHT)])
-    if not ids:  # the usual answer, in one query
+    """Due deliveries a pass may send now, taken in turn by owner (fleetadmin/fairshare.py): no
+    more than fit under WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_MAX_IN_FLIGHT_PER_OWNER of one owner's and
+    WEBHOOK_MAX_IN_FLIGHT_PER_HOST to one host. So ~900 cancelled jobs with tarpit callback URLs
+    hold one owner's share of the slots, and another owner's event goes at once (review N6)."""
+    due = WebhookDelivery.objects.due(now=now).order_by("next_attempt_at", "pk")
+    if not due[:1].exists():  # the usual answer, in one query
         return []
-    room = settings.WEBHOOK_MAX_IN_FLIGHT - WebhookDelivery.objects.in_flight(now=now).count()
-    return ids[: max(room, 0)]
+    held = WebhookDelivery.objects.in_flight(now=now).values_list("job__owner_id", "url")
+    held = [fairshare.Held(owner, fairshare.host_of(url)) for owner, url in held]
+    if len(held) >= settings.WEBHOOK_MAX_IN_FLIGHT:
+        return []
+    per_owner = settings.WEBHOOK_MAX_IN_FLIGHT_PER_OWNER
+    rows = turns.each_owners_first(due, owner="job__owner_id", first="next_attempt_at",
+                                   fields=("pk", "job__owner_id", "url"), count=per_owner + settings.WEBHOOK_MAX_IN_FLIGHT)  # fmt: skip
+    waiting = [fairshare.Waiting(pk, owner, fairshare.host_of(url)) for pk, owner, url in rows]
+    chosen = fairshare.take_turns(held=held, waiting=waiting, slots=settings.WEBHOOK_MAX_IN_FLIGHT,
+                                  per_owner=per_owner, per_host=settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST,
+                                  served=turns.served(OwnerTurn.Kind.WEBHOOK, {w.owner for w in waiting}))[:limit]  # fmt: skip
+    return chosen
 
 
 def delivery_send(delivery_id: int) -> str:
@@ -154,6 +166,8 @@ def delivery_send(delivery_id: int) -> str:
     lease = leases.acquire(row, seconds=settings.TASK_START_GRACE_SECONDS)
     if lease is None:
         return "not due"
+    owner = WebhookDelivery.objects.filter(pk=delivery_id).values_list("job__owner_id", flat=True).first()
+    turns.turns_taken(OwnerTurn.Kind.WEBHOOK, [owner])  # its owner's turn goes to the back
     transaction.on_commit(lambda: enqueue_delivery(delivery_id, lease))
     return "sent"
 

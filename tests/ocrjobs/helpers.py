@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import struct
 import uuid
 from pathlib import Path
 
@@ -124,3 +125,25 @@ def run_dispatch_loop(pool: Pool, *, before=None) -> dispatch.DispatchLoop:
     loop = dispatch.DispatchLoop(dispatcher)
     asyncio.run(dispatch._watched(loop, name=f"dispatcher pool {pool.key}"))
     return loop
+
+
+def blank_tiff_frames(count: int, width: int = 10_000, height: int = 10_000) -> bytes:
+    """A Group 4 TIFF of ``count`` blank ``width``×``height`` frames that share one strip: the
+    review's N2 document (3,000 frames of 100 megapixels in a few hundred kilobytes), readable."""
+    buffer = io.BytesIO()
+    Image.new("1", (width, height), 1).save(buffer, format="TIFF", compression="group4", strip_size=2**31 - 1)
+    with Image.open(io.BytesIO(buffer.getvalue())) as one:
+        offset, length = one.tag_v2[273][0], one.tag_v2[279][0]
+    strip = buffer.getvalue()[offset : offset + length]
+    tags = lambda at: [(256, 4, 1, width), (257, 4, 1, height), (258, 3, 1, 1), (259, 3, 1, 4),  # noqa: E731
+                       (262, 3, 1, 1), (273, 4, 1, at), (277, 3, 1, 1), (278, 4, 1, height), (279, 4, 1, length)]  # fmt: skip
+    ifd_size = 2 + 12 * len(tags(0)) + 4
+    strip_at = 8
+    first_ifd = strip_at + length + (length % 2)
+    out = b"II*\x00" + struct.pack("<I", first_ifd) + strip + b"\0" * (length % 2)
+    for n in range(count):
+        following = first_ifd + (n + 1) * ifd_size if n + 1 < count else 0
+        entries = tags(strip_at)
+        out += struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries)
+        out += struct.pack("<I", following)
+    return out

@@ -17,15 +17,16 @@ from reportlab.pdfgen import canvas
 from accounts.models import ApiToken
 from fleetadmin.clusters import OUTPUTS, SHORT
 from ocrjobs import downloads
-from ocrjobs.models import Job, SearchablePdf
+from ocrjobs.models import Job, Page, SearchablePdf
 from ocrjobs.output_tasks import request_searchable_pdfs
+from ocrjobs.services import searchable_pdf
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.outputs import document_pdf_request, page_markdown
 from ocrjobs.services.searchable_pdf import searchable_pdf_build
 from ocrjobs.storage import documents
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.helpers import auth
-from tests.ocrjobs.helpers import complete_all, split, submit
+from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
 
 WIDTH, HEIGHT = 1000, 500  # the pixels the made-up pod read each page at
 
@@ -515,3 +516,35 @@ def test_the_command_refuses_an_unknown_format_before_submitting(local_pool, tmp
 
     assert code == 2 and "--format takes txt, md, pdf, jsonl" in stderr
     assert not Job.objects.exists()
+
+
+def image_sizes(pdf: bytes) -> list[tuple[int, int]]:
+    with pikepdf.open(io.BytesIO(pdf)) as doc:
+        return [(int(image.Width), int(image.Height)) for page in doc.pages for image in page.get_images().values()]
+
+
+def test_frames_are_drawn_at_the_size_the_pod_read_them_never_larger(ordinary_user, local_pool):
+    """Review N2: the build draws each frame at the pixels the pod read (its result's width and
+    height), not the file's (a 100-megapixel frame was 3.8 s and 1.3 GB); and never above the file's."""
+    job = submit(ordinary_user, {"scan.tif": tiff_bytes([(2000, 1000), (2000, 1000)])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["read small"], width=500, height=250),
+                               (0, 2): boxed(["read large"], width=4000, height=2000)})  # fmt: skip
+
+    pdf = built_pdf(job)
+
+    assert image_sizes(pdf) == [(500, 250), (2000, 1000)]
+    assert text_of(pdf) == ["read small", "read large"]
+    assert sizes_of(pdf)[0] == sizes_of(pdf)[1]  # the page keeps its size: only its pixels are fewer
+
+
+def test_a_frame_no_pod_read_is_drawn_at_the_unread_frame_pixels_at_most(ordinary_user, local_pool):
+    job = submit(ordinary_user, {"scan.tif": tiff_bytes([(3000, 2000), (100, 50)])})
+    split(job)
+    complete_all(job, results={(0, 1): boxed(["lost"]), (0, 2): boxed(["the second"], width=100, height=50)})
+    job.pages.filter(number=1).update(status=Page.Status.FAILED)
+
+    (first, second) = image_sizes(built_pdf(job))
+
+    assert first[0] * first[1] <= searchable_pdf.UNREAD_FRAME_PIXELS and first[0] / first[1] == pytest.approx(1.5, 0.01)
+    assert second == (100, 50)

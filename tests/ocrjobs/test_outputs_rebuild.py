@@ -23,7 +23,7 @@ from ocrjobs.storage import document_bytes, documents
 from ocrjobs.viewer import viewer_pages
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.helpers import auth
-from tests.ocrjobs.helpers import complete_all, split, submit
+from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
 from tests.ocrjobs.test_outputs import boxed, built_pdf, sizes_of, text_of
 
 LINES = ["Water levels rose", "Three pumps serviced", "Budget report north"]
@@ -324,3 +324,26 @@ def test_the_to_check_list_is_read_through_its_index(done_job):
         assert "confidence <" in plan, plan  # the threshold is an index condition, not a filter of rows
     else:
         assert "confidence<?" in plan, plan
+
+
+def test_a_build_overtaken_by_a_rebuild_stops_at_its_next_chunk_of_frames(ordinary_user, monkeypatch, settings):
+    """A rebuild storm burns no more than a chunk of frames per rebuild: the build under way stops
+    at its next chunk (one read), not at its next lease renewal (TASK_LEASE_SECONDS / 3 later)."""
+    settings.OUTPUT_REBUILDS_PER_HOUR = 10
+    job = submit(ordinary_user, {"scan.tif": tiff_bytes([(200, 100)] * 3)}, searchable_pdf=True)
+    split(job)
+    complete_all(job)
+    monkeypatch.setattr(searchable_pdf, "IMAGES_PER_LAYER", 1)
+    real_as_read, drawn = searchable_pdf._as_read, []
+
+    def drawn_then_rebuilt(frame, result):
+        drawn.append(frame.size)
+        if len(drawn) == 1:
+            job_outputs_rebuild(job=job, user=ordinary_user)
+        return real_as_read(frame, result)
+
+    monkeypatch.setattr(searchable_pdf, "_as_read", drawn_then_rebuilt)
+    row = searchable_pdf_build(document_id=job.documents.get().pk)
+
+    assert len(drawn) == 1  # frames 2 and 3 never drawn
+    assert row.status == SearchablePdf.Status.PENDING and row.generation == 2  # left to the rebuild's build

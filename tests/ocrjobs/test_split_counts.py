@@ -11,7 +11,7 @@ from ocrjobs.models import Document, Page
 from ocrjobs.services import split as split_services
 from ocrjobs.services.submission import Upload, job_submit
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
-from tests.ocrjobs.helpers import submit
+from tests.ocrjobs.helpers import blank_tiff_frames, submit
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
@@ -81,3 +81,19 @@ def test_text_layers_are_still_read_from_the_pdf_when_the_job_keeps_them(ordinar
 
     assert len(opened) == 1 and counted == []  # opened for its text layers, its count trusted
     assert job.pages.filter(status=Page.Status.PENDING).count() == 2  # scanned pages: no text layer
+
+
+def test_a_split_that_counts_a_tiff_refuses_it_for_its_pixels_in_all(ordinary_user, settings):
+    """Review N2 at split time: a document whose count the split takes itself (a URL fetched, a
+    count not trusted) is refused for its pixels summed over its frames, with the figures."""
+    settings.OCR_MAX_DOCUMENT_PIXELS = 10**15  # let it in, as a document stored before the limit
+    job = submit(ordinary_user, {"blank.tif": blank_tiff_frames(3000)})
+    settings.OCR_MAX_DOCUMENT_PIXELS = 30_000_000_000
+    job.documents.update(page_count=0)
+
+    (document,) = split_all(job)
+
+    assert document.status == Document.Status.FAILED
+    assert "3000 frames are 300,000,000,000 pixels in all" in document.error
+    assert "30,000,000,000 pixels a document" in document.error
+    assert job.pages.count() == 0

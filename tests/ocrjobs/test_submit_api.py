@@ -19,7 +19,7 @@ from tests.factories import (
     pdf_bytes,
     zero_page_pdf_bytes,
 )
-from tests.ocrjobs.helpers import assert_nothing_made, files_under, tiff_bytes
+from tests.ocrjobs.helpers import assert_nothing_made, blank_tiff_frames, files_under, tiff_bytes
 
 URL = "/v1/jobs"
 
@@ -208,6 +208,26 @@ def test_it_refuses_a_tiff_whose_later_frame_is_over_the_pixel_limit(client, sub
     response = post_files(client, submit_token, [("scan.tif", tiff_bytes([(100, 100), (1000, 1000)]))])
 
     assert_refused(response, 413, "scan.tif", "1000×1000")
+    assert_nothing_made(media_root)
+
+
+def test_it_refuses_a_tiff_of_3000_blank_100_megapixel_frames_for_its_pixels_in_all(client, submit_token, media_root):
+    """Review N2: each frame is under the limit a page; the document, summed over its frames, is
+    300 gigapixels (a few hundred kilobytes of Group 4), over OCR_MAX_DOCUMENT_PIXELS."""
+    response = post_files(client, submit_token, [("blank.tif", blank_tiff_frames(3000))])
+
+    assert_refused(response, 413, "blank.tif", "3000 frames", "300,000,000,000 pixels in all", "a document")
+    assert_nothing_made(media_root)
+
+
+def test_it_refuses_a_pdf_whose_pages_in_all_are_over_the_document_pixel_limit(
+    client, submit_token, media_root, settings
+):
+    settings.OCR_MAX_DOCUMENT_PIXELS = 3_000_000  # a letter page at 200 DPI is 1.87 megapixels
+
+    response = post_files(client, submit_token, [("two.pdf", pdf_bytes([["a"], ["b"]]))])
+
+    assert_refused(response, 413, "two.pdf", "2 pages would render at", "pixels in all")
     assert_nothing_made(media_root)
 
 

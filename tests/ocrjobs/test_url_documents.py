@@ -428,8 +428,54 @@ def test_a_fetch_waits_when_every_fetch_slot_is_held(hostile_peer, local_pool, s
     document = document_fetch(document_id=waiting.pk)
 
     # The worker went back to other work without a request; the document waits, uncounted, and
-    # the scaler's next tick sends its fetch again.
+    # is sent again once a slot is free (not by every tick while none is).
     assert document.status == "pending" and server.requests == []
     assert Document.objects.get(pk=waiting.pk).fetch_attempts == 0
+    assert documents_recover(pool_id=local_pool.pk) == [] and queued() == []
+    Document.objects.filter(pk=held.pk).update(status=Document.Status.FAILED)
     assert documents_recover(pool_id=local_pool.pk) == [waiting.pk]
     assert queued() == ["ocrjobs.tasks.fetch_document"]
+
+
+def _owners_url_job(pool, owner, urls: list[str]) -> Job:
+    return job_submit(owner=owner, pool_key=pool.key, uploads=[], urls=urls)
+
+
+def test_one_owners_thousand_urls_hold_their_share_of_fetch_slots_and_anothers_url_starts_at_once(
+    local_pool, ordinary_user, outsider, settings, queued, django_capture_on_commit_callbacks
+):
+    """Review N6: a job of 1,000 URLs is sent a fetch for its owner's share of the slots only, not
+    a task a URL; another owner's URL document, submitted after, is sent at once."""
+    settings.URL_FETCH_MAX_IN_FLIGHT, settings.URL_FETCH_MAX_IN_FLIGHT_PER_OWNER = 2, 1
+    settings.URL_FETCH_MAX_IN_FLIGHT_PER_HOST = 2
+    with django_capture_on_commit_callbacks(execute=True):
+        flood = _owners_url_job(local_pool, ordinary_user, [f"https://tarpit.example/{n}.pdf" for n in range(1000)])
+    assert queued() == ["ocrjobs.tasks.fetch_document"]  # one, not a thousand
+    with django_capture_on_commit_callbacks(execute=True):
+        theirs = _owners_url_job(local_pool, outsider, ["https://files.example.org/report.pdf"])
+    assert queued() == ["ocrjobs.tasks.fetch_document"] * 2
+    sent = Document.objects.exclude(task_lease_until__lt=timezone.now())
+    assert {d.job_id for d in sent.filter(kind="url")} == {flood.pk, theirs.pk}
+    assert documents_recover(pool_id=local_pool.pk) == []  # every slot is held: nothing more is sent
+
+
+def test_a_fetch_that_ends_hands_its_slot_to_the_next_owner_in_turn(
+    file_server, local_pool, ordinary_user, outsider, settings, queued, django_capture_on_commit_callbacks
+):
+    base, routes = file_server
+    routes["/a.pdf"] = (200, {"Content-Type": "application/pdf"}, pdf_bytes([["fetched"]]))
+    settings.URL_FETCH_ALLOW_PRIVATE = True
+    settings.URL_FETCH_MAX_IN_FLIGHT = settings.URL_FETCH_MAX_IN_FLIGHT_PER_OWNER = 1
+    with django_capture_on_commit_callbacks(execute=True):
+        mine = _owners_url_job(local_pool, ordinary_user, [f"{base}/a.pdf"] * 3)
+    with django_capture_on_commit_callbacks(execute=True):
+        theirs = _owners_url_job(local_pool, outsider, [f"{base}/a.pdf"])
+    first = mine.documents.order_by("position").first()
+    assert queued() == ["ocrjobs.tasks.fetch_document"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert document_fetch(document_id=first.pk).status == "split"
+
+    # The next in turn is the other owner's (holding none), not the first owner's second URL.
+    (sent,) = Document.objects.filter(kind="url", status="pending", task_lease_until__gte=timezone.now())
+    assert sent.job_id == theirs.pk

@@ -380,6 +380,7 @@ def test_a_delivery_whose_attempts_are_all_killed_still_fails_after_a_day(hostil
 
 def test_no_more_attempts_are_in_flight_than_the_cap(receiver, ordinary_user, settings):
     settings.WEBHOOK_MAX_IN_FLIGHT = 2
+    settings.WEBHOOK_MAX_IN_FLIGHT_PER_OWNER = settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST = 2  # one owner, one host
     hook = receiver(200)
     jobs = [finished_job(ordinary_user, hook.url) for _ in range(3)]
 
@@ -392,3 +393,60 @@ def test_no_more_attempts_are_in_flight_than_the_cap(receiver, ordinary_user, se
 
     assert {d.state for d in WebhookDelivery.objects.filter(job__in=jobs)} == {WebhookDelivery.State.DELIVERED}
     assert len(hook.received) == 3
+
+
+def test_deliveries_take_turns_by_owner_so_one_owners_backlog_leaves_another_a_slot(
+    receiver, ordinary_user, outsider, settings
+):
+    """Review N6: one owner's deliveries, due first and many, never take every slot: another
+    owner's, due later, goes in the same pass, and the owner's second waits for their first."""
+    settings.WEBHOOK_MAX_IN_FLIGHT, settings.WEBHOOK_MAX_IN_FLIGHT_PER_OWNER = 2, 1
+    settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST = 2
+    hook = receiver(200)
+    flood = [finished_job(ordinary_user, hook.url) for _ in range(3)]
+    theirs = finished_job(outsider, hook.url.replace("127.0.0.1", "localhost"))
+
+    first = webhooks.deliveries_due(now=timezone.now(), limit=10)
+    owners = {WebhookDelivery.objects.get(pk=pk).job.owner_id for pk in first}
+    assert owners == {ordinary_user.pk, outsider.pk}
+    assert passes.pass_run().steps["webhook"] == 2
+    assert run_queued_deliveries() == 2
+    assert WebhookDelivery.objects.get(job=theirs).state == WebhookDelivery.State.DELIVERED
+    assert WebhookDelivery.objects.filter(job__in=flood, state=WebhookDelivery.State.DELIVERED).count() == 1
+
+
+def test_one_owner_holds_no_more_than_their_cap_and_one_host_no_more_than_its_own(
+    receiver, ordinary_user, outsider, settings
+):
+    settings.WEBHOOK_MAX_IN_FLIGHT, settings.WEBHOOK_MAX_IN_FLIGHT_PER_OWNER = 4, 2
+    settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST = 1
+    hook = receiver(200)
+    for _ in range(3):
+        finished_job(ordinary_user, hook.url)
+    finished_job(outsider, hook.url)  # the same host
+
+    assert len(webhooks.deliveries_due(now=timezone.now(), limit=10)) == 1  # one host: one at a time
+    settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST = 4
+    chosen = webhooks.deliveries_due(now=timezone.now(), limit=10)
+    owners = [WebhookDelivery.objects.get(pk=pk).job.owner_id for pk in chosen]
+    assert sorted(owners) == sorted([ordinary_user.pk, ordinary_user.pk, outsider.pk])
+
+
+def test_one_slot_goes_round_the_owners_in_turn(receiver, ordinary_user, outsider, settings):
+    settings.WEBHOOK_MAX_IN_FLIGHT = settings.WEBHOOK_MAX_IN_FLIGHT_PER_OWNER = (
+        settings.WEBHOOK_MAX_IN_FLIGHT_PER_HOST
+    ) = 1
+    hook = receiver(200)
+    for _ in range(3):
+        finished_job(ordinary_user, hook.url)
+    for _ in range(2):
+        finished_job(outsider, hook.url)
+
+    order = []
+    for _ in range(5):
+        (sent,) = webhooks.deliveries_due(now=timezone.now(), limit=10)
+        order.append(WebhookDelivery.objects.get(pk=sent).job.owner_id)
+        assert passes.pass_run().steps["webhook"] == 1 and run_queued_deliveries() == 1
+
+    bob, mallory = ordinary_user.pk, outsider.pk
+    assert order == [bob, mallory, bob, mallory, bob]

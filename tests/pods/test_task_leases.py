@@ -103,7 +103,7 @@ def test_the_scaler_sends_again_the_splits_and_fetches_whose_tasks_were_lost(ord
     sent = documents_recover(pool_id=waiting.pool_id)
 
     assert sorted(sent) == sorted([lost_split.pk, url.pk])
-    assert queued()[queued_before:] == ["ocrjobs.tasks.fetch_document", "ocrjobs.tasks.split_document"]
+    assert queued()[queued_before:] == ["ocrjobs.tasks.split_document", "ocrjobs.tasks.fetch_document"]
     lost_split.refresh_from_db()
     assert lost_split.task_lease_token == "" and lost_split.task_lease_until > timezone.now()  # queued again
     assert documents_recover(pool_id=waiting.pool_id) == []  # not again before its grace ends
