@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from podserver.engines import create
 from podserver.server import PodServer, make_server
 
 from .helpers import PAGE_LINES, encode, render
@@ -20,18 +19,6 @@ from .helpers import PAGE_LINES, encode, render
 REPO = Path(__file__).resolve().parents[2]
 # Generous guards against hangs only; no test asserts how long anything takes.
 HANG_GUARD = 60.0
-
-
-@pytest.fixture(scope="session")
-def engines() -> dict[str, object]:
-    """The engine through the C API (tesserocr, the default) and through the command."""
-    through = {
-        "api": create("tesseract", environ={}),
-        "command": create("tesseract", environ={"TESSERACT_API": "false"}),
-    }
-    for engine in through.values():
-        engine.load()
-    return through
 
 
 @pytest.fixture(scope="session")

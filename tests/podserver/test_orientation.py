@@ -4,42 +4,14 @@ as it was given."""
 
 from __future__ import annotations
 
-import difflib
-import random
-
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from podserver import orientation
 
-from .helpers import FONT
+from .helpers import FONT, letter_page, page_lines, word_accuracy
 
 pytestmark = pytest.mark.once_sqlite
-
-WORDS = (
-    "the quick brown fox jumps over lazy dog pack my box with five dozen liquor jugs sphinx of black "
-    "quartz judge vow invoice total amount paid number"
-).split()
-
-
-def page_lines(count: int = 14, seed: int = 3) -> list[str]:
-    rnd = random.Random(seed)
-    return [" ".join(rnd.choice(WORDS) for _ in range(8)) for _ in range(count)]
-
-
-def letter_page(lines: list[str]) -> Image.Image:
-    """A page of text at about 200 DPI, as a scan of a letter would be read."""
-    font = ImageFont.truetype(FONT, 30)
-    img = Image.new("L", (1500, 120 + 62 * len(lines) + 120), 255)
-    draw = ImageDraw.Draw(img)
-    for i, line in enumerate(lines):
-        draw.text((120, 120 + i * 62), line, font=font, fill=0)
-    return img
-
-
-def word_accuracy(got: str, truth: list[str]) -> float:
-    """The share of the truth's words read, in order (difflib on words, no junk heuristic)."""
-    return difflib.SequenceMatcher(None, got.split(), " ".join(truth).split(), autojunk=False).ratio()
 
 
 def ink_under(img: Image.Image, bbox: list[int]) -> float:
