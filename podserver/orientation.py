@@ -62,6 +62,65 @@ def lines_back(lines: list[dict[str, Any]], degrees: int, width: int, height: in
     return moved
 
 
+def straighten(img: Image.Image, degrees: float) -> Image.Image:
+    """The page turned ``degrees`` counter-clockwise (a skew's correction), on white, uncropped."""
+    fill = 255 if img.mode == "L" else (255, 255, 255)
+    return img.rotate(degrees, resample=Image.Resampling.BILINEAR, expand=True, fillcolor=fill)
+
+
+def lines_unskewed(
+    lines: list[dict[str, Any]], degrees: float, straight: tuple[int, int], size: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """Lines read on the page ``straighten``ed by ``degrees`` (``straight``: its size) with their
+    boxes (the boxes of their turned corners) and baselines on the page as given (``size``)."""
+    cos, sin = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    (sw, sh), (w, h) = straight, size
+
+    def back(x: float, y: float) -> tuple[float, float]:
+        dx, dy = x - sw / 2, y - sh / 2
+        return w / 2 + dx * cos - dy * sin, h / 2 + dx * sin + dy * cos
+
+    moved = []
+    for line in lines:
+        line = dict(line)
+        x0, y0, x1, y1 = line["bbox"]
+        corners = [back(x, y) for x in (x0, x1) for y in (y0, y1)]
+        xs, ys = [x for x, _ in corners], [y for _, y in corners]
+        line["bbox"] = [max(0, round(min(xs))), max(0, round(min(ys))), min(w, round(max(xs))), min(h, round(max(ys)))]
+        if line.get("baseline"):
+            bx0, by0, bx1, by1 = line["baseline"]
+            line["baseline"] = [round(v) for v in (*back(bx0, by0), *back(bx1, by1))]
+        moved.append(line)
+    return moved
+
+
+# Skews a page is searched for, in degrees each way: scanners and phones skew pages by a few.
+SKEW_SEARCH = 6.0
+
+
+def skew_correction(img: Image.Image) -> float:
+    """The counter-clockwise turn (degrees, within ±SKEW_SEARCH) that makes the page's lines
+    level: the angle at which its rows of ink are sharpest (the projection profile's squared
+    differences between neighbouring rows), found on a copy about 600 pixels wide; 0 for a page
+    with no lines to level. ~0.1 s of CPU for a letter page at 200 DPI."""
+    gray = img.convert("L")
+    factor = min(1.0, 600 / max(1, gray.width))
+    small = gray.resize((max(1, round(gray.width * factor)), max(1, round(gray.height * factor))))
+    ink = small.point(lambda v: 255 if v < 128 else 0)
+
+    def sharpness(angle: float) -> float:
+        turned = ink.rotate(angle, resample=Image.Resampling.NEAREST, expand=True, fillcolor=0)
+        rows = turned.resize((1, turned.height), Image.Resampling.BOX).tobytes()
+        return float(sum((a - b) ** 2 for a, b in zip(rows, rows[1:], strict=False)))
+
+    level = sharpness(0.0)
+    if level == 0:
+        return 0.0
+    best = max((sharpness(a / 2), a / 2) for a in range(-int(2 * SKEW_SEARCH), int(2 * SKEW_SEARCH) + 1))
+    fine = max((sharpness(best[1] + a / 10), best[1] + a / 10) for a in range(-4, 5))
+    return round(fine[1], 1) if fine[0] > level else 0.0
+
+
 def baseline_angle(baseline: list[float]) -> float:
     """The angle of a baseline [x0, y0, x1, y1] (from its start to its end), in (-180, 180]."""
     x0, y0, x1, y1 = baseline

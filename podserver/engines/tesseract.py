@@ -65,28 +65,47 @@ class TesseractEngine(Engine):
         """OCR one page; PageTimeout past the limit, other exceptions are engine errors.
 
         A page read at a confidence under ORIENTATION_CHECK_BELOW has its orientation detected
-        (tesseract's OSD); a page found turned is turned upright and read again, and the better
-        reading kept, its lines put back on the page as given (podserver/orientation.py). An
-        upright page read well pays nothing for this."""
+        (tesseract's OSD) and, if still read poorly, its skew (a projection profile); a page found
+        turned or skewed is read again upright and level, and the better reading kept, its lines
+        put back on the page as given (podserver/orientation.py). An upright page read well pays
+        nothing for this."""
         started = time.monotonic()
+
+        def left() -> float:
+            return timeout - (time.monotonic() - started)
+
         text, lines, confidence = self._read(img, lang, timeout)
-        turned, warnings = 0, []
+        upright, turned, unknown = img, 0, False
         # A blank page (no words) is a page, not a page read wrong: no orientation to find.
         if lines and confidence < ORIENTATION_CHECK_BELOW and "osd" in self.languages:
-            found = self._detect_orientation(img, max(0.001, timeout - (time.monotonic() - started)))
-            if found is None:
-                warnings.append("orientation unknown: too little text to tell which way up the page is")
-            elif found:
-                left = timeout - (time.monotonic() - started)
-                if left > 0:
-                    upright = orientation.turn(img, found)
-                    again = self._read(upright, lang, left)
-                    if again[2] > confidence:
-                        text, lines, confidence = again
-                        lines = orientation.lines_back(lines, found, img.width, img.height)
-                        turned = found
-        lines = orientation.with_angles(lines)
+            found = self._detect_orientation(img, max(0.001, left()))
+            unknown = found is None
+            if found and left() > 0:
+                candidate = orientation.turn(img, found)
+                again = self._read(candidate, lang, left())
+                if again[2] > confidence:
+                    (text, lines, confidence), upright, turned = again, candidate, found
+        # Tesseract levels a few degrees itself, but not always: single-spaced long lines at -3°
+        # came out as nothing at all, at -2° as half as many lines, each two lines' words mixed
+        # (read at 97). A page whose lines slope DESKEW_FROM_DEGREES or more, or that is still read
+        # poorly (its skew then found from its ink), is read again level.
+        _, measured = orientation.page_orientation(orientation.with_angles(lines))
+        correction = 0.0
+        if abs(measured) >= DESKEW_FROM_DEGREES:
+            correction = -measured
+        elif confidence < ORIENTATION_CHECK_BELOW and left() > 0:
+            correction = orientation.skew_correction(upright)
+        if correction and left() > 0:
+            straight = orientation.straighten(upright, correction)
+            again = self._read(straight, lang, left())
+            if again[2] >= confidence:
+                text, lines, confidence = again
+                lines = orientation.lines_unskewed(lines, correction, straight.size, upright.size)
+        lines = orientation.with_angles(orientation.lines_back(lines, turned, img.width, img.height))
         rotation, skew = orientation.page_orientation(lines, fallback=turned)
+        warnings = []
+        if unknown and confidence < ORIENTATION_CHECK_BELOW:
+            warnings.append("orientation unknown: too little text to tell which way up the page is")
         return page_result(
             self.name, img, text, lines, confidence, started, rotation=rotation, skew=skew, warnings=warnings
         )
@@ -262,6 +281,9 @@ SURE_WORD_CONFIDENCE = 90.0
 # (bench/local.py's pages: 95-100) pays nothing; the pages read turned (upside down, or on their
 # side counter-clockwise) came out at 0-15.
 ORIENTATION_CHECK_BELOW = 60.0
+# A page whose lines slope this much or more (degrees, from tesseract's baselines) is read again
+# levelled: one more reading for a skewed page; a level page pays nothing.
+DESKEW_FROM_DEGREES = 1.5
 
 
 def group_words(

@@ -64,10 +64,34 @@ def test_a_skewed_page_reads_and_records_its_skew(engines, skew) -> None:
     assert all(line["angle"] == pytest.approx(skew, abs=1.5) for line in result["lines"])
 
 
+@pytest.mark.parametrize("skew", [-2.0, -3.0, 5.0])
+def test_a_skewed_single_spaced_page_is_read_again_level(engines, skew) -> None:
+    # Tesseract alone: at -2° half as many lines (two lines' words mixed, read at 97), at -3° nothing.
+    lines = page_lines(10, seed=1, words=14)
+    page = letter_page(lines, leading=40).rotate(skew, expand=True, fillcolor=255)
+
+    result = engines["api"].ocr(page, "eng", 60)
+
+    assert word_accuracy(result["text"], lines) > 0.95
+    assert len(result["lines"]) == 10 and result["skew"] == pytest.approx(skew, abs=0.5)
+    for line in result["lines"]:  # put back on the page as given, over their ink
+        assert ink_under(page, line["bbox"]) > 0.05, line
+        assert line["angle"] == pytest.approx(skew, abs=1.0)
+
+
+def test_a_skew_found_from_the_ink_levels_the_page() -> None:
+    page = letter_page(page_lines(10, seed=1, words=14), leading=40)
+    assert orientation.skew_correction(page.rotate(-3, expand=True, fillcolor=255)) == pytest.approx(3, abs=0.3)
+    assert orientation.skew_correction(page) == 0
+    assert orientation.skew_correction(Image.new("L", (300, 200), 255)) == 0
+
+
 def test_an_upright_page_read_well_is_not_checked_for_orientation(engines, monkeypatch) -> None:
     engine = engines["api"]
     asked = []
     monkeypatch.setattr(engine, "_detect_orientation", lambda *args: asked.append(args) or 0)
+    monkeypatch.setattr(orientation, "skew_correction", lambda *args: asked.append(args) or 0)
+    monkeypatch.setattr(orientation, "straighten", lambda *args: asked.append(args))
 
     result = engine.ocr(letter_page(page_lines()), "eng", 60)
 
@@ -112,3 +136,19 @@ def test_page_orientation_follows_most_of_the_text() -> None:
     assert orientation.page_orientation([{"text": "x", "angle": 179.0}, {"text": "y", "angle": -178.0}]) == (180, 0.5)
     assert orientation.page_orientation([], fallback=180) == (180, 0.0)
     assert orientation.baseline_angle([0, 10, 10, 0]) == pytest.approx(45.0)
+
+
+@pytest.mark.parametrize("degrees", [3.0, -4.5])
+def test_a_box_of_a_straightened_page_maps_back_around_the_same_ink(degrees) -> None:
+    page = Image.new("L", (400, 300), 255)
+    page.paste(0, (100, 80, 104, 84))
+    straight = orientation.straighten(page, degrees)
+    dark = [(x, y) for y in range(straight.height) for x in range(straight.width) if straight.getpixel((x, y)) < 100]
+    xs, ys = [x for x, _ in dark], [y for _, y in dark]
+    line = {"text": "dot", "bbox": [min(xs), min(ys), max(xs) + 1, max(ys) + 1]}
+
+    (back,) = orientation.lines_unskewed([line], degrees, straight.size, page.size)
+
+    x0, y0, x1, y1 = back["bbox"]
+    assert x0 <= 101 and y0 <= 81 and x1 >= 103 and y1 >= 83  # around the ink where it was
+    assert x1 - x0 <= 8 and y1 - y0 <= 8
