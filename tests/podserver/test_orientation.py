@@ -4,6 +4,10 @@ as it was given."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+
+import httpx
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
@@ -152,3 +156,23 @@ def test_a_box_of_a_straightened_page_maps_back_around_the_same_ink(degrees) -> 
     x0, y0, x1, y1 = back["bbox"]
     assert x0 <= 101 and y0 <= 81 and x1 >= 103 and y1 >= 83  # around the ink where it was
     assert x1 - x0 <= 8 and y1 - y0 <= 8
+
+
+def test_the_pod_reads_a_pdf_of_one_page_turned_four_ways_alike(start_server) -> None:
+    lines = page_lines(12, seed=5)
+    upright = letter_page(lines)
+    turned = [upright.rotate(degrees, expand=True) for degrees in (0, 90, 180, 270)]
+    buffer = io.BytesIO()
+    turned[0].save(buffer, format="PDF", save_all=True, append_images=turned[1:], resolution=200)
+    data = buffer.getvalue()
+    _, url = start_server()
+    sha = hashlib.sha256(data).hexdigest()
+    assert httpx.put(f"{url}/v1/documents/{sha}", content=data, timeout=60).status_code == 201
+
+    read = [httpx.post(f"{url}/v1/ocr", json={"document": sha, "page": n, "dpi": 200}, timeout=60).json()
+            for n in (1, 2, 3, 4)]  # fmt: skip
+
+    accuracies = [word_accuracy(page["text"], lines) for page in read]
+    assert all(accuracy >= 0.95 * accuracies[0] for accuracy in accuracies), accuracies
+    assert [page["rotation"] for page in read] == [0, 270, 180, 90]
+    assert all(page["warnings"] == [] for page in read)
