@@ -75,3 +75,13 @@ def test_the_api_the_job_page_the_viewer_and_result_jsonl_show_the_warnings(clie
 
 
 GARBAGE_WARNING = "low confidence: read at 4, under 30; the text may be wrong"
+
+
+def test_the_viewer_says_how_a_page_was_turned_and_skewed(client, three_pages, ordinary_user):
+    turned = {**result_for("read upside down"), "rotation": 180, "skew": -2.5}
+    finish(three_pages, turned, result_for("level"), result_for("level too"))
+    client.force_login(ordinary_user)
+
+    page = client.get(f"/jobs/{three_pages.pk}").content.decode()
+
+    assert "turned 180° (read upright) · skew -2.5°" in page
