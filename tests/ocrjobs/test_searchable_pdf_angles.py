@@ -16,7 +16,8 @@ from tests.ocrjobs.helpers import complete_all, split, submit
 from tests.ocrjobs.test_outputs import built_pdf
 from tests.podserver.helpers import letter_page, page_lines
 
-pytestmark = pytest.mark.usefixtures("local_pool")
+# The text layer and tesseract, not the database: once, on the SQLite run.
+pytestmark = [pytest.mark.usefixtures("local_pool"), pytest.mark.once_sqlite]
 
 
 def word_pairs(lines: list[str]) -> list[tuple[str, str]]:
