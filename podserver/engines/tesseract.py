@@ -82,8 +82,8 @@ class TesseractEngine(Engine):
             unknown = found is None
             if found and left() > 0:
                 candidate = orientation.turn(img, found)
-                again = self._read(candidate, lang, left())
-                if again[2] > confidence:
+                again = self._read_again(candidate, lang, left())
+                if again and again[2] > confidence:
                     (text, lines, confidence), upright, turned = again, candidate, found
         # Tesseract levels a few degrees itself, but not always: single-spaced long lines at -3°
         # came out as nothing at all, at -2° as half as many lines, each two lines' words mixed
@@ -97,8 +97,8 @@ class TesseractEngine(Engine):
             correction = orientation.skew_correction(upright)
         if correction and left() > 0:
             straight = orientation.straighten(upright, correction)
-            again = self._read(straight, lang, left())
-            if again[2] >= confidence:
+            again = self._read_again(straight, lang, left())
+            if again and again[2] >= confidence:
                 text, lines, confidence = again
                 lines = orientation.lines_unskewed(lines, correction, straight.size, upright.size)
         lines = orientation.with_angles(orientation.lines_back(lines, turned, img.width, img.height))
@@ -116,6 +116,16 @@ class TesseractEngine(Engine):
         else:
             data, baselines = _read_with_command(img, lang, timeout), None
         return group_words(data, baselines)
+
+    def _read_again(
+        self, img: Image.Image, lang: str, timeout: float
+    ) -> tuple[str, list[dict[str, Any]], float] | None:
+        """A second reading (turned upright, or level), or None past the page's time limit: the
+        page keeps its first reading rather than failing for the time a second one took."""
+        try:
+            return self._read(img, lang, timeout)
+        except PageTimeout:
+            return None
 
     def _detect_orientation(self, img: Image.Image, timeout: float) -> int | None:
         """How far to turn the page counter-clockwise to have it upright (0, 90, 180, 270), by

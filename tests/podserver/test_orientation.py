@@ -12,6 +12,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from podserver import orientation
+from podserver.engines import PageTimeout
 
 from .helpers import FONT, letter_page, page_lines, word_accuracy
 
@@ -176,3 +177,22 @@ def test_the_pod_reads_a_pdf_of_one_page_turned_four_ways_alike(start_server) ->
     assert all(accuracy >= 0.95 * accuracies[0] for accuracy in accuracies), accuracies
     assert [page["rotation"] for page in read] == [0, 270, 180, 90]
     assert all(page["warnings"] == [] for page in read)
+
+
+def test_a_second_reading_past_the_time_limit_keeps_the_first(engines, monkeypatch) -> None:
+    engine = engines["api"]
+    page = letter_page(page_lines()).rotate(180)
+    first = engine._read(page, "eng", 60)
+    calls = []
+
+    def read(img, lang, timeout):
+        calls.append(img.size)
+        if len(calls) > 1:
+            raise PageTimeout("tesseract ran past the page time limit")
+        return first
+
+    monkeypatch.setattr(engine, "_read", read)
+
+    result = engine.ocr(page, "eng", 60)
+
+    assert len(calls) >= 2 and result["text"] == first[0]  # read twice; the first reading kept
