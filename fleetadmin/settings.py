@@ -314,6 +314,9 @@ OCR_RENDER_DPI = envint("OCR_RENDER_DPI", 200, minimum=50)
 OCR_MAX_DOCUMENT_PIXELS = envint("OCR_MAX_DOCUMENT_PIXELS", 30_000_000_000, minimum=1)
 # The job page's viewer: pages whose confidence (0-100) is under this are listed first, "to check".
 VIEWER_CONFIDENCE_THRESHOLD = envfloat("VIEWER_CONFIDENCE_THRESHOLD", 80.0, minimum=0.0)
+# A page read at a confidence (0-100) under this carries a warning: the job, the API and the CLI's
+# exit code say so (issue 40). The garbage of an upside-down page read as it came was at 4.
+OCR_WARN_CONFIDENCE_BELOW = envfloat("OCR_WARN_CONFIDENCE_BELOW", 30.0, minimum=0.0)
 DATA_UPLOAD_MAX_NUMBER_FILES = OCR_MAX_FILES_PER_JOB
 
 # Pages and dispatch.

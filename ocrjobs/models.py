@@ -85,7 +85,9 @@ class Job(models.Model):
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
 
-    PAGE_COUNTS = ("total", "pending", "running", "done", "failed", "cancelled")
+    # "warnings": pages done whose reading carries a warning (unusable as it stands: read at a
+    # confidence under OCR_WARN_CONFIDENCE_BELOW, its orientation unknown, rendered below its DPI).
+    PAGE_COUNTS = ("total", "pending", "running", "done", "failed", "cancelled", "warnings")
 
     def page_counts(self) -> dict[str, int]:
         counts = self.pages.aggregate(
@@ -95,6 +97,7 @@ class Job(models.Model):
             done=Count("id", filter=Q(status=Page.Status.DONE)),
             failed=Count("id", filter=Q(status=Page.Status.FAILED)),
             cancelled=Count("id", filter=Q(status=Page.Status.CANCELLED)),
+            warnings=Count("id", filter=Q(status=Page.Status.DONE, warnings__gt=0)),
         )
         return counts
 
@@ -322,6 +325,9 @@ class Page(models.Model):
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")
+    # A page read but not to be trusted as it is (issue 40): its warnings are in its result
+    # ("warnings"), counted here so that a job's count of pages with warnings is one aggregate.
+    warnings = models.PositiveSmallIntegerField(default=0, help_text="warnings of its stored result")
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -376,6 +382,9 @@ class Page(models.Model):
             "width": result.get("width"),
             "height": result.get("height"),
             "dpi": result.get("dpi"),
+            "rotation": result.get("rotation"),
+            "skew": result.get("skew"),
+            "warnings": result.get("warnings", []),
             "error": self.error,
         }
         if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence

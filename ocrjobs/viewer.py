@@ -47,6 +47,9 @@ class ViewerPage:
     source: str = ""  # "pdf", "image" (shown as it is) or "" (nothing a browser shows)
     escalated: bool = False  # read again in an escalation pool, or waiting there
     stages: list[dict] = field(default_factory=list)  # a cascade's: pool, engine, confidence, why not read
+    warnings: list[str] = field(default_factory=list)  # why its reading is not to be trusted as it is
+    rotation: int = 0  # how far its text was turned clockwise (read upright; its boxes are on the page as shown)
+    skew: float = 0.0
 
     @property
     def boxed(self) -> bool:
@@ -173,6 +176,9 @@ def viewer_page(page: Page, *, threshold: float) -> ViewerPage:
     item.engine = str(result.get("engine") or "")
     item.width, item.height = _positive_int(result.get("width")), _positive_int(result.get("height"))
     item.dpi = _positive_int(result.get("dpi"))
+    item.warnings = [str(w) for w in result.get("warnings") or [] if isinstance(w, str)]
+    item.rotation = result.get("rotation") if result.get("rotation") in (90, 180, 270) else 0
+    item.skew = float(result["skew"]) if isinstance(result.get("skew"), int | float) else 0.0
     if page.document.kind == Document.Kind.IMAGE and page.number > 1:
         item.source = ""  # a frame past the first (TIFF): the browser shows only the first
     for number, line in enumerate(result.get("lines") or []):

@@ -75,7 +75,8 @@ def render_page(path: Path, page: int, dpi: int) -> Image.Image:
 
 
 def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
-    scale = dpi / 72
+    """The page rendered at ``dpi``, or at the DPI that fits it under MAX_PIXELS (``RENDER_DPI``
+    in its ``info`` says which)."""
     with _PDFIUM:
         pdf = pdfium.PdfDocument(str(path))
         try:
@@ -84,19 +85,37 @@ def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
             pdf_page = pdf[page - 1]
             try:
                 width, height = pdf_page.get_size()
-                pixels = round(width * scale) * round(height * scale)
-                if pixels > MAX_PIXELS:
-                    raise BadImage(
-                        f"page {page} at {dpi} DPI is {pixels} pixels, over {MAX_PIXELS // 1_000_000} megapixels"
-                    )
-                bitmap = pdf_page.render(scale=scale, grayscale=True)
+                dpi = fitting_dpi(width, height, dpi)
+                bitmap = pdf_page.render(scale=dpi / 72, grayscale=True)
                 img = bitmap.to_pil()
                 img.load()
             finally:
                 pdf_page.close()
         finally:
             pdf.close()
-    return _normalise(img)
+    img = _normalise(img)
+    img.info[RENDER_DPI] = dpi
+    return img
+
+
+# Where a rendered page says the DPI it was rendered at (lower than asked for a page too large).
+RENDER_DPI = "render_dpi"
+
+
+def pixels_at(width_pt: float, height_pt: float, dpi: int) -> int:
+    """Pixels of a page of ``width_pt`` × ``height_pt`` points rendered at ``dpi``."""
+    return round(width_pt * dpi / 72) * round(height_pt * dpi / 72)
+
+
+def fitting_dpi(width_pt: float, height_pt: float, dpi: int) -> int:
+    """``dpi``, or the largest DPI under it at which the page is at most MAX_PIXELS (a poster, a
+    page of 200 inches: read at the resolution the pod can hold, not refused)."""
+    if pixels_at(width_pt, height_pt, dpi) <= MAX_PIXELS:
+        return dpi
+    fitted = max(1, int(72 * (MAX_PIXELS / max(1.0, width_pt * height_pt)) ** 0.5))
+    while fitted > 1 and pixels_at(width_pt, height_pt, fitted) > MAX_PIXELS:
+        fitted -= 1
+    return min(fitted, dpi)
 
 
 def decode_image(data: bytes | Path, frame: int = 0) -> Image.Image:

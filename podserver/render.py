@@ -40,7 +40,7 @@ def _serve(conn: Connection) -> None:
             return
         try:
             img = pages.render_pdf_page(Path(path), page, dpi)
-            conn.send(("ok", img.mode, img.size, img.tobytes()))
+            conn.send(("ok", img.mode, img.size, img.tobytes(), img.info.get(pages.RENDER_DPI, dpi)))
         except pages.BadImage as exc:
             conn.send(("bad", str(exc)))
         except Exception as exc:
@@ -99,8 +99,10 @@ class Renderer:
             raise pages.BadImage(answer[1])
         if answer[0] == "error":
             raise RuntimeError(f"render failed: {answer[1]}")
-        _, mode, size, pixels = answer
-        return Image.frombytes(mode, size, pixels)
+        _, mode, size, pixels, rendered_dpi = answer
+        img = Image.frombytes(mode, size, pixels)
+        img.info[pages.RENDER_DPI] = rendered_dpi
+        return img
 
     def _take(self) -> _Child:
         with self.lock:

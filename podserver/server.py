@@ -503,7 +503,12 @@ class PodHandler(BaseHTTPRequestHandler):
         if rendered:
             result["render_seconds"] = round(render_seconds, 3)
         if dpi is not None:
-            result["dpi"] = dpi
+            result["dpi"] = img.info.get(pages.RENDER_DPI, dpi)
+            if result["dpi"] < dpi:
+                result.setdefault("warnings", []).append(
+                    f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over the "
+                    f"limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
+                )
         return HTTPStatus.OK, result
 
     def _continue(self) -> None:

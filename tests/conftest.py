@@ -167,3 +167,17 @@ def pytest_collection_modifyitems(config, items):
             runs_on_postgres, reason = ONCE_MARKERS[name]
             if runs_on_postgres != postgres_run:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def engines() -> dict[str, object]:
+    """Tesseract through the C API (tesserocr, the default) and through the command, loaded once."""
+    from podserver.engines import create
+
+    through = {
+        "api": create("tesseract", environ={}),
+        "command": create("tesseract", environ={"TESSERACT_API": "false"}),
+    }
+    for engine in through.values():
+        engine.load()
+    return through

@@ -119,17 +119,49 @@ def test_the_bombs_are_refused_with_pillows_process_wide_limit_left_as_it_was():
     assert 2 * int(before) < 100_000 * 100_000
 
 
-def test_a_pdf_page_that_would_render_past_the_pixel_limit_is_refused_at_submission(
+def test_a_pdf_page_that_would_render_past_the_pixel_limit_is_taken_not_refused(
     client, submit_token, media_root, settings
 ):
-    # 14,400 pt at the render DPI (200) is 40,000 × 40,000 pixels: 1.6 GB for the splitter to allocate.
+    # 14,400 pt at the render DPI (200) is 40,000 × 40,000 pixels: the pod renders it at the
+    # largest DPI under its pixel limit, with a warning (issue 40; tests/podserver/test_render_fit.py).
+    # Nothing is rendered at submission.
     assert (14_400 / 72 * settings.OCR_RENDER_DPI) ** 2 > settings.OCR_MAX_IMAGE_PIXELS
 
     response = client.post("/v1/jobs", {"files": [SimpleUploadedFile("poster.pdf", pdf_with_a_page_of(14_400))]},
                            headers=auth(submit_token))  # fmt: skip
 
-    assert_refused(response, 413, "poster.pdf", "pixels")
+    assert response.status_code == 201, response.content
+    assert response.json()["documents"][0]["page_count"] == 1
+
+
+def xfa_form(*, dynamic: bool) -> bytes:
+    """A PDF whose form is XFA: dynamic (NeedsRendering, its pages made by the form software) or
+    static (its pages in the PDF, the XFA beside them)."""
+    import pikepdf
+
+    pdf = pikepdf.open(io.BytesIO(pdf_bytes(PAGES_TRUTH[:1])))
+    template = pdf.make_stream(b'<xdp:xdp xmlns:xdp="http://ns.adobe.com/xdp/"><template/></xdp:xdp>')
+    pdf.Root.AcroForm = pikepdf.Dictionary(Fields=pikepdf.Array(), XFA=pikepdf.Array(["template", template]))
+    if dynamic:
+        pdf.Root.NeedsRendering = True
+    out = io.BytesIO()
+    pdf.save(out)
+    return out.getvalue()
+
+
+def test_a_dynamic_xfa_form_is_refused_with_a_message_that_says_so(client, submit_token, media_root):
+    response = client.post("/v1/jobs", {"files": [SimpleUploadedFile("form.pdf", xfa_form(dynamic=True))]},
+                           headers=auth(submit_token))  # fmt: skip
+
+    assert_refused(response, 422, "form.pdf", "a dynamic XFA form", "print it to a PDF")
     assert_nothing_made(media_root)
+
+
+def test_a_static_xfa_form_is_read_from_its_pages(client, submit_token):
+    response = client.post("/v1/jobs", {"files": [SimpleUploadedFile("form.pdf", xfa_form(dynamic=False))]},
+                           headers=auth(submit_token))  # fmt: skip
+
+    assert response.status_code == 201, response.content
 
 
 # --- file names on the form ----------------------------------------------------------------------

@@ -280,8 +280,22 @@ def _stage(result: dict, pool: str) -> dict:
             "seconds": result.get("seconds")}  # fmt: skip
 
 
+def result_with_warnings(result: dict) -> dict:
+    """The result with its ``warnings``: the pod's (orientation unknown, rendered below the DPI
+    asked for) and a reading under OCR_WARN_CONFIDENCE_BELOW's, so that a page unusable as it
+    stands is never a silent success (issue 40). A page with no text (a blank page) is no warning."""
+    warnings = [str(w) for w in result.get("warnings") or [] if w]
+    confidence = _confidence(result)
+    threshold = settings.OCR_WARN_CONFIDENCE_BELOW
+    if confidence is not None and confidence < threshold and str(result.get("text") or "").strip():
+        warnings.append(f"low confidence: read at {confidence:g}, under {threshold:g}; the text may be wrong")
+    if not warnings and "warnings" not in result:
+        return result
+    return {**result, "warnings": warnings}
+
+
 _RESULT = [("id", "bigint"), ("attempts", "integer"), ("result", "text"), ("confidence", "double precision"),
-           ("pod_id", "bigint"), ("seconds", "double precision")]  # fmt: skip
+           ("pod_id", "bigint"), ("seconds", "double precision"), ("warnings", "integer")]  # fmt: skip
 
 
 def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]:
@@ -290,7 +304,8 @@ def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]
     extra = rows[0][2] is not None
     values = []
     for item, result, to_pool in rows:
-        row = [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds]
+        row = [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds,
+               len(result.get("warnings") or [])]  # fmt: skip
         values.append([*row, to_pool] if extra else row)
     return rows_table("v", [*_RESULT, ("to_pool", "bigint")] if extra else _RESULT, values)
 
@@ -327,8 +342,8 @@ def _store_done(*, token: str, items: dict[int, tuple[PageResult, dict]], also: 
     if not items:
         return set()
     sets = ("status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, seconds = v.seconds, "
-            "error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s")  # fmt: skip
-    rows = [(item, result, None) for item, result in items.values()]
+            "warnings = v.warnings, error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s")  # fmt: skip
+    rows = [(item, result_with_warnings(result), None) for item, result in items.values()]
     return _guarded_update(token=token, rows=rows, sets=sets, params=[Page.Status.DONE, timezone.now()], also=also)
 
 
@@ -434,9 +449,11 @@ def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
         first = json.loads(page.first_result) if page.first_result else {}
     except ValueError:
         first = {}
-    kept = _reading_kept(first, first_pool=page.escalated_from.key, pool=page.pool.key, why={key: error[:2000]})
+    kept = result_with_warnings(
+        _reading_kept(first, first_pool=page.escalated_from.key, pool=page.pool.key, why={key: error[:2000]})
+    )
     return {
-        "status": Page.Status.DONE, "result": result_json(kept),
+        "status": Page.Status.DONE, "result": result_json(kept), "warnings": len(kept.get("warnings") or []),
         "confidence": page.first_confidence, "seconds": None, "error": "", "claim_token": "",
         "claim_expires_at": None, "finished_at": timezone.now(),
     }  # fmt: skip

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.db import transaction
@@ -211,6 +212,18 @@ def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
 
 
 def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
+    """The PDF's page count, once it is one we can read. A page too large to render at the DPI
+    asked for is no refusal: the pod renders it at the largest DPI under its pixel limit, with a
+    warning (podserver/pages.py, ``fitting_dpi``); nothing is rendered here. The document's pixels
+    are summed over its pages (each at most what the pod renders of it)."""
+    if pdf.get_formtype() == pdfium_c.FORMTYPE_XFA_FULL:
+        # A dynamic XFA form's pages are made by the form's software as it opens; the PDF's own
+        # pages hold only a placeholder ("Please wait..."), read as nothing.
+        raise ApiError(
+            f"{name}: a dynamic XFA form: its pages are drawn by the form software (Adobe Reader) when it "
+            "opens, and the PDF holds no page to read; print it to a PDF, or flatten it, and submit that",
+            422,
+        )
     pages = len(pdf)
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
         return pages  # refused for its page count; no need to measure every page
@@ -218,14 +231,7 @@ def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
     total = 0
     for index in range(pages):
         width, height = pdf.get_page_size(index)
-        pixels = int(width * scale) * int(height * scale)
-        if pixels > settings.OCR_MAX_IMAGE_PIXELS:
-            raise ApiError(
-                f"{name}: page {index + 1} would render at {int(width * scale)}×{int(height * scale)} pixels, "
-                f"over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
-                413,
-            )
-        total += pixels
+        total += min(int(width * scale) * int(height * scale), settings.OCR_MAX_IMAGE_PIXELS)
     _check_document_pixels(name, total, pages, "pages would render at")
     return pages
 

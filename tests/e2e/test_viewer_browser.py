@@ -184,3 +184,63 @@ def test_a_vlm_pages_markdown_is_rendered_and_what_could_run_is_dropped(
     page.wait_for_timeout(500)  # an image's error would have fired by now
     assert page.evaluate("window.ran === undefined")
     context.close()
+
+
+# pdf.js's text of a PDF's pages, as its find bar searches it: each text item's string, a line
+# break where pdf.js sees one.
+PDFJS_TEXT = """async (encoded) => {
+    const lib = await import(viewer.dataset.pdfjs);
+    lib.GlobalWorkerOptions.workerSrc = viewer.dataset.pdfjsWorker;
+    const data = Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0));
+    const doc = await lib.getDocument({data, wasmUrl: viewer.dataset.pdfjsWasm}).promise;
+    const pages = [];
+    for (let n = 1; n <= doc.numPages; n++) {
+        const content = await (await doc.getPage(n)).getTextContent();
+        pages.push(content.items.map((item) => item.str + (item.hasEOL ? "\\n" : " ")).join(""));
+    }
+    return pages;
+}"""
+
+
+@closing_its_connections
+def test_a_turned_pages_boxes_sit_on_its_words_as_shown_and_pdfjs_finds_its_phrases(
+    live_server, client, ordinary_user, local_pool, browser, monkeypatch
+):
+    # Issue 40: pages on their side and upside down, read upright by the engine, are boxed on the
+    # page as the document shows it, and their searchable PDF's text layer gives pdf.js the phrases.
+    import base64
+
+    from ocrjobs.services.searchable_pdf import searchable_pdf_build
+    from ocrjobs.storage import document_bytes
+    from tests.ocrjobs.test_searchable_pdf_angles import pairs_found
+    from tests.podserver.helpers import letter_page, page_lines
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    lines = page_lines(6, seed=2)
+    turned = [letter_page(lines).rotate(degrees, expand=True) for degrees in (90, 180)]
+    buffer = io.BytesIO()
+    turned[0].save(buffer, format="PDF", save_all=True, append_images=turned[1:], resolution=DPI)
+    job = submit(ordinary_user, {"turned.pdf": buffer.getvalue()})
+    split(job)
+    read_every_page(job)
+    assert [page.read_result()["rotation"] for page in job.pages.order_by("number")] == [270, 180]
+    built = searchable_pdf_build(document_id=job.documents.get().pk)
+    client.force_login(ordinary_user)
+    context = session_context(browser, client, live_server.url)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    page.goto(f"{live_server.url}/jobs/{job.pk}")
+    for number in (1, 2):
+        article = f"viewer-page-{job.pages.get(number=number).pk}"
+        page.locator(f"#{article}").scroll_into_view_if_needed()
+        page.wait_for_selector(f"#{article}[data-drawn='true']")
+        assert page.locator(f"#{article} .box").count() == len(lines)
+        for line in range(len(lines)):
+            assert page.evaluate(INK, [article, line]) > 0.05, f"page {number}: no ink under line {line}'s box"
+
+    texts = page.evaluate(PDFJS_TEXT, base64.b64encode(document_bytes(built.name)).decode())
+    assert [pairs_found(text, lines) >= 0.9 for text in texts] == [True, True], texts
+    assert errors == []
+    context.close()

@@ -44,7 +44,8 @@ def test_the_owner_gets_the_jobs_status_and_page_counts(client, submit_token, ow
     body = response.json()
     assert body["id"] == own_job.pk
     assert body["status"] == "running"
-    assert body["pages"] == {"total": 3, "pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
+    assert body["pages"] == {"total": 3, "pending": 3, "running": 0, "done": 0, "failed": 0, "cancelled": 0,
+                             "warnings": 0}  # fmt: skip
     assert [(d["name"], d["page_count"], d["status"]) for d in body["documents"]] == [
         ("zeta.pdf", 2, "split"),
         ("alpha.png", 1, "split"),
@@ -189,6 +190,9 @@ def test_result_jsonl_keeps_a_failed_pages_error(client, submit_token, own_job):
             "width": None,
             "height": None,
             "dpi": None,
+            "rotation": None,
+            "skew": None,
+            "warnings": [],
             "error": "the pod did not answer in time",
         }
     ]

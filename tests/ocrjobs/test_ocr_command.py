@@ -8,6 +8,8 @@ what is tested.
 from __future__ import annotations
 
 import io
+import logging
+import sys
 import threading
 import time
 
@@ -17,7 +19,7 @@ from django.db import connection
 
 from ocrjobs.models import Job
 from tests.factories import PAGES_TRUTH, corrupt_pdf_bytes, image_bytes, pdf_bytes
-from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split
+from tests.ocrjobs.helpers import assert_nothing_made, complete_all, result_for, split
 
 # A guard against a hang only; no test asserts how long anything takes.
 HANG_GUARD = 120
@@ -70,6 +72,17 @@ def test_a_bad_file_exits_2_and_makes_nothing(local_pool, media_root, tmp_path, 
     assert_nothing_made(media_root)
 
 
+def test_a_refusal_leaves_no_out_directory_behind(local_pool, media_root, tmp_path):
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(corrupt_pdf_bytes())
+    (tmp_path / "kept").mkdir()
+
+    code, stderr = run_ocr(str(path), "--out", str(tmp_path / "kept" / "made" / "out"))
+
+    assert code == 2 and "broken.pdf: the PDF is corrupt" in stderr
+    assert list((tmp_path / "kept").iterdir()) == []  # the two it made are gone, the one it found kept
+
+
 def test_an_unknown_pool_exits_2_and_makes_nothing(local_pool, media_root, tmp_path, out):
     path = tmp_path / "a.png"
     path.write_bytes(image_bytes(["a"]))
@@ -117,9 +130,9 @@ def test_it_creates_out_submits_and_exits_4_when_the_job_outlasts_the_timeout(lo
 class Workers(threading.Thread):
     """Plays the workers: waits for the command's job, splits it, finishes its pages."""
 
-    def __init__(self, texts=None, failures=None):
+    def __init__(self, texts=None, failures=None, results=None):
         super().__init__(daemon=True)
-        self.texts, self.failures = texts, failures
+        self.texts, self.failures, self.results = texts, failures, results
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -131,7 +144,7 @@ class Workers(threading.Thread):
                 time.sleep(0.05)
             job = Job.objects.get()
             split(job)
-            complete_all(job, self.texts, self.failures)
+            complete_all(job, self.texts, self.failures, results=self.results)
         except BaseException as exc:
             self.error = exc
         finally:
@@ -174,3 +187,49 @@ def test_it_exits_1_when_a_page_failed_and_still_writes_the_rest(local_pool, tmp
     assert code == 1, stderr
     assert (out / "report.txt").read_text() == "first page\n\f"
     assert "partial: 1 pages done, 1 failed" in stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_exits_3_and_names_each_page_with_a_warning(local_pool, tmp_path, out):
+    report = tmp_path / "report.pdf"
+    report.write_bytes(pdf_bytes(PAGES_TRUTH[:2]))
+    garbage = {**result_for("AN NNIT 6F6867# XATAL"), "confidence": 4.0}
+    workers = Workers(results={(0, 1): result_for("first page"), (0, 2): garbage})
+    workers.start()
+
+    code, stderr = run_ocr(str(report), "--out", str(out), "--timeout", str(HANG_GUARD))
+    workers.join(HANG_GUARD)
+
+    assert workers.error is None
+    assert code == 3, stderr
+    assert "ocr: warning: report.pdf page 2: low confidence: read at 4, under 30" in stderr
+    assert "done: 2 pages done, 1 with warnings, 0 failed" in stderr
+    assert (out / "report.txt").exists()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_its_lines_are_plain_and_log_records_only_with_verbosity(local_pool, tmp_path, monkeypatch,
+                                                                               caplog):  # fmt: skip
+    path = tmp_path / "report.pdf"
+    path.write_bytes(pdf_bytes(PAGES_TRUTH[:1]))
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    monkeypatch.setattr(sys, "stderr", terminal)
+    caplog.set_level(logging.INFO)
+
+    with pytest.raises(SystemExit):
+        call_command("ocr", str(path), "--out", str(tmp_path / "out"), "--timeout", "0.1")  # on sys.stderr
+
+    assert "submitted to pool local" in terminal.getvalue()
+    assert "\x1b[" not in terminal.getvalue()  # Django's bold red for a command's stderr
+    assert not [r for r in caplog.records if r.name.startswith("ocrjobs")]
+
+    with pytest.raises(SystemExit):
+        call_command("ocr", str(path), "--out", str(tmp_path / "out"), "--timeout", "0.1", "--verbosity", "2")
+
+    assert any(r.name.startswith("ocrjobs") and "submitted" in r.getMessage() for r in caplog.records)
+    assert logging.root.manager.disable == logging.NOTSET  # left as it was found

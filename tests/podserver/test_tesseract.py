@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from podserver.engines import PageTimeout, create
+from podserver.engines import PageTimeout
 from podserver.engines.tesseract import group_words, parse_tsv
 from podserver.pages import BadImage, decode_image
 from tests.factories import accuracy
@@ -71,18 +71,6 @@ def test_parse_tsv_gives_the_commands_word_table() -> None:
     assert data["block_num"] == [0, 1] and data["word_num"] == [0, 1]
     assert data["conf"] == [-1.0, 91.5] and data["text"] == ["", "Hello"]
     assert group_words(data)[0] == "Hello"
-
-
-@pytest.fixture(scope="module")
-def engines() -> dict[str, object]:
-    """The engine through the C API (tesserocr, the default) and through the command."""
-    through = {
-        "api": create("tesseract", environ={}),
-        "command": create("tesseract", environ={"TESSERACT_API": "false"}),
-    }
-    for engine in through.values():
-        engine.load()
-    return through
 
 
 def test_the_engine_reads_through_the_api_when_tesserocr_is_installed(engines) -> None:

@@ -4,8 +4,12 @@
 them too.
 
 Exit codes: 0 every page has text; 1 some pages or documents failed (the text
-of the others is written); 2 bad input (nothing was submitted); 4 gave up
-waiting (the job goes on; its id is printed).
+of the others is written); 2 bad input (nothing was submitted, nothing left in
+--out); 3 every page has text but some carry a warning (unusable as it stands:
+each is named on stderr); 4 gave up waiting (the job goes on; its id is printed).
+
+Its lines on stderr are plain (the progress, the job's end, what went wrong); log
+records of the project's modules show only with ``-v 2`` or more.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from django.db import connections
 
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
-from ocrjobs.models import Document, Job, SearchablePdf
+from ocrjobs.models import Document, Job, Page, SearchablePdf
 from ocrjobs.schemas import SubmissionFields, job_submit_arguments, submission_from_values
 from ocrjobs.services import outputs
 from ocrjobs.services.submission import Upload, job_submit
 
-EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 4
+EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_WARNINGS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+# Pages with warnings named on stderr at the most; the rest are counted.
+WARNINGS_SHOWN = 20
 FORMATS = ("txt", "md", "pdf", "jsonl")
 # A job's end is seen within END_POLL_SECONDS (it was 0.5 s: ~0.25 s of every run's wait on
 # average); the bar is redrawn every PROGRESS_SECONDS.
@@ -50,10 +56,27 @@ class Command(BaseCommand):
         parser.add_argument("--format", default="txt", help=f"what to write per document, comma-separated: "
                             f"{', '.join(FORMATS)} (default txt)")  # fmt: skip
 
+    def execute(self, *args, **options):
+        # Django writes a command's stderr in bold red on a terminal (its style for errors): this
+        # command's ordinary lines there are progress and results, written plain.
+        self.stderr.style_func = None
+        # The project's log records (INFO: a job submitted, a page stored) are for -v 2 and up;
+        # the command says what a user needs in its own lines.
+        quiet = options.get("verbosity", 1) < 2
+        before = logging.root.manager.disable
+        if quiet:
+            logging.disable(logging.WARNING)
+        try:
+            return super().execute(*args, **options)
+        finally:
+            if quiet:
+                logging.disable(before)
+
     def handle(self, *args, files, out, timeout, **options):
         out_dir = Path(out)
         uploads = []
         started = time.monotonic()
+        made: list[Path] = []
         try:
             formats = _formats(options["format"])
             values = {name: options[name] for name in CLI_FIELDS if options[name] is not None}
@@ -65,6 +88,7 @@ class Command(BaseCommand):
                 if not path.is_file():
                     raise ApiError(f"{name}: no such file")
                 uploads.append(Upload(name=path.name, file=path.open("rb")))
+            made = _missing_directories(out_dir)
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -72,6 +96,7 @@ class Command(BaseCommand):
                 raise ApiError(f"{out}: cannot create the output directory ({exc.strerror})") from None
             job = job_submit(owner=None, uploads=uploads, **job_submit_arguments(fields))
         except ApiError as exc:
+            _remove_empty(made)  # a refusal leaves nothing behind, not even an empty --out
             self.stderr.write(f"ocr: {exc.message}")
             sys.exit(EXIT_BAD_INPUT)
         finally:
@@ -89,11 +114,26 @@ class Command(BaseCommand):
             sys.exit(EXIT_TIMEOUT)
         written, missing = self.write_outputs(job, out_dir, formats)
         counts = job.page_counts()
+        self.write_warnings(job, counts["warnings"])
+        with_warnings = f", {counts['warnings']} with warnings" if counts["warnings"] else ""
         self.stderr.write(
-            f"job {job.pk} {job.status}: {counts['done']} pages done, {counts['failed']} failed; "
+            f"job {job.pk} {job.status}: {counts['done']} pages done{with_warnings}, {counts['failed']} failed; "
             f"wrote {len(written)} files to {out_dir}"
         )
-        sys.exit(EXIT_OK if job.status == Job.Status.DONE and not missing else EXIT_PARTIAL)
+        if job.status != Job.Status.DONE or missing:
+            sys.exit(EXIT_PARTIAL)
+        sys.exit(EXIT_WARNINGS if counts["warnings"] else EXIT_OK)
+
+    def write_warnings(self, job: Job, count: int) -> None:
+        """Each page with warnings and its warnings, one line each (the first WARNINGS_SHOWN pages)."""
+        if not count:
+            return
+        pages = job.pages.filter(status=Page.Status.DONE, warnings__gt=0).select_related("document")
+        for page in pages.order_by("document__position", "number")[:WARNINGS_SHOWN]:
+            for warning in (page.read_result() or {}).get("warnings") or []:
+                self.stderr.write(f"ocr: warning: {page.document.name} page {page.number}: {warning}")
+        if count > WARNINGS_SHOWN:
+            self.stderr.write(f"ocr: warning: {count - WARNINGS_SHOWN} more pages with warnings (result.jsonl)")
 
     def run_from_argv(self, argv):
         """Run from the command line (manage.py): its exit skips the interpreter's teardown."""
@@ -181,6 +221,24 @@ class Command(BaseCommand):
                 partial.replace(target)
                 written.append(target)
         return written, missing
+
+
+def _missing_directories(path: Path) -> list[Path]:
+    """The directories ``mkdir(parents=True)`` would make for ``path``, deepest first."""
+    missing = []
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:  # deepest first
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not made after all, or something was put in it: left as it is
 
 
 def _formats(value: str) -> list[str]:

@@ -79,20 +79,20 @@ def test_pdfs_submitted_from_several_threads_at_once_use_pdfium_one_call_at_a_ti
 
     inside, most = [0], [0]
     count = threading.Lock()
-    real_size = pdfium.PdfDocument.get_page_size
+    real_formtype = pdfium.PdfDocument.get_formtype  # (the XFA check: a call on every PDF submitted)
 
-    def get_page_size(self, index):
+    def get_formtype(self):
         with count:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
         time.sleep(0.002)  # (widens the window another thread's call would overlap in)
         try:
-            return real_size(self, index)
+            return real_formtype(self)
         finally:
             with count:
                 inside[0] -= 1
 
-    monkeypatch.setattr(pdfium.PdfDocument, "get_page_size", get_page_size)
+    monkeypatch.setattr(pdfium.PdfDocument, "get_formtype", get_formtype)
     documents = [pdf_bytes(PAGES_TRUTH[: 1 + n % 3]) + f"\n% {n}\n".encode() for n in range(12)]
     start, errors, jobs = threading.Barrier(6), [], []
 
