@@ -15,7 +15,7 @@ from pods.providers import get_provider
 from pods.services import passes
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
-from pods.services.preemption import preempted_if_stopped
+from pods.services.preemption import pod_vanished, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,15 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         result.terminated.append(seen.name)
     for provider_id, pod in known.items():
         if pod.is_alive and provider_id not in remote:
-            pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
-            result.lost.append(pod.name)
+            # Not listed is not gone: RunPod's listing lags a create (and an outbid on the TERMINATED
+            # path leaves it at once). The pod's own query says which (review rows 5 and 16).
+            seen = provider.get(provider_id)
+            if seen is not None:
+                if preempted_if_stopped(pod, seen):
+                    result.preempted.append(pod.name)
+                continue
+            pod_vanished(pod)
+            (result.preempted if pod.interruptible else result.lost).append(pod.name)
     if result.adopted:
         transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
     if result.adopted or result.terminated or result.lost or result.preempted:
