@@ -16,6 +16,7 @@ Routes of the simulator's own host:
   POST /sim/preempt                  {"pod_id": id, "terminated": false}: the provider takes an interruptible
                                      pod back now ("Outbid"; ``terminated``: on the TERMINATED path)
   POST /sim/balance                  {"empty": true}: the balance runs out (every pod stops); false tops up
+  POST /sim/stop                     {"pod_id": id, "cause": "host"}: RunPod stops a pod itself
   POST /v1/pods                      RunPod's REST create (``interruptible: true`` for a spot pod)
   GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
   GET  /pods/{id}/v1/models          (the pod's POD_TOKEN as a bearer token, when its env has one)
@@ -72,6 +73,7 @@ def make_app(config: SimConfig) -> web.Application:
             web.post("/graphql", graphql_endpoint),
             web.post("/v1/pods", rest_create_endpoint),
             web.post("/sim/balance", sim_set_balance),
+            web.post("/sim/stop", sim_stop),
             web.get("/sim/stats", sim_stats),
             web.get("/sim/pods", sim_pods),
             web.get("/sim/pods/{pod_id}/documents", sim_pod_documents),
@@ -244,6 +246,27 @@ async def sim_set_balance(request: web.Request) -> web.Response:
         return web.json_response({"error": f"expected empty: {exc}"}, status=400)
     farm.set_balance_empty(empty)
     return web.json_response({"empty": empty})
+
+
+STOP_EVENTS = {
+    "host": "Exited by Runpod",
+    "image": "Exited by Runpod",
+    "balance": "Exited by RunPod: Insufficient balance",
+}
+
+
+async def sim_stop(request: web.Request) -> web.Response:
+    """``{"pod_id": id, "cause": "host"}``: RunPod stops a pod itself ("Exited by Runpod")."""
+    farm = request.app[FARM_KEY]
+    try:
+        payload = await request.json()
+        pod, event = farm.pods.get(str(payload["pod_id"])), STOP_EVENTS[payload.get("cause", "host")]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return web.json_response({"error": f"expected pod_id and a cause of {sorted(STOP_EVENTS)}: {exc}"}, status=400)
+    if pod is None:
+        return web.json_response({"error": "no such pod"}, status=404)
+    farm.stop(pod, event)
+    return web.json_response(farm.pod_summary(pod))
 
 
 async def sim_preempt(request: web.Request) -> web.Response:

@@ -77,7 +77,8 @@ class VirtualPod:
     desired_status: str = "RUNNING"
     stuck: bool = False
     model_fails: bool = False
-    container_disk_in_gb: int = 10
+    container_disk_in_gb: int | None = None  # None: the create sent none (review row 10)
+    registry_auth_id: str = ""
     volume_in_gb: int = 0
     volume_mount_path: str = "/runpod-volume"
     docker_args: str = ""
@@ -455,7 +456,8 @@ class Farm:
             status_changed_wall=now_wall,
             stuck=self._pod_fault(BootStuckFault) or pull_refused,
             model_fails=self._pod_fault(ModelFailFault),
-            container_disk_in_gb=spec.get("containerDiskInGb") or 10,
+            container_disk_in_gb=spec.get("containerDiskInGb"),
+            registry_auth_id=spec.get("containerRegistryAuthId") or "",
             volume_in_gb=spec.get("volumeInGb") or 0,
             volume_mount_path=spec.get("volumeMountPath") or "/runpod-volume",
             docker_args=spec.get("dockerArgs") or "",
@@ -721,6 +723,7 @@ class Farm:
                 "image": pod.image,
                 "ports": pod.ports,
                 "container_disk_gb": pod.container_disk_in_gb,
+                "registry_auth_id": pod.registry_auth_id,
                 "volume_gb": pod.volume_in_gb,
                 "volume_mount_path": pod.volume_mount_path,
                 "network_volume_id": pod.network_volume_id,

@@ -187,6 +187,11 @@ class SimulatorThread:
         payload = {"pod_id": provider_id, "terminated": terminated}
         return httpx.post(f"{self.url}/sim/preempt", json=payload, timeout=10).raise_for_status().json()
 
+    def stop_by_runpod(self, provider_id: str, *, cause: str = "host") -> dict[str, Any]:
+        """RunPod stops a pod itself: "Exited by Runpod" (host, image) or for the balance."""
+        payload = {"pod_id": provider_id, "cause": cause}
+        return httpx.post(f"{self.url}/sim/stop", json=payload, timeout=10).raise_for_status().json()
+
     def set_balance_empty(self, empty: bool) -> None:
         httpx.post(f"{self.url}/sim/balance", json={"empty": empty}, timeout=10).raise_for_status()
 

@@ -115,7 +115,9 @@ def classify_error(message: str, code: str | None = None) -> ProviderError:
     """The provider error for one RunPod error (its message and ``extensions.code``); anything the
     table does not know is a BadRequest: this request, as it stands, gives no pod."""
     error_class = ERROR_CODES.get((code or "").upper())
-    if error_class is None:
+    if error_class in (None, BadRequest):
+        # A generic code (GRAPHQL_VALIDATION_FAILED) says less than the wording may: an unknown
+        # mutation is refused with that code, and must be told from other bad requests.
         lowered = message.lower()
         error_class = next((cls for phrase, cls in WORDINGS if phrase in lowered), BadRequest)
     text = f"{message} ({code})" if code else message

@@ -56,9 +56,12 @@ def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
     return True
 
 
-def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> bool:
+PREEMPTED, STOPPED = "preempted", "stopped"
+
+
+def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> str:
     """Act on a stop the provider reports, by its cause (``seen.stop_cause``, from RunPod's
-    ``lastStatusChange``); True if the pod ended here:
+    ``lastStatusChange``): PREEMPTED or STOPPED if the pod ended here, else "":
 
     - outbid (an interruptible pod; "Outbid:" on the EXITED or TERMINATED path): preempted, at its
       last status change; a stop that names no cause, on an interruptible pod, as possibly one;
@@ -70,23 +73,23 @@ def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> bool:
     - stopped by a person with the key: a booting pod fails; a joined one is left to the person.
     """
     if not seen.stopped:
-        return False
+        return ""
     cause = seen.stop_cause
     at = timezone.now() - timedelta(seconds=seen.age_seconds)
     if pod.interruptible and cause in (StopCause.OUTBID, StopCause.UNKNOWN, ""):
         pod_preempted(pod=pod, at=at)
-        return True
+        return PREEMPTED
     if cause == StopCause.BALANCE:
         Alert.raise_(pool=pod.pool, kind=Alert.Kind.BALANCE, message=f"{pod.name}: {STOPPED_FOR_BALANCE}")
         pod_end(pod=pod, state=Pod.State.FAILED, error=STOPPED_FOR_BALANCE)
-        return True
+        return STOPPED
     if cause in (StopCause.PROVIDER, StopCause.UNKNOWN, StopCause.OUTBID):
         pod_end(pod=pod, state=Pod.State.FAILED, error=STOPPED_BY_PROVIDER)
-        return True
+        return STOPPED
     if pod.state == Pod.State.BOOTING:
         pod_end(pod=pod, state=Pod.State.FAILED, error="stopped by the account while booting")
-        return True
-    return False
+        return STOPPED
+    return ""
 
 
 def pod_vanished(pod: Pod) -> None:
@@ -117,9 +120,9 @@ def provider_pod(provider_name: str, provider_id: str) -> ProviderPod | None:
 
 
 def pod_preempted_if_stopped(*, pod_id: int, seen: ProviderPod) -> bool:
-    """``preempted_if_stopped`` for the pod with this id."""
+    """``preempted_if_stopped`` for the pod with this id: whether it ended (preempted or stopped)."""
     pod = Pod.objects.select_related("pool").filter(pk=pod_id).first()
-    return pod is not None and pod.is_alive and preempted_if_stopped(pod, seen)
+    return pod is not None and pod.is_alive and bool(preempted_if_stopped(pod, seen))
 
 
 def fleet_before_preemption(pool: Pool, *, now: datetime | None = None) -> int:

@@ -15,7 +15,7 @@ from pods.providers import get_provider
 from pods.services import passes
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
-from pods.services.preemption import pod_vanished, preempted_if_stopped
+from pods.services.preemption import PREEMPTED, pod_vanished, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ class ReconcileResult:
     terminated: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # stopped by the provider, not preempted (image, host, balance)
 
 
 def reconcile(*, provider_name: str) -> ReconcileResult:
@@ -63,8 +64,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             if not pod.is_alive:
                 _terminate_quietly(provider, pod)
                 result.terminated.append(seen.name)
-            elif preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
-                result.preempted.append(seen.name)
+            elif ended := preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
+                (result.preempted if ended == PREEMPTED else result.stopped).append(seen.name)
             continue
         if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
             continue  # its create may be saving right now
@@ -86,14 +87,14 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             # path leaves it at once). The pod's own query says which (review rows 5 and 16).
             seen = provider.get(provider_id)
             if seen is not None:
-                if preempted_if_stopped(pod, seen):
-                    result.preempted.append(pod.name)
+                if ended := preempted_if_stopped(pod, seen):
+                    (result.preempted if ended == PREEMPTED else result.stopped).append(pod.name)
                 continue
             pod_vanished(pod)
             (result.preempted if pod.interruptible else result.lost).append(pod.name)
     if result.adopted:
         transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
-    if result.adopted or result.terminated or result.lost or result.preempted:
+    if result.adopted or result.terminated or result.lost or result.preempted or result.stopped:
         log.warning("reconcile %s: %s", provider_name, result)
     return result
 

@@ -76,6 +76,7 @@ def test_a_boot_on_the_simulator_passes_the_pools_settings_to_create_pod(sim, db
         "image": BASE["image"],
         "ports": "8000/http",
         "container_disk_gb": 40,
+        "registry_auth_id": "",
         "volume_gb": 100,
         "volume_mount_path": "/workspace",
         "network_volume_id": "abc123vol",
