@@ -20,6 +20,7 @@ from __future__ import annotations
 import email.utils
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -178,19 +179,36 @@ def send(method: str, url: str, *, api_key: str, payload: dict[str, Any], second
     headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", "Accept-Encoding": "identity"}
     timeout = httpx.Timeout(seconds, connect=min(CONNECT_SECONDS, seconds))
     try:
-        with httpx.Client(timeout=timeout) as client:
-            with client.stream(method, url, headers=headers, json=payload) as response:
-                chunks, size = [], 0
-                for chunk in response.iter_raw():
-                    size += len(chunk)
-                    if size > MAX_ANSWER_BYTES:
-                        raise Transient(f"RunPod's answer passed {MAX_ANSWER_BYTES} bytes")
-                    if time.monotonic() > deadline:
-                        raise Transient(f"RunPod's answer took over {seconds:g} s")
-                    chunks.append(chunk)
-                return Answer(response.status_code, dict(response.headers), b"".join(chunks))
+        with _client().stream(method, url, headers=headers, json=payload, timeout=timeout) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_raw():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise Transient(f"RunPod's answer passed {MAX_ANSWER_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise Transient(f"RunPod's answer took over {seconds:g} s")
+                chunks.append(chunk)
+            return Answer(response.status_code, dict(response.headers), b"".join(chunks))
     except httpx.HTTPError as exc:
         raise Transient(f"RunPod unreachable: {type(exc).__name__}: {exc}") from None
+
+
+_clients: dict[int, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def _client() -> httpx.Client:
+    """This process's client (thread-safe; one per process, never inherited across a fork). A new
+    client a call cost ~0.1 s of CPU loading the CA bundle: a dispatcher that asked RunPod about a
+    pod that stopped answering failed its pages meanwhile (tests/ocrjobs/test_dispatch_preemption.py)."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(pid) or httpx.Client()
+            _clients.clear()
+            _clients[pid] = client
+    return client
 
 
 def check_answer(answer: Answer) -> Any:
