@@ -350,6 +350,9 @@ POD_READY_TIMEOUT_SECONDS = envfloat("POD_READY_TIMEOUT_SECONDS", 600.0, minimum
 # How often a boot asks the provider (and the pod) how it is doing: 32 boots at 0.2 s were
 # 130 GraphQL calls a second, for pods that take minutes to come up.
 POD_POLL_SECONDS = envfloat("POD_POLL_SECONDS", 1.0, minimum=0.01)
+# A cloud pod that is still coming up after ten polls is asked twice as seldom each ten polls more,
+# up to this (pods/services/boot.py _poll_seconds).
+POD_POLL_MAX_SECONDS = envfloat("POD_POLL_MAX_SECONDS", 10.0, minimum=0.01)
 # The workers' CPU priority below the front's (nice increment, 0-19): on a machine they share,
 # the front answers first and the workers use what is left (fleetadmin/apps.py).
 WORKERS_NICE = envint("WORKERS_NICE", 5, minimum=0)

@@ -78,6 +78,7 @@ LOCAL_POD_POLL_SECONDS = 0.25  # a booting local pod's polls: cheap, in a new us
 # full jitter, and never sooner than a Retry-After: it never ends a boot (review row 13). The
 # stage's own time limit still does.
 TRANSIENT_BACKOFF_MAX_SECONDS = 60.0
+POLLS_AT_FULL_RATE = 10  # a cloud pod's polls in a stage before they spread out (_poll_seconds)
 
 
 class BootFailed(Exception):
@@ -439,8 +440,14 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
 
 
 def _poll_seconds(pod: Pod) -> float:
-    local = pod.pool.provider == "local"
-    return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS) if local else settings.POD_POLL_SECONDS
+    """A booting pod's next poll: a local pod's at once-ish; a cloud pod's every POD_POLL_SECONDS for
+    the stage's first POLLS_AT_FULL_RATE steps, then twice as far apart each as many steps more, up
+    to POD_POLL_MAX_SECONDS: an image that pulls for minutes is not asked about every second (64
+    boots at 1 s are 64 calls a second, which RunPod answers with 429s; review row 13)."""
+    if pod.pool.provider == "local":
+        return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS)
+    doublings = min(pod.stage_steps // POLLS_AT_FULL_RATE, 16)
+    return max(settings.POD_POLL_SECONDS, min(settings.POD_POLL_SECONDS * 2**doublings, settings.POD_POLL_MAX_SECONDS))
 
 
 def _asks_the_provider(pod: Pod) -> bool:

@@ -374,3 +374,17 @@ def test_row17_runtime_reading_null_for_a_while_only_delays_a_boot(sim, db):
     sim.set_faults([{"kind": "runtime_null", "count": 4, "operation": "pod"}])
     pod = boot(make_pool([{"gpu_types": [GOOD], "cloud_type": "SECURE"}]))
     assert pod.state == Pod.State.READY, pod.error
+
+
+def test_row13_a_cloud_pod_that_takes_long_is_polled_less_and_less_often(settings, db):
+    from pods.services.boot import POLLS_AT_FULL_RATE, _poll_seconds
+
+    settings.POD_POLL_SECONDS, settings.POD_POLL_MAX_SECONDS = 1.0, 10.0
+    pod = Pod(pool=Pool(provider="runpod"), name="fa-x", lanes=1)
+    polls = []
+    for steps in (0, POLLS_AT_FULL_RATE - 1, POLLS_AT_FULL_RATE, 2 * POLLS_AT_FULL_RATE, 10 * POLLS_AT_FULL_RATE):
+        pod.stage_steps = steps
+        polls.append(_poll_seconds(pod))
+    assert polls == [1.0, 1.0, 2.0, 4.0, 10.0]
+    pod.pool.provider = "local"
+    assert _poll_seconds(pod) <= 1.0
