@@ -385,10 +385,14 @@ class RunPodProvider:
             if tries > 1:
                 # The failed try may have created the pod before its answer was lost: pod
                 # names are unique per boot, so a pod with ours is that one, not a stranger.
+                # (RunPod's listing lags a create: a pod it does not show yet is created twice, and
+                # reconcile terminates the one no row names once its grace is over; review row 16.)
+                listed_by = time.monotonic() + seconds
                 for pod in self._pods(seconds):
                     if pod.get("name") == spec.name:
                         log.warning("create of %s: found the pod an earlier try made (%s)", spec.name, pod["id"])
                         return pod
+                seconds = max(0.1, listed_by - time.monotonic())  # the list and the create share the time
             if spec.offer.interruptible:
                 return self._create_interruptible(spec, query, seconds)
             return runpod_api.graphql(query, api_key=self.api_key, seconds=seconds)["podFindAndDeployOnDemand"]

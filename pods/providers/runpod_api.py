@@ -233,9 +233,10 @@ def check_answer(answer: Answer) -> Any:
         raise classify_error(str(first.get("message") or ""), code if isinstance(code, str) else None)
     if status == 403:
         raise AuthFailed(f"RunPod refused the request ({status})")
-    if status >= 400:
-        message = body.get("error") or body.get("message") if isinstance(body, dict) else None
-        raise classify_error(str(message or f"HTTP {status}"))
+    if status >= 400:  # REST: {"error": ..., "code": ...}
+        fields = body if isinstance(body, dict) else {}
+        message, code = fields.get("error") or fields.get("message"), fields.get("code")
+        raise classify_error(str(message or f"HTTP {status}"), code if isinstance(code, str) else None)
     return body
 
 

@@ -131,6 +131,8 @@ def test_errors_keep_their_code_on_any_status():
         check_answer(_answer(200, body))
     with pytest.raises(Balance):
         check_answer(_answer(400, '{"error": "Insufficient balance"}'))
+    with pytest.raises(NoCapacity, match="SUPPLY_CONSTRAINT"):  # REST's shape: its code kept too
+        check_answer(_answer(400, '{"error": "odd words", "code": "SUPPLY_CONSTRAINT"}'))
 
 
 def test_retry_after_reads_seconds_or_a_date_and_is_capped():
