@@ -329,18 +329,19 @@ class SimConfig(_Strict):
         storm's ``--realistic``): capacity in every wording and a null result now and then, 429s with
         Retry-After, HTML gateway pages, runtime reading null, listing lag, terminate writing
         EXITED, preemptions on both paths, a pod now and then stopped by RunPod for its host."""
-        rate = {"seed": seed} if seed is not None else {}
         faults: list[dict] = [
-            {"kind": "rate_limit", "probability": 0.03, "retry_after_s": 1.0, **rate},
-            {"kind": "http_error", "status": 502, "body": "text", "probability": 0.01, **rate},
-            {"kind": "http_error", "status": 403, "body": "text", "probability": 0.005, **rate},
-            {"kind": "runtime_null", "probability": 0.05, "operation": "pod", **rate},
-            {"kind": "null_result", "probability": 0.02, "operation": "podFindAndDeployOnDemand", **rate},
-            {"kind": "capacity_wording", "wording": "spot", "probability": 0.3, **rate},
-            {"kind": "capacity_wording", "wording": "rest", "probability": 0.3, **rate},
-            {"kind": "capacity_wording", "wording": "coded", "probability": 0.3, **rate},
-            {"kind": "pod_exit", "cause": "host", "after_s": 30.0, "probability": 0.01, **rate},
+            {"kind": "rate_limit", "probability": 0.03, "retry_after_s": 1.0},
+            {"kind": "http_error", "status": 502, "body": "text", "probability": 0.01},
+            {"kind": "http_error", "status": 403, "body": "text", "probability": 0.005},
+            {"kind": "runtime_null", "probability": 0.05, "operation": "pod"},
+            {"kind": "null_result", "probability": 0.02, "operation": "podFindAndDeployOnDemand"},
+            {"kind": "capacity_wording", "wording": "spot", "probability": 0.3},
+            {"kind": "capacity_wording", "wording": "rest", "probability": 0.3},
+            {"kind": "capacity_wording", "wording": "coded", "probability": 0.3},
+            {"kind": "pod_exit", "cause": "host", "after_s": 30.0, "probability": 0.01},
         ]
+        if seed is not None:  # a seed of its own for each fault: the same seed would fire them together
+            faults = [{**fault, "seed": seed * 1000 + index} for index, fault in enumerate(faults)]
         return self.model_validate(
             {
                 **self.model_dump(by_alias=False),

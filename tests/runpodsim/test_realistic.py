@@ -131,3 +131,8 @@ def test_the_realistic_config_round_trips_through_json(tmp_path):
     path = tmp_path / "sim.json"
     path.write_text(small_config().realistic(seed=1).model_dump_json(by_alias=True))
     assert SimConfig.load(path).listing_lag_s > 0
+
+
+def test_each_realistic_fault_draws_on_a_seed_of_its_own():
+    seeds = [fault.seed for fault in small_config().realistic(seed=2).faults]
+    assert None not in seeds and len(set(seeds)) == len(seeds)
