@@ -278,6 +278,9 @@ class SimConfig(_Strict):
     # pod under http://HOST:PORT/pods/{pod_id}, as a deployment that reaches its pods through one
     # gateway does. Both are always served.
     gateway: bool = False
+    # HTTP ports' runtime entries carry the public host, as no RunPod pod's do (review row 11: a
+    # pod's HTTP port has a private IP; only TCP ports get a public ip:port). Realistic: false.
+    http_ports_public: bool = True
     boot_delay_s: float = Field(1.0, ge=0)
     model_load_s: float = Field(0.5, ge=0)
     page_latency_s: float = Field(0.05, ge=0)
@@ -346,6 +349,7 @@ class SimConfig(_Strict):
             {
                 **self.model_dump(by_alias=False),
                 "faults": [*[f.model_dump() for f in self.faults], *faults],
+                "http_ports_public": False,
                 "listing_lag_s": max(self.listing_lag_s, 2.0),
                 "terminated_linger_s": max(self.terminated_linger_s, 5.0),
                 "preempt_terminated_share": max(self.preempt_terminated_share, 0.5),

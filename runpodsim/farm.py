@@ -654,10 +654,13 @@ class Farm:
             if not number.isdigit():
                 continue
             http = kind == "http"
+            # RunPod gives HTTP ports a private IP (its proxy reaches them) and TCP ports a public
+            # ip:port (review row 11); http_ports_public keeps the simulator's kinder answer.
+            public = self.config.http_ports_public or not http
             ports.append(
                 {
-                    "ip": self.config.public_host,
-                    "isIpPublic": True,
+                    "ip": self.config.public_host if public else "10.0.0.2",
+                    "isIpPublic": public,
                     "privatePort": int(number),
                     "publicPort": self.public_port if http else 40000 + index,
                     "type": "http" if http else "tcp",

@@ -503,8 +503,14 @@ class RunPodProvider:
     def _provider_pod(self, pod: dict[str, Any]) -> ProviderPod:
         pod_id = str(pod["id"])
         port = _pod_port(pod.get("ports"))
-        runtime_ports = (pod.get("runtime") or {}).get("ports") or []
-        mapping = next((p for p in runtime_ports if p.get("privatePort") == port), None)
+        runtime_ports = [p for p in (pod.get("runtime") or {}).get("ports") or [] if p.get("privatePort") == port]
+        if needs_public_ip():
+            # Only a public mapping is reached at its ip: RunPod gives HTTP ports a private IP and
+            # TCP ports a public ip:port (review row 11); the pool must expose its port as TCP then.
+            runtime_ports = sorted(
+                (p for p in runtime_ports if p.get("isIpPublic")), key=lambda p: p.get("type") != "tcp"
+            )
+        mapping = next(iter(runtime_ports), None)
         base_url = ""
         if pod.get("desiredStatus") == "RUNNING" and mapping is not None:
             base_url = self.url_template.format(

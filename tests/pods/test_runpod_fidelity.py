@@ -15,6 +15,7 @@ from decimal import Decimal
 import pytest
 
 from pods.models import Alert, BootAttempt, Pod, Pool, pod_name
+from pods.providers import runpod_api
 from pods.providers.base import NoCapacity, Offer, PodOptions, PodSpec, StopCause, Transient
 from pods.providers.runpod import RunPodProvider
 from pods.services import boot as boot_service
@@ -388,3 +389,32 @@ def test_row13_a_cloud_pod_that_takes_long_is_polled_less_and_less_often(setting
     assert polls == [1.0, 1.0, 2.0, 4.0, 10.0]
     pod.pool.provider = "local"
     assert _poll_seconds(pod) <= 1.0
+
+
+# -- row 11: an HTTP port has a private IP; only TCP ports are public -------------------------------------
+
+
+def test_row11_pods_reached_at_their_ip_use_the_public_tcp_mapping_never_a_private_http_one(settings):
+    settings.RUNPOD_POD_URL_TEMPLATE = "http://{ip}:{public_port}"
+    runpod = RunPodProvider(api_key="k")
+    http = {"ip": "10.0.0.2", "isIpPublic": False, "privatePort": 8000, "publicPort": 8000, "type": "http"}
+    tcp = {"ip": "203.0.113.9", "isIpPublic": True, "privatePort": 8000, "publicPort": 40123, "type": "tcp"}
+    pod = {"id": "p1", "name": "fa-1", "desiredStatus": "RUNNING", "ports": "8000/http,8000/tcp"}
+    both = runpod._provider_pod({**pod, "runtime": {"ports": [http, tcp]}})
+    assert both.running and both.base_url == "http://203.0.113.9:40123"
+    private_only = runpod._provider_pod({**pod, "runtime": {"ports": [http]}})
+    assert not private_only.running and private_only.base_url == ""
+
+
+def test_row11_the_realistic_simulator_gives_http_ports_a_private_ip(monkeypatch, settings, db):
+    with simulated(_config(http_ports_public=False), monkeypatch, settings):
+        created = provider().create(spec())
+        seen = provider().get(created.provider_id)
+        deadline = time.monotonic() + 30
+        while not seen.running and time.monotonic() < deadline:  # through the proxy: served as before
+            time.sleep(0.05)
+            seen = provider().get(created.provider_id)
+        assert seen.base_url.startswith(f"http://{created.provider_id}-8000.proxy.localhost")
+        query = f'query {{ pod(input: {{podId: "{created.provider_id}"}}) {{ runtime {{ ports {{ ip isIpPublic type }} }} }} }}'
+        [entry] = runpod_api.graphql(query, api_key=KEY)["pod"]["runtime"]["ports"]
+        assert (entry["isIpPublic"], entry["type"]) == (False, "http") and entry["ip"].startswith("10.")
