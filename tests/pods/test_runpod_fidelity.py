@@ -1,6 +1,8 @@
 """RunPod as it really answers (review runpod-fidelity-8630753): one test or more per row of the
 review's table, each driving the provider or a boot against the simulator with that behaviour's
-fault mode turned on. Every one of them failed before issue 39 (the row it stands for is named).
+fault mode turned on. 29 of the 33 failed before issue 39 (the row each stands for is in its
+name); the four that passed: two capacity wordings main knew, runtime reading null (row 17), and
+the simulator's side of row 11.
 
 No test asserts how long anything takes; waits poll against generous guards.
 """
