@@ -396,6 +396,9 @@ POD_READY_TIMEOUT_SECONDS = envfloat("POD_READY_TIMEOUT_SECONDS", 600.0, minimum
 # How often a boot asks the provider (and the pod) how it is doing: 32 boots at 0.2 s were
 # 130 GraphQL calls a second, for pods that take minutes to come up.
 POD_POLL_SECONDS = envfloat("POD_POLL_SECONDS", 1.0, minimum=0.01)
+# A cloud pod that is still coming up after ten polls is asked twice as seldom each ten polls more,
+# up to this (pods/services/boot.py _poll_seconds).
+POD_POLL_MAX_SECONDS = envfloat("POD_POLL_MAX_SECONDS", 10.0, minimum=0.01)
 # The workers' CPU priority below the front's (nice increment, 0-19): on a machine they share,
 # the front answers first and the workers use what is left (fleetadmin/apps.py).
 WORKERS_NICE = envint("WORKERS_NICE", 5, minimum=0)
@@ -405,8 +408,14 @@ WORKERS_NICE = envint("WORKERS_NICE", 5, minimum=0)
 # {public_port} (from the pod's runtime port mapping).
 RUNPOD_API_KEY = envsecret("RUNPOD_API_KEY")
 RUNPOD_POD_URL_TEMPLATE = envstr("RUNPOD_POD_URL_TEMPLATE", "https://{pod_id}-{port}.proxy.runpod.net")
-# Seconds slept between tries of a transient failure (three tries); tests shorten it.
+# Seconds slept between tries of a transient failure (three tries, each delay jittered and never
+# shorter than a Retry-After RunPod names); tests shorten it. One provider call, its tries and
+# waits together, takes at most RUNPOD_CALL_SECONDS: below a boot step's lease (120 s).
 RUNPOD_RETRY_DELAYS = (0.5, 1.0)
+RUNPOD_CALL_SECONDS = envfloat("RUNPOD_CALL_SECONDS", 90.0, minimum=1.0)
+# An account whose balance or spending limit refused a pod boots nothing for this long (an alert
+# says why); then one boot tries again, and a pod it gets clears the alert.
+BALANCE_RETRY_SECONDS = envfloat("BALANCE_RETRY_SECONDS", 600.0, minimum=1.0)
 # Passes (pods/services/passes.py): boots, releases, scale requests and shed ticks are rows
 # that a pass advances one short step at a time, PASS_CONCURRENCY steps at once (each one
 # provider call or one pod health check), PASS_BATCH rows of each kind per pass. The workers'

@@ -349,6 +349,8 @@ class BootAttempt(models.Model):
         AUTH_FAILED = "auth_failed"
         TRANSIENT = "transient"
         INVALID = "invalid"
+        REFUSED = "refused"  # a refusal the provider's words do not sort (BadRequest): the walk goes on
+        BALANCE = "balance"  # the account's balance or spending limit refused it
 
     pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="boot_attempts")
     candidate = models.CharField(max_length=300)
@@ -413,6 +415,7 @@ class Alert(models.Model):
         STALL = "stall", "dispatch stalled"
         BUDGET = "budget", "budget cap reached"
         DEADLINE = "deadline", "a job's deadline cannot be met"
+        BALANCE = "balance", "the provider account's balance or spending limit refused a pod"
 
     pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -36,6 +36,9 @@ class RunPodPoolConfig(BaseModel):
     volume_gb: int = Field(0, ge=0, le=16384)
     volume_mount_path: str = Field("/runpod-volume", pattern=r"^/[A-Za-z0-9._/-]{0,200}$")
     network_volume_id: str = Field("", pattern=r"^[A-Za-z0-9]{0,64}$")
+    # RunPod's id of the saved registry credentials a private image is pulled with: the create must
+    # name it (credentials saved in RunPod's settings alone do not reach the pod's image pull).
+    registry_auth_id: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     allowed_cuda_versions: list[str] = Field(default_factory=list, max_length=20)
     docker_args: str = Field("", max_length=2000)
     ssh: bool = Field(False, description="start RunPod's SSH service in each pod")
@@ -61,6 +64,7 @@ class RunPodPoolConfig(BaseModel):
             volume_gb=self.volume_gb,
             volume_mount_path=self.volume_mount_path,
             network_volume_id=self.network_volume_id,
+            registry_auth_id=self.registry_auth_id,
             allowed_cuda_versions=tuple(self.allowed_cuda_versions),
             docker_args=self.docker_args,
             ssh=self.ssh,

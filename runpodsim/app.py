@@ -13,7 +13,11 @@ Routes of the simulator's own host:
   GET  /sim/pods/{id}/documents      what one virtual pod's document cache holds, oldest use first
   GET|POST /sim/faults               the injected faults ({"faults": [...], "append": false})
   POST /sim/capacity                 {"gpu": id, "cloud": "SECURE", "data_center": "EU-RO-1", "free": 3}
-  POST /sim/preempt                  {"pod_id": id}: the provider takes an interruptible pod back now
+  POST /sim/preempt                  {"pod_id": id, "terminated": false}: the provider takes an interruptible
+                                     pod back now ("Outbid"; ``terminated``: on the TERMINATED path)
+  POST /sim/balance                  {"empty": true}: the balance runs out (every pod stops); false tops up
+  POST /sim/stop                     {"pod_id": id, "cause": "host"}: RunPod stops a pod itself
+  POST /v1/pods                      RunPod's REST create (``interruptible: true`` for a spot pod)
   GET  /pods/{id}/healthz            the pod server API of one virtual pod, same JSON as podserver
   GET  /pods/{id}/v1/models          (the pod's POD_TOKEN as a bearer token, when its env has one)
   PUT  /pods/{id}/v1/documents/{sha256}   its document cache (LRU under document_cache_bytes)
@@ -38,7 +42,7 @@ from pydantic import ValidationError
 
 from runpodsim import graphql
 from runpodsim.config import SOMETHING_WENT_WRONG_MESSAGE, FaultList, SimConfig
-from runpodsim.farm import FAILED, LOADING, READY, Farm, VirtualPod
+from runpodsim.farm import FAILED, LOADING, READY, Farm, Verdict, VirtualPod
 from runpodsim.schema import RUNPOD_SCHEMA
 
 FARM_KEY = web.AppKey("farm", Farm)
@@ -73,6 +77,9 @@ def make_app(config: SimConfig) -> web.Application:
     app.add_routes(
         [
             web.post("/graphql", graphql_endpoint),
+            web.post("/v1/pods", rest_create_endpoint),
+            web.post("/sim/balance", sim_set_balance),
+            web.post("/sim/stop", sim_stop),
             web.get("/sim/stats", sim_stats),
             web.get("/sim/pods", sim_pods),
             web.get("/sim/pods/{pod_id}/documents", sim_pod_documents),
@@ -89,8 +96,11 @@ def make_app(config: SimConfig) -> web.Application:
     return app
 
 
-def _errors(message: str, status: int = 200) -> web.Response:
-    return web.json_response({"errors": [{"message": message}]}, status=status)
+def _errors(message: str, status: int = 200, code: str | None = None, headers: dict | None = None) -> web.Response:
+    error: dict[str, Any] = {"message": message}
+    if code is not None:
+        error["extensions"] = {"code": code}
+    return web.json_response({"errors": [error]}, status=status, headers=headers)
 
 
 async def graphql_endpoint(request: web.Request) -> web.Response:
@@ -115,21 +125,56 @@ async def graphql_endpoint(request: web.Request) -> web.Response:
         await asyncio.sleep(verdict.delay_s)
     if verdict.status == 401:
         return _errors("Unauthorized", status=401)
-    if verdict.status >= 500 and not verdict.after_execute:
+    if verdict.status == 429:
+        return _rate_limited(verdict)
+    if verdict.status >= 400 and not verdict.after_execute:
         return _server_error(verdict.status, verdict.body)
 
     if problem is not None or operation is None:
         return _errors(problem or "Must provide query string.")
+    if verdict.error is not None:
+        return _errors(verdict.error[0], code=verdict.error[1])
     try:
         graphql.validate(operation, RUNPOD_SCHEMA)
         data = farm.execute(operation)
     except graphql.GraphQLError as exc:
-        return _errors(str(exc))
+        return _errors(str(exc), code=exc.code)
     if verdict.delay_after_s:
         await asyncio.sleep(verdict.delay_after_s)
-    if verdict.status >= 500:
+    if verdict.status >= 400:
         return _server_error(verdict.status, verdict.body)
     return web.json_response({"data": data})
+
+
+def _rate_limited(verdict: Verdict) -> web.Response:
+    headers = {"Retry-After": f"{verdict.retry_after_s:g}"} if verdict.retry_after_s is not None else {}
+    if verdict.body == "json":
+        return _errors("Too many requests. Please slow down.", status=429, code="RATE_LIMITED", headers=headers)
+    text = "<html><head><title>429 Too Many Requests</title></head><body>429 Too Many Requests</body></html>"
+    return web.Response(status=429, text=text, content_type="text/html", headers=headers)
+
+
+async def rest_create_endpoint(request: web.Request) -> web.Response:
+    """RunPod's REST create, ``POST /v1/pods``: the pod as JSON, or ``{"error": ...}``."""
+    farm = request.app[FARM_KEY]
+    verdict = farm.screen("restCreate", request.headers.get("Authorization"))
+    if verdict.status == 401:
+        return web.json_response({"error": "Unauthorized"}, status=401)
+    if verdict.status == 429:
+        return _rate_limited(verdict)
+    if verdict.status >= 400:
+        return _server_error(verdict.status, verdict.body)
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        farm.preempt_due()
+        pod = farm.rest_create(body)
+    except (json.JSONDecodeError, ValueError) as exc:
+        return web.json_response({"error": f"invalid body: {exc}"}, status=400)
+    except graphql.GraphQLError as exc:
+        return web.json_response({"error": str(exc), **({"code": exc.code} if exc.code else {})}, status=400)
+    return web.json_response(pod, status=201)
 
 
 # What Cloudflare (in front of RunPod's proxy) answers when the origin took over 100 s.
@@ -196,16 +241,52 @@ async def sim_set_capacity(request: web.Request) -> web.Response:
     return web.json_response({"free": free})
 
 
+async def sim_set_balance(request: web.Request) -> web.Response:
+    """``{"empty": true}``: the account's balance runs out (every pod stops); false tops it up."""
+    farm = request.app[FARM_KEY]
+    try:
+        empty = (await request.json())["empty"]
+        if not isinstance(empty, bool):
+            raise TypeError("empty must be true or false")
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return web.json_response({"error": f"expected empty: {exc}"}, status=400)
+    farm.set_balance_empty(empty)
+    return web.json_response({"empty": empty})
+
+
+STOP_EVENTS = {
+    "host": "Exited by Runpod",
+    "image": "Exited by Runpod",
+    "balance": "Exited by RunPod: Insufficient balance",
+}
+
+
+async def sim_stop(request: web.Request) -> web.Response:
+    """``{"pod_id": id, "cause": "host"}``: RunPod stops a pod itself ("Exited by Runpod")."""
+    farm = request.app[FARM_KEY]
+    try:
+        payload = await request.json()
+        pod, event = farm.pods.get(str(payload["pod_id"])), STOP_EVENTS[payload.get("cause", "host")]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return web.json_response({"error": f"expected pod_id and a cause of {sorted(STOP_EVENTS)}: {exc}"}, status=400)
+    if pod is None:
+        return web.json_response({"error": "no such pod"}, status=404)
+    farm.stop(pod, event)
+    return web.json_response(farm.pod_summary(pod))
+
+
 async def sim_preempt(request: web.Request) -> web.Response:
     farm = request.app[FARM_KEY]
     try:
-        pod_id = str((await request.json())["pod_id"])
+        payload = await request.json()
+        pod_id = str(payload["pod_id"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         return web.json_response({"error": f"expected pod_id: {exc}"}, status=400)
     pod = farm.pods.get(pod_id)
     if pod is None or not pod.interruptible:
         return web.json_response({"error": "no such interruptible pod"}, status=404)
-    farm.preempt(pod)
+    terminated = payload.get("terminated") if isinstance(payload, dict) else None
+    farm.preempt(pod, terminated=bool(terminated) if terminated is not None else None)
     return web.json_response(farm.pod_summary(pod))
 
 

@@ -20,6 +20,21 @@ NO_CAPACITY_MESSAGE = (
 )
 NO_GPUS_ON_HOST_MESSAGE = "There are not enough free GPUs on the host machine to start this pod."
 SOMETHING_WENT_WRONG_MESSAGE = "Something went wrong. Please try again later or contact support."
+# Every way RunPod was seen to say "no capacity" (review runpod-fidelity-8630753, rows 1 and 2):
+# (message, extensions.code). The spot wording ends like a transient fault.
+CAPACITY_WORDINGS: dict[str, tuple[str, str | None]] = {
+    "on_demand": (NO_CAPACITY_MESSAGE, None),
+    "spot": (
+        "There are no instances available with the request specifications. Please try again later.",
+        None,
+    ),
+    "rest": ("There are no instances available with the requested specifications.", None),
+    "coded": ("This machine does not have the resources to deploy your pod.", "SUPPLY_CONSTRAINT"),
+    "host": (NO_GPUS_ON_HOST_MESSAGE, None),
+}
+INSUFFICIENT_BALANCE_MESSAGE = "You do not have enough funds to rent this pod. Please add funds to your account."
+SPENDING_LIMIT_MESSAGE = "This pod would take your account over its spending limit."
+BID_REFUSED_MESSAGE = "Your bid is below the minimum bid price for this GPU type."
 
 
 class _Strict(BaseModel):
@@ -41,11 +56,20 @@ class GpuTypeConfig(_Strict):
     # The lowest bid per GPU ($/h) an interruptible pod is rented at (lowestPrice.minimumBidPrice);
     # absent: 60 % of the community price (none without one: no interruptible pods of this type).
     minimum_bid_price: float | None = Field(None, alias="minimumBidPrice", gt=0)
+    # Secure cloud's own lowest bid (secureSpotPrice); absent: minimum_bid_price, else 60 % of the
+    # secure price. Spot prices differ by cloud (review row 3).
+    secure_minimum_bid_price: float | None = Field(None, alias="secureMinimumBidPrice", gt=0)
 
     def price(self, cloud: str) -> float | None:
         return self.secure_price if cloud == "SECURE" else self.community_price
 
-    def minimum_bid(self) -> float | None:
+    def minimum_bid(self, cloud: str = "COMMUNITY") -> float | None:
+        if cloud == "SECURE":
+            if self.secure_minimum_bid_price is not None:
+                return self.secure_minimum_bid_price
+            if self.minimum_bid_price is not None:
+                return self.minimum_bid_price
+            return None if self.secure_price is None else round(self.secure_price * 0.6, 4)
         if self.minimum_bid_price is not None:
             return self.minimum_bid_price
         return None if self.community_price is None else round(self.community_price * 0.6, 4)
@@ -81,14 +105,67 @@ class Trigger(_Strict):
 
 
 class HttpErrorFault(Trigger):
-    """Answer a 5xx: ``body`` "text" is a gateway page (the SDK fails to decode JSON),
-    "json" carries RunPod's "Something went wrong" error. With ``after_execute`` the
+    """Answer an HTTP error: ``body`` "text" is a gateway page (HTML: Cloudflare's 403 challenge, a
+    502), "json" carries RunPod's "Something went wrong" error. With ``after_execute`` the
     call takes effect first and only its answer is lost (a create whose reply never came)."""
 
     kind: Literal["http_error"]
-    status: int = Field(502, ge=500, le=599)
+    status: int = Field(502, ge=400, le=599)
     body: Literal["text", "json"] = "text"
     after_execute: bool = False
+
+
+class RateLimitFault(Trigger):
+    """Answer 429 with ``Retry-After`` (seconds), the body an HTML page or RunPod's JSON error."""
+
+    kind: Literal["rate_limit"]
+    retry_after_s: float = Field(1.0, ge=0)
+    body: Literal["text", "json"] = "json"
+
+
+class ErrorFault(Trigger):
+    """Answer a GraphQL error (HTTP 200) with this message and ``extensions.code``, the call not
+    run: a wording a test needs (INSUFFICIENT_BALANCE, an unknown refusal, a capacity text)."""
+
+    kind: Literal["graphql_error"]
+    message: str = Field(min_length=1)
+    code: str | None = None
+
+
+class NullResultFault(Trigger):
+    """A create answers ``{"data": {"<mutation>": null}}``, no error and no pod (review row 2)."""
+
+    kind: Literal["null_result"]
+
+
+class CapacityWordingFault(Trigger):
+    """A "no capacity" answer given while this fires uses this wording (CAPACITY_WORDINGS)."""
+
+    kind: Literal["capacity_wording"]
+    wording: Literal["on_demand", "spot", "rest", "coded", "host"]
+
+
+class RuntimeNullFault(Trigger):
+    """A pod read while this fires shows ``runtime: null``, as RunPod's 2 s telemetry lookup does
+    when it times out (review row 17)."""
+
+    kind: Literal["runtime_null"]
+
+
+class PodExitFault(Trigger):
+    """Pods created while this fires are stopped by RunPod ``after_s`` after their create:
+    "Exited by Runpod" with no cause (``image``: a pull that fails, it never runs; ``host``: a
+    host fault) or "Exited by RunPod: Insufficient balance" (``balance``)."""
+
+    kind: Literal["pod_exit"]
+    cause: Literal["image", "host", "balance"] = "host"
+    after_s: float = Field(0.0, ge=0)
+
+
+class UnknownMutationFault(Trigger):
+    """GraphQL no longer knows ``podRentInterruptable``, as RunPod staff said it would (review row 4)."""
+
+    kind: Literal["unknown_mutation"]
 
 
 class SlowFault(Trigger):
@@ -142,7 +219,20 @@ class ProxyTimeoutFault(Trigger):
 
 
 Fault = Annotated[
-    HttpErrorFault | SlowFault | BadKeyFault | NoCapacityFault | BootStuckFault | ModelFailFault | ProxyTimeoutFault,
+    HttpErrorFault
+    | SlowFault
+    | BadKeyFault
+    | NoCapacityFault
+    | BootStuckFault
+    | ModelFailFault
+    | ProxyTimeoutFault
+    | RateLimitFault
+    | ErrorFault
+    | NullResultFault
+    | CapacityWordingFault
+    | RuntimeNullFault
+    | PodExitFault
+    | UnknownMutationFault,
     Field(discriminator="kind"),
 ]
 
@@ -188,6 +278,9 @@ class SimConfig(_Strict):
     # pod under http://HOST:PORT/pods/{pod_id}, as a deployment that reaches its pods through one
     # gateway does. Both are always served.
     gateway: bool = False
+    # HTTP ports' runtime entries carry the public host, as no RunPod pod's do (review row 11: a
+    # pod's HTTP port has a private IP; only TCP ports get a public ip:port). Realistic: false.
+    http_ports_public: bool = True
     boot_delay_s: float = Field(1.0, ge=0)
     model_load_s: float = Field(0.5, ge=0)
     page_latency_s: float = Field(0.05, ge=0)
@@ -204,6 +297,22 @@ class SimConfig(_Strict):
     # generator, so a run with a seed preempts the same pods at the same ages).
     preempt_rate_per_hour: float = Field(0.0, ge=0, le=3600)
     preempt_seed: int | None = None
+    # The share of preemptions on RunPod's TERMINATED path: the pod leaves the listing at once
+    # (its own query still says "Outbid"); the rest stop as EXITED "Outbid: <date>" (review row 5).
+    preempt_terminated_share: float = Field(0.0, ge=0, le=1)
+    # Listing lag: a created pod shows in ``myself.pods`` this long after its create, and a
+    # terminated one stays listed (EXITED, "Terminated by user") this long; 0 is instant.
+    listing_lag_s: float = Field(0.0, ge=0, le=3600)
+    # A terminate writes EXITED + "Terminated by user: <date>" (RunPod's backend does), and the pod
+    # answers its own query so for this long before it is gone; 0: gone at once.
+    terminated_linger_s: float = Field(0.0, ge=0, le=3600)
+    # $/h the account may be spending at once: a create that would pass it is refused
+    # (INSUFFICIENT_BALANCE). None: no limit.
+    spending_limit_per_hr: float | None = Field(None, ge=0)
+    # Images pulled only with one of ``registry_auth_ids`` named as containerRegistryAuthId; a pod
+    # of a private image created without one never runs: "Exited by Runpod" (review row 9).
+    private_images: list[str] = Field(default_factory=list)
+    registry_auth_ids: list[str] = Field(default_factory=list)
 
     @field_validator("gpu_types")
     @classmethod
@@ -217,3 +326,32 @@ class SimConfig(_Strict):
     @classmethod
     def load(cls, path: str | Path) -> SimConfig:
         return cls.model_validate_json(Path(path).read_text())
+
+    def realistic(self, *, seed: int | None = None) -> SimConfig:
+        """This config as hard as RunPod: every behaviour of issue 39 at a plausible rate (the
+        storm's ``--realistic``): capacity in every wording and a null result now and then, 429s with
+        Retry-After, HTML gateway pages, runtime reading null, listing lag, terminate writing
+        EXITED, preemptions on both paths, a pod now and then stopped by RunPod for its host."""
+        faults: list[dict] = [
+            {"kind": "rate_limit", "probability": 0.03, "retry_after_s": 1.0},
+            {"kind": "http_error", "status": 502, "body": "text", "probability": 0.01},
+            {"kind": "http_error", "status": 403, "body": "text", "probability": 0.005},
+            {"kind": "runtime_null", "probability": 0.05, "operation": "pod"},
+            {"kind": "null_result", "probability": 0.02, "operation": "podFindAndDeployOnDemand"},
+            {"kind": "capacity_wording", "wording": "spot", "probability": 0.3},
+            {"kind": "capacity_wording", "wording": "rest", "probability": 0.3},
+            {"kind": "capacity_wording", "wording": "coded", "probability": 0.3},
+            {"kind": "pod_exit", "cause": "host", "after_s": 30.0, "probability": 0.01},
+        ]
+        if seed is not None:  # a seed of its own for each fault: the same seed would fire them together
+            faults = [{**fault, "seed": seed * 1000 + index} for index, fault in enumerate(faults)]
+        return self.model_validate(
+            {
+                **self.model_dump(by_alias=False),
+                "faults": [*[f.model_dump() for f in self.faults], *faults],
+                "http_ports_public": False,
+                "listing_lag_s": max(self.listing_lag_s, 2.0),
+                "terminated_linger_s": max(self.terminated_linger_s, 5.0),
+                "preempt_terminated_share": max(self.preempt_terminated_share, 0.5),
+            }
+        )

@@ -22,18 +22,28 @@ from typing import Any
 
 from runpodsim import graphql
 from runpodsim.config import (
-    NO_CAPACITY_MESSAGE,
+    BID_REFUSED_MESSAGE,
+    CAPACITY_WORDINGS,
+    INSUFFICIENT_BALANCE_MESSAGE,
     NO_GPUS_ON_HOST_MESSAGE,
+    SPENDING_LIMIT_MESSAGE,
     BadKeyFault,
     BootStuckFault,
+    CapacityWordingFault,
+    ErrorFault,
     Fault,
     GpuTypeConfig,
     HttpErrorFault,
     ModelFailFault,
     NoCapacityFault,
+    NullResultFault,
+    PodExitFault,
     ProxyTimeoutFault,
+    RateLimitFault,
+    RuntimeNullFault,
     SimConfig,
     SlowFault,
+    UnknownMutationFault,
 )
 from runpodsim.schema import RUNPOD_SCHEMA
 
@@ -67,7 +77,8 @@ class VirtualPod:
     desired_status: str = "RUNNING"
     stuck: bool = False
     model_fails: bool = False
-    container_disk_in_gb: int = 10
+    container_disk_in_gb: int | None = None  # None: the create sent none (review row 10)
+    registry_auth_id: str = ""
     volume_in_gb: int = 0
     volume_mount_path: str = "/runpod-volume"
     docker_args: str = ""
@@ -81,6 +92,10 @@ class VirtualPod:
     autostop_s: float = 0.0
     last_contact: float = 0.0  # the simulator's clock: the last request that carried the token
     autostopped: bool = False
+    created_at: float = 0.0  # the simulator's clock: listed in myself.pods listing_lag_s after
+    exit_at: float | None = None  # the simulator's clock: when RunPod stops it (PodExitFault)
+    exit_event: str = ""
+    terminated_at: float | None = None  # the simulator's clock: terminated (gone after a linger)
     busy: int = 0
     pages_done: int = 0
     pages_failed: int = 0
@@ -128,6 +143,8 @@ class Verdict:
     status: int = 200
     body: str = "text"
     after_execute: bool = False
+    retry_after_s: float | None = None
+    error: tuple[str, str | None] | None = None  # a GraphQL error to answer instead of running the call
 
 
 @dataclass
@@ -150,6 +167,8 @@ class Farm:
         }
         self.faults: list[Fault] = list(self.config.faults)
         self.preemptions = random.Random(self.config.preempt_seed)
+        self.balance_empty = False  # set through /sim/balance: every pod stopped, creates refused
+        self._runtime_null = False  # this call's pod reads show runtime: null (RuntimeNullFault)
 
     # -- faults and auth ------------------------------------------------------------------------
 
@@ -174,10 +193,25 @@ class Farm:
             verdict.status = 401
             return verdict
         for fault in self.faults:
+            if isinstance(fault, RateLimitFault) and fault.fires(operation):
+                self.stats["rate_limited"] += 1
+                verdict.status, verdict.body, verdict.retry_after_s = 429, fault.body, fault.retry_after_s
+                return verdict
             if isinstance(fault, HttpErrorFault) and fault.fires(operation):
                 self.stats["http_errors_injected"] += 1
                 verdict.status, verdict.body, verdict.after_execute = fault.status, fault.body, fault.after_execute
                 return verdict
+            if isinstance(fault, ErrorFault) and fault.fires(operation):
+                self.stats["errors_injected"] += 1
+                verdict.error = (fault.message, fault.code)
+                return verdict
+        if operation == "podRentInterruptable" and any(
+            isinstance(f, UnknownMutationFault) and f.fires(operation) for f in self.faults
+        ):
+            verdict.error = (
+                'Cannot query field "podRentInterruptable" on type "Mutation".',
+                "GRAPHQL_VALIDATION_FAILED",
+            )
         return verdict
 
     def proxy_cuts_page(self) -> bool:
@@ -215,6 +249,15 @@ class Farm:
         """Run a validated operation; GraphQLError becomes the answer's error message."""
         self.preempt_due()
         self.autostop_due()
+        self._purge_terminated()
+        names = [selected.name for selected in operation.selections]
+        self._runtime_null = any(
+            isinstance(f, RuntimeNullFault) and any(f.fires(name) for name in names) for f in self.faults
+        )
+        creates = {"podFindAndDeployOnDemand", "podRentInterruptable"} & set(names)
+        if creates and any(isinstance(f, NullResultFault) and f.fires(next(iter(creates))) for f in self.faults):
+            self.stats["null_results"] += 1
+            return {name: None for name in names}
         resolvers = {
             "gpuTypes": self._gpu_types,
             "myself": self._myself,
@@ -247,12 +290,18 @@ class Farm:
 
     def _gpu_dict(self, gpu: GpuTypeConfig) -> dict[str, Any]:
         def lowest_price(args: dict[str, Any]) -> dict[str, Any]:
-            count = (args.get("input") or {}).get("gpuCount") or 1
-            prices = [p for p in (gpu.secure_price, gpu.community_price) if p is not None]
+            filters = args.get("input") or {}
+            count = filters.get("gpuCount") or 1
+            secure = filters.get("secureCloud")
+            clouds = ("SECURE", "COMMUNITY") if secure is None else ("SECURE",) if secure else ("COMMUNITY",)
+            prices = [gpu.price(c) for c in clouds if gpu.price(c) is not None]
             cheapest = min(prices) * count if prices else None
-            stock = sum(n for (gpu_id, _, _), n in self.free.items() if gpu_id == gpu.id)
+            stock = sum(n for (gpu_id, cloud, _), n in self.free.items() if gpu_id == gpu.id and cloud in clouds)
+            # Without a cloud filter, the lowest of the clouds offered (one figure for both).
+            bids = [gpu.minimum_bid(c) for c in clouds if gpu.price(c) is not None]
+            bid = min((b for b in bids if b is not None), default=None)
             return {
-                "minimumBidPrice": None if gpu.minimum_bid() is None else round(gpu.minimum_bid() * count, 4),
+                "minimumBidPrice": None if bid is None else round(bid * count, 4),
                 "uninterruptablePrice": cheapest,
                 "minVcpu": 8,
                 "minMemory": 32,
@@ -273,28 +322,88 @@ class Farm:
             "oneMonthPrice": None,
             "threeMonthPrice": None,
             "oneWeekPrice": None,
-            "secureSpotPrice": None if gpu.secure_price is None else round(gpu.secure_price * 0.6, 4),
-            "communitySpotPrice": None if gpu.community_price is None else round(gpu.community_price * 0.6, 4),
+            "secureSpotPrice": None if gpu.secure_price is None else gpu.minimum_bid("SECURE"),
+            "communitySpotPrice": None if gpu.community_price is None else gpu.minimum_bid("COMMUNITY"),
             "lowestPrice": lowest_price,
         }
 
     def _myself(self, _: dict[str, Any]) -> dict[str, Any]:
-        return {"id": "sim-user", "pods": [self.pod_dict(pod) for pod in self.pods.values()]}
+        return {"id": "sim-user", "pods": [self.pod_dict(pod) for pod in self.pods.values() if self._listed(pod)]}
+
+    def _listed(self, pod: VirtualPod) -> bool:
+        """Listing lag: a new pod is listed late; a terminated one stays listed (EXITED) a while; one
+        TERMINATED by an outbid leaves the list at once (myself.pods filters terminatedAt)."""
+        now, lag = self.clock(), self.config.listing_lag_s
+        if pod.desired_status == "TERMINATED" or now < pod.created_at + lag:
+            return False
+        return pod.terminated_at is None or now < pod.terminated_at + lag
+
+    def _purge_terminated(self) -> None:
+        now = self.clock()
+        linger = max(self.config.terminated_linger_s, self.config.listing_lag_s)
+        for pod_id in [
+            p.id for p in self.pods.values() if p.terminated_at is not None and now >= p.terminated_at + linger
+        ]:
+            del self.pods[pod_id]
 
     def _pod(self, filters: dict[str, Any]) -> dict[str, Any] | None:
         pod = self.pods.get(filters["podId"])
         return None if pod is None else self.pod_dict(pod)
 
+    def set_balance_empty(self, empty: bool) -> None:
+        """The account's balance runs out (every pod stops, "Exited by RunPod: Insufficient balance",
+        and creates are refused) or is topped up."""
+        self.balance_empty = empty
+        if empty:
+            for pod in self.pods.values():
+                self.stop(pod, "Exited by RunPod: Insufficient balance")
+
     def _rent_interruptible(self, spec: dict[str, Any]) -> dict[str, Any]:
         gpu = self.gpus.get(spec.get("gpuTypeId") or "")
         bid = spec["bidPerGpu"]
-        minimum = gpu.minimum_bid() if gpu is not None else None
+        cloud_type = spec.get("cloudType") or "ALL"
+        clouds = ("SECURE", "COMMUNITY") if cloud_type == "ALL" else (cloud_type,)
+        # Each cloud's own lowest bid (review row 3); ALL: the lowest of the clouds offered.
+        bids = [b for b in (gpu.minimum_bid(c) for c in clouds if gpu.price(c) is not None)] if gpu else []
+        minimum = min((b for b in bids if b is not None), default=None)
         if gpu is not None and minimum is None:
             raise graphql.GraphQLError(f"{gpu.id} is not offered as an interruptible pod.")
         if minimum is not None and bid < minimum:
             self.stats["bids_refused"] += 1
-            raise graphql.GraphQLError(f"Your bid of ${bid}/hr is below the minimum bid price of ${minimum}/hr.")
+            raise graphql.GraphQLError(BID_REFUSED_MESSAGE)
         return self._deploy(spec, bid=bid)
+
+    def rest_create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """RunPod's REST create (POST /v1/pods): the GraphQL create's settings in REST's names; an
+        interruptible pod is rented at its cloud's lowest bid (REST takes no bid)."""
+        gpu_ids = body.get("gpuTypeIds") or []
+        spec = {
+            "name": body.get("name"),
+            "imageName": body.get("imageName"),
+            "gpuTypeId": gpu_ids[0] if gpu_ids else None,
+            "gpuCount": body.get("gpuCount") or 1,
+            "cloudType": body.get("cloudType") or "ALL",
+            "dataCenterId": (body.get("dataCenterIds") or [None])[0],
+            "ports": ",".join(body.get("ports") or []),
+            "env": [{"key": k, "value": v} for k, v in (body.get("env") or {}).items()],
+            "containerDiskInGb": body.get("containerDiskInGb"),
+            "volumeInGb": body.get("volumeInGb"),
+            "volumeMountPath": body.get("volumeMountPath"),
+            "networkVolumeId": body.get("networkVolumeId"),
+            "containerRegistryAuthId": body.get("containerRegistryAuthId"),
+        }
+        self.stats["rest_create_calls"] += 1
+        self.stats["create_calls"] += 1
+        if not body.get("interruptible"):
+            return self._deploy(spec)
+        gpu = self.gpus.get(spec["gpuTypeId"] or "")
+        clouds = ("SECURE", "COMMUNITY") if spec["cloudType"] == "ALL" else (spec["cloudType"],)
+        bids = [gpu.minimum_bid(c) for c in clouds if gpu.price(c) is not None] if gpu else []
+        bids = [b for b in bids if b is not None]
+        if gpu is not None and not bids:
+            raise graphql.GraphQLError(f"{gpu.id} is not offered as an interruptible pod.")
+        self.stats["interruptible_create_calls"] += 1
+        return self._deploy(spec, bid=min(bids) if bids else None)
 
     def _deploy(self, spec: dict[str, Any], *, bid: float | None = None) -> dict[str, Any]:
         gpu_id = spec.get("gpuTypeId")
@@ -319,8 +428,20 @@ class Farm:
         ]
         if not places or gpu_count > gpu.max_gpu_count:
             self.stats["no_capacity_answers"] += 1
-            raise graphql.GraphQLError(NO_CAPACITY_MESSAGE)
+            wording = next((f.wording for f in self.faults if isinstance(f, CapacityWordingFault) and f.fires()), None)
+            message, code = CAPACITY_WORDINGS[wording or "on_demand"]
+            raise graphql.GraphQLError(message, code)
         price, cloud, dc = min(places, key=lambda place: place[0])
+        cost = round((price if bid is None else bid) * gpu_count, 4)
+        if self.balance_empty:
+            raise graphql.GraphQLError(INSUFFICIENT_BALANCE_MESSAGE, "INSUFFICIENT_BALANCE")
+        limit = self.config.spending_limit_per_hr
+        if limit is not None and self.spending_per_hr() + cost > limit + 1e-9:
+            self.stats["spending_limit_refusals"] += 1
+            raise graphql.GraphQLError(SPENDING_LIMIT_MESSAGE, "INSUFFICIENT_BALANCE")
+        image = spec.get("imageName") or ""
+        private = any(image.startswith(prefix) for prefix in self.config.private_images)
+        pull_refused = private and spec.get("containerRegistryAuthId") not in self.config.registry_auth_ids
         self.free[(gpu.id, cloud, dc)] -= gpu_count
         env = {item["key"]: item.get("value") or "" for item in spec.get("env") or []}
         now_wall = self.wall_clock()
@@ -333,23 +454,34 @@ class Farm:
             cloud=cloud,
             data_center=dc,
             gpu_count=gpu_count,
-            cost_per_hr=round((price if bid is None else bid) * gpu_count, 4),
+            cost_per_hr=cost,
             ports=spec.get("ports") or "",
             lanes=gpu.pod_lanes or _lanes(env, self.config.default_lanes),
             created_wall=now_wall,
             started_at=self.clock(),
             status_changed_wall=now_wall,
-            stuck=self._pod_fault(BootStuckFault),
+            stuck=self._pod_fault(BootStuckFault) or pull_refused,
             model_fails=self._pod_fault(ModelFailFault),
-            container_disk_in_gb=spec.get("containerDiskInGb") or 10,
+            container_disk_in_gb=spec.get("containerDiskInGb"),
+            registry_auth_id=spec.get("containerRegistryAuthId") or "",
             volume_in_gb=spec.get("volumeInGb") or 0,
             volume_mount_path=spec.get("volumeMountPath") or "/runpod-volume",
             docker_args=spec.get("dockerArgs") or "",
             network_volume_id=spec.get("networkVolumeId") or "",
             allowed_cuda_versions=list(spec.get("allowedCudaVersions") or []),
             interruptible=bid is not None,
+            created_at=self.clock(),
         )
         pod.autostop_s, pod.last_contact = _autostop_seconds(env), pod.started_at
+        exit_fault = next((f for f in self.faults if isinstance(f, PodExitFault) and f.fires()), None)
+        if pull_refused:  # the image cannot be pulled without the registry's credentials
+            pod.exit_at, pod.exit_event = pod.created_at + self.config.boot_delay_s, "Exited by Runpod"
+        elif exit_fault is not None:
+            pod.stuck = pod.stuck or exit_fault.cause == "image"
+            pod.exit_at = pod.created_at + exit_fault.after_s
+            pod.exit_event = (
+                "Exited by RunPod: Insufficient balance" if exit_fault.cause == "balance" else "Exited by Runpod"
+            )
         if bid is not None and self.config.preempt_rate_per_hour > 0:
             pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
         self.pods[pod.id] = pod
@@ -362,13 +494,26 @@ class Farm:
             if pod_id not in self.pods:
                 return pod_id
 
+    def spending_per_hr(self) -> float:
+        return sum(pod.cost_per_hr for pod in self.pods.values() if pod.holds_gpus)
+
     def _terminate(self, filters: dict[str, Any]) -> None:
-        pod = self.pods.pop(filters["podId"], None)
+        pod = self.pods.get(filters["podId"])
         if pod is None:
-            raise graphql.GraphQLError("Pod not found.")
+            raise graphql.GraphQLError("Pod not found.", "POD_NOT_FOUND")
+        if pod.terminated_at is not None:
+            return None  # terminated already: RunPod answers the same
         if pod.holds_gpus:
             self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
         self.stats["pods_terminated"] += 1
+        if not (self.config.terminated_linger_s or self.config.listing_lag_s):
+            del self.pods[pod.id]
+            return None
+        # RunPod's backend writes EXITED + "Terminated by user" (review row 7); the pod is gone later.
+        pod.started_at = pod.preempt_at = pod.exit_at = None
+        pod.desired_status, pod.status_event = "EXITED", "Terminated by user"
+        pod.status_changed_wall = self.wall_clock()
+        pod.terminated_at = self.clock()
         return None
 
     def _stop(self, filters: dict[str, Any]) -> dict[str, Any]:
@@ -407,27 +552,48 @@ class Farm:
     # -- preemption ----------------------------------------------------------------------------------
 
     def preempt_due(self) -> None:
-        """Preempt every interruptible pod whose moment has come on the simulator's clock."""
+        """Preempt every interruptible pod whose moment has come on the simulator's clock, and stop
+        every pod RunPod stops itself (PodExitFault, a private image without its credentials)."""
         now = self.clock()
         for pod in self.pods.values():
             if pod.preempt_at is not None and pod.started_at is not None and now >= pod.preempt_at:
                 self.preempt(pod, at=pod.preempt_at)
+            if pod.exit_at is not None and now >= pod.exit_at:
+                self.stop(pod, pod.exit_event, at=pod.exit_at)
 
-    def preempt(self, pod: VirtualPod, *, at: float | None = None) -> None:
-        """The provider takes the pod back, as RunPod does an outbid interruptible pod: it stops
-        (desiredStatus EXITED, its GPUs freed for the higher bidder), pages in flight are lost, and
-        it stays listed until its owner terminates it."""
+    def stop(self, pod: VirtualPod, event: str, *, at: float | None = None) -> None:
+        """RunPod stops the pod (EXITED, its GPUs freed) and writes ``event`` as its status change."""
+        pod.exit_at = None
+        if pod.started_at is None or pod.terminated_at is not None:
+            return
+        now = self.clock()
+        at = now if at is None else min(at, now)
+        self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
+        pod.started_at = pod.preempt_at = None
+        pod.desired_status, pod.status_event = "EXITED", event
+        pod.status_changed_wall = self.wall_clock() - (now - at)
+        self.stats["pods_stopped_by_runpod"] += 1
+
+    def preempt(self, pod: VirtualPod, *, at: float | None = None, terminated: bool | None = None) -> None:
+        """The provider takes the pod back, as RunPod does an outbid interruptible pod: "Outbid:
+        <date>", its GPUs freed for the higher bidder, pages in flight lost. On the EXITED path it
+        stays listed until its owner terminates it; on the TERMINATED path (``terminated``, else
+        drawn at ``preempt_terminated_share``) it leaves the listing at once (review row 5)."""
         if pod.started_at is None:
             return
+        if terminated is None:
+            terminated = self.preemptions.random() < self.config.preempt_terminated_share
         now = self.clock()
         at = now if at is None else min(at, now)
         self.free[(pod.gpu.id, pod.cloud, pod.data_center)] += pod.gpu_count
         pod.started_at = None
         pod.preempt_at = None
         pod.preempted = True
-        pod.desired_status = "EXITED"
-        pod.status_event = "Preempted by a higher bid"
+        pod.desired_status = "TERMINATED" if terminated else "EXITED"
+        pod.status_event = "Outbid"
         pod.status_changed_wall = self.wall_clock() - (now - at)
+        if terminated:
+            pod.terminated_at = now
         self.stats["pods_preempted"] += 1
 
     # -- autostop -------------------------------------------------------------------------------------
@@ -505,7 +671,9 @@ class Farm:
             "vcpuCount": 8 * pod.gpu_count,
             "volumeInGb": pod.volume_in_gb,
             "volumeMountPath": pod.volume_mount_path,
-            "runtime": {"uptimeInSeconds": uptime, "ports": self._runtime_ports(pod)} if up else None,
+            "runtime": {"uptimeInSeconds": uptime, "ports": self._runtime_ports(pod)}
+            if up and not self._runtime_null
+            else None,
             "machine": {
                 "podHostId": f"{pod.id}-{machine_id[:8]}",
                 "gpuDisplayName": pod.gpu.display_name or pod.gpu.id,
@@ -527,10 +695,13 @@ class Farm:
             if not number.isdigit():
                 continue
             http = kind == "http"
+            # RunPod gives HTTP ports a private IP (its proxy reaches them) and TCP ports a public
+            # ip:port (review row 11); http_ports_public keeps the simulator's kinder answer.
+            public = self.config.http_ports_public or not http
             ports.append(
                 {
-                    "ip": self.config.public_host,
-                    "isIpPublic": True,
+                    "ip": self.config.public_host if public else "10.0.0.2",
+                    "isIpPublic": public,
                     "privatePort": int(number),
                     "publicPort": self.public_port if http else 40000 + index,
                     "type": "http" if http else "tcp",
@@ -600,6 +771,7 @@ class Farm:
                 "image": pod.image,
                 "ports": pod.ports,
                 "container_disk_gb": pod.container_disk_in_gb,
+                "registry_auth_id": pod.registry_auth_id,
                 "volume_gb": pod.volume_in_gb,
                 "volume_mount_path": pod.volume_mount_path,
                 "network_volume_id": pod.network_volume_id,

@@ -9,6 +9,8 @@ Supported: one query or mutation, fields with aliases, arguments with literal
 values (strings, block strings, numbers, booleans, null, enums, lists, input
 objects), nested selections, ``__typename``. Not supported (answered with an
 error): variables, fragments, directives, several operations in one document.
+
+Length: a lexer, a parser and the schema checks of one small language, each needing the others.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from typing import Any
 
 
 class GraphQLError(Exception):
-    """Answered to the client as ``{"errors": [{"message": ...}]}``."""
+    """Answered as ``{"errors": [{"message": ..., "extensions": {"code": ...}}]}``."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code  # RunPod's extensions.code (SUPPLY_CONSTRAINT, ...), when it sends one
 
 
 class EnumValue(str):

@@ -182,9 +182,18 @@ class SimulatorThread:
         answer = httpx.post(f"{self.url}/sim/faults", json={"faults": faults, "append": append}, timeout=10)
         return answer.raise_for_status().json()["faults"]
 
-    def preempt(self, provider_id: str) -> dict[str, Any]:
-        """The provider takes an interruptible pod back now."""
-        return httpx.post(f"{self.url}/sim/preempt", json={"pod_id": provider_id}, timeout=10).raise_for_status().json()
+    def preempt(self, provider_id: str, *, terminated: bool = False) -> dict[str, Any]:
+        """The provider takes an interruptible pod back now (``terminated``: on the TERMINATED path)."""
+        payload = {"pod_id": provider_id, "terminated": terminated}
+        return httpx.post(f"{self.url}/sim/preempt", json=payload, timeout=10).raise_for_status().json()
+
+    def stop_by_runpod(self, provider_id: str, *, cause: str = "host") -> dict[str, Any]:
+        """RunPod stops a pod itself: "Exited by Runpod" (host, image) or for the balance."""
+        payload = {"pod_id": provider_id, "cause": cause}
+        return httpx.post(f"{self.url}/sim/stop", json=payload, timeout=10).raise_for_status().json()
+
+    def set_balance_empty(self, empty: bool) -> None:
+        httpx.post(f"{self.url}/sim/balance", json={"empty": empty}, timeout=10).raise_for_status()
 
     def set_capacity(self, gpu: str, cloud: str, data_center: str, free: int) -> None:
         payload = {"gpu": gpu, "cloud": cloud, "data_center": data_center, "free": free}

@@ -48,6 +48,7 @@ _DEPLOY_INPUT: dict[str, str] = {
     "env": "[EnvironmentVariableInput]",
     "templateId": "String",
     "networkVolumeId": "String",
+    "containerRegistryAuthId": "String",
     "minDownload": "Int",
     "minUpload": "Int",
 }

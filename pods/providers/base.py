@@ -28,7 +28,19 @@ class AuthFailed(ProviderError):
 
 
 class Transient(ProviderError):
-    """Network fault or 5xx: retry with back-off."""
+    """Network fault, 429 or 5xx: retry with back-off (no sooner than ``retry_after`` seconds,
+    when the provider named a time)."""
+
+    retry_after: float | None = None
+
+
+class BadRequest(ProviderError):
+    """The provider refused this request as it stands (a rule or a value it names): this
+    candidate gives no pod now; the walk goes on to the next."""
+
+
+class Balance(ProviderError):
+    """The account's balance or spending limit refuses new pods: stop booting and alert."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +65,11 @@ class Offer:
 class PodOptions:
     """RunPod's create settings that a pool may set, beyond image, ports and env."""
 
-    container_disk_gb: int | None = None  # None: RunPod's default
+    container_disk_gb: int | None = None  # None: DEFAULT_CONTAINER_DISK_GB, sent for every create
     volume_gb: int = 0
     volume_mount_path: str = "/runpod-volume"
     network_volume_id: str = ""
+    registry_auth_id: str = ""  # RunPod's saved registry credentials for a private image
     allowed_cuda_versions: tuple[str, ...] = ()
     docker_args: str = ""
     ssh: bool = False  # RunPod's SSH service in the pod (off: nothing but the pod's HTTP port)
@@ -83,7 +96,19 @@ class ProviderPod:
     base_url: str = ""  # empty until the provider exposes the port
     cost_per_hr: Decimal = Decimal("0")
     age_seconds: float = 0.0  # since it was created, or since its last status change when stopped
-    stopped: bool = False  # the provider stopped it (an interruptible pod: preempted)
+    stopped: bool = False  # the provider stopped it (why: ``stop_cause``)
+    stop_cause: str = ""  # a StopCause when stopped
+    gone: bool = False  # terminated (still listed for a while, or vanished with an outbid)
+
+
+class StopCause:
+    """Why the provider stopped a pod, as far as it says (RunPod: ``lastStatusChange``)."""
+
+    OUTBID = "outbid"  # an interruptible pod lost its machine to a higher bid: preempted
+    BALANCE = "balance"  # the account ran out of money: every pod stops, and no new one boots
+    PROVIDER = "provider"  # stopped by the provider for another reason (image pull, host fault)
+    USER = "user"  # stopped or terminated by the account (us, or a person with the key)
+    UNKNOWN = "unknown"  # no cause given: for an interruptible pod, possibly preempted
 
 
 class Provider(Protocol):

@@ -24,6 +24,7 @@ a preemption seen while booting) is a call each into pods/services/preemption.py
 from __future__ import annotations
 
 import logging
+import random
 import time
 from datetime import datetime, timedelta
 
@@ -41,6 +42,8 @@ from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, po
 from pods.providers import get_provider
 from pods.providers.base import (
     AuthFailed,
+    BadRequest,
+    Balance,
     NoCapacity,
     Offer,
     PodOptions,
@@ -53,16 +56,17 @@ from pods.providers.base import (
 )
 from pods.services.autostop import autostopped_if_expired, pod_contacted
 from pods.services.lifecycle import pod_end, pod_terminate_later
-from pods.services.preemption import on_demand_floor_unmet, preempted_if_stopped
+from pods.services.preemption import on_demand_floor_unmet, pod_vanished, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
 Stage = Pod.BootStage
 
 UNKNOWN_OFFER_BLOCK_SECONDS = 3600.0
-# A step holds its pod's lease this long: longer than any one step can take (a RunPod call
-# is at most 3 tries of 30 s), so that no second step ever runs beside a create call still
-# out. A step whose worker died leaves it; the pod is due again once it lapses.
+# A step holds its pod's lease this long: longer than any one step can take (a RunPod call,
+# its tries and waits, is at most RUNPOD_CALL_SECONDS, 90 s), so that no second step ever runs
+# beside a create call still out. A step whose worker died leaves it; the pod is due again once
+# it lapses.
 BOOT_STEP_LEASE_SECONDS = float(capacity.PROBE_LOCK_SECONDS)
 # Every candidate left is being probed by other boots: look again this soon.
 PROBED_ELSEWHERE_SECONDS = 0.2
@@ -70,6 +74,12 @@ PROBED_ELSEWHERE_SECONDS = 0.2
 # exists; the others ask the pod whether its model answers.
 PROVIDER_CHECK_POLLS = 5
 LOCAL_POD_POLL_SECONDS = 0.25  # a booting local pod's polls: cheap, in a new user's first job (issue 27)
+# A read the provider could not answer now (429, 5xx, a network fault) is asked again after a
+# back-off that doubles from the poll interval with each step of the stage so far, up to this, with
+# full jitter, and never sooner than a Retry-After: it never ends a boot (review row 13). The
+# stage's own time limit still does.
+TRANSIENT_BACKOFF_MAX_SECONDS = 60.0
+POLLS_AT_FULL_RATE = 10  # a cloud pod's polls in a stage before they spread out (_poll_seconds)
 
 
 class BootFailed(Exception):
@@ -118,8 +128,35 @@ def _step(pod: Pod, token: str) -> None:
         if pod.state != Pod.State.BOOTING:
             raise BootCancelled(f"released while booting ({pod.state})")
         STEPS[stage](pod, provider, token)
+    except Transient as exc:
+        if _stage_past_deadline(pod, stage):
+            _boot_end(pod, provider, BootFailed(f"the provider kept failing past the stage's time limit: {exc}"))
+        else:
+            _transient_later(pod, exc)
     except (BootFailed, ProviderError, PoolConfigError) as exc:
         _boot_end(pod, provider, exc)
+
+
+def _stage_past_deadline(pod: Pod, stage: str) -> bool:
+    """Whether the stage's own time limit has passed (a transient read is asked again until then)."""
+    if stage == Stage.RUNNING:
+        return _past(pod.billed_from or pod.created_at, settings.POD_RUNNING_TIMEOUT_SECONDS)
+    if stage == Stage.MODEL:
+        return _past(pod.stage_started_at, settings.POD_READY_TIMEOUT_SECONDS)
+    return _past(pod.stage_started_at or pod.created_at, settings.POD_CREATE_TIMEOUT_SECONDS)
+
+
+def transient_backoff(polls_in_a_row: int, *, poll: float, retry_after: float | None) -> float:
+    """Seconds before a read that failed transiently is asked again: full jitter over a doubling
+    interval (AWS's "exponential backoff and jitter"), capped, and never under ``retry_after``."""
+    ceiling = min(TRANSIENT_BACKOFF_MAX_SECONDS, poll * 2 ** min(polls_in_a_row, 16))
+    return max(random.uniform(poll, max(poll, ceiling)), retry_after or 0.0)
+
+
+def _transient_later(pod: Pod, exc: Transient) -> None:
+    log.warning("boot of %s: the provider failed a read (%s); asking again later", pod.name, exc)
+    delay = transient_backoff(pod.stage_steps, poll=_poll_seconds(pod), retry_after=exc.retry_after)
+    _next_step(pod.pk, in_seconds=delay)
 
 
 def _boot_end(pod: Pod, provider: Provider, exc: Exception) -> None:
@@ -184,7 +221,8 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
         candidates = [offer for offer in candidates if not offer.interruptible]
     keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
     tried = _tried_in_this_walk(pod)
-    errors = {key: error for key, (outcome, error) in tried.items() if outcome == BootAttempt.Outcome.TRANSIENT}
+    failed = (BootAttempt.Outcome.TRANSIENT, BootAttempt.Outcome.REFUSED)
+    errors = {key: error for key, (outcome, error) in tried.items() if outcome in failed}
     blocked = capacity.blocked_keys(keys)
     probed_elsewhere = 0
     busy_price = None  # the cheapest candidate's whose creates other boots have out right now
@@ -253,7 +291,9 @@ def _create_on(
         created = provider.create(spec)
         # Still ours? If another step took the boot over, that one adopts this pod by its name.
         leases.renew(Pod.objects.filter(pk=pod.pk), token, seconds=BOOT_STEP_LEASE_SECONDS)
-    except (NoCapacity, UnknownOffer, AuthFailed, Transient, ValueError) as exc:
+    except (ProviderError, ValueError) as exc:
+        # Every refusal the provider sorted, and any it did not (a BadRequest): this candidate
+        # gave no pod, the walk goes on (review row 1: an unknown wording failed the boot).
         return _create_refused(pod, provider, key, how, exc, started)
     except BaseException:
         capacity.probe_finish(key, how=how)
@@ -262,6 +302,9 @@ def _create_on(
     _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
     capacity.probe_finish(key, how=how, created=True)
     Alert.resolve(pool=pod.pool, kind=Alert.Kind.AUTH)
+    Alert.objects.filter(pool__provider=pod.pool.provider, kind=Alert.Kind.BALANCE, resolved_at__isnull=True).update(
+        resolved_at=timezone.now()
+    )
     _enter(pod, Stage.RUNNING)
 
 
@@ -281,8 +324,17 @@ def _create_refused(pod: Pod, provider: Provider, key: str, how: str, exc: Excep
         capacity.probe_finish(key, how=how)
         Alert.raise_(pool=pool, kind=Alert.Kind.AUTH, message=f"{provider.name}: {exc}")
         raise BootFailed(f"the provider refused our credentials: {exc}")
+    elif isinstance(exc, Balance):
+        _attempt(pod, key, BootAttempt.Outcome.BALANCE, exc, started)
+        capacity.probe_finish(key, how=how)
+        Alert.raise_(pool=pool, kind=Alert.Kind.BALANCE, message=f"{provider.name}: {exc}")
+        raise BootFailed(f"the provider account's balance refused a pod: {exc}")
     elif isinstance(exc, Transient):
         _attempt(pod, key, BootAttempt.Outcome.TRANSIENT, exc, started)
+        capacity.probe_finish(key, how=how)
+    elif isinstance(exc, BadRequest) or (isinstance(exc, ProviderError) and not isinstance(exc, ValueError)):
+        # Refused in words we do not sort: not this boot's end, and not a verdict for other boots.
+        _attempt(pod, key, BootAttempt.Outcome.REFUSED, exc, started)
         capacity.probe_finish(key, how=how)
     else:  # a value the SDK cannot send safely
         _attempt(pod, key, BootAttempt.Outcome.INVALID, exc, started)
@@ -369,6 +421,8 @@ def _running_step(pod: Pod, provider: Provider, token: str) -> None:
     if (seen is None or seen.stopped) and autostopped_if_expired(pod):
         return  # it stopped itself while no control plane spoke to it: its end, not a failure
     if seen is None:
+        if pod.interruptible:
+            return pod_vanished(pod)  # possibly preempted (an outbid on the TERMINATED path)
         raise BootFailed("the pod went away while booting")
     if preempted_if_stopped(pod, seen):
         return
@@ -384,8 +438,12 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
         seen = provider.get(pod.provider_id)
         if (seen is None or seen.stopped) and autostopped_if_expired(pod):
             return
+        if seen is None and pod.interruptible:
+            return pod_vanished(pod)
         if seen is None:
             raise BootFailed("the pod went away while loading its model")
+        if preempted_if_stopped(pod, seen):
+            return
     else:
         answered, engine = pod_engine_answer(pod.base_url, token=pod.token)
         if answered:
@@ -398,8 +456,14 @@ def _model_step(pod: Pod, provider: Provider, token: str) -> None:
 
 
 def _poll_seconds(pod: Pod) -> float:
-    local = pod.pool.provider == "local"
-    return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS) if local else settings.POD_POLL_SECONDS
+    """A booting pod's next poll: a local pod's at once-ish; a cloud pod's every POD_POLL_SECONDS for
+    the stage's first POLLS_AT_FULL_RATE steps, then twice as far apart each as many steps more, up
+    to POD_POLL_MAX_SECONDS: an image that pulls for minutes is not asked about every second (64
+    boots at 1 s are 64 calls a second, which RunPod answers with 429s; review row 13)."""
+    if pod.pool.provider == "local":
+        return min(settings.POD_POLL_SECONDS, LOCAL_POD_POLL_SECONDS)
+    doublings = min(pod.stage_steps // POLLS_AT_FULL_RATE, 16)
+    return max(settings.POD_POLL_SECONDS, min(settings.POD_POLL_SECONDS * 2**doublings, settings.POD_POLL_MAX_SECONDS))
 
 
 def _asks_the_provider(pod: Pod) -> bool:

@@ -21,10 +21,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from pods import capacity
-from pods.models import Pod, Pool
+from pods.models import Alert, Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
 from pods.providers import get_provider
-from pods.providers.base import Offer, ProviderError, ProviderPod
+from pods.providers.base import Offer, ProviderError, ProviderPod, StopCause
 from pods.services.autostop import autostopped_if_expired
 from pods.services.lifecycle import pod_end
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW_HOURS = 6.0
 PREEMPTED_ERROR = "preempted: the provider took this interruptible pod back"
+STOPPED_FOR_BALANCE = "stopped by the provider: the account's balance ran out"
+STOPPED_BY_PROVIDER = "stopped by the provider (an image that does not pull, or a host fault): not a preemption"
 
 
 def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
@@ -55,13 +57,50 @@ def pod_preempted(*, pod: Pod, at: datetime | None = None) -> bool:
     return True
 
 
-def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> bool:
-    """An interruptible pod the provider stopped (we never stop pods) was preempted, at its last
-    status change: recorded as such. False for any other pod."""
-    if not (pod.interruptible and seen.stopped):
-        return False
-    pod_preempted(pod=pod, at=timezone.now() - timedelta(seconds=seen.age_seconds))
-    return True
+PREEMPTED, STOPPED = "preempted", "stopped"
+
+
+def preempted_if_stopped(pod: Pod, seen: ProviderPod) -> str:
+    """Act on a stop the provider reports, by its cause (``seen.stop_cause``, from RunPod's
+    ``lastStatusChange``): PREEMPTED or STOPPED if the pod ended here, else "":
+
+    - outbid (an interruptible pod; "Outbid:" on the EXITED or TERMINATED path): preempted, at its
+      last status change; a stop that names no cause, on an interruptible pod, as possibly one;
+    - stopped by the provider for the account's balance: the pod fails, and an alert stops new
+      boots (scaler ``_balance_blocked``) until a pod is had again;
+    - stopped by the provider for anything else (an image that does not pull, a host fault): the
+      pod fails with that said, never counted as a preemption (its candidate is not skipped, its
+      pages' attempts are spent: a bad image would otherwise be "preempted" again and again);
+    - stopped by a person with the key: a booting pod fails; a joined one is left to the person.
+    """
+    if not seen.stopped:
+        return ""
+    cause = seen.stop_cause
+    at = timezone.now() - timedelta(seconds=seen.age_seconds)
+    if pod.interruptible and cause in (StopCause.OUTBID, StopCause.UNKNOWN, ""):
+        pod_preempted(pod=pod, at=at)
+        return PREEMPTED
+    if cause == StopCause.BALANCE:
+        Alert.raise_(pool=pod.pool, kind=Alert.Kind.BALANCE, message=f"{pod.name}: {STOPPED_FOR_BALANCE}")
+        pod_end(pod=pod, state=Pod.State.FAILED, error=STOPPED_FOR_BALANCE)
+        return STOPPED
+    if cause in (StopCause.PROVIDER, StopCause.UNKNOWN, StopCause.OUTBID):
+        pod_end(pod=pod, state=Pod.State.FAILED, error=STOPPED_BY_PROVIDER)
+        return STOPPED
+    if pod.state == Pod.State.BOOTING:
+        pod_end(pod=pod, state=Pod.State.FAILED, error="stopped by the account while booting")
+        return STOPPED
+    return ""
+
+
+def pod_vanished(pod: Pod) -> None:
+    """The provider no longer has the pod (nor says why): an interruptible one was possibly preempted
+    (RunPod's outbid on the TERMINATED path leaves the listing at once, review row 5); any other
+    is lost. Either way its pages wait again."""
+    if pod.interruptible:
+        pod_preempted(pod=pod)
+    else:
+        pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
 
 
 def pod_address(*, pod_id: int) -> tuple[str, str] | None:
@@ -89,7 +128,7 @@ def pod_preempted_if_stopped(*, pod_id: int, seen: ProviderPod) -> bool:
         return False
     if seen.stopped and autostopped_if_expired(pod):
         return True
-    return preempted_if_stopped(pod, seen)
+    return bool(preempted_if_stopped(pod, seen))
 
 
 def fleet_before_preemption(pool: Pool, *, now: datetime | None = None) -> int:

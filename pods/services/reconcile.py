@@ -16,7 +16,7 @@ from pods.services import passes
 from pods.services.autostop import autostopped_if_expired
 from pods.services.boot import _save_created, staged
 from pods.services.lifecycle import _terminate_quietly, pod_end
-from pods.services.preemption import preempted_if_stopped
+from pods.services.preemption import PREEMPTED, pod_vanished, preempted_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ class ReconcileResult:
     lost: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     autostopped: list[str] = field(default_factory=list)  # stopped themselves while no control plane ran
+    stopped: list[str] = field(default_factory=list)  # stopped by the provider, not preempted (image, host, balance)
 
 
 def reconcile(*, provider_name: str) -> ReconcileResult:
@@ -69,8 +70,8 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
                 result.terminated.append(seen.name)
             elif seen.stopped and autostopped_if_expired(pod):  # its end, not a failure
                 result.autostopped.append(seen.name)
-            elif preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
-                result.preempted.append(seen.name)
+            elif ended := preempted_if_stopped(pod, seen):  # ended here; the next pass terminates it there
+                (result.preempted if ended == PREEMPTED else result.stopped).append(seen.name)
             continue
         if seen.age_seconds < settings.RECONCILE_GRACE_SECONDS:
             continue  # its create may be saving right now
@@ -91,11 +92,18 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
             if autostopped_if_expired(pod):  # a local pod that stopped itself is gone from the process table
                 result.autostopped.append(pod.name)
                 continue
-            pod_end(pod=pod, state=Pod.State.LOST, error="the provider no longer has this pod")
-            result.lost.append(pod.name)
+            # Not listed is not gone: RunPod's listing lags a create (and an outbid on the TERMINATED
+            # path leaves it at once). The pod's own query says which (review rows 5 and 16).
+            seen = provider.get(provider_id)
+            if seen is not None:
+                if ended := preempted_if_stopped(pod, seen):
+                    (result.preempted if ended == PREEMPTED else result.stopped).append(pod.name)
+                continue
+            pod_vanished(pod)
+            (result.preempted if pod.interruptible else result.lost).append(pod.name)
     if result.adopted:
         transaction.on_commit(passes.pass_request)  # their boots go on from waiting until they run
-    if result.adopted or result.terminated or result.lost or result.preempted or result.autostopped:
+    if result.adopted or result.terminated or result.lost or result.preempted or result.stopped or result.autostopped:
         log.warning("reconcile %s: %s", provider_name, result)
     return result
 

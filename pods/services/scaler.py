@@ -287,7 +287,7 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         else:
             Alert.resolve(pool=pool, kind=Alert.Kind.STALL)
         if to_boot > 0:
-            blocked = stalled or _auth_blocked(pool) or _budget_blocks(pool)
+            blocked = stalled or _auth_blocked(pool) or _balance_blocked(pool) or _budget_blocks(pool)
             if blocked.startswith("budget"):
                 Alert.raise_(pool=pool, kind=Alert.Kind.BUDGET, message=blocked)
             if blocked:
@@ -379,6 +379,17 @@ def shed_tick_step(pool_id: int) -> bool:
         log.warning("reconcile %s failed: %s; ticking on what the database knows", pool.provider, exc)
     pool_tick(pool=pool)
     return True
+
+
+def _balance_blocked(pool: Pool) -> str:
+    """The provider account's balance or spending limit refused a pod lately: no pool of that provider
+    boots until BALANCE_RETRY_SECONDS after the last refusal; then one boot may try (a pod it gets
+    resolves the alert)."""
+    recent = timezone.now() - timezone.timedelta(seconds=settings.BALANCE_RETRY_SECONDS)
+    refused = Alert.objects.filter(
+        pool__provider=pool.provider, kind=Alert.Kind.BALANCE, resolved_at__isnull=True, updated_at__gte=recent
+    ).exists()
+    return "the provider account's balance or spending limit refused a pod (see alerts)" if refused else ""
 
 
 def _auth_blocked(pool: Pool) -> str:

@@ -39,3 +39,11 @@ def test_a_small_storm_through_the_submission_path_loses_nothing_and_leaves_no_p
     figures = run_bench("storm.py", "--small", "--real-path")
     assert_goals(figures, *COUNTED)
     assert figures["pages_by_status"] == {"done": figures["pages"]} and figures["pods_booted"] >= 1
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(420)
+def test_a_small_storm_on_a_simulator_as_hard_as_runpod_loses_nothing_and_no_boot_ends_on_a_transient_read():
+    figures = run_bench("storm.py", "--small", "--realistic")
+    assert_goals(figures, *COUNTED, "no_boot_ended_by_a_transient_read")
+    assert figures["pages_by_status"] == {"done": figures["pages"]}

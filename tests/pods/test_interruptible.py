@@ -7,15 +7,16 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-import runpod
 from django.utils import timezone
+from runpod.api.mutations import pods as pod_mutations
 
 from ocrjobs.models import Document, Job, Page
 from pods import capacity
 from pods.models import Pod, Pool, SpendEntry, pod_name
 from pods.poolconfig import PoolConfigError, parse_config
+from pods.providers import runpod_api
 from pods.providers.base import Offer, PodSpec
-from pods.providers.runpod import RunPodProvider, UnsafeValue, interruptible_query
+from pods.providers.runpod import UnsafeValue, interruptible_query
 from pods.services import forecast, preemption, reconcile, scaler
 from runpodsim import SimConfig
 from runpodsim.config import GpuTypeConfig
@@ -186,7 +187,7 @@ def test_an_on_demand_pod_the_provider_stops_is_not_taken_for_preempted(spot_sim
     pool = spot_pool()
     Pool.objects.filter(pk=pool.pk).update(config={**pool.config, "candidates": [{"gpu_types": [GOOD]}]})
     pod = boot_until_settled(new_pod(Pool.objects.get(pk=pool.pk)).pk)
-    RunPodProvider()._call("stop", runpod.stop_pod, pod.provider_id)
+    runpod_api.graphql(pod_mutations.generate_pod_stop_mutation(pod.provider_id), api_key=KEY)  # "Stopped by User"
     assert reconcile.reconcile(provider_name="runpod").preempted == []
     assert Pod.objects.get(pk=pod.pk).state == Pod.State.READY
 

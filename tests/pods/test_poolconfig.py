@@ -76,6 +76,7 @@ def test_a_boot_on_the_simulator_passes_the_pools_settings_to_create_pod(sim, db
         "image": BASE["image"],
         "ports": "8000/http",
         "container_disk_gb": 40,
+        "registry_auth_id": "",
         "volume_gb": 100,
         "volume_mount_path": "/workspace",
         "network_volume_id": "abc123vol",
@@ -120,19 +121,15 @@ def test_a_pods_page_time_limit_stays_under_runpods_proxy_limit(settings):
 
 
 def _mutation(config: dict) -> str:
-    """The GraphQL the SDK sends to create a pod of a pool with this config."""
+    """The GraphQL sent to create a pod of a pool with this config."""
     from decimal import Decimal
 
-    from runpod.api.mutations.pods import generate_pod_deployment_mutation
-
     from pods.providers.base import Offer, PodSpec
-    from pods.providers.runpod import create_arguments
+    from pods.providers.runpod import create_query
 
     options = parse_config("runpod", {**BASE, **config}).pod_options()
     offer = Offer(gpu_type=GOOD, cloud_type="SECURE", data_center="", cost_per_hr=Decimal("1"))
-    return generate_pod_deployment_mutation(
-        **create_arguments(PodSpec(name="fa-x", lanes=2, offer=offer, image="i:1", options=options))
-    )
+    return create_query(PodSpec(name="fa-x", lanes=2, offer=offer, image="i:1", options=options))
 
 
 def test_pods_are_created_without_ssh_or_a_public_ip_unless_the_pool_asks(settings):
@@ -141,7 +138,7 @@ def test_pods_are_created_without_ssh_or_a_public_ip_unless_the_pool_asks(settin
     plain = _mutation({})
     asked = _mutation({"ssh": True, "public_ip": True})
 
-    assert "startSsh" not in plain and "supportPublicIp: false" in plain
+    assert "startSsh: false" in plain and "supportPublicIp: false" in plain
     assert "startSsh: true" in asked and "supportPublicIp: true" in asked
 
 

@@ -110,7 +110,7 @@ def test_config_file_uses_runpods_field_names(tmp_path: Path) -> None:
         {"gpu_types": [{"id": "A", "capacity": {"SECURE": {"EU-RO-1": -1}}}]},
         {"gpu_types": [{"id": "A", "capacity": {"SPOT": {"EU-RO-1": 1}}}]},
         {"faults": [{"kind": "meteor"}]},
-        {"faults": [{"kind": "http_error", "status": 404}]},
+        {"faults": [{"kind": "http_error", "status": 302}]},
         {"faults": [{"kind": "slow"}]},
     ],
 )
