@@ -82,7 +82,8 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         row = page.locator("tr", has_text=name)
         for suffix in SUFFIXES:
             filename, data = download(page, row.get_by_role("link", name=f".{suffix}", exact=True))
-            assert filename == f"{name.rsplit('.', 1)[0]}.{suffix}"
+            # the searchable PDF is named apart from the original it was made from
+            assert filename == f"{name.rsplit('.', 1)[0]}.{'ocr.pdf' if suffix == 'pdf' else suffix}"
             files[filename] = data
 
     for name, stem in (("report.pdf", "report"), ("note.png", "note")):
@@ -95,7 +96,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         assert markdown.startswith("<!-- page 1 -->")
         assert all(word in markdown for text in texts for word in text.split() if word.isalpha())
         # The searchable PDF's text layer reads as the pages' text, page for page.
-        extracted = text_of(files[f"{stem}.pdf"])
+        extracted = text_of(files[f"{stem}.ocr.pdf"])
         assert len(extracted) == len(texts)
         for got, truth in zip(extracted, texts, strict=True):
             assert accuracy(got, truth) >= 0.99, (got, truth)
