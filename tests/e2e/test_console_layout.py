@@ -65,6 +65,7 @@ def test_every_console_page_fits_a_phone_and_a_desktop_and_is_worked_by_keyboard
     client,
     admin_user,
     local_pool,
+    tmp_path,
 ):
     read = submit(admin_user, {"a-long-report-name-for-a-narrow-screen.pdf": pdf_bytes(PAGES_TRUTH[:1])})
     split(read)
@@ -78,6 +79,8 @@ def test_every_console_page_fits_a_phone_and_a_desktop_and_is_worked_by_keyboard
     split(cancelled)
     client.force_login(admin_user)
     client.post(f"/jobs/{cancelled.pk}/cancel")
+    upload = tmp_path / "one.pdf"
+    upload.write_bytes(pdf_bytes(PAGES_TRUTH[:1]))
     cookie = {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value}
 
     pages = {
@@ -85,6 +88,7 @@ def test_every_console_page_fits_a_phone_and_a_desktop_and_is_worked_by_keyboard
         "job list": "/jobs/",
         "job list, filtered": "/jobs/?q=note&status=partial",
         "new job": "/jobs/new",
+        "new job, its forecast": "/jobs/new",
         "job page": f"/jobs/{read.pk}",
         "partial job page": f"/jobs/{partial.pk}",
         "cancelled job page": f"/jobs/{cancelled.pk}",
@@ -108,6 +112,9 @@ def test_every_console_page_fits_a_phone_and_a_desktop_and_is_worked_by_keyboard
                 if path == f"/jobs/{read.pk}":  # pdf.js draws the page once it is in view
                     page.locator(".viewer-page").first.scroll_into_view_if_needed()
                     page.wait_for_selector(".viewer-page[data-drawn='true']", state="attached")
+                if name == "new job, its forecast":  # files chosen: the form shows its forecast
+                    page.set_input_files("#id_files", str(upload))
+                    page.wait_for_selector("#forecast h3")
                 where = f"{name} at {size['viewport']['width']}"
                 if (overflow := page.evaluate(OVERFLOW)) > 0:
                     problems[f"{where}: scrolls sideways by"] = overflow
