@@ -41,7 +41,8 @@ def test_a_row_names_the_documents_and_shows_progress_pages_cost_and_owner(clien
     assert ">bob<" in row and ">local<" in row
     assert "5 / 5 pages done" in re.sub(r"<[^>]+>", "", row)
     assert 'class="seg seg-done" data-width="100"' in row
-    assert re.search(r'<td class="num">\$[\d.]+</td>', row)  # what it cost, as the dashboard counts it
+    # what it cost, as the dashboard counts it
+    assert re.search(r'<td class="num" data-label="cost">\$[\d.]+</td>', row)
 
 
 def test_the_list_pages_its_jobs_and_says_how_many_there_are(bob, ordinary_user):
