@@ -2,8 +2,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
+from django.templatetags.static import static
 from django.urls import path
 from django.views import defaults
+from django.views.generic import RedirectView
 
 from fleetadmin import metrics, openapi
 from ocrjobs import api as jobs_api
@@ -63,6 +65,8 @@ urlpatterns = [
     path("dashboard/pods", pods_views.dashboard_pods, name="dashboard-pods"),
     path("pods/<int:pod_id>/release", pods_views.pod_release, name="pods-release"),
     path("healthz", healthz, name="healthz"),
+    # Pages name their icon (base.html); this answers what asks the conventional path (the admin's pages).
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True), name="favicon"),
     path("metrics", metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

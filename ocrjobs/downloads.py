@@ -132,7 +132,7 @@ def document_result_pdf(request: HttpRequest, job_id: int, document_id: int) -> 
     if pdf.status == SearchablePdf.Status.FAILED:
         raise ApiError(f"the searchable PDF of document {document.pk} could not be built: {pdf.error}", 409)
     response = _stream(request, outputs.searchable_pdf_chunks(pdf), content_type="application/pdf",
-                       filename=f"{_document_stem(document)}.pdf")  # fmt: skip
+                       filename=f"{_document_stem(document)}.ocr.pdf")  # fmt: skip
     response["X-Pages-Missing"] = str(pdf.pages_missing)  # (pages kept without text: failed, cancelled)
     return response
 
@@ -161,7 +161,7 @@ def job_zip(job: Job) -> ZipStream:
         archive.add(_as_bytes(outputs.document_result_jsonl(document)), f"{stem}.jsonl")
         pdf = getattr(document, "searchable_pdf", None)
         if pdf is not None and pdf.status == SearchablePdf.Status.BUILT:
-            archive.add(outputs.searchable_pdf_chunks(pdf), f"{stem}.pdf", compress_type=ZIP_STORED)
+            archive.add(outputs.searchable_pdf_chunks(pdf), f"{stem}.ocr.pdf", compress_type=ZIP_STORED)
     return archive
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterable
+from datetime import datetime, time, timedelta
 
 from django import forms
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
 from pydantic.fields import FieldInfo
 
 from fleetadmin.api import ApiError
+from ocrjobs.models import Document, Job
 from ocrjobs.schemas import SubmissionFields, SubmissionInvalid, submission_from_form
 from ocrjobs.services.webhooks import check_callback_url
 from pods.models import Pool
@@ -96,3 +100,48 @@ class JobForm(forms.Form):
         except ApiError as exc:
             self.add_error("callback_url", exc.message)
         return cleaned
+
+
+class JobListFilters(forms.Form):
+    """The job list's search and filters (a GET form: the address keeps them, pages included)."""
+
+    q = forms.CharField(required=False, max_length=255, label="Document name",
+                        widget=forms.TextInput(attrs={"type": "search", "placeholder": "part of a name"}))  # fmt: skip
+    status = forms.ChoiceField(required=False, choices=[("", "any")])
+    pool = forms.ChoiceField(required=False, choices=[("", "any")])
+    owner = forms.CharField(required=False, max_length=150, label="Owner", help_text="a username")
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args, staff: bool, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["status"].choices = [("", "any"), *Job.Status.choices]
+        self.fields["pool"].choices = [("", "any"), *((key, key) for key in Pool.objects.order_by("key").values_list("key", flat=True))]  # fmt: skip
+        if not staff:
+            del self.fields["owner"]  # a user sees their own jobs only
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("since") and data.get("until") and data["since"] > data["until"]:
+            raise forms.ValidationError("“From” is after “To”.")
+        return data
+
+    def filter(self, jobs):
+        """``jobs`` narrowed by the cleaned filters (the form must be valid)."""
+        data = self.cleaned_data
+        if data["q"]:
+            jobs = jobs.filter(Exists(Document.objects.filter(job=OuterRef("pk"), name__icontains=data["q"])))
+        if data["status"]:
+            jobs = jobs.filter(status=data["status"])
+        if data["pool"]:
+            jobs = jobs.filter(pool__key=data["pool"])
+        if data.get("owner"):
+            jobs = jobs.filter(owner__username=data["owner"])
+        zone = timezone.get_current_timezone()
+        if data["since"]:
+            jobs = jobs.filter(created_at__gte=datetime.combine(data["since"], time.min, tzinfo=zone))
+        if data["until"]:
+            jobs = jobs.filter(
+                created_at__lt=datetime.combine(data["until"] + timedelta(days=1), time.min, tzinfo=zone)
+            )
+        return jobs

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -12,14 +13,16 @@ from django.views.decorators.http import require_POST
 
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
-from ocrjobs.forms import JobForm
-from ocrjobs.models import Job
+from ocrjobs.forms import JobForm, JobListFilters
+from ocrjobs.models import Document, Job
 from ocrjobs.schemas import job_submit_arguments
+from ocrjobs.selectors import JobProgress
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services import outputs
 from ocrjobs.services.budgets import budget_left
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
+from pods.dashboard import jobs_with_cost
 from pods.services.forecast import job_forecast_again
 from pods.spend import jobs_spend
 
@@ -31,10 +34,30 @@ def _job_for(request: HttpRequest, job_id: int) -> Job:
     return job
 
 
+JOBS_PER_PAGE = 25
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    jobs = selectors.jobs_visible_to(request.user)[:50]
-    return render(request, "ocrjobs/job_list.html", {"jobs": jobs})
+    """The user's jobs (everybody's for staff), newest first, JOBS_PER_PAGE a page, searched by
+    document name and filtered by status, pool, owner and date. A fixed number of queries a page,
+    whatever the number of jobs or documents (tests/ocrjobs/test_job_list.py)."""
+    filters = JobListFilters(request.GET, staff=request.user.is_staff)
+    if not filters.is_valid():
+        context = {"filters": filters, "page": None, "rows": []}
+        return render(request, "ocrjobs/job_list.html", context, status=400)
+    jobs = selectors.jobs_for_list(filters.filter(selectors.jobs_visible_to(request.user)))
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = jobs_with_cost(list(page.object_list), now=timezone.now())
+    names = selectors.first_document_names([row.job.pk for row in rows])
+    for row in rows:
+        row.names = names[row.job.pk]
+        row.more_documents = row.job.documents_count - len(row.names)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"filters": filters, "page": page, "rows": rows, "query": query.urlencode(),
+               "filtered": any(filters.cleaned_data.values())}  # fmt: skip
+    return render(request, "ocrjobs/job_list.html", context)
 
 
 @login_required
@@ -75,13 +98,16 @@ def job_forecast(request: HttpRequest) -> HttpResponse:
 
 def _job_context(job: Job) -> dict:
     counts = job.page_counts()
-    expected = sum(d.page_count for d in job.documents.all())
-    ended = counts["done"] + counts["failed"] + counts["cancelled"]
+    documents = job.documents.all()
+    progress = JobProgress(
+        job=job, expected=sum(d.page_count for d in documents), done=counts["done"], failed=counts["failed"],
+        cancelled=counts["cancelled"], running=counts["running"], pending=counts["pending"], pages_per_s=0,
+        failed_documents=sum(d.status == Document.Status.FAILED for d in documents),
+    )  # fmt: skip
     return {
         "job": job,
-        "counts": counts,
-        "expected_pages": expected,
-        "percent": int(100 * ended / expected) if expected else 0,
+        "progress": progress,
+        "counts": counts,  # pages read with a warning among them
         # Live with the progress (polled): the forecast beside what the job has taken so far.
         "forecast_vs_actual": _forecast_vs_actual(job, counts),
     }
@@ -94,7 +120,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     the next batch as it scrolls."""
     job = _job_for(request, job_id)
     context = _job_context(job)
-    context["documents"] = list(job.documents.select_related("searchable_pdf"))
+    context["documents"] = selectors.documents_for_job_page(job)
     context["deliveries"] = list(job.webhook_deliveries.all())
     context["outputs_statuses"] = outputs.WITH_OUTPUTS
     context["escalated_count"], context["escalations"] = selectors.job_escalations(job)

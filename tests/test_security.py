@@ -39,7 +39,8 @@ from tests.runpod import use_simulator
 from tools.processes import REPO
 
 # The only URL names anybody may call without credentials. Keep it this small.
-PUBLIC = {"healthz", "login", "logout"}
+# (favicon: /favicon.ico, a redirect to the static icon, which any page may ask for, the login page's too)
+PUBLIC = {"healthz", "login", "logout", "favicon"}
 SCOPES = {"read", "submit", "webhooks", "admin"}
 # A token that lacks the scope, for each scope (admin implies submit implies read; webhooks is the
 # signing secret's alone).

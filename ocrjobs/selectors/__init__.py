@@ -44,10 +44,14 @@ from ocrjobs.selectors.demand import (
 )
 from ocrjobs.selectors.jobs import (
     RESULT_ROWS_PER_QUERY,
+    document_state,
     document_text,
+    documents_for_job_page,
+    first_document_names,
     job_escalations,
     job_result_jsonl,
     job_result_txt,
+    jobs_for_list,
     jobs_visible_to,
 )
 from ocrjobs.selectors.status import dispatchers_live, pools_page_totals, pools_pages
@@ -63,7 +67,11 @@ __all__ = [
     "budgeted_jobs_waiting",
     "busy_seconds",
     "dispatchers_live",
+    "document_state",
     "document_text",
+    "documents_for_job_page",
+    "first_document_names",
+    "jobs_for_list",
     "job_progress",
     "job_escalations",
     "job_result_jsonl",

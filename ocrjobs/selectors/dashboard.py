@@ -50,7 +50,7 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     return _trimmed(_owners_jobs(owner_ids=list(owner_ids)), by_owner=True) if owner_ids else []
 
 
-def _jobs_shown():
+def job_rows_read():
     # What the dashboard's rows show, no more: its reads run every second, and each column is a
     # conversion per row (datetimes are parsed in Python on SQLite).
     shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
@@ -62,8 +62,16 @@ def _jobs_shown():
     dollars = SpendEntry._meta.get_field("dollars")
     return jobs.annotate(
         expected_pages=Coalesce(Subquery(pages.values("n")), 0),
+        failed_documents=failed_documents_of(OuterRef("pk")),
         ended_pods_dollars=Coalesce(Subquery(entries.values("d"), output_field=dollars), Decimal(0), output_field=dollars),
     )  # fmt: skip
+
+
+def failed_documents_of(job):
+    """How many of ``job``'s documents failed (an expression: a subquery on the job's row), so that
+    a progress row says "1 document failed" without a read of its own."""
+    failed = Document.objects.filter(job=job, status=Document.Status.FAILED).order_by().values("job")
+    return Coalesce(Subquery(failed.annotate(n=Count("id")).values("n")), 0)
 
 
 _NEWEST_FIRST = [F("created_at").desc(), F("id").desc()]
@@ -112,7 +120,7 @@ def _newest_rows(ids: IdsOf):
     """The rows of ``ids``, active first, newest first: the walks and the rows in one statement
     (IdsOf), a round trip and a plan fewer than a read for each walk."""
     active = Case(When(_LIVE, then=Value(1)), default=Value(0))
-    return _jobs_shown().filter(pk__in=ids).annotate(is_active=active).order_by("-is_active", *_NEWEST_FIRST)
+    return job_rows_read().filter(pk__in=ids).annotate(is_active=active).order_by("-is_active", *_NEWEST_FIRST)
 
 
 def _trimmed(jobs: list[Job], *, by_owner: bool) -> list[Job]:
@@ -181,6 +189,7 @@ class JobProgress:
     cost: Decimal = Decimal(0)
     # {pod id: (seconds its done pages held that pod, the pod's state, $/h, lanes)}
     busy_on_pods: dict[int, tuple] = field(default_factory=dict)
+    failed_documents: int = 0  # documents that could not be split or fetched: no pages of theirs count
 
     @property
     def ended(self) -> int:
@@ -191,6 +200,18 @@ class JobProgress:
         return min(100, int(100 * self.ended / self.expected)) if self.expected else 0
 
     @property
+    def segments(self) -> dict[str, int]:
+        """The bar's widths in percent: pages done, failed and cancelled, each its own segment, so
+        that a cancelled job of 0 pages done shows no done bar. Each is rounded down and the three
+        never add up to more than 100."""
+        widths, left = {}, 100
+        for name in ("done", "failed", "cancelled"):
+            width = min(left, int(100 * getattr(self, name) / self.expected)) if self.expected else 0
+            widths[name] = width
+            left -= width
+        return widths
+
+    @property
     def eta_s(self) -> float | None:
         remaining = self.expected - self.ended
         if self.job.is_finished or remaining <= 0 or self.pages_per_s <= 0:
@@ -199,8 +220,9 @@ class JobProgress:
 
 
 def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
-    """Progress, rate and ETA of each job, in two queries whatever the number of jobs (one for
-    jobs_for_dashboard's, which carry the pages their documents hold); with the
+    """Progress, rate and ETA of each job, in three queries whatever the number of jobs (one for
+    jobs_for_dashboard's and the job list's, which carry the pages their documents hold and their
+    failed documents); with the
     seconds its done pages held each pod and that pod's state and price (``busy_on_pods``), so
     that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend)."""
     now = now or timezone.now()
@@ -215,6 +237,15 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
             Document.objects.filter(job_id__in=ids)
             .values("job_id")
             .annotate(n=Sum("page_count"))
+            .values_list("job_id", "n")
+        )
+    if all(hasattr(job, "failed_documents") for job in jobs):
+        failed_documents = {job.pk: job.failed_documents for job in jobs}
+    else:
+        failed_documents = dict(
+            Document.objects.filter(job_id__in=ids, status=Document.Status.FAILED)
+            .values("job_id")
+            .annotate(n=Count("id"))
             .values_list("job_id", "n")
         )
     rows = _pages_of_jobs(job_ids=ids, since=since)
@@ -240,6 +271,7 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
                 pending=c[Page.Status.PENDING],
                 pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
                 busy_on_pods=busy_on_pods[job.pk],
+                failed_documents=failed_documents.get(job.pk, 0),
             )
         )
     return result

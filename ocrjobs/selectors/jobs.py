@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.selectors.dashboard import job_rows_read
 
 
 def jobs_visible_to(user, scopes: set[str] | None = None):
@@ -85,3 +89,64 @@ def job_escalations(job: Job, *, limit: int = JOB_ESCALATIONS_SHOWN) -> tuple[in
             }
         )  # fmt: skip
     return escalated.count(), rows
+
+
+def document_state(document: Document, pages: dict[str, int]) -> str:
+    """What a person is told of a document on the job page, from its status and its pages' counts
+    (``pages``: {page status: how many}): "splitting", "reading", "done" when every page has text,
+    "partial" when some have, "cancelled" or "failed" when none has. ("split" is a step, not an
+    end: a document read to its last page says "done".)"""
+    if document.status == Document.Status.FAILED:
+        return "failed"
+    if document.status == Document.Status.PENDING:
+        return "splitting"
+    done = pages.get(Page.Status.DONE, 0)
+    if pages.get(Page.Status.PENDING, 0) or pages.get(Page.Status.RUNNING, 0):
+        return "reading"
+    if done and done >= document.page_count:
+        return "done"
+    if done:
+        return "partial"
+    return "cancelled" if pages.get(Page.Status.CANCELLED, 0) and not pages.get(Page.Status.FAILED, 0) else "failed"
+
+
+def documents_for_job_page(job: Job) -> list[Document]:
+    """The job's documents with their searchable PDFs, each with ``state`` (document_state) and
+    ``pages_done``: two queries whatever the number of documents or pages."""
+    documents = list(job.documents.select_related("searchable_pdf"))
+    counts: dict[int, dict[str, int]] = {}
+    rows = job.pages.order_by().values_list("document_id", "status").annotate(n=Count("id"))
+    for document_id, status, n in rows:
+        counts.setdefault(document_id, {})[status] = n
+    for document in documents:
+        pages = counts.get(document.pk, {})
+        document.state = document_state(document, pages)
+        document.pages_done = pages.get(Page.Status.DONE, 0)
+    return documents
+
+
+JOB_LIST_NAMES_SHOWN = 3  # a row names a job's first documents, then "and N more"
+
+
+def jobs_for_list(jobs):
+    """``jobs`` (a filtered queryset) as the job list's rows read them: with what each row shows of
+    its pool and owner, ``expected_pages`` and ``failed_documents`` (as the dashboard's rows carry
+    them, so job_progress reads no documents of its own), ``documents_count`` and
+    ``ended_pods_dollars`` (pods.spend.jobs_spend), newest first."""
+    documents = Document.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Count("id"))
+    return (
+        job_rows_read()
+        .filter(pk__in=jobs.values("pk"))
+        .annotate(documents_count=Coalesce(Subquery(documents.values("n")), 0))
+        .order_by("-created_at", "-id")
+    )
+
+
+def first_document_names(job_ids: list[int]) -> dict[int, list[str]]:
+    """{job id: the names of its first JOB_LIST_NAMES_SHOWN documents}: one read of at most that many
+    rows a job, however many documents the jobs hold."""
+    names: dict[int, list[str]] = {job_id: [] for job_id in job_ids}
+    rows = Document.objects.filter(job_id__in=job_ids, position__lt=JOB_LIST_NAMES_SHOWN).order_by("job_id", "position")
+    for job_id, name in rows.values_list("job_id", "name"):
+        names[job_id].append(name)
+    return names

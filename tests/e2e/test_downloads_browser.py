@@ -24,6 +24,8 @@ from tools.processes import child_env, start_front
 pytestmark = pytest.mark.e2e
 
 SUFFIXES = ("txt", "md", "jsonl", "pdf")
+# what each link's file is saved as: the searchable PDF apart from the original it was made from
+SAVED_AS = {"txt": "txt", "md": "md", "jsonl": "jsonl", "pdf": "ocr.pdf"}
 DOCUMENTS = {"report.pdf": pdf_bytes(PAGES_TRUTH[:2]), "note.png": image_bytes(["A photographed note."])}
 
 
@@ -82,7 +84,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         row = page.locator("tr", has_text=name)
         for suffix in SUFFIXES:
             filename, data = download(page, row.get_by_role("link", name=f".{suffix}", exact=True))
-            assert filename == f"{name.rsplit('.', 1)[0]}.{suffix}"
+            assert filename == f"{name.rsplit('.', 1)[0]}.{SAVED_AS[suffix]}"
             files[filename] = data
 
     for name, stem in (("report.pdf", "report"), ("note.png", "note")):
@@ -95,7 +97,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         assert markdown.startswith("<!-- page 1 -->")
         assert all(word in markdown for text in texts for word in text.split() if word.isalpha())
         # The searchable PDF's text layer reads as the pages' text, page for page.
-        extracted = text_of(files[f"{stem}.pdf"])
+        extracted = text_of(files[f"{stem}.ocr.pdf"])
         assert len(extracted) == len(texts)
         for got, truth in zip(extracted, texts, strict=True):
             assert accuracy(got, truth) >= 0.99, (got, truth)
@@ -114,7 +116,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
         assert archive.testzip() is None
         members = archive.namelist()
         zipped = {member: archive.read(member) for member in members}
-    documents = [f"documents/{stem}.{suffix}" for stem in ("report", "note") for suffix in SUFFIXES]
+    documents = [f"documents/{stem}.{SAVED_AS[suffix]}" for stem in ("report", "note") for suffix in SUFFIXES]
     assert members == ["result.txt", "result.md", "result.jsonl", *documents]
     for member in documents:
         assert zipped[member] == files[member.removeprefix("documents/")], member

@@ -320,7 +320,8 @@ def test_each_documents_downloads(client, submit_token, own_pdf_job):
     assert "<!-- page 2 -->\n\nThree pumps serviced" in b"".join(md.streaming_content).decode()
     assert [json.loads(line)["page"] for line in b"".join(jsonl.streaming_content).splitlines()] == [1, 2]
     assert (
-        pdf["Content-Type"] == "application/pdf" and pdf["Content-Disposition"] == 'attachment; filename="report.pdf"'
+        pdf["Content-Type"] == "application/pdf"
+        and pdf["Content-Disposition"] == 'attachment; filename="report.ocr.pdf"'
     )
     assert text_of(b"".join(pdf.streaming_content))[1] == "Three pumps serviced"
     assert b"".join(job_md.streaming_content).decode().startswith("# report.pdf\n\n<!-- page 1 -->")
@@ -347,11 +348,11 @@ def test_the_zip_streams_in_parts_and_holds_every_output(client, submit_token, o
     assert len(parts) > 3  # sent as it is written, not made whole first
     archive = zipfile.ZipFile(io.BytesIO(b"".join(parts)))
     assert sorted(archive.namelist()) == [
-        "documents/report.jsonl", "documents/report.md", "documents/report.pdf", "documents/report.txt",
+        "documents/report.jsonl", "documents/report.md", "documents/report.ocr.pdf", "documents/report.txt",
         "result.jsonl", "result.md", "result.txt",
     ]  # fmt: skip
     assert archive.read("documents/report.txt").decode().endswith("Three pumps serviced")
-    assert text_of(archive.read("documents/report.pdf"))[0].startswith("Water levels rose")
+    assert text_of(archive.read("documents/report.ocr.pdf"))[0].startswith("Water levels rose")
 
 
 @pytest.mark.parametrize("path", ["outputs.zip", "result.md", "documents/{document}/result.pdf"])
