@@ -310,8 +310,10 @@ OCR_MAX_IMAGE_PIXELS = envint("OCR_MAX_IMAGE_PIXELS", 100_000_000, minimum=1)
 OCR_RENDER_DPI = envint("OCR_RENDER_DPI", 200, minimum=50)
 # Pixels of one document, summed over its pages or frames (issue 38, N2): a TIFF of 3,000 blank
 # 100-megapixel frames is 10 MB on disk and 300 gigapixels to read or draw. 3,000 letter pages
-# at 300 DPI are 25 gigapixels.
-OCR_MAX_DOCUMENT_PIXELS = envint("OCR_MAX_DOCUMENT_PIXELS", 30_000_000_000, minimum=1)
+# at 300 DPI are 25 gigapixels: by default 10 megapixels a page of the most pages a document may
+# have (30 gigapixels at 3,000 pages), so that a deployment that takes longer documents takes
+# their pixels too.
+OCR_MAX_DOCUMENT_PIXELS = envint("OCR_MAX_DOCUMENT_PIXELS", 10_000_000 * OCR_MAX_PAGES_PER_DOCUMENT, minimum=1)
 # The job page's viewer: pages whose confidence (0-100) is under this are listed first, "to check".
 VIEWER_CONFIDENCE_THRESHOLD = envfloat("VIEWER_CONFIDENCE_THRESHOLD", 80.0, minimum=0.0)
 # A page read at a confidence (0-100) under this carries a warning: the job, the API and the CLI's
