@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from ocrjobs import selectors
@@ -108,24 +108,40 @@ def jobs_spend(
     for job_id, dollars in entries.items():
         if job_id in spend:
             spend[job_id] += dollars
-    if busy_on_pods is None:
-        busy_on_pods = _busy_on_live_pods(list(spend))
-    for job_id, pods in busy_on_pods.items():
-        for seconds, state, cost_per_hr, lanes in pods.values():
-            if state in Pod.ALIVE_STATES and cost_per_hr and lanes:
-                spend[job_id] += _lane_share(cost_per_hr, lanes, seconds)
+    for job_id, dollars in live_shares(list(spend), busy_on_pods=busy_on_pods).items():
+        spend[job_id] += dollars
     return spend
 
 
-def _busy_on_live_pods(job_ids: list[int]) -> dict[int, dict[int, tuple]]:
-    busy = selectors.busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=job_ids)
+def live_shares(
+    job_ids: Iterable[int] | QuerySet,
+    *,
+    busy_on_pods: dict[int, dict[int, tuple]] | None = None,
+    per: str = "job_id",
+) -> dict[int, Decimal]:
+    """{job id: its shares of the live pods that served it}, for the jobs that live pods served
+    (the rest are left out). ``job_ids`` may be a queryset of ids: it stays a subquery; with
+    ``per="job__owner_id"`` the shares are summed by the jobs' owner in the database, so the read
+    costs the same whatever the number of jobs (a user's jobs of the day: ocrjobs.selectors.budgets)."""
+    if busy_on_pods is None:
+        busy_on_pods = _busy_on_live_pods(job_ids, per=per)
+    shares: dict[int, Decimal] = {}
+    for key, pods in busy_on_pods.items():
+        for seconds, state, cost_per_hr, lanes in pods.values():
+            if state in Pod.ALIVE_STATES and cost_per_hr and lanes:
+                shares[key] = shares.get(key, Decimal(0)) + _lane_share(cost_per_hr, lanes, seconds)
+    return shares
+
+
+def _busy_on_live_pods(job_ids: Iterable[int] | QuerySet, *, per: str = "job_id") -> dict[int, dict[int, tuple]]:
+    busy = selectors.busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=job_ids, per=per)
     served = {pod_id for pod_id, _ in busy}
     pods = Pod.objects.filter(pk__in=served).values_list("pk", "state", "cost_per_hr", "lanes") if served else []
     about = {pk: (state, cost_per_hr, lanes) for pk, state, cost_per_hr, lanes in pods}
     result: dict[int, dict[int, tuple]] = {}
-    for (pod_id, job_id), seconds in busy.items():
+    for (pod_id, key), seconds in busy.items():
         if pod_id in about:  # (a pod that ended between the two reads: its entries count next time)
-            result.setdefault(job_id, {})[pod_id] = (seconds, *about[pod_id])
+            result.setdefault(key, {})[pod_id] = (seconds, *about[pod_id])
     return result
 
 

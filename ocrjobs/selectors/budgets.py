@@ -11,18 +11,18 @@ they cost together stops growing past it but for the pods already up.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import Budget
 from ocrjobs.models import Job, Page
-from pods.spend import jobs_spend
+from pods.models import SpendEntry
+from pods.spend import live_shares
 
 WINDOW = timezone.timedelta(hours=24)
 
@@ -47,14 +47,19 @@ def window_jobs(owner_ids: Iterable[int]) -> Q:
 
 
 def days_spent(owner_ids: Iterable[int]) -> dict[int, Decimal]:
-    """What each owner's jobs of the window have cost so far."""
+    """What each owner's jobs of the window have cost so far: the entries of ended pods summed by
+    owner in the database, and the live pods' shares of the jobs they served. The window's jobs
+    stay a subquery, so a submission's check costs the same however many jobs its owner ran
+    today (reading each of them cost an API user of one document a job more with every job)."""
     owner_ids = list(owner_ids)
-    spent: dict[int, Decimal] = defaultdict(Decimal, dict.fromkeys(owner_ids, Decimal(0)))
-    jobs = list(Job.objects.filter(window_jobs(owner_ids)).values_list("pk", "owner_id"))
-    by_job = jobs_spend(pk for pk, _ in jobs)
-    for pk, owner in jobs:
-        spent[owner] += by_job[pk]
-    return dict(spent)
+    spent: dict[int, Decimal] = dict.fromkeys(owner_ids, Decimal(0))
+    window = Job.objects.filter(window_jobs(owner_ids)).values("pk")
+    entries = SpendEntry.objects.filter(job_id__in=window).values("job__owner_id").annotate(dollars=Sum("dollars"))
+    for owner, dollars in entries.values_list("job__owner_id", "dollars"):
+        spent[owner] += dollars
+    for owner, dollars in live_shares(window, per="job__owner_id").items():
+        spent[owner] += dollars
+    return spent
 
 
 def jobs_past_owners_day(pool_id: int) -> list[int]:

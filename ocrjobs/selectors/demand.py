@@ -144,25 +144,28 @@ def pool_pages_not_split(pool_id: int, *, exclude_jobs: Iterable[int] = ()) -> i
 
 
 def busy_seconds(
-    *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None
+    *, pod_ids: Iterable[int], job_ids: Iterable[int] | None = None, since: datetime | None = None, per: str = "job_id"
 ) -> dict[tuple[int, int], float]:
     """{(pod id, job id): seconds} the pods held a lane for the done pages of each job (finished
-    since ``since``): what a job's share of a pod is priced on."""
+    since ``since``): what a job's share of a pod is priced on. ``per="job__owner_id"``: by the
+    jobs' owner instead (a user's day, ocrjobs.selectors.budgets)."""
     pod_ids = pod_ids if isinstance(pod_ids, QuerySet) else list(pod_ids)  # a queryset stays a subquery
+    if job_ids is not None:
+        job_ids = job_ids if isinstance(job_ids, QuerySet) else list(job_ids)  # so does this one
     pages = Page.objects.filter(pod_id__in=pod_ids, status=Page.Status.DONE, seconds__isnull=False)
     if job_ids is not None:
-        pages = pages.filter(job_id__in=list(job_ids))
+        pages = pages.filter(job_id__in=job_ids)
     if since is not None:
         pages = pages.filter(finished_at__gte=since)
-    rows = pages.values("pod_id", "job_id").annotate(busy=Sum("seconds")).values_list("pod_id", "job_id", "busy")
-    busy = {(pod_id, job_id): busy for pod_id, job_id, busy in rows}
+    rows = pages.values("pod_id", per).annotate(busy=Sum("seconds")).values_list("pod_id", per, "busy")
+    busy = {(pod_id, key): busy for pod_id, key, busy in rows}
     # Escalated pages: the first pool's reading is its pod's busy time (spend per stage).
     firsts = Page.objects.filter(first_pod_id__in=pod_ids, first_seconds__isnull=False)
     if job_ids is not None:
-        firsts = firsts.filter(job_id__in=list(job_ids))
+        firsts = firsts.filter(job_id__in=job_ids)
     if since is not None:
         firsts = firsts.filter(escalated_at__gte=since)
-    rows = firsts.values("first_pod_id", "job_id").annotate(busy=Sum("first_seconds"))
-    for pod_id, job_id, seconds in rows.values_list("first_pod_id", "job_id", "busy"):
-        busy[(pod_id, job_id)] = busy.get((pod_id, job_id), 0.0) + seconds
+    rows = firsts.values("first_pod_id", per).annotate(busy=Sum("first_seconds"))
+    for pod_id, key, seconds in rows.values_list("first_pod_id", per, "busy"):
+        busy[(pod_id, key)] = busy.get((pod_id, key), 0.0) + seconds
     return busy

@@ -300,3 +300,45 @@ def test_the_form_shows_a_users_daily_budget_and_what_is_left(client, ordinary_u
     assert "Your daily budget: $25.00; $25.00 left" in client.get("/jobs/new").content.decode()
     client.force_login(admin_user)
     assert "Your daily budget" not in client.get("/jobs/new").content.decode()
+
+
+def test_a_users_day_counts_their_shares_of_live_pods_and_reads_no_job_list(ordinary_user, outsider, local_pool):
+    # The day is what ended pods' entries charged the owner's jobs plus their shares of live pods,
+    # summed without reading the owner's jobs into a list: a check costs the same on a user's
+    # thousandth job of the day as on their first (an API user may send one document a job).
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ocrjobs.models import Page
+    from ocrjobs.selectors.budgets import days_spent
+    from tests.factories import image_bytes
+    from tests.ocrjobs.helpers import split, submit
+
+    # $3.60 an hour on 2 lanes: $0.0005 a lane-second, $0.05 for a page's 100 s.
+    live = Pod.objects.create(
+        pool=local_pool, name="fa-live", state=Pod.State.READY, cost_per_hr=Decimal("3.60"), lanes=2
+    )
+    mine = [submit(ordinary_user, {f"{n}.png": image_bytes(["a line"])}) for n in range(6)]
+    theirs = submit(outsider, {"x.png": image_bytes(["a line"])})
+    for job in [*mine, theirs]:
+        split(job)
+        Page.objects.filter(job=job).update(
+            status=Page.Status.DONE, pod=live, seconds=100.0, finished_at=timezone.now()
+        )
+    _spent(mine[0], "1.25")
+    _spent(theirs, "7")
+
+    with CaptureQueriesContext(connection) as queries:
+        spent = days_spent([ordinary_user.pk])
+
+    assert spent == {ordinary_user.pk: Decimal("1.25") + 6 * Decimal("0.05")}
+    assert days_spent([outsider.pk]) == {outsider.pk: Decimal("7.05")}
+    job_ids = {str(job.pk) for job in mine}
+    listed = [q["sql"] for q in queries.captured_queries if "IN (" in q["sql"] and job_ids <= set(_numbers(q["sql"]))]
+    assert not listed, f"the check read the owner's jobs into a list: {listed}"
+
+
+def _numbers(sql: str) -> list[str]:
+    import re
+
+    return re.findall(r"\d+", sql)
