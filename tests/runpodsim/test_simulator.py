@@ -506,6 +506,24 @@ def test_a_virtual_pod_keeps_documents_and_answers_409_for_one_it_lacks(small_ca
     assert httpx.get(f"{base}/v1/models").json()["documents"] == {"count": 1, "bytes": 100, "capacity_bytes": 250}
 
 
+def test_every_put_checks_a_documents_bytes_against_its_name(small_cache: SimulatorThread) -> None:
+    # A body already checked (by any virtual pod) is compared byte for byte rather than hashed
+    # again (256 pods hash on the simulator's one core): a tampered copy under its name is refused.
+    sim = small_cache
+    pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
+    base = f"{sim.url}/pods/{pod_id}"
+    body = png_like(7)
+
+    first = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body)
+    forged = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body[:-1] + b"\1")
+    short = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body[:-1])
+    again = httpx.put(f"{base}/v1/documents/{sha(body)}", content=body)
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert (forged.status_code, forged.json()) == (400, {"error": "the body's sha256 is not its name"})
+    assert short.status_code == 400
+
+
 def test_a_virtual_pods_cache_evicts_the_least_recently_used_document(small_cache: SimulatorThread) -> None:
     sim = small_cache
     pod_id = post(sim, deploy_query(cloud="SECURE")).json()["data"]["podFindAndDeployOnDemand"]["id"]
