@@ -85,7 +85,7 @@ def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
             pdf_page = pdf[page - 1]
             try:
                 width, height = pdf_page.get_size()
-                dpi = fitting_dpi(width, height, dpi)
+                dpi = fitting_dpi(width, height, scan_dpi(pdf_page, width, height, dpi))
                 bitmap = pdf_page.render(scale=dpi / 72, grayscale=True)
                 img = bitmap.to_pil()
                 img.load()
@@ -105,6 +105,37 @@ RENDER_DPI = "render_dpi"
 def pixels_at(width_pt: float, height_pt: float, dpi: int) -> int:
     """Pixels of a page of ``width_pt`` × ``height_pt`` points rendered at ``dpi``."""
     return round(width_pt * dpi / 72) * round(height_pt * dpi / 72)
+
+
+# A small page holding a fine scan is rendered at its image's own resolution when that is finer than
+# the DPI asked for (a 1.7-inch page holding a 2,400-DPI image read at 200 DPI is 334 pixels wide:
+# unreadable), up to the pixels of a Letter page at the DPI asked for: a page never costs the engine
+# more than an ordinary one because of it (a 300-DPI scan of a Letter page stays at the DPI asked).
+# Images that cover less than SCAN_MIN_SHARE of the page (a logo, a signature) do not count; pages of
+# more than SCAN_MAX_OBJECTS objects (vector drawings) are not searched for one.
+LETTER_INCHES = (8.5, 11.0)
+SCAN_MIN_SHARE = 0.1
+SCAN_MAX_OBJECTS = 2_000
+
+
+def scan_dpi(pdf_page: pdfium.PdfPage, width_pt: float, height_pt: float, dpi: int) -> int:
+    """``dpi``, or the resolution of the image that covers most of the page when it is finer,
+    within the pixels of a Letter page at ``dpi``."""
+    page_area = width_pt * height_pt
+    if page_area <= 0 or pdfium.raw.FPDFPage_CountObjects(pdf_page) > SCAN_MAX_OBJECTS:
+        return dpi
+    largest, image_dpi = 0.0, 0.0
+    for image in pdf_page.get_objects(filter=[pdfium.raw.FPDF_PAGEOBJ_IMAGE], max_depth=2):
+        left, bottom, right, top = image.get_bounds()
+        area = (right - left) * (top - bottom)
+        if area > largest:
+            px_width, px_height = image.get_px_size()
+            largest, image_dpi = area, 72 * (px_width * px_height / area) ** 0.5
+    if largest < SCAN_MIN_SHARE * page_area or image_dpi <= dpi:
+        return dpi
+    letter_pixels = LETTER_INCHES[0] * LETTER_INCHES[1] * dpi * dpi
+    ceiling = int(72 * (letter_pixels / page_area) ** 0.5)
+    return max(dpi, min(round(image_dpi), ceiling))
 
 
 def fitting_dpi(width_pt: float, height_pt: float, dpi: int) -> int:
