@@ -1,4 +1,5 @@
-"""Shared set-up for benchmarks: a throw-away database (SQLite, or DATABASE_URL) and Django.
+"""Shared set-up for benchmarks: a throw-away database (SQLite, or DATABASE_URL) and Django, and
+the session every benchmark runs in (``bench_session``).
 
 The processes a benchmark starts (front, workers, simulator) come from tools/processes.py, as
 the tests' do.
@@ -6,14 +7,88 @@ the tests' do.
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import contextlib
+import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from tools.processes import REPO
+from tools.processes import REPO, Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
+
+
+@contextlib.contextmanager
+def bench_session(
+    name: str,
+    *,
+    database_url: str = "",
+    simulator: dict | None = None,
+    api_key: str = "",
+    env: dict[str, str] | None = None,
+    release_pods: bool = False,
+) -> Iterator[tuple[Children, str]]:
+    """The benchmark's processes and database: yields (its children, the simulator's URL or "").
+    SIGTERM ends it through the finally (children stopped); ``simulator`` (a runpodsim config) is
+    started first and the control plane pointed at it with ``api_key``; ``env`` is set beside a
+    queue cluster name of its own; ``release_pods``: its local pods are released at the end (they
+    run in sessions of their own: stopping the workers leaves them up). The logs' folder is
+    printed last."""
+    raise_on_sigterm()
+    children = Children(Path(tempfile.mkdtemp(prefix=f"fleetadmin-bench-{name}-logs-")))
+    try:
+        sim_url = ""
+        if simulator is not None:
+            sim, sim_url = start_simulator(simulator, children.log_dir, own_session=False)
+            children.add(sim)
+            point_at_simulator(sim_url, api_key)
+        os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}", **(env or {}))
+        django_for_bench(name, database_url=database_url)
+        yield children, sim_url
+    finally:
+        children.stop_all()
+        if release_pods:
+            release_local_pods()
+        print(f"logs: {children.log_dir}", file=sys.stderr)
+
+
+def parse_sized(parser: argparse.ArgumentParser, small: dict) -> argparse.Namespace:
+    """The benchmark's arguments, with ``--small`` (CI's size: ``small``'s values) and ``--database-url``."""
+    parser.add_argument("--small", action="store_true", help="CI's size: " + json.dumps(small))
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
+    args = parser.parse_args()
+    if args.small:
+        for key, value in small.items():
+            setattr(args, key, value)
+    return args
+
+
+def front_and_workers(children: Children):
+    """A front and workers on the benchmark's database, as children: (front, workers, an httpx
+    client of the front). This process's connection is closed first (SQLite: one writer)."""
+    import httpx
+    from django.db import connection
+
+    env = child_env()
+    connection.close()
+    front, front_url = start_front(env, children.log_dir, own_session=False)
+    children.add(front)
+    workers = children.add(start_workers(env, children.log_dir, own_session=False))
+    return front, workers, httpx.Client(base_url=front_url, timeout=60)
+
+
+def raise_on_sigterm() -> None:
+    """SIGTERM ends the benchmark through its finally blocks (children are stopped)."""
+
+    def handler(signum, frame):
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def django_for_bench(name: str, *, database_url: str = "") -> Path:

@@ -43,17 +43,15 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
-from bench._setup import django_for_bench, release_local_pods
-from bench.control_plane import CpuMeter, raise_on_sigterm
-from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
+from bench._setup import bench_session
+from bench.control_plane import CpuMeter
+from tools.processes import Children, child_env, start_front, start_workers
 
 API_KEY = "bench-key"
 GPU = "BUSY-GPU"
@@ -145,20 +143,9 @@ def main() -> None:
     parser.add_argument("--q-workers", type=int, default=0, help="short-task workers (default: the setting's)")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    raise_on_sigterm()
-    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-busy-workers-logs-"))
-    children = Children(log_dir)
-    try:
-        sim, url = start_simulator(sim_config(args), log_dir, own_session=False)
-        children.add(sim)
-        point_at_simulator(url, API_KEY)
-        os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("busy-workers", database_url=args.database_url)
+    with bench_session("busy-workers", database_url=args.database_url, simulator=sim_config(args), api_key=API_KEY,
+                       release_pods=True) as (children, _):  # fmt: skip
         run(args, children)
-    finally:
-        children.stop_all()
-        release_local_pods()  # in sessions of their own: stopping the workers leaves them up
-        print(f"logs: {log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children) -> None:

@@ -49,24 +49,19 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, per_unit, within_ceiling
-from bench._setup import django_for_bench
+from bench._setup import bench_session
 from tools.processes import (
     Children,
     child_env,
-    point_at_simulator,
     start_front,
-    start_simulator,
     start_workers,
     wait_for,
 )
@@ -107,15 +102,6 @@ LABELS = {"/healthz": "healthz", "/v1/runpod/status": "status"}
 # They come from tools/processes.py, as the tests' do. Each child leads a process group of its own
 # in this process's session (own_session=False: see there why), so the workers never outlive the
 # benchmark, whatever happens.
-
-
-def raise_on_sigterm() -> None:
-    """SIGTERM ends the benchmark through its finally blocks (children are stopped)."""
-
-    def handler(signum, frame):
-        raise SystemExit(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def sim_get(url: str, path: str) -> dict:
@@ -287,19 +273,9 @@ def main() -> None:
     if not args.pages:
         # What the fleet drains in ~3 minutes: set-up, the probe and a margin, never running dry.
         args.pages = int(args.pods * args.lanes / max(args.latency, 0.01) * 180)
-    raise_on_sigterm()
-    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-control-plane-logs-"))
-    children = Children(log_dir)
-    try:
-        sim, url = start_simulator(sim_config(args), log_dir, own_session=False)
-        children.add(sim)
-        point_at_simulator(url, API_KEY)
-        os.environ.update(DISPATCH_MAX_SECONDS="3600", Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("control-plane", database_url=args.database_url)
+    with bench_session("control-plane", database_url=args.database_url, simulator=sim_config(args), api_key=API_KEY,
+                       env={"DISPATCH_MAX_SECONDS": "3600"}) as (children, url):  # fmt: skip
         run(args, children, url)
-    finally:
-        children.stop_all()
-        print(f"logs: {log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children, sim_url: str) -> None:

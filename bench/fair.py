@@ -42,17 +42,14 @@ import http.server
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import uuid
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
-from bench._setup import django_for_bench
-from bench.control_plane import CpuMeter, raise_on_sigterm
-from tools.processes import Children, child_env, start_front, start_workers
+from bench._setup import bench_session, front_and_workers, parse_sized
+from bench.control_plane import CpuMeter
+from tools.processes import Children
 
 RATIO_GOAL = 2.0
 REBUILD_EVERY_SECONDS = 0.5
@@ -112,25 +109,12 @@ def main() -> None:
     parser.add_argument("--frame-side", type=int, default=5000, help="pixels a side of each frame")
     parser.add_argument("--fetch-timeout", type=float, default=10.0, help="URL_FETCH_TIMEOUT_SECONDS of the children")
     parser.add_argument("--webhook-timeout", type=float, default=5.0, help="WEBHOOK_TIMEOUT_SECONDS of the children")
-    parser.add_argument("--small", action="store_true", help="CI's size: " + json.dumps(SMALL))
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
-    args = parser.parse_args()
-    if args.small:
-        for key, value in SMALL.items():
-            setattr(args, key, value)
-    raise_on_sigterm()
-    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-fair-logs-"))
-    children = Children(log_dir)
-    os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}", URL_FETCH_ALLOW_PRIVATE="true",
-                      URL_FETCH_TIMEOUT_SECONDS=f"{args.fetch_timeout:g}",
-                      WEBHOOK_TIMEOUT_SECONDS=f"{args.webhook_timeout:g}",
-                      OUTPUT_REBUILDS_PER_HOUR=str(max(10, args.rebuilds * 2)))  # fmt: skip
-    try:
-        django_for_bench("fair", database_url=args.database_url)
+    args = parse_sized(parser, SMALL)
+    env = {"URL_FETCH_ALLOW_PRIVATE": "true", "URL_FETCH_TIMEOUT_SECONDS": f"{args.fetch_timeout:g}",
+           "WEBHOOK_TIMEOUT_SECONDS": f"{args.webhook_timeout:g}",
+           "OUTPUT_REBUILDS_PER_HOUR": str(max(10, args.rebuilds * 2))}  # fmt: skip
+    with bench_session("fair", database_url=args.database_url, env=env) as (children, _):
         run(args, children)
-    finally:
-        children.stop_all()
-        print(f"logs: {log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children) -> None:
@@ -155,12 +139,8 @@ def run(args, children: Children) -> None:
                                                            scopes=["submit", "read"])[1]}  # fmt: skip
     document = pdf_bytes([[WORDS]])
     server = VictimServer(document)
-    env = child_env()
-    connection.close()
-    front, front_url = start_front(env, children.log_dir, own_session=False)
-    children.add(front)
-    workers = children.add(start_workers(env, children.log_dir, own_session=False))
-    api = httpx.Client(base_url=front_url, timeout=60)
+    front, workers, api = front_and_workers(children)
+    front_url = str(api.base_url).rstrip("/")
 
     def until(predicate, seconds: float, what: str, every: float = 0.1):
         deadline = time.monotonic() + seconds

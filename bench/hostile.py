@@ -53,17 +53,15 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import uuid
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
-from bench._setup import django_for_bench, release_local_pods
-from bench.control_plane import CpuMeter, raise_on_sigterm, run_probe
-from tools.processes import Children, child_env, start_front, start_workers
+from bench._setup import bench_session, front_and_workers, parse_sized
+from bench._swarm import ClientSwarm, status_of
+from bench.control_plane import CpuMeter, run_probe
+from tools.processes import Children
 
 RATIO_GOAL = 1.5
 EXTRA_GOAL_S = 5.0
@@ -93,42 +91,24 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-class SlowClients:
+class SlowClients(ClientSwarm):
     """``count`` unauthenticated clients against the front, each trickling a byte every
     SLOW_BYTE_SECONDS on a connection of its own (even ones: a GET's headers; odd ones: a 1 MB
     POST's body), connecting again a second after the front cuts one off. On an event loop of
     its own thread; counts connections, the answers the front gave them and closes without one."""
 
     def __init__(self, host: str, port: int, count: int):
-        self.host, self.port, self.count = host, port, count
-        self.stop = threading.Event()
+        super().__init__(host, port, count)
         self.connections = 0
         self.connected_now = 0
         self.answers: dict[str, int] = {}
         self.closed = 0
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._all()), daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
+    def _reset(self, n: int) -> None:
+        self.closed += 1
 
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
-
-    async def _all(self) -> None:
-        await asyncio.gather(*(self._client(n) for n in range(self.count)))
-
-    async def _client(self, n: int) -> None:
-        await asyncio.sleep(n * 0.01)  # not all in the same instant
-        while not self.stop.is_set():
-            try:
-                await self._one(n % 2 == 1)
-            except OSError:
-                self.closed += 1
-            if not self.stop.is_set():
-                await asyncio.sleep(1.0)
-
-    async def _one(self, body: bool) -> None:
+    async def _one(self, n: int) -> None:
+        body = n % 2 == 1
         reader, writer = await asyncio.open_connection(self.host, self.port)
         self.connections += 1
         self.connected_now += 1
@@ -151,7 +131,7 @@ class SlowClients:
                     await writer.drain()
                     continue
                 if answer:
-                    status = answer.split(b" ", 2)[1].decode(errors="replace") if answer.startswith(b"HTTP/") else "?"
+                    status = status_of(answer, "?")
                     self.answers[status] = self.answers.get(status, 0) + 1
                 else:
                     self.closed += 1
@@ -167,24 +147,10 @@ def main() -> None:
     parser.add_argument("--url-documents", type=int, default=6, help="URL documents on trickling hosts")
     parser.add_argument("--fetch-timeout", type=float, default=15.0, help="URL_FETCH_TIMEOUT_SECONDS of the children")
     parser.add_argument("--probes", type=int, default=300, help="GETs of /healthz in each phase")
-    parser.add_argument("--small", action="store_true", help="CI's size: " + json.dumps(SMALL))
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
-    args = parser.parse_args()
-    if args.small:
-        for key, value in SMALL.items():
-            setattr(args, key, value)
-    raise_on_sigterm()
-    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-hostile-logs-"))
-    children = Children(log_dir)
-    os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}", URL_FETCH_ALLOW_PRIVATE="true",
-                      URL_FETCH_TIMEOUT_SECONDS=f"{args.fetch_timeout:g}")  # fmt: skip
-    try:
-        django_for_bench("hostile", database_url=args.database_url)
+    args = parse_sized(parser, SMALL)
+    env = {"URL_FETCH_ALLOW_PRIVATE": "true", "URL_FETCH_TIMEOUT_SECONDS": f"{args.fetch_timeout:g}"}
+    with bench_session("hostile", database_url=args.database_url, env=env, release_pods=True) as (children, _):
         run(args, children)
-    finally:
-        children.stop_all()
-        release_local_pods()  # in sessions of their own: stopping the workers leaves them up
-        print(f"logs: {log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children) -> None:
@@ -206,12 +172,8 @@ def run(args, children: Children) -> None:
     submit = {"Authorization": f"Bearer {ApiToken.issue(user=user, name='bench', scopes=['submit', 'read'])[1]}"}
     admin = {"Authorization": f"Bearer {ApiToken.issue(user=user, name='bench', scopes=['admin'])[1]}"}
     document = pdf_bytes([[WORDS]])
-    env = child_env()
-    connection.close()
-    front, front_url = start_front(env, children.log_dir, own_session=False)
-    children.add(front)
-    workers = children.add(start_workers(env, children.log_dir, own_session=False))
-    api = httpx.Client(base_url=front_url, timeout=60)
+    front, workers, api = front_and_workers(children)
+    front_url = str(api.base_url).rstrip("/")
 
     def alive() -> None:
         for child in (workers, front):

@@ -43,18 +43,16 @@ import queue
 import random
 import struct
 import sys
-import tempfile
 import threading
 import time
 import uuid
 import zlib
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, per_unit, within_ceiling
-from bench._setup import django_for_bench
-from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm, sim_get
-from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
+from bench._setup import bench_session
+from bench.control_plane import API_KEY, CpuMeter, sim_get
+from tools.processes import Children, child_env, start_front, start_workers
 
 GPU = "INGEST-GPU"
 # Issue 37's goals on an idle 2-core machine, with no PDF asked for (with --pdf, pages/s is to stay
@@ -172,18 +170,11 @@ def main() -> None:
                              "by the outputs workers, then the wait until every one is")  # fmt: skip
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    raise_on_sigterm()
-    children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-ingest-logs-")))
-    try:
-        sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
-        children.add(sim)
-        point_at_simulator(url, API_KEY)
-        os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-        django_for_bench("ingest", database_url=args.database_url)
+    with bench_session("ingest", database_url=args.database_url, simulator=sim_config(args), api_key=API_KEY) as (
+        children,
+        url,
+    ):
         run(args, children, url)
-    finally:
-        children.stop_all()
-        print(f"logs: {children.log_dir}", file=sys.stderr)
 
 
 def ready_pods(args, sim_url: str):

@@ -39,17 +39,14 @@ import json
 import os
 import statistics
 import sys
-import tempfile
-import threading
 import time
-import uuid
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, control_plane_seconds, cpu_line, local_pod_roles, per_unit, within_ceiling
-from bench._setup import django_for_bench
-from bench.control_plane import CpuMeter, raise_on_sigterm
-from tools.processes import Children, child_env, start_front, start_workers
+from bench._setup import bench_session, front_and_workers, parse_sized
+from bench._swarm import ClientSwarm, status_of
+from bench.control_plane import CpuMeter
+from tools.processes import Children
 
 PASSWORD = "a bench's long enough password"
 WORDS = "A single page, read while slow bodies are held."
@@ -68,45 +65,31 @@ SMALL = {"bodies": "64", "logins": 3}
 CPU_CEILING_MS_PER_SECOND = 450.0
 
 
-class SlowBodies:
+class SlowBodies(ClientSwarm):
     """``count`` unauthenticated clients, each from an address of its own, trickling a body at
     10 kB/s on a connection of its own: even ones announce 2 GB, odd ones a small body to /login/;
     each connects again a second after the front answers it. On an event loop of its own thread;
     counts what the front answered each kind and how many small bodies are being sent now."""
 
+    STAGGER_SECONDS = 0.005
+
     def __init__(self, host: str, port: int, count: int):
-        self.host, self.port, self.count = host, port, count
-        self.stop = threading.Event()
+        super().__init__(host, port, count)
         self.answers: dict[str, dict[str, int]] = {"large": {}, "small": {}}
         self.sending = {"large": 0, "small": 0}
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._all()), daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
+    @staticmethod
+    def _kind(n: int) -> str:
+        return "large" if n % 2 == 0 else "small"
 
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(15)
-
-    async def _all(self) -> None:
-        await asyncio.gather(*(self._client(n) for n in range(self.count)))
-
-    async def _client(self, n: int) -> None:
-        await asyncio.sleep(n * 0.005)  # not all in the same instant
-        kind = "large" if n % 2 == 0 else "small"
-        source = f"127.1.{n // 250}.{n % 250 + 1}"
-        while not self.stop.is_set():
-            try:
-                await self._one(n, kind, source)
-            except OSError:
-                self._count(kind, "reset")
-            if not self.stop.is_set():
-                await asyncio.sleep(1.0)
+    def _reset(self, n: int) -> None:
+        self._count(self._kind(n), "reset")
 
     def _count(self, kind: str, status: str) -> None:
         self.answers[kind][status] = self.answers[kind].get(status, 0) + 1
 
-    async def _one(self, n: int, kind: str, source: str) -> None:
+    async def _one(self, n: int) -> None:
+        kind, source = self._kind(n), f"127.1.{n // 250}.{n % 250 + 1}"
         reader, writer = await asyncio.open_connection(self.host, self.port, local_addr=(source, 0))
         self.sending[kind] += 1
         try:
@@ -129,12 +112,11 @@ class SlowBodies:
                     sent += len(chunk)
                     await writer.drain()
                     continue
-                status = answer.split(b" ", 2)[1].decode(errors="replace") if answer.startswith(b"HTTP/") else "closed"
-                self._count(kind, status)
+                self._count(kind, status_of(answer, "closed"))
                 return
             if sent >= length:  # the whole small body sent: its answer (a 403: no CSRF token)
                 answer = await asyncio.wait_for(reader.read(4096), 30)
-                self._count(kind, answer.split(b" ", 2)[1].decode(errors="replace") if answer else "closed")
+                self._count(kind, status_of(answer, "closed"))
         finally:
             self.sending[kind] -= 1
             writer.close()
@@ -144,22 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bodies", default="64,500", help="the numbers of slow clients, one phase each")
     parser.add_argument("--logins", type=int, default=5, help="idle logins measured (their median is the idle time)")
-    parser.add_argument("--small", action="store_true", help="CI's size: " + json.dumps(SMALL))
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
-    args = parser.parse_args()
-    if args.small:
-        for key, value in SMALL.items():
-            setattr(args, key, value)
-    raise_on_sigterm()
-    log_dir = Path(tempfile.mkdtemp(prefix="fleetadmin-bench-slow-bodies-logs-"))
-    children = Children(log_dir)
-    os.environ.update(Q_CLUSTER_NAME=f"bench-{uuid.uuid4().hex[:6]}")
-    try:
-        django_for_bench("slow-bodies", database_url=args.database_url)
+    args = parse_sized(parser, SMALL)
+    with bench_session("slow-bodies", database_url=args.database_url) as (children, _):
         run(args, children)
-    finally:
-        children.stop_all()
-        print(f"logs: {log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children) -> None:
@@ -177,12 +146,8 @@ def run(args, children: Children) -> None:
     user = get_user_model().objects.create_user("bench", password=PASSWORD)
     submit = {"Authorization": f"Bearer {ApiToken.issue(user=user, name='bench', scopes=['submit', 'read'])[1]}"}
     document = pdf_bytes([[WORDS]])
-    env = child_env()
-    connection.close()
-    front, front_url = start_front(env, children.log_dir, own_session=False)
-    children.add(front)
-    workers = children.add(start_workers(env, children.log_dir, own_session=False))
-    api = httpx.Client(base_url=front_url, timeout=60)
+    front, workers, api = front_and_workers(children)
+    front_url = str(api.base_url).rstrip("/")
 
     def until(predicate, seconds: float, what: str):
         deadline = time.monotonic() + seconds

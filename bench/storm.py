@@ -81,8 +81,8 @@ from bench._forecast_check import (
     warm_up,
     within_goal,
 )
-from bench._setup import django_for_bench
-from bench.control_plane import API_KEY, CpuMeter, bench_document, raise_on_sigterm, read_token, run_probe, sim_get
+from bench._setup import django_for_bench, raise_on_sigterm
+from bench.control_plane import API_KEY, CpuMeter, bench_document, read_token, run_probe, sim_get
 from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator, start_workers
 
 DATA_CENTERS = ["EU-RO-1", "US-TX-3", "EU-SE-1"]

@@ -26,17 +26,15 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._cpu import CEILING_GOAL, cpu_line, per_unit, within_ceiling
-from bench._setup import django_for_bench
-from bench.control_plane import API_KEY, CpuMeter, raise_on_sigterm
+from bench._setup import bench_session
+from bench.control_plane import API_KEY, CpuMeter
 from bench.ingest import add_document_options, make_documents, ready_pods, sim_config, submit_all
-from tools.processes import Children, child_env, point_at_simulator, start_front, start_simulator
+from tools.processes import Children, child_env, start_front
 
 # The front's CPU a page at CI's size (30 documents, 120 pages, 3 a request): 3.67 and 3.50 ms on
 # SQLite, 5.58 on PostgreSQL. About three times the most.
@@ -50,17 +48,11 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", ""))
     args = parser.parse_args()
-    raise_on_sigterm()
-    children = Children(Path(tempfile.mkdtemp(prefix="fleetadmin-bench-uploads-logs-")))
-    try:
-        sim, url = start_simulator(sim_config(args), children.log_dir, own_session=False)
-        children.add(sim)
-        point_at_simulator(url, API_KEY)
-        django_for_bench("uploads", database_url=args.database_url)
+    with bench_session("uploads", database_url=args.database_url, simulator=sim_config(args), api_key=API_KEY) as (
+        children,
+        url,
+    ):
         run(args, children, url)
-    finally:
-        children.stop_all()
-        print(f"logs: {children.log_dir}", file=sys.stderr)
 
 
 def run(args, children: Children, sim_url: str) -> None:
