@@ -487,3 +487,25 @@ class OwnerTurn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} turn of owner {self.owner_id} at {self.served_at:%Y-%m-%d %H:%M:%S}"
+
+
+class KeptUpload(models.Model):
+    """A file chosen on the job form whose submit was refused, kept for its owner so that the
+    form shown again still has it (a browser cannot fill a file input back in). Stored in the
+    documents' storage like a document (any front may serve the next submit), until it is
+    submitted, dropped on the form, or ``expires_at`` passes (swept by the minute's tick)."""
+
+    KEPT_FOR = timezone.timedelta(hours=1)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=255)
+    source = models.CharField(max_length=500, help_text="the name of the file in the documents' storage")
+    size_bytes = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "expires_at"], name="kept_upload_owner_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} kept for user {self.owner_id}"

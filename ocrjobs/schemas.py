@@ -33,7 +33,9 @@ class SubmissionFields(BaseModel):
         default=[], max_length=1000, title="URLs", examples=["https://example.org/report.pdf"],
         description="http(s) URLs of PDFs or images, fetched by a worker (as text: one a line)",
     )  # fmt: skip
-    pool: str | None = Field(default=None, description="pool key (default: the first pool open to you)")
+    pool: str | None = Field(
+        default=None, description="pool key (default: the cheapest open pool that meets the forecast)"
+    )
     languages: str | None = Field(default="eng", description="tesseract codes joined by +, e.g. eng+deu")
     skip_text_pages: bool = Field(
         default=False, title="Skip pages that already have text",
