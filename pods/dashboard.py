@@ -39,7 +39,8 @@ RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
 LOOP_ROWS = 50
 # What the boot tables show: these reads run every second (a column is a conversion per row).
-SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key")
+SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key",
+                     "pod__state", "pod__ready_at")  # fmt: skip
 
 
 def sections_for(*, staff: bool) -> tuple[str, ...]:
@@ -223,8 +224,17 @@ def _boot_attempts_shown(now):
 
 
 def boot_attempts(*, now: datetime) -> tuple[list[BootAttempt], list[BootAttempt]]:
-    """(the RECENT_BOOTS newest attempts, the RECENT_FAILURES newest failures of the last hour)."""
+    """(the RECENT_BOOTS newest attempts, the RECENT_FAILURES newest failures of the last hour).
+    Each attempt knows ``ready_after_s``: from its start to its pod's joining, for a created one
+    whose pod joined (the create call alone takes a fraction of a second: "0.0 s" for boots of
+    ~8 s); and ``fell_back``: a failed one whose pod went on to its next candidate, not failed."""
     attempts = _boot_attempts_shown(now=now)
+    for attempt in attempts:
+        created, pod = attempt.outcome == BootAttempt.Outcome.CREATED, attempt.pod
+        attempt.ready_after_s = (
+            (pod.ready_at - attempt.created_at).total_seconds() if created and pod.ready_at else None
+        )
+        attempt.fell_back = not created and pod.state != Pod.State.FAILED
     since = now - FAILURE_WINDOW
     failures = [a for a in attempts if a.outcome != BootAttempt.Outcome.CREATED and a.created_at >= since]
     return attempts[:RECENT_BOOTS], failures[:RECENT_FAILURES]
@@ -251,13 +261,17 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    boots, boot_failures = boot_attempts(now=now)
+    boots, failing = boot_attempts(now=now)
     failed_pods = _failed_pods(now=now)
+    boot_failures = [a for a in failing if not a.fell_back]
     return {
         "alerts": alerts,
         "verdicts": verdicts,
         "boots": boots,
         "boot_failures": boot_failures,
+        # A candidate without capacity whose pod went on to the next: normal work, shown as such.
+        "fallbacks": [a for a in failing if a.fell_back],
+        "problems": len(alerts) + len(boot_failures) + len(failed_pods),
         "failed_pods": failed_pods,
         "loops": loop_gauges(now=now),
     }
