@@ -88,6 +88,7 @@ FORM_WORDS = {
     "deadline": ("Deadline", "optional: enough pods are started to finish by then"),
     "priority": ("Priority", "how many pods to start when there is no deadline"),
     "callback_url": ("Notify address", "optional: a web address we send a signed message to when the job ends"),
+    "labels": ("Labels", "optional: words to find the job by in the job list, separated by commas"),
 }
 CHEAPEST = "Cheapest that meets the forecast"
 PRIORITIES = [("fastest", "Fastest: more pods"), ("balanced", "Balanced"), ("cheapest", "Cheapest: fewest pods")]
@@ -128,6 +129,7 @@ class JobForm(forms.Form):
             "deadline"
         ].help_text = f"{FORM_WORDS['deadline'][1]} (time in {timezone.get_current_timezone_name()})"
         self.fields["urls"].widget.attrs.pop("placeholder", None)
+        self.fields["labels"].widget = forms.TextInput(attrs={"placeholder": "e.g. invoices, 2026-q4"})
         for name, (label, help_text) in FORM_WORDS.items():
             self.fields[name].label = label
             if name != "deadline":
@@ -161,6 +163,7 @@ class JobListFilters(forms.Form):
                         widget=forms.TextInput(attrs={"type": "search", "placeholder": "part of a name"}))  # fmt: skip
     status = forms.ChoiceField(required=False, choices=[("", "any")])
     pool = forms.ChoiceField(required=False, choices=[("", "any")])
+    label = forms.CharField(required=False, max_length=40, label="Label")
     owner = forms.CharField(required=False, max_length=150, label="Owner", help_text="a username")
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
@@ -187,6 +190,8 @@ class JobListFilters(forms.Form):
             jobs = jobs.filter(status=data["status"])
         if data["pool"]:
             jobs = jobs.filter(pool__key=data["pool"])
+        if data["label"]:
+            jobs = jobs.filter(labels__contains=f",{data['label'].strip().lower()},")
         if data.get("owner"):
             jobs = jobs.filter(owner__username=data["owner"])
         zone = timezone.get_current_timezone()

@@ -52,6 +52,8 @@ class Job(models.Model):
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.BALANCED)
     forecast = models.JSONField(default=dict, blank=True, help_text="pods, minutes and dollars foreseen at submission")
     callback_url = models.URLField(max_length=2000, blank=True, help_text="posted a signed event when the job ends")
+    # Each label between commas (",invoices,2026-q4,"): the job list finds a label as ",label,".
+    labels = models.CharField(max_length=500, blank=True, default="", help_text="its labels, between commas")
     created_at = models.DateTimeField(default=timezone.now)
     # When it last started: submitted, or retried. Its owner's daily budget counts it from then.
     started_at = models.DateTimeField(default=timezone.now)
@@ -101,6 +103,14 @@ class Job(models.Model):
         )
         return counts
 
+    @property
+    def label_list(self) -> list[str]:
+        return [label for label in self.labels.split(",") if label]
+
+    @staticmethod
+    def labels_stored(labels: list[str]) -> str:
+        return f",{','.join(labels)}," if labels else ""
+
     def to_dict(self, *, documents: list | None = None, page_counts: dict[str, int] | None = None) -> dict:
         """The job as the API shows it; ``documents`` and ``page_counts``: known already (a job
         just submitted has the documents it was made with, and no pages yet), not read again."""
@@ -117,6 +127,7 @@ class Job(models.Model):
             "priority": self.priority,
             "forecast": self.forecast,
             "callback_url": self.callback_url,
+            "labels": self.label_list,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts() if page_counts is None else page_counts,

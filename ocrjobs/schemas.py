@@ -11,16 +11,20 @@ A new field is declared here, and taken by the service that uses it under the sa
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Iterable
 from typing import Literal
 
 from django.http import QueryDict
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fleetadmin.api import ApiError
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.webhooks import check_callback_url
+
+MAX_LABELS = 10
+LABEL = re.compile(r"[\w.-]{1,40}")
 
 
 class SubmissionFields(BaseModel):
@@ -55,7 +59,31 @@ class SubmissionFields(BaseModel):
     priority: Literal["fastest", "balanced", "cheapest"] | None = Field(
         default="balanced", description="how the pool is sized when there is no deadline"
     )
+    labels: list[str] = Field(
+        default=[], max_length=MAX_LABELS, title="Labels", examples=["invoices, 2026-q4"],
+        description="words to find the job by in the job list: letters, digits, '.', '_' or '-', up to 40 "
+                    "characters each, 10 at most (as text: separated by commas or lines)",
+    )  # fmt: skip
     dry_run: bool = Field(default=False, description="answer the forecast only; nothing is stored")
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        """Labels as people type them: split at commas, trimmed, in lower case, each once."""
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            return value  # (the type check says what is wrong)
+        labels = []
+        for label in (part.strip().lower() for item in value for part in item.split(",")):
+            if not label:
+                continue
+            if not LABEL.fullmatch(label):
+                raise ValueError(
+                    f"a label is letters, digits, '.', '_' or '-', up to 40 characters, not {label[:41]!r}"
+                )
+            if label not in labels:
+                labels.append(label)
+        return labels
+
     callback_url: str | None = Field(
         default=None, json_schema_extra={"format": "uri"}, title="Callback URL",
         description="posted a signed event when the job ends",

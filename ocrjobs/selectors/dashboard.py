@@ -50,10 +50,10 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     return _trimmed(_owners_jobs(owner_ids=list(owner_ids)), by_owner=True) if owner_ids else []
 
 
-def job_rows_read():
+def job_rows_read(*, also: tuple[str, ...] = ()):
     # What the dashboard's rows show, no more: its reads run every second, and each column is a
-    # conversion per row (datetimes are parsed in Python on SQLite).
-    shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
+    # conversion per row (datetimes are parsed in Python on SQLite). ``also``: the job list's more.
+    shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key", *also)
     jobs = Job.objects.select_related("pool", "owner").only(*shown)
     # the pages its documents hold, for job_progress, and the dollars of its spend entries, for
     # pods.spend.jobs_spend: two reads fewer each second

@@ -340,6 +340,7 @@ def job_submit(
     submission_key: tuple[str, str] | None = None,
     dry_run: bool = False,
     callback_url: str = "",
+    labels: list[str] | None = None,
 ) -> Job | dict:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
@@ -382,7 +383,7 @@ def job_submit(
                                      searchable_pdf=searchable_pdf,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
                                      priority=schedule.priority, forecast=forecast,
-                                     callback_url=callback_url)  # fmt: skip
+                                     callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
             documents = []
             for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
                 documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,

@@ -125,3 +125,30 @@ def test_kept_files_go_once_expired(bob, gpu_first, media_root):
     assert not KeptUpload.objects.exists()
     assert not [p for p in files_under(media_root) if "kept" in p.parts]
     assert "old.pdf" not in page_text(bob.post(NEW, {"kept": ["1"], "languages": "eng"}))
+
+
+# --- labels --------------------------------------------------------------------------------------
+
+
+def test_labels_are_given_on_the_form_shown_in_the_job_list_and_found_by_filter(bob, gpu_first):
+    response = bob.post(NEW, {"files": [one_page("q4.pdf")], "languages": "eng", "labels": "Invoices, 2026-q4"})
+    assert response.status_code == 302
+    bob.post(NEW, {"files": [one_page("other.pdf")], "languages": "eng", "labels": "letters"})
+    labelled, other = Job.objects.order_by("pk")
+
+    assert labelled.label_list == ["invoices", "2026-q4"]
+    listed = page_text(bob.get("/jobs/"))
+    assert '<a class="chip label" href="?label=invoices">invoices</a>' in listed
+    found = page_text(bob.get("/jobs/?label=Invoices"))
+    assert f'id="job-{labelled.pk}"' in found and f'id="job-{other.pk}"' not in found
+    assert f'id="job-{labelled.pk}"' not in page_text(bob.get("/jobs/?label=invoice"))  # a whole label, not a part
+
+
+def test_a_label_that_is_not_a_word_is_refused(bob, gpu_first, client, submit_token):
+    refused = bob.post(NEW, {"files": [one_page()], "languages": "eng", "labels": "ok, not ok!"})
+
+    assert refused.status_code == 400 and "a label is letters, digits" in page_text(refused)
+    api = client.post("/v1/jobs", {"urls": ["https://example.org/a.pdf"], "labels": ["x" * 41]},
+                      content_type="application/json", headers={"Authorization": f"Bearer {submit_token}"})  # fmt: skip
+    assert api.status_code == 400 and "label" in api.json()["error"]
+    assert Job.objects.count() == 0
