@@ -73,7 +73,7 @@ def submission_form_fields(model: type[SubmissionFields], *, exclude: Iterable[s
 
 # The form's words for people; the API's (ocrjobs/schemas.py, docs/api.md) stay as they are.
 FORM_WORDS = {
-    "files": ("Documents", "PDF, PNG, JPEG or TIFF files; choose several at once"),
+    "files": ("Files", "PDF, PNG, JPEG or TIFF; choose several at once"),
     "urls": ("Documents by address", "web addresses (http or https) of PDFs or images, one a line; fetched for you"),
     "pool": (
         "Pool",
