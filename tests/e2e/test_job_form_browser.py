@@ -64,6 +64,8 @@ def test_the_job_form_fits_is_worked_by_keyboard_and_keeps_what_a_refusal_sent(
     kept = page.locator("input[name=kept]")
     assert kept.count() == 2 and all(kept.nth(i).is_checked() for i in range(2))
     assert "first-report-with-a-long-name.pdf" in page.locator(".kept-files").inner_text()
+    # (the forecast of the kept files is asked for again at once: here it names the same refusal)
+    assert "languages must look like" in page.wait_for_selector("#forecast .error").inner_text()
     assert page.input_value("#id_max_dollars") == "2.50" and page.input_value("#id_priority") == "cheapest"
     assert page.evaluate(OVERFLOW) <= 0, "the refused form scrolls sideways"
     assert unreached_by_tab(page) == []
