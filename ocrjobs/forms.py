@@ -71,25 +71,79 @@ def submission_form_fields(model: type[SubmissionFields], *, exclude: Iterable[s
     }
 
 
+# The form's words for people; the API's (ocrjobs/schemas.py, docs/api.md) stay as they are.
+FORM_WORDS = {
+    "files": ("Files", "PDF, PNG, JPEG or TIFF; choose several at once"),
+    "urls": ("Documents by address", "web addresses (http or https) of PDFs or images, one a line; fetched for you"),
+    "pool": (
+        "Pool",
+        "Where the pages are read. “Cheapest” sends the job to the open pool whose forecast costs "
+        "least for your priority, or least among those that meet your deadline; the forecast below "
+        "marks the pool and sizing the job takes.",
+    ),
+    "languages": ("Languages", "the documents’ languages: eng, or eng+deu for English and German"),
+    "skip_text_pages": ("Keep pages that already have text", "PDF pages with a text layer keep it and are not read"),
+    "searchable_pdf": ("Build searchable PDFs when the job ends", "otherwise each is built when first downloaded"),
+    "max_dollars": ("Budget ($)", "optional: no pod is started for the job once it has cost this much"),
+    "deadline": ("Deadline", "optional: enough pods are started to finish by then"),
+    "priority": ("Priority", "how many pods to start when there is no deadline"),
+    "callback_url": ("Notify address", "optional: a web address we send a signed message to when the job ends"),
+    "labels": ("Labels", "optional: words to find the job by in the job list, separated by commas"),
+}
+CHEAPEST = "Cheapest that meets the forecast"
+PRIORITIES = [("fastest", "Fastest: more pods"), ("balanced", "Balanced"), ("cheapest", "Cheapest: fewest pods")]
+DEADLINE_FORMAT = "%Y-%m-%dT%H:%M"  # what <input type="datetime-local"> sends and shows
+
+
+def deadline_aware(value: str) -> str:
+    """A deadline as the date-time picker sends it (no time zone) read in the site's time zone,
+    as ISO 8601 with its offset (as the API takes it); anything else as it came, for the
+    submission's own checks to judge."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return value
+    if moment.tzinfo is None:
+        moment = timezone.make_aware(moment)
+    return moment.isoformat()
+
+
 class JobForm(forms.Form):
-    files = MultipleFileField(required=False, help_text="PDF, PNG, JPEG or TIFF; several at once")
+    files = MultipleFileField(required=False)
 
     def __init__(self, *args, user=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields.update(submission_form_fields(SubmissionFields, exclude=NOT_ON_THE_FORM))
-        # The pools open to the user, to choose from (another pool: "not one of the choices").
-        pool = self.fields["pool"]
+        # The pools open to the user, to choose from (another pool: "not one of the choices"); by
+        # default none named: the job takes the cheapest that meets its forecast (job_submit).
         self.fields["pool"] = forms.ModelChoiceField(
-            queryset=Pool.objects.open_to(user), to_field_name="key", empty_label=None,
-            label=pool.label, help_text=pool.help_text,
+            queryset=Pool.objects.open_to(user).order_by("key"), to_field_name="key", required=False,
+            empty_label=CHEAPEST,
         )  # fmt: skip
+        self.fields["priority"].widget = forms.Select(choices=PRIORITIES)
+        now = timezone.localtime().replace(second=0, microsecond=0)
+        self.fields["deadline"].widget = forms.DateTimeInput(
+            attrs={"type": "datetime-local", "min": now.strftime(DEADLINE_FORMAT)}, format=DEADLINE_FORMAT
+        )
+        self.fields[
+            "deadline"
+        ].help_text = f"{FORM_WORDS['deadline'][1]} (time in {timezone.get_current_timezone_name()})"
+        self.fields["urls"].widget.attrs.pop("placeholder", None)
+        self.fields["labels"].widget = forms.TextInput(attrs={"placeholder": "e.g. invoices, 2026-q4"})
+        for name, (label, help_text) in FORM_WORDS.items():
+            self.fields[name].label = label
+            if name != "deadline":
+                self.fields[name].help_text = help_text
 
     def clean(self):
         cleaned = super().clean()
         cleaned["files"] = [f for f in cleaned.get("files") or [] if f]
+        data = self.data.copy()
+        if data.get("deadline"):
+            data["deadline"] = deadline_aware(data["deadline"])
         # Neither files nor URLs: the submission service says so, in the same words as the API.
         try:
-            cleaned["submission"] = submission = submission_from_form(self.data, exclude=NOT_ON_THE_FORM)
+            cleaned["submission"] = submission = submission_from_form(data, exclude=NOT_ON_THE_FORM)
         except SubmissionInvalid as exc:
             for name, message in exc.errors:
                 if name not in self.errors:
@@ -109,6 +163,7 @@ class JobListFilters(forms.Form):
                         widget=forms.TextInput(attrs={"type": "search", "placeholder": "part of a name"}))  # fmt: skip
     status = forms.ChoiceField(required=False, choices=[("", "any")])
     pool = forms.ChoiceField(required=False, choices=[("", "any")])
+    label = forms.CharField(required=False, max_length=40, label="Label")
     owner = forms.CharField(required=False, max_length=150, label="Owner", help_text="a username")
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
@@ -135,6 +190,8 @@ class JobListFilters(forms.Form):
             jobs = jobs.filter(status=data["status"])
         if data["pool"]:
             jobs = jobs.filter(pool__key=data["pool"])
+        if data["label"]:
+            jobs = jobs.filter(labels__contains=f",{data['label'].strip().lower()},")
         if data.get("owner"):
             jobs = jobs.filter(owner__username=data["owner"])
         zone = timezone.get_current_timezone()

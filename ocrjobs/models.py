@@ -52,6 +52,8 @@ class Job(models.Model):
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.BALANCED)
     forecast = models.JSONField(default=dict, blank=True, help_text="pods, minutes and dollars foreseen at submission")
     callback_url = models.URLField(max_length=2000, blank=True, help_text="posted a signed event when the job ends")
+    # Each label between commas (",invoices,2026-q4,"): the job list finds a label as ",label,".
+    labels = models.CharField(max_length=500, blank=True, default="", help_text="its labels, between commas")
     created_at = models.DateTimeField(default=timezone.now)
     # When it last started: submitted, or retried. Its owner's daily budget counts it from then.
     started_at = models.DateTimeField(default=timezone.now)
@@ -101,6 +103,14 @@ class Job(models.Model):
         )
         return counts
 
+    @property
+    def label_list(self) -> list[str]:
+        return [label for label in self.labels.split(",") if label]
+
+    @staticmethod
+    def labels_stored(labels: list[str]) -> str:
+        return f",{','.join(labels)}," if labels else ""
+
     def to_dict(self, *, documents: list | None = None, page_counts: dict[str, int] | None = None) -> dict:
         """The job as the API shows it; ``documents`` and ``page_counts``: known already (a job
         just submitted has the documents it was made with, and no pages yet), not read again."""
@@ -117,6 +127,7 @@ class Job(models.Model):
             "priority": self.priority,
             "forecast": self.forecast,
             "callback_url": self.callback_url,
+            "labels": self.label_list,
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "pages": self.page_counts() if page_counts is None else page_counts,
@@ -487,3 +498,25 @@ class OwnerTurn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} turn of owner {self.owner_id} at {self.served_at:%Y-%m-%d %H:%M:%S}"
+
+
+class KeptUpload(models.Model):
+    """A file chosen on the job form whose submit was refused, kept for its owner so that the
+    form shown again still has it (a browser cannot fill a file input back in). Stored in the
+    documents' storage like a document (any front may serve the next submit), until it is
+    submitted, dropped on the form, or ``expires_at`` passes (swept by the minute's tick)."""
+
+    KEPT_FOR = timezone.timedelta(hours=1)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=255)
+    source = models.CharField(max_length=500, help_text="the name of the file in the documents' storage")
+    size_bytes = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "expires_at"], name="kept_upload_owner_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} kept for user {self.owner_id}"

@@ -11,16 +11,20 @@ A new field is declared here, and taken by the service that uses it under the sa
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Iterable
 from typing import Literal
 
 from django.http import QueryDict
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fleetadmin.api import ApiError
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.webhooks import check_callback_url
+
+MAX_LABELS = 10
+LABEL = re.compile(r"[\w.-]{1,40}")
 
 
 class SubmissionFields(BaseModel):
@@ -33,7 +37,9 @@ class SubmissionFields(BaseModel):
         default=[], max_length=1000, title="URLs", examples=["https://example.org/report.pdf"],
         description="http(s) URLs of PDFs or images, fetched by a worker (as text: one a line)",
     )  # fmt: skip
-    pool: str | None = Field(default=None, description="pool key (default: the first pool open to you)")
+    pool: str | None = Field(
+        default=None, description="pool key (default: the cheapest open pool that meets the forecast)"
+    )
     languages: str | None = Field(default="eng", description="tesseract codes joined by +, e.g. eng+deu")
     skip_text_pages: bool = Field(
         default=False, title="Skip pages that already have text",
@@ -53,7 +59,31 @@ class SubmissionFields(BaseModel):
     priority: Literal["fastest", "balanced", "cheapest"] | None = Field(
         default="balanced", description="how the pool is sized when there is no deadline"
     )
+    labels: list[str] = Field(
+        default=[], max_length=MAX_LABELS, title="Labels", examples=["invoices, 2026-q4"],
+        description="words to find the job by in the job list: letters, digits, '.', '_' or '-', up to 40 "
+                    "characters each, 10 at most (as text: separated by commas or lines)",
+    )  # fmt: skip
     dry_run: bool = Field(default=False, description="answer the forecast only; nothing is stored")
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        """Labels as people type them: split at commas, trimmed, in lower case, each once."""
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            return value  # (the type check says what is wrong)
+        labels = []
+        for label in (part.strip().lower() for item in value for part in item.split(",")):
+            if not label:
+                continue
+            if not LABEL.fullmatch(label):
+                raise ValueError(
+                    f"a label is letters, digits, '.', '_' or '-', up to 40 characters, not {label[:41]!r}"
+                )
+            if label not in labels:
+                labels.append(label)
+        return labels
+
     callback_url: str | None = Field(
         default=None, json_schema_extra={"format": "uri"}, title="Callback URL",
         description="posted a signed event when the job ends",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fleetadmin.db import retry_on_db_error
 from ocrjobs.dispatch.loop import run_dispatcher
 from ocrjobs.services.fetch import document_fetch
+from ocrjobs.services.kept_uploads import uploads_drop_expired
 from ocrjobs.services.split import document_split, documents_split
 from ocrjobs.services.webhooks import delivery_attempt
 from ocrjobs.storage import staging_prune
@@ -43,5 +44,6 @@ def deliver_webhook(delivery_id: int, lease: str) -> str:
 
 
 def prune_staging() -> int:
-    """Staging directories a dead front left (run by the minute's scaler tick)."""
-    return staging_prune()
+    """Staging directories a dead front left, and the job form's kept uploads past their expiry
+    (run by the minute's scaler tick)."""
+    return staging_prune() + uploads_drop_expired()

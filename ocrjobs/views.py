@@ -14,11 +14,11 @@ from django.views.decorators.http import require_POST
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.forms import JobForm, JobListFilters
-from ocrjobs.models import Document, Job
+from ocrjobs.models import Document, Job, KeptUpload
 from ocrjobs.schemas import job_submit_arguments
 from ocrjobs.selectors import JobProgress
 from ocrjobs.services import jobs as job_services
-from ocrjobs.services import outputs
+from ocrjobs.services import kept_uploads, outputs
 from ocrjobs.services.budgets import budget_left
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
@@ -62,19 +62,29 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_new(request: HttpRequest) -> HttpResponse:
+    """The form. A refused submit shows it again with every field as sent and every file kept
+    (ocrjobs/services/kept_uploads.py): those kept before and still ticked, and those just chosen."""
     form = JobForm(request.POST or None, request.FILES or None, user=request.user)
-    if request.method == "POST" and form.is_valid():
-        uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
-        try:
-            arguments = job_submit_arguments(form.cleaned_data["submission"])
-            job = job_submit(owner=request.user, uploads=uploads, **arguments)
-        except ApiError as exc:
-            form.add_error(None, exc.message)
-        else:
-            messages.success(request, f"Job {job.pk} submitted.")
-            return redirect(job)
+    kept: list = []
+    if request.method == "POST":
+        shown = kept_uploads.uploads_kept(owner=request.user, ids=request.POST.getlist("kept"))
+        kept_uploads.uploads_drop(KeptUpload.objects.filter(owner=request.user).exclude(pk__in=[k.pk for k in shown]))
+        kept = shown + kept_uploads.uploads_keep(
+            owner=request.user, files=[f for f in request.FILES.getlist("files") if f]
+        )
+        if form.is_valid():
+            try:
+                arguments = job_submit_arguments(form.cleaned_data["submission"])
+                job = job_submit(owner=request.user, uploads=kept_uploads.uploads_of(kept), **arguments)
+            except ApiError as exc:
+                form.add_error(None, exc.message)
+            else:
+                kept_uploads.uploads_drop(kept)
+                messages.success(request, f"Job {job.pk} submitted.")
+                return redirect(job)
     status = 400 if form.errors else 200
-    return render(request, "ocrjobs/job_new.html", {"form": form, "budget": budget_left(request.user)}, status=status)
+    context = {"form": form, "kept": kept, "budget": budget_left(request.user)}
+    return render(request, "ocrjobs/job_new.html", context, status=status)
 
 
 @login_required
@@ -87,7 +97,8 @@ def job_forecast(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         context["forecast_error"] = "; ".join(str(e) for errors in form.errors.values() for e in errors)
     else:
-        uploads = [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
+        kept = kept_uploads.uploads_kept(owner=request.user, ids=request.POST.getlist("kept"))
+        uploads = kept_uploads.uploads_of(kept) + [Upload(name=f.name, file=f) for f in form.cleaned_data["files"]]
         try:
             arguments = job_submit_arguments(form.cleaned_data["submission"])
             context["forecast"] = job_submit(owner=request.user, uploads=uploads, dry_run=True, **arguments)

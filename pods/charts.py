@@ -14,11 +14,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Q, Sum
 from django.utils import timezone
 
 from ocrjobs.selectors import pages_done_by_minute, pages_done_in_minutes
-from pods.models import Pod
 
 CHART_MINUTES = 60
 CHART_WIDTH = 600
@@ -90,12 +88,6 @@ def billed(*, since: datetime, first: datetime, now: datetime) -> tuple[dict[str
         running += steps[i]
         per_minute.append(partial[i] + running * 60)
     return {pool: Decimal(str(round(ds, 6))) / 3600 for pool, ds in spend.items()}, per_minute
-
-
-def dollars_per_hour_at(moment: datetime) -> float:
-    """What the pods billed at ``moment`` cost per hour."""
-    billed = Pod.objects.filter(billed_from__lte=moment).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=moment))
-    return float(billed.aggregate(total=Sum("cost_per_hr"))["total"] or 0)
 
 
 # Pages are counted per minute of the last hour once a minute is this far behind (a page's
@@ -184,10 +176,13 @@ def chart_start(now: datetime) -> datetime:
     return now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
 
 
-def charts(now: datetime, dollar_seconds: list[float], *, keep: bool = False) -> dict:
+def charts(now: datetime, dollar_seconds: list[float], *, dollars_now: float, keep: bool = False) -> dict:
     """pages/s and $/h for each minute of the last hour, the current minute prorated, from
-    ``billed``'s dollar-seconds of each minute since ``chart_start(now)``. ``keep``: the counts
-    of settled minutes are kept from one call to the next (``pages_by_minute``)."""
+    ``billed``'s dollar-seconds of each minute since ``chart_start(now)``; the $/h of the current
+    minute is ``dollars_now``, what the pods billed now cost (the burn-rate card's figure: as
+    the minute's average it read $0.09/h beside a card at $0/h once a pod was released).
+    ``keep``: the counts of settled minutes are kept from one call to the next
+    (``pages_by_minute``)."""
     current = now.replace(second=0, microsecond=0)
     minutes = [current - timedelta(minutes=CHART_MINUTES - 1 - i) for i in range(CHART_MINUTES)]
     done = pages_by_minute(minutes[0].astimezone(UTC), now, keep=keep)
@@ -197,10 +192,10 @@ def charts(now: datetime, dollar_seconds: list[float], *, keep: bool = False) ->
         seconds = (end - start).total_seconds()
         # a minute a few milliseconds old has too few pages to make a rate of; a second is the floor
         pages.append(done.get(start.astimezone(UTC), 0) / max(1.0, seconds))
-        if seconds > 0:
+        if start == current:
+            dollars.append(float(dollars_now))
+        else:
             dollars.append(dollar_seconds[len(labels)] / seconds)
-        else:  # the minute begins now: what the pods billed now cost per hour
-            dollars.append(dollars_per_hour_at(now))
         labels.append(timezone.localtime(start).strftime("%H:%M"))
     return {
         "pages": _chart(pages, labels, "pages/s", 2),

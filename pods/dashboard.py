@@ -27,7 +27,7 @@ from pods import sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
 from pods.charts import billed, chart_start, charts
 from pods.models import Alert, BootAttempt, Pod
-from pods.selectors import fleet_status_cached
+from pods.selectors import SERVING, fleet_status_cached
 from pods.spend import jobs_spend
 
 STAFF = "staff"
@@ -39,7 +39,8 @@ RECENT_FAILURES = 10
 FAILURE_WINDOW = timedelta(hours=1)
 LOOP_ROWS = 50
 # What the boot tables show: these reads run every second (a column is a conversion per row).
-SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key")
+SHOWN_OF_ATTEMPTS = ("created_at", "candidate", "outcome", "seconds", "error", "pod__name", "pod__pool__key",
+                     "pod__state", "pod__ready_at")  # fmt: skip
 
 
 def sections_for(*, staff: bool) -> tuple[str, ...]:
@@ -64,9 +65,10 @@ def _pod_summary(status: dict) -> list[dict]:
         for pod in pool["pod_list"]:
             key = (pool["key"], pod["state"], pod["gpu_type"])
             group = groups.setdefault(key, {"pool": key[0], "state": key[1], "gpu_type": key[2], "pods": 0, "lanes": 0,
-                                            "cost_per_hr": 0.0})  # fmt: skip
+                                            "busy": 0, "cost_per_hr": 0.0})  # fmt: skip
             group["pods"] += 1
             group["lanes"] += pod["lanes"] or 0
+            group["busy"] += pod.get("busy", 0)
             if pod["billed_from"]:
                 group["cost_per_hr"] += pod["cost_per_hr"] or 0.0
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or ""))]
@@ -111,11 +113,17 @@ def pod_page(*, page: int, now: datetime | None = None) -> dict:
     }
 
 
-def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
+def fleet_snapshot(*, now: datetime | None = None, keep: bool = False) -> tuple[dict, dict]:
     """What every logged-in user may see: pools, pods (without actions), charts; and fleet_status().
     ``keep``: the charts keep the page counts of settled minutes from one call to the next (the
-    broadcaster's, every second; pods.charts.pages_by_minute)."""
+    broadcaster's, every second; pods.charts.pages_by_minute).
+
+    Every figure is of one moment: the status snapshot's (``now`` is when it was read, not when
+    this runs: up to a second later, a released pod was gone from the spend and still in the
+    pools). The burn rate is the pods' of that snapshot, on the card and as the chart's "now";
+    the spend and the chart's minutes are billed up to that moment, running pods included."""
     status = fleet_status_cached()
+    now = now or parse_datetime(status["at"])  # (a test or a benchmark may name another moment)
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     spend_today, dollar_seconds = billed(since=midnight, first=chart_start(now), now=now)
     pod_summary = _pod_summary(status)
@@ -126,7 +134,8 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
         pools.append(
             {
                 **pool,
-                "spend_today": spend_today.get(pool["key"], Decimal(0)).quantize(Decimal("0.01")),
+                # to the hundredth of a cent: a job's $0.0011 is not "$0" spent today
+                "spend_today": spend_today.get(pool["key"], Decimal(0)).quantize(Decimal("0.0001")),
                 "lanes_percent": min(100, int(100 * lanes["used"] / lanes["total"])) if lanes["total"] else 0,
             }
         )
@@ -146,12 +155,14 @@ def fleet_snapshot(*, now: datetime, keep: bool = False) -> tuple[dict, dict]:
         "dollars_per_hour": round(sum(p["dollars_per_hour"] for p in pools), 2),
         "spend_today": sum((p["spend_today"] for p in pools), Decimal(0)),
     }
+    serving = {pod["id"] for p in status["pools"] for pod in p["pod_list"] if pod["state"] in SERVING}
     return {
         "now": now,
         "pools": pools,
         "totals": totals,
         "pod_summary": pod_summary,
-        "charts": charts(now, dollar_seconds, keep=keep),
+        "serving": serving,
+        "charts": charts(now, dollar_seconds, dollars_now=totals["dollars_per_hour"], keep=keep),
     }, status
 
 
@@ -213,8 +224,17 @@ def _boot_attempts_shown(now):
 
 
 def boot_attempts(*, now: datetime) -> tuple[list[BootAttempt], list[BootAttempt]]:
-    """(the RECENT_BOOTS newest attempts, the RECENT_FAILURES newest failures of the last hour)."""
+    """(the RECENT_BOOTS newest attempts, the RECENT_FAILURES newest failures of the last hour).
+    Each attempt knows ``ready_after_s``: from its start to its pod's joining, for a created one
+    whose pod joined (the create call alone takes a fraction of a second: "0.0 s" for boots of
+    ~8 s); and ``fell_back``: a failed one whose pod went on to its next candidate, not failed."""
     attempts = _boot_attempts_shown(now=now)
+    for attempt in attempts:
+        created, pod = attempt.outcome == BootAttempt.Outcome.CREATED, attempt.pod
+        attempt.ready_after_s = (
+            (pod.ready_at - attempt.created_at).total_seconds() if created and pod.ready_at else None
+        )
+        attempt.fell_back = not created and pod.state != Pod.State.FAILED
     since = now - FAILURE_WINDOW
     failures = [a for a in attempts if a.outcome != BootAttempt.Outcome.CREATED and a.created_at >= since]
     return attempts[:RECENT_BOOTS], failures[:RECENT_FAILURES]
@@ -241,13 +261,17 @@ def staff_snapshot(*, now: datetime, status: dict) -> dict:
             }
         )
     verdicts = sorted(status["capacity_verdicts"], key=lambda v: (not v["blocked"], -v["remaining_s"]))
-    boots, boot_failures = boot_attempts(now=now)
+    boots, failing = boot_attempts(now=now)
     failed_pods = _failed_pods(now=now)
+    boot_failures = [a for a in failing if not a.fell_back]
     return {
         "alerts": alerts,
         "verdicts": verdicts,
         "boots": boots,
         "boot_failures": boot_failures,
+        # A candidate without capacity whose pod went on to the next: normal work, shown as such.
+        "fallbacks": [a for a in failing if a.fell_back],
+        "problems": len(alerts) + len(boot_failures) + len(failed_pods),
         "failed_pods": failed_pods,
         "loops": loop_gauges(now=now),
     }
@@ -261,9 +285,11 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
     return sections.render_sections(names, context)
 
 
-def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
-    """The jobs' progress with what each has cost so far (the spend report's figure)."""
-    progress = job_progress(jobs, now=now)
+def jobs_with_cost(jobs: list, *, now: datetime, serving: set[int] | None = None) -> list[JobProgress]:
+    """The jobs' progress with what each has cost so far (the spend report's figure). ``serving``:
+    the pods the fleet snapshot shows ready or draining; a job's pages running are those out at
+    one of them (job_progress)."""
+    progress = job_progress(jobs, now=now, serving=serving)
     entries = None
     if all(hasattr(job, "ended_pods_dollars") for job in jobs):  # as jobs_for_dashboard reads them
         entries = {job.pk: job.ended_pods_dollars for job in jobs}
@@ -276,15 +302,15 @@ def jobs_with_cost(jobs: list, *, now: datetime) -> list[JobProgress]:
 
 def page_context(user, *, pod_page_number: int = 1) -> dict:
     """The whole dashboard for one user: the first render and the no-websocket fallback."""
-    now = timezone.now()
-    fleet, status = fleet_snapshot(now=now)
+    fleet, status = fleet_snapshot()
+    now = fleet["now"]
     context = {**fleet, **pod_page(page=pod_page_number, now=now), "is_staff": bool(user.is_staff)}
     if user.is_staff:
         context.update(staff_snapshot(now=now, status=status))
         jobs = jobs_for_dashboard()
     else:
         jobs = jobs_for_dashboard(owner_ids=[user.pk])
-    context["jobs"] = jobs_with_cost(jobs, now=now)
+    context["jobs"] = jobs_with_cost(jobs, now=now, serving=fleet["serving"])
     rows = sections.job_rows(context["jobs"], staff=bool(user.is_staff))
     context["job_rows"] = [mark_safe(row) for row in rows.values()]  # for the page's own includes
     context["chart_figures"] = sections.chart_figures(context)
@@ -299,19 +325,19 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     non-staff payload is rendered from a context that holds no staff data.
     ``front`` names the process that rendered it (on the live stamp).
     """
-    now = timezone.now()
-    fleet, status = fleet_snapshot(now=now, keep=True)
+    fleet, status = fleet_snapshot(keep=True)
+    now = fleet["now"]
     fleet["front"] = front
     payloads: dict[str, dict[str, str]] = {}
     if staff:
         context = {**fleet, **staff_snapshot(now=now, status=status), "is_staff": True}
-        context["jobs"] = jobs_with_cost(jobs_for_dashboard(), now=now)
+        context["jobs"] = jobs_with_cost(jobs_for_dashboard(), now=now, serving=fleet["serving"])
         payloads[STAFF] = render_sections(sections_for(staff=True), context)
     if user_ids:
         public = {**fleet, "is_staff": False}
         shared = render_sections(tuple(s for s in FLEET_SECTIONS if s != "jobs"), public)
         by_owner: dict[int, list[JobProgress]] = defaultdict(list)
-        for progress in jobs_with_cost(jobs_for_dashboard(owner_ids=user_ids), now=now):
+        for progress in jobs_with_cost(jobs_for_dashboard(owner_ids=user_ids), now=now, serving=fleet["serving"]):
             by_owner[progress.job.owner_id].append(progress)
         for user_id in user_ids:
             jobs = render_sections(("jobs",), {**public, "jobs": by_owner.get(user_id, [])})

@@ -113,7 +113,18 @@ def _pods_fingerprint(context: dict) -> tuple:
 
 def _boots_fingerprint(context: dict) -> tuple:
     rows = tuple(
-        (a.pk, a.created_at, a.pod.name, a.pod.pool.key, a.candidate, a.outcome, a.seconds, a.error)
+        (
+            a.pk,
+            a.created_at,
+            a.pod.name,
+            a.pod.pool.key,
+            a.candidate,
+            a.outcome,
+            a.seconds,
+            a.error,
+            getattr(a, "ready_after_s", None),
+            a.pod.state,
+        )
         for a in context["boots"]
     )
     return timezone.localdate(), rows  # a time of day today, a date before

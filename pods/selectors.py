@@ -12,11 +12,13 @@ from django.db import connections
 from django.utils import timezone
 
 from fleetadmin.snapshot import Snapshot
-from ocrjobs.selectors import dispatchers_live, pools_pages
+from ocrjobs.selectors import dispatchers_live, pages_at_pods, pools_pages
 from pods import capacity
 from pods.models import Alert, Pod, Pool
 
 RATE_WINDOW_SECONDS = 60
+# The pods whose pages are being read: what the dashboard counts as lanes busy and pages running.
+SERVING = (Pod.State.READY, Pod.State.DRAINING)
 # Invariant 1: the status endpoint and the dashboard answer from a snapshot at most this old,
 # so that their cost does not grow with the requests (one or two computations a second per process).
 STATUS_MAX_AGE_SECONDS = 1.0
@@ -36,19 +38,25 @@ def fleet_status() -> dict:
     for pod in alive:
         pod.pool = pool_of[pod.pool_id]  # the pools just read, not one more instance per pod
     pages = pools_pages(list(pool_of), now=now, done_since=since)
+    at_pods = pages_at_pods(now=now)
     alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
     dispatchers = dispatchers_live()
     result = []
     for pool in pools:
         pods = [p for p in alive if p.pool_id == pool.pk]
         states = Counter(p.state for p in pods)
-        ready_lanes = sum(p.lanes for p in pods if p.state == Pod.State.READY)
+        # A lane is busy while a page is out at its pod. Pages a dispatcher claimed and holds for
+        # the next free lane (one a lane: ocrjobs/dispatch/loop.py) are "claimed", not busy: counted
+        # as busy they showed 16 busy of 8 lanes (issue 42). A draining pod's lanes still reading
+        # count, busy, until its pages are done; its free ones are no longer offered.
+        busy = {p.pk: min(at_pods.get(p.pk, 0), p.lanes) for p in pods if p.state in SERVING}
+        ready_lanes = sum(p.lanes if p.state == Pod.State.READY else busy.get(p.pk, 0) for p in pods)
         per_hour = sum((p.cost_per_hr for p in pods if p.billed_from), Decimal("0"))
         result.append(
             {
                 **pool.to_dict(),
                 "pods": {state: states.get(state, 0) for state in Pod.ALIVE_STATES},
-                "lanes": {"used": pages[pool.pk]["running"], "total": ready_lanes},
+                "lanes": {"used": sum(busy.values()), "total": ready_lanes, "claimed": pages[pool.pk]["running"]},
                 "backlog": pages[pool.pk]["waiting"],
                 "pages_per_s": round(pages[pool.pk]["done"] / RATE_WINDOW_SECONDS, 2),
                 "dollars_per_hour": float(per_hour),
@@ -60,7 +68,7 @@ def fleet_status() -> dict:
                         (note for pool_id, note, _, _ in dispatchers if pool_id == pool.pk and note), ""
                     ),
                 },
-                "pod_list": [p.to_dict() for p in pods],
+                "pod_list": [{**p.to_dict(), "busy": busy.get(p.pk, 0)} for p in pods],
             }
         )
     return {

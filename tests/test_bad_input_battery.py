@@ -31,6 +31,7 @@ from pods.models import Pod, ScaleRequest
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.helpers import auth
 from tests.ocrjobs.helpers import assert_nothing_made, files_under
+from tests.ocrjobs.test_job_form import assert_no_job_and_the_files_kept
 from tests.ocrjobs.test_submit_api import assert_refused, raw_multipart
 
 pytestmark = pytest.mark.usefixtures("local_pool")
@@ -100,7 +101,7 @@ def test_an_image_bomb_on_the_form_is_a_form_error(client, ordinary_user, media_
 
     assert response.status_code == 400
     assert "bomb.png: 100000×100000 pixels is over the limit" in html.unescape(response.content.decode())
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)  # (the form keeps the files chosen, an hour)
 
 
 def test_the_bombs_are_refused_with_pillows_process_wide_limit_left_as_it_was():
@@ -416,7 +417,7 @@ def test_malformed_languages_on_the_form_are_a_form_error(client, ordinary_user,
 
     assert response.status_code == 400
     assert "languages must look like" in html.unescape(response.content.decode())
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)  # (the form keeps the files chosen, an hour)
 
 
 def test_malformed_languages_on_the_command_line_exit_2_with_the_message(tmp_path, media_root, capsys):

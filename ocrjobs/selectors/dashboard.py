@@ -50,10 +50,10 @@ def jobs_for_dashboard(*, owner_ids: list[int] | None = None) -> list[Job]:
     return _trimmed(_owners_jobs(owner_ids=list(owner_ids)), by_owner=True) if owner_ids else []
 
 
-def job_rows_read():
+def job_rows_read(*, also: tuple[str, ...] = ()):
     # What the dashboard's rows show, no more: its reads run every second, and each column is a
-    # conversion per row (datetimes are parsed in Python on SQLite).
-    shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key")
+    # conversion per row (datetimes are parsed in Python on SQLite). ``also``: the job list's more.
+    shown = ("owner_id", "pool_id", "status", "created_at", "owner__username", "pool__key", *also)
     jobs = Job.objects.select_related("pool", "owner").only(*shown)
     # the pages its documents hold, for job_progress, and the dollars of its spend entries, for
     # pods.spend.jobs_spend: two reads fewer each second
@@ -190,6 +190,8 @@ class JobProgress:
     # {pod id: (seconds its done pages held that pod, the pod's state, $/h, lanes)}
     busy_on_pods: dict[int, tuple] = field(default_factory=dict)
     failed_documents: int = 0  # documents that could not be split or fetched: no pages of theirs count
+    # Whether a page of the job is out at a pod the dashboard's fleet snapshot shows (None: not asked).
+    reading: bool | None = None
 
     @property
     def ended(self) -> int:
@@ -213,18 +215,23 @@ class JobProgress:
 
     @property
     def eta_s(self) -> float | None:
+        """At the last minute's rate; on the dashboard, none while no page is out at a pod (a job
+        whose pool had no pod left said "ETA 54 s" from the pages its released pods had read)."""
         remaining = self.expected - self.ended
-        if self.job.is_finished or remaining <= 0 or self.pages_per_s <= 0:
+        if self.job.is_finished or remaining <= 0 or self.pages_per_s <= 0 or self.reading is False:
             return None
         return remaining / self.pages_per_s
 
 
-def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobProgress]:
+def job_progress(jobs: list[Job], *, now: datetime | None = None, serving: set[int] | None = None) -> list[JobProgress]:
     """Progress, rate and ETA of each job, in three queries whatever the number of jobs (one for
     jobs_for_dashboard's and the job list's, which carry the pages their documents hold and their
     failed documents); with the
     seconds its done pages held each pod and that pod's state and price (``busy_on_pods``), so
-    that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend)."""
+    that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend).
+    ``serving``: the pods the dashboard's fleet snapshot shows; a page counts as running only
+    while it is out at one of them, else as waiting (one a dispatcher holds for a lane, one
+    whose pod was released a moment ago)."""
     now = now or timezone.now()
     ids = [job.pk for job in jobs]
     if not ids:
@@ -252,6 +259,8 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     busy_on_pods: dict[int, dict[int, tuple]] = defaultdict(dict)
     for job_id, status, pod_id, state, cost_per_hr, lanes, n, recent, busy in rows:
+        if status == Page.Status.RUNNING and serving is not None and pod_id not in serving:
+            status = Page.Status.PENDING
         counts[job_id][status] += n
         if status == Page.Status.DONE:
             counts[job_id]["recent"] += recent
@@ -272,6 +281,7 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None) -> list[JobPro
                 pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
                 busy_on_pods=busy_on_pods[job.pk],
                 failed_documents=failed_documents.get(job.pk, 0),
+                reading=None if serving is None else c[Page.Status.RUNNING] > 0,
             )
         )
     return result
@@ -337,6 +347,17 @@ def pages_done_in_minutes(minutes: list[datetime]) -> dict[datetime, int]:
         cursor.execute("SELECT " + ", ".join([count] * len(minutes)), params)
         counts = cursor.fetchone()
     return {minute: n for minute, n in zip(minutes, counts, strict=True) if n}
+
+
+def pages_at_pods(*, now: datetime) -> dict[int, int]:
+    """{pod id: pages out at it under a live claim} of every pod holding one: as many rows as
+    pods busy, whatever the backlog (a page waiting in a dispatcher for a lane has no pod yet)."""
+    return dict(
+        Page.objects.filter(status=Page.Status.RUNNING, claim_expires_at__gte=now, pod_id__isnull=False)
+        .values("pod_id")
+        .annotate(n=Count("id"))
+        .values_list("pod_id", "n")
+    )
 
 
 def pages_in_flight_by_pod(pod_ids: list[int], *, now: datetime) -> dict[int, int]:

@@ -141,7 +141,7 @@ def jobs_for_list(jobs):
     ``ended_pods_dollars`` (pods.spend.jobs_spend), newest first."""
     documents = Document.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Count("id"))
     return (
-        job_rows_read()
+        job_rows_read(also=("labels",))
         .filter(pk__in=jobs.values("pk"))
         .annotate(documents_count=Coalesce(Subquery(documents.values("n")), 0))
         .order_by("-created_at", "-id")

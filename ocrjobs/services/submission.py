@@ -29,6 +29,7 @@ import pypdfium2.raw as pdfium_c
 from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.db import transaction
+from django.utils import timezone
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
@@ -41,7 +42,7 @@ from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
 from ocrjobs.storage import document_delete, document_store
 from pods.models import Pool
-from pods.services.forecast import job_forecast
+from pods.services.forecast import forecast_choice, job_forecast
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +340,7 @@ def job_submit(
     submission_key: tuple[str, str] | None = None,
     dry_run: bool = False,
     callback_url: str = "",
+    labels: list[str] | None = None,
 ) -> Job | dict:
     """Check every file (and the form of every URL), then store the job and its documents in
     one transaction. URLs are fetched later by a worker, never by the front.
@@ -346,7 +348,7 @@ def job_submit(
     Nothing is left behind on a bad file: no rows, no stored files. ``dry_run``: the same
     checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     """
-    pool = resolve_pool(pool_key, owner)
+    pool = resolve_pool(pool_key, owner)  # named, or the first open one until the forecast chooses
     languages = resolve_languages(languages)
     schedule = schedule_within_budget(owner, schedule or Schedule())
     urls = [check_url(url) for url in (urls or []) if url.strip()]
@@ -364,7 +366,9 @@ def job_submit(
                 staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
             staged.append(_stage(upload, staging, i))
-        forecast = _forecast(staged, urls, pool, owner)
+        forecast = _forecast(staged, urls, pool if pool_key else None, owner, schedule)
+        if not pool_key:
+            pool = Pool.objects.get(key=forecast["chosen"]["pool"])
         if dry_run:
             return forecast
         # Stored before the transaction: an upload to object storage takes a while, and no
@@ -379,7 +383,7 @@ def job_submit(
                                      searchable_pdf=searchable_pdf,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
                                      priority=schedule.priority, forecast=forecast,
-                                     callback_url=callback_url)  # fmt: skip
+                                     callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
             documents = []
             for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
                 documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
@@ -409,9 +413,20 @@ def job_submit(
     return job
 
 
-def _forecast(staged: list[_Staged], urls: list[str], pool: Pool, owner) -> dict:
+def _forecast(staged: list[_Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
+    """The forecast of every pool open to the owner, with the pool and sizing the job takes
+    (``chosen``): ``pool`` if named, else the cheapest that meets the forecast (forecast_choice),
+    first in its list (what the job's page reads as its own)."""
     pages = sum(item.page_count for item in staged)
-    return job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
+    forecast = job_forecast(pages=pages, urls=len(urls), pool=pool, pools=Pool.objects.open_to(owner))
+    minutes_left = None
+    if schedule.deadline is not None:
+        minutes_left = (schedule.deadline - timezone.now()).total_seconds() / 60
+    among = forecast if pool is None else {"pools": [p for p in forecast["pools"] if p["pool"] == pool.key]}
+    key, sizing = forecast_choice(among, priority=schedule.priority, minutes_left=minutes_left)
+    forecast["pools"].sort(key=lambda p: p["pool"] != key)
+    forecast["chosen"] = {"pool": key, "sizing": sizing, "by": "named" if pool is not None else "cheapest"}
+    return forecast
 
 
 def name_from_url(url: str) -> str:

@@ -352,3 +352,27 @@ def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=N
         "note": "URL documents are counted once fetched; their pages are not in these figures" if urls else "",
         "pools": [pool_forecast(p, pages=pages, ahead=ahead[p.pk], serving=p.pk in serving) for p in pools],
     }
+
+
+def forecast_choice(forecast: dict, *, priority: str, minutes_left: float | None = None) -> tuple[str, str] | None:
+    """(pool key, sizing) a job takes when its submitter names no pool: the cheapest open pool
+    that meets the forecast. Without a deadline, the sizing is the job's priority and the pool the
+    one whose forecast for it costs least (then the quicker); with one, the cheapest (pool,
+    sizing) whose minutes fit in ``minutes_left``, or the quickest of all when none fits. A pool
+    whose price is unknown is taken only when no pool's is known. Pure: the form's forecast marks
+    what this returns, and the submission takes it (``job_submit``)."""
+    rows = [
+        (pool["pool"], name, figures)
+        for pool in forecast.get("pools") or []
+        for name, figures in pool["sizings"].items()
+        if minutes_left is not None or name == priority
+    ]
+    if minutes_left is not None:
+        fitting = [row for row in rows if row[2]["minutes"] <= minutes_left]
+        if not fitting:
+            quickest = min(rows, key=lambda row: row[2]["minutes"], default=None)
+            return quickest[:2] if quickest else None
+        rows = fitting
+    priced = [row for row in rows if row[2]["dollars"] is not None] or rows
+    best = min(priced, key=lambda row: (row[2]["dollars"] or 0, row[2]["minutes"]), default=None)
+    return best[:2] if best else None

@@ -88,3 +88,33 @@ def seconds(value: float | None) -> str:
 def points(pairs: list[tuple[float, float]]) -> str:
     """An SVG points attribute from (x, y) numbers."""
     return " ".join(f"{x:g},{y:g}" for x, y in pairs)
+
+
+@register.filter
+def about_minutes(minutes: float | None) -> str:
+    """A forecast's minutes in words: "under a minute", "about 2 minutes", "about 1 hour 20 minutes"."""
+    if minutes is None or minutes == "":
+        return "—"
+    whole = round(float(minutes))
+    if float(minutes) < 1:
+        return "under a minute"
+    if whole < 60:
+        return f"about {whole} minute{'s' if whole != 1 else ''}"
+    hours, rest = divmod(whole, 60)
+    said = f"about {hours} hour{'s' if hours != 1 else ''}"
+    return f"{said} {rest} minute{'s' if rest != 1 else ''}" if rest and hours < 10 else said
+
+
+@register.filter
+def dollars_words(value: Decimal | float | None) -> str:
+    """A forecast's dollars for people: "no charge", "under $0.01", "$0.42", "$12"."""
+    if value is None or value == "":
+        return "price unknown"
+    value = float(value)
+    if value == 0:
+        return "no charge"
+    if value < 0.01:
+        return "under $0.01"
+    if value < 100:
+        return f"${value:,.2f}"
+    return f"${value:,.0f}"

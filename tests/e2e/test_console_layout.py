@@ -114,7 +114,7 @@ def test_every_console_page_fits_a_phone_and_a_desktop_and_is_worked_by_keyboard
                     page.wait_for_selector(".viewer-page[data-drawn='true']", state="attached")
                 if name == "new job, its forecast":  # files chosen: the form shows its forecast
                     page.set_input_files("#id_files", str(upload))
-                    page.wait_for_selector("#forecast h3")
+                    page.wait_for_selector("#forecast table")
                 where = f"{name} at {size['viewport']['width']}"
                 if (overflow := page.evaluate(OVERFLOW)) > 0:
                     problems[f"{where}: scrolls sideways by"] = overflow

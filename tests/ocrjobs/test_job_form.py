@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from ocrjobs.models import Job, Page
+from ocrjobs.models import Document, Job, KeptUpload, Page
 from tests.factories import (
     PAGES_TRUTH,
     corrupt_pdf_bytes,
@@ -15,11 +15,20 @@ from tests.factories import (
     zero_page_pdf_bytes,
 )
 from tests.helpers import page_text
-from tests.ocrjobs.helpers import assert_nothing_made, complete_all, split, submit
+from tests.ocrjobs.helpers import assert_nothing_made, complete_all, files_under, split, submit
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
 NEW = "/jobs/new"
+
+
+def assert_no_job_and_the_files_kept(media_root) -> None:
+    """A refused submit makes no job; the files chosen are kept for the form shown again, and
+    nothing else is stored."""
+    assert Job.objects.count() == Document.objects.count() == Page.objects.count() == 0
+    kept = list(KeptUpload.objects.order_by("pk"))
+    stored = files_under(media_root)
+    assert sorted(str(p.relative_to(media_root)) for p in stored) == sorted(k.source for k in kept)
 
 
 def upload(*files: tuple[str, bytes], **fields) -> dict:
@@ -72,7 +81,7 @@ def test_a_bad_upload_shows_the_form_again_with_the_error_and_makes_nothing(bob,
     text = page_text(response)
     assert shown in text
     assert '<form method="post" enctype="multipart/form-data"' in text
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)
 
 
 def test_a_file_over_the_size_limit_is_refused_on_the_form(bob, media_root, settings):
@@ -82,7 +91,7 @@ def test_a_file_over_the_size_limit_is_refused_on_the_form(bob, media_root, sett
 
     assert response.status_code == 400
     assert "big.pdf: the file is larger than the limit of 1000 bytes" in page_text(response)
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)
 
 
 def test_a_document_over_the_page_limit_is_refused_on_the_form(bob, media_root, settings):
@@ -92,7 +101,7 @@ def test_a_document_over_the_page_limit_is_refused_on_the_form(bob, media_root, 
 
     assert response.status_code == 400
     assert "long.pdf: 3 pages; the limit is 2 pages per document" in page_text(response)
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)
 
 
 def test_an_anonymous_visitor_is_sent_to_log_in(client, media_root):

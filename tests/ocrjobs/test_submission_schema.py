@@ -17,6 +17,7 @@ from ocrjobs.models import Job
 from ocrjobs.schemas import SubmissionFields, SubmissionInvalid, job_submit_arguments, submission_from_form
 from tests.factories import PAGES_TRUTH, pdf_bytes
 from tests.ocrjobs.helpers import assert_nothing_made
+from tests.ocrjobs.test_job_form import assert_no_job_and_the_files_kept
 from tests.ocrjobs.test_submit_api import assert_refused
 
 pytestmark = pytest.mark.usefixtures("local_pool")
@@ -45,7 +46,7 @@ def test_multipart_fields_have_their_real_types_in_openapi(db):
     assert types == {"urls": "array", "pool": "string", "languages": "string", "skip_text_pages": "boolean",
                      "searchable_pdf": "boolean",
                      "max_dollars": "number", "deadline": "string", "priority": "string", "dry_run": "boolean",
-                     "callback_url": "string", "files": "array"}  # fmt: skip
+                     "callback_url": "string", "labels": "array", "files": "array"}  # fmt: skip
     assert fields["properties"]["priority"]["enum"] == ["fastest", "balanced", "cheapest"]
     assert fields["properties"]["deadline"]["format"] == "date-time"
     assert fields["properties"]["callback_url"]["format"] == "uri"
@@ -139,7 +140,7 @@ def test_the_form_refuses_a_callback_url_the_api_refuses_beside_its_input(bob, m
     assert response.context["form"].errors["callback_url"] == [
         "callback_url: ftp://example.org/hook: only http and https URLs can be fetched"
     ]
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)  # (the form keeps the files chosen)
 
 
 def test_the_form_shows_a_field_that_does_not_parse_beside_its_input(bob, media_root):
@@ -148,4 +149,4 @@ def test_the_form_shows_a_field_that_does_not_parse_beside_its_input(bob, media_
     assert response.status_code == 400
     assert list(response.context["form"].errors) == ["max_dollars"]
     assert "Input should be a valid number" in html.unescape(response.content.decode())
-    assert_nothing_made(media_root)
+    assert_no_job_and_the_files_kept(media_root)  # (the form keeps the files chosen)

@@ -34,7 +34,7 @@ def test_status_shows_pools_pods_backlog_alerts_and_verdicts(client, admin_token
     body = api_get(client, "/v1/runpod/status", admin_token).json()
     pool = next(p for p in body["pools"] if p["key"] == "local")
     assert pool["pods"] == {"booting": 1, "ready": 1, "draining": 0}
-    assert pool["lanes"] == {"used": 0, "total": 2}
+    assert pool["lanes"] == {"used": 0, "total": 2, "claimed": 0}
     assert pool["backlog"] == 5
     assert pool["dollars_per_hour"] == pytest.approx(0.5)
     assert pool["autostop_seconds"] == 600  # its pods stop themselves after this long unspoken to

@@ -269,6 +269,8 @@ def test_each_push_reads_what_changed_since_the_one_before_at_its_own_time(fleet
     took out of a window goes."""
 
     def push(at=None) -> tuple[dict[str, str], dict[str, str]]:
+        if at:  # a push's figures are of its status snapshot's moment: one read then
+            fleet_status_snapshot.clear()
         with mock.patch("django.utils.timezone.now", return_value=at) if at else nullcontext():
             payloads = dashboard.render_payloads(staff=True, user_ids=[ordinary_user.pk])
         return payloads[dashboard.STAFF], payloads[f"user:{ordinary_user.pk}"]
