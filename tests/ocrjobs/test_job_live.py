@@ -16,7 +16,7 @@ from ocrjobs.consumers import CLOSE_FORBIDDEN
 from ocrjobs.models import Job, Page
 from pods import broadcast
 from tests.ocrjobs.helpers import job_with_pages
-from tests.pods.test_consumers import GUARD, ORIGIN, WEBSOCKETS, run, session_cookie
+from tests.pods.test_consumers import GUARD, ORIGIN, WEBSOCKETS, closed_with, log_out, run, session_cookie
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -88,6 +88,21 @@ def test_the_owner_gets_the_pages_it_holds_as_they_are_read_and_no_other(running
     pushed = "".join(later)
     assert "read live" in pushed and f'id="viewer-page-{held.pk}" hx-swap-oob="true"' in pushed
     assert f'id="viewer-page-{not_held.pk}"' not in pushed  # the page does not show it: not sent
+
+
+def test_a_job_page_is_closed_when_its_session_ends(running, ordinary_user, monkeypatch):
+    monkeypatch.setattr(broadcast, "SESSION_CHECK_SECONDS", 0.2)
+    cookie = session_cookie(ordinary_user)
+
+    async def scenario():
+        comm = _watcher(running, cookie)
+        assert (await comm.connect(timeout=GUARD))[0]
+        await _until(comm, lambda m: 'id="job-progress"' in m)
+        await database_sync_to_async(log_out)(cookie)
+        assert await closed_with(comm, GUARD) == 4401
+        assert not broadcast.broadcaster().feed(live.JobFeed).watching()
+
+    run(scenario)
 
 
 def test_staff_may_watch_anybodys_job_and_get_no_rebuild_button_of_the_owners(admin_user, ordinary_user, local_pool):
