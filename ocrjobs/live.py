@@ -48,7 +48,7 @@ PASS_SHARE_INVERSE = 4
 HELD_PAGES_MAX = 2000  # pages a watcher may hold live (80 batches of the viewer)
 MESSAGE_BYTES_MAX = 64 * 1024
 
-GROUP_SECTIONS = ("progress", "documents", "events")
+GROUP_SECTIONS = ("progress", "escalations", "documents", "events")
 
 
 def group_for_job(job_id: int) -> str:
@@ -93,6 +93,8 @@ def job_context(job: Job, *, sections: tuple[str, ...] = GROUP_SECTIONS, counts:
                "outputs_statuses": WITH_OUTPUTS}  # fmt: skip
     if "progress" in sections:
         context["forecast_vs_actual"] = _forecast_vs_actual(job, counts)
+    if "escalations" in sections:
+        context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
     if "events" in sections:
         context["timeline"] = job_timeline(job)
         context["deliveries"] = list(job.webhook_deliveries.all())

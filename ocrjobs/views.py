@@ -103,7 +103,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
     context = live.job_context(job)
     context["viewer_user_id"] = request.user.pk
-    context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 

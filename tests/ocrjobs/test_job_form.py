@@ -175,6 +175,7 @@ def test_the_fallback_poll_swaps_the_ended_jobs_sections_without_a_reload(bob, o
     assert "HX-Refresh" not in running.headers and "HX-Refresh" not in finished.headers
     assert "Cancel job" in running.content.decode() and "Cancel job" not in finished.content.decode()
     for section in ('id="job-progress" hx-swap-oob', 'id="job-actions" hx-swap-oob', 'id="job-documents" hx-swap-oob',
+                    'id="job-escalations" hx-swap-oob',
                     'id="job-events" hx-swap-oob'):  # fmt: skip
         assert section in finished.content.decode()
     assert "result.txt" in finished.content.decode() and "Ended: done" in finished.content.decode()
