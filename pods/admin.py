@@ -78,14 +78,10 @@ class PodAdmin(ReadOnlyAdmin):
     inlines = [AuditEntryInline]
     actions = ["release", "terminate"]
 
-    def has_view_permission(self, request, obj=None):
+    def has_release_permission(self, request) -> bool:
+        """Release and Terminate are for whoever may see the pods here and is staff, as the
+        dashboard's button (the model itself is read-only for everybody)."""
         return request.user.is_active and request.user.is_staff
-
-    def get_actions(self, request):
-        # Actions are offered to whoever may view (the model is read-only for everybody).
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     def _act(self, request, queryset, service, verb: str) -> None:
         actor = Actor(user=request.user, door=AuditEntry.Door.ADMIN)
@@ -97,11 +93,11 @@ class PodAdmin(ReadOnlyAdmin):
         if skipped:
             self.message_user(request, f"{skipped} pod(s) had nothing to {verb.lower()}.", messages.WARNING)
 
-    @admin.action(description="Release the selected pods (ended now, terminated by a pass)")
+    @admin.action(description="Release the selected pods (ended now, terminated by a pass)", permissions=["release"])
     def release(self, request, queryset):
         self._act(request, queryset, lifecycle.pod_release, "Released")
 
-    @admin.action(description="Terminate the selected pods at the provider")
+    @admin.action(description="Terminate the selected pods at the provider", permissions=["release"])
     def terminate(self, request, queryset):
         self._act(request, queryset, lifecycle.pod_terminate, "Terminated")
 

@@ -76,6 +76,8 @@ def test_the_pod_admin_is_read_only(client, admin_user, ready_pod):
     assert client.get("/admin/pods/pod/add/").status_code == 403
     assert client.post(f"/admin/pods/pod/{ready_pod.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Pod.objects.filter(pk=ready_pod.pk).exists()
+    actions = client.get("/admin/pods/pod/").content.decode()
+    assert 'value="release"' in actions and 'value="terminate"' in actions and "delete_selected" not in actions
 
 
 def test_the_pods_admin_page_shows_its_audit_entries(client, admin_user, ready_pod):
