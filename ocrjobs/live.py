@@ -49,6 +49,7 @@ HELD_PAGES_MAX = 2000  # pages a watcher may hold live (80 batches of the viewer
 MESSAGE_BYTES_MAX = 64 * 1024
 
 GROUP_SECTIONS = ("progress", "escalations", "documents", "events")
+GROUP_PARTS = {name: f"partials/job_{name}.html" for name in GROUP_SECTIONS} | {"counts": "partials/viewer_counts.html"}
 
 
 def group_for_job(job_id: int) -> str:
@@ -82,7 +83,7 @@ def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
 def job_context(job: Job, *, sections: tuple[str, ...] = GROUP_SECTIONS, counts: dict | None = None) -> dict:
     """What the job page's live sections show (``sections``: only what those need; ``counts``:
     the job's page counts, read already by ``job_fingerprint``)."""
-    counts = job.page_counts() if counts is None else counts
+    counts = page_counts(job) if counts is None else counts
     documents = selectors.documents_for_job_page(job)
     progress = JobProgress(
         job=job, expected=sum(d.page_count for d in documents), done=counts["done"], failed=counts["failed"],
@@ -90,7 +91,7 @@ def job_context(job: Job, *, sections: tuple[str, ...] = GROUP_SECTIONS, counts:
         failed_documents=sum(d.status == Document.Status.FAILED for d in documents),
     )  # fmt: skip
     context = {"job": job, "progress": progress, "counts": counts, "documents": documents,
-               "outputs_statuses": WITH_OUTPUTS}  # fmt: skip
+               "outputs_statuses": WITH_OUTPUTS, "viewer_counts": {"total": counts["total"], "to_check": counts["to_check"]}}  # fmt: skip
     if "progress" in sections:
         context["forecast_vs_actual"] = _forecast_vs_actual(job, counts)
     if "escalations" in sections:
@@ -102,7 +103,8 @@ def job_context(job: Job, *, sections: tuple[str, ...] = GROUP_SECTIONS, counts:
 
 
 def render_group_sections(context: dict) -> dict[str, str]:
-    return {name: render_to_string(f"partials/job_{name}.html", context) for name in GROUP_SECTIONS}
+    """The sections every watcher of the job gets, and the viewer's counts."""
+    return {name: render_to_string(template, context) for name, template in GROUP_PARTS.items()}
 
 
 def render_actions(context: dict, *, user_id: int) -> str:
@@ -111,15 +113,26 @@ def render_actions(context: dict, *, user_id: int) -> str:
     return render_to_string("partials/job_actions.html", {**context, "viewer_user_id": user_id})
 
 
+def _pages_summed(job: Job) -> dict:
+    """The job's pages in one aggregate: by status, with warnings, to check, and attempts."""
+    statuses = [str(s) for s in Page.Status]
+    return job.pages.order_by().aggregate(
+        total=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in statuses},
+        warnings=Count("id", filter=Q(status=Page.Status.DONE, warnings__gt=0)), attempts=Sum("attempts"),
+        to_check=Count("id", filter=Q(status=Page.Status.DONE, confidence__lt=settings.VIEWER_CONFIDENCE_THRESHOLD)),
+    )  # fmt: skip
+
+
+def page_counts(job: Job) -> dict:
+    """``Job.page_counts`` and the viewer's pages to check, in one read."""
+    return {key: n for key, n in _pages_summed(job).items() if key != "attempts"}
+
+
 def job_fingerprint(job: Job) -> tuple[tuple, dict]:
     """What the live sections show, summed: it moves when a page, a document, an output, a webhook
     or an audit entry of the job does. Four aggregates, each one range of an index of the job; and
-    the job's page counts (``Job.page_counts``), which the sections show."""
-    statuses = [str(s) for s in Page.Status]
-    pages = job.pages.order_by().aggregate(
-        total=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in statuses},
-        warnings=Count("id", filter=Q(status=Page.Status.DONE, warnings__gt=0)), attempts=Sum("attempts"),
-    )  # fmt: skip
+    the job's page counts (``page_counts``), which the sections show."""
+    pages = _pages_summed(job)
     documents = job.documents.order_by().aggregate(
         split=Count("id", filter=Q(status=Document.Status.SPLIT)),
         failed=Count("id", filter=Q(status=Document.Status.FAILED)),

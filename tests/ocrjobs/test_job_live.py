@@ -88,6 +88,7 @@ def test_the_owner_gets_the_pages_it_holds_as_they_are_read_and_no_other(running
     pushed = "".join(later)
     assert "read live" in pushed and f'id="viewer-page-{held.pk}" hx-swap-oob="true"' in pushed
     assert f'id="viewer-page-{not_held.pk}"' not in pushed  # the page does not show it: not sent
+    assert "All pages (4)</span>" in pushed  # the viewer's counts are swapped in with the sections
 
 
 def test_a_job_page_is_closed_when_its_session_ends(running, ordinary_user, monkeypatch):
