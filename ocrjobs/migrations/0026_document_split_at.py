@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ocrjobs', '0023_page_warnings'),
+        ('ocrjobs', '0025_job_labels'),
     ]
 
     operations = [
