@@ -71,6 +71,7 @@ django_asgi = FrontASGIHandler()
 # imported here, at start-up, not by the first uploads, which all waited on its import lock
 # (py-spy on bench/ingest.py: ~40% of the front's samples in the first seconds of a run).
 import pods.providers.runpod  # noqa: E402, F401
+from ocrjobs.routing import websocket_urlpatterns as job_websockets  # noqa: E402  (needs the apps loaded)
 from pods.routing import websocket_urlpatterns  # noqa: E402  (needs the apps loaded)
 
 
@@ -92,7 +93,9 @@ _import_what_requests_use()
 application = ProtocolTypeRouter(
     {
         "http": HealthzFirst(StaticPolicy(ASGIStaticFilesHandler(django_asgi))),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, *job_websockets]))
+        ),
     }
 )
 

@@ -23,6 +23,8 @@ from ocrjobs.services import outputs
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import webhook_secret_rotate, webhook_secret_row
+from pods.audit import Actor
+from pods.models import AuditEntry
 from pods.services.forecast import job_forecast_again
 from pods.spend import jobs_spend
 
@@ -254,7 +256,7 @@ def job_result_jsonl(request: HttpRequest, job_id: int) -> StreamingHttpResponse
 
 @api_view(scope="submit", methods=("POST",))
 def job_cancel(request: HttpRequest, job_id: int) -> JsonResponse:
-    job = job_services.job_cancel(job=_job_for(request, job_id))
+    job = job_services.job_cancel(job=_job_for(request, job_id), actor=Actor(request.api_user, AuditEntry.Door.API))
     return JsonResponse(_job_dict(job))
 
 
@@ -264,7 +266,7 @@ def job_outputs_rebuild(request: HttpRequest, job_id: int) -> JsonResponse:
     job = _job_for(request, job_id)
     if job.owner_id != request.api_user.pk:
         raise ApiError(f"only the owner of job {job.pk} may rebuild its outputs", 403)
-    documents = outputs.job_outputs_rebuild(job=job, user=request.api_user)
+    documents = outputs.job_outputs_rebuild(job=job, user=request.api_user, door=AuditEntry.Door.API)
     return JsonResponse({**_job_dict(job), "rebuilding_documents": documents}, status=202)
 
 
@@ -273,6 +275,6 @@ def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
     job = _job_for(request, job_id)
     if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
         raise ApiError(f"job {job.pk} is {job.status}: only a partial or failed job has pages to retry", 409)
-    pages, documents = job_services.job_retry(job=job)
+    pages, documents = job_services.job_retry(job=job, actor=Actor(request.api_user, AuditEntry.Door.API))
     job.refresh_from_db()
     return JsonResponse({**_job_dict(job), "retried_pages": pages, "retried_documents": documents})

@@ -266,6 +266,7 @@ class Document(TaskLeased):
     fetch_attempts = models.PositiveSmallIntegerField(
         default=0, help_text="downloads of a URL document started (URL_FETCH_MAX_ATTEMPTS at most)"
     )
+    split_at = models.DateTimeField(null=True, blank=True, help_text="its pages made (the job's timeline)")
 
     class Meta:
         ordering = ["job", "position"]
@@ -371,6 +372,16 @@ class Page(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document.name} p{self.number}"
+
+    @staticmethod
+    def state_of(status: str, attempts: int, escalated_from_id: int | None) -> str:
+        """What the viewer shows of a page that may change while it is on screen: the job page
+        reports it for each page it holds, and the live push sends those that moved (ocrjobs/live.py)."""
+        return f"{status}:{attempts}:{int(escalated_from_id is not None)}"
+
+    @property
+    def live_state(self) -> str:
+        return self.state_of(self.status, self.attempts, self.escalated_from_id)
 
     def read_result(self) -> dict | None:
         if not self.result:

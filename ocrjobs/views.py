@@ -12,19 +12,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleetadmin.api import ApiError
-from ocrjobs import selectors
+from ocrjobs import live, selectors
 from ocrjobs.forms import JobForm, JobListFilters
-from ocrjobs.models import Document, Job, KeptUpload
+from ocrjobs.models import Job, KeptUpload
 from ocrjobs.schemas import job_submit_arguments
-from ocrjobs.selectors import JobProgress
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services import kept_uploads, outputs
 from ocrjobs.services.budgets import budget_left
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.viewer_views import viewer_first_render
+from pods.audit import Actor
 from pods.dashboard import jobs_with_cost
-from pods.services.forecast import job_forecast_again
-from pods.spend import jobs_spend
+from pods.models import AuditEntry
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
@@ -107,73 +106,37 @@ def job_forecast(request: HttpRequest) -> HttpResponse:
     return render(request, "partials/job_forecast.html", context)
 
 
-def _job_context(job: Job) -> dict:
-    counts = job.page_counts()
-    documents = job.documents.all()
-    progress = JobProgress(
-        job=job, expected=sum(d.page_count for d in documents), done=counts["done"], failed=counts["failed"],
-        cancelled=counts["cancelled"], running=counts["running"], pending=counts["pending"], pages_per_s=0,
-        failed_documents=sum(d.status == Document.Status.FAILED for d in documents),
-    )  # fmt: skip
-    return {
-        "job": job,
-        "progress": progress,
-        "counts": counts,  # pages read with a warning among them
-        # Live with the progress (polled): the forecast beside what the job has taken so far.
-        "forecast_vs_actual": _forecast_vs_actual(job, counts),
-    }
-
-
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job, its documents, and the page viewer's first batch of pages (ocrjobs/viewer.py):
     only the results of the pages shown are read, whatever the job's size; the browser asks for
     the next batch as it scrolls."""
     job = _job_for(request, job_id)
-    context = _job_context(job)
-    context["documents"] = selectors.documents_for_job_page(job)
-    context["deliveries"] = list(job.webhook_deliveries.all())
-    context["outputs_statuses"] = outputs.WITH_OUTPUTS
-    context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
+    context = live.job_context(job)
+    context["viewer_user_id"] = request.user.pk
     context.update(viewer_first_render(request, job))
     return render(request, "ocrjobs/job_detail.html", context)
 
 
-def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
-    """The job's pool's forecast for its priority next to what it has taken so far."""
-    pools = (job.forecast or {}).get("pools") or []
-    if not pools:
-        return None
-    sizing = pools[0]["sizings"].get(job.priority) or pools[0]["sizings"].get("balanced")
-    end = job.finished_at or timezone.now()
-    again = job_forecast_again(job)
-    return {
-        "sizing": job.priority,
-        "forecast": sizing,
-        "guessed": pools[0].get("guessed", []),  # what the forecast at submission rested on a guess for
-        "again": (again["sizings"].get(job.priority) or again["sizings"].get("balanced")) if again else None,
-        "pages_forecast": job.forecast.get("pages"),
-        "minutes": round((end - job.created_at).total_seconds() / 60, 2),
-        "dollars": float(jobs_spend([job.pk])[job.pk]),
-        "pods": job.pages.exclude(pod=None).values("pod").distinct().count(),
-        "pages_done": counts["done"],
-    }
-
-
 @login_required
 def job_progress(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job page's live sections as out-of-band fragments: what the websocket pushes
+    (ocrjobs/live.py), for a page without one. The page never reloads itself: a message shown
+    above it (a retry's) stays."""
     job = _job_for(request, job_id)
-    response = render(request, "partials/job_progress.html", _job_context(job))
-    if job.is_finished:
-        # The page reloads once to show the text; htmx then stops polling.
-        response["HX-Refresh"] = "true"
-    return response
+    context = live.job_context(job)
+    sections = live.render_group_sections(context)
+    return HttpResponse(live.render_actions(context, user_id=request.user.pk) + "".join(sections.values()))
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor(user=request.user, door=AuditEntry.Door.PAGE)
 
 
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_services.job_cancel(job=_job_for(request, job_id))
+    job = job_services.job_cancel(job=_job_for(request, job_id), actor=_actor(request))
     messages.info(request, f"Job {job.pk} cancelled.")
     return redirect(job)
 
@@ -198,7 +161,7 @@ def job_outputs_rebuild(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
     try:
-        pages, documents = job_services.job_retry(job=job)
+        pages, documents = job_services.job_retry(job=job, actor=_actor(request))
     except ApiError as exc:  # the owner's daily budget is used
         messages.error(request, exc.message)
         return redirect(job)

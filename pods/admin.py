@@ -1,7 +1,9 @@
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from pods.models import Alert, BootAttempt, CapacityVerdict, Pod, Pool, PriceCatalogue
+from pods.audit import Actor
+from pods.models import Alert, AuditEntry, BootAttempt, CapacityVerdict, Pod, Pool, PriceCatalogue
+from pods.services import lifecycle
 
 
 @admin.register(Pool)
@@ -33,14 +35,79 @@ class PoolAdmin(admin.ModelAdmin):
         }
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the system writes: staff look, and act only through the actions, which go through
+    the same services as the dashboard and the API."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class AuditEntryInline(admin.TabularInline):
+    model = AuditEntry
+    fk_name = "pod"
+    extra = 0
+    fields = ("at", "actor_name", "action", "door", "detail")
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Pod)
-class PodAdmin(admin.ModelAdmin):
+class PodAdmin(ReadOnlyAdmin):
+    """Read-only (issue 42: staff could edit a pod's state, lease token and base URL): a pod
+    changes only through its services. Release and Terminate leave an audit entry each."""
+
     list_display = (
         "name", "pool", "state", "reason", "lanes", "gpu_type", "host", "cost_per_hr", "created_at", "ready_at"
     )  # fmt: skip
     list_filter = ("pool", "state", "host")
     search_fields = ("name", "provider_id")
-    readonly_fields = ("created_at", "ready_at", "ended_at", "last_busy_at")
+    exclude = ("task_lease_token",)
+    inlines = [AuditEntryInline]
+    actions = ["release", "terminate"]
+
+    def has_release_permission(self, request) -> bool:
+        """Release and Terminate are for whoever may see the pods here and is staff, as the
+        dashboard's button (the model itself is read-only for everybody)."""
+        return request.user.is_active and request.user.is_staff
+
+    def _act(self, request, queryset, service, verb: str) -> None:
+        actor = Actor(user=request.user, door=AuditEntry.Door.ADMIN)
+        reason = f"admin: {request.user.get_username()}"
+        done = [pod.name for pod in queryset.select_related("pool") if service(pod=pod, reason=reason, actor=actor)]
+        skipped = queryset.count() - len(done)
+        if done:
+            self.message_user(request, f"{verb}: {', '.join(done)}.", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"{skipped} pod(s) had nothing to {verb.lower()}.", messages.WARNING)
+
+    @admin.action(description="Release the selected pods (ended now, terminated by a pass)", permissions=["release"])
+    def release(self, request, queryset):
+        self._act(request, queryset, lifecycle.pod_release, "Released")
+
+    @admin.action(description="Terminate the selected pods at the provider", permissions=["release"])
+    def terminate(self, request, queryset):
+        self._act(request, queryset, lifecycle.pod_terminate, "Terminated")
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor_name", "action", "door", "pod", "job", "detail")
+    list_filter = ("action", "door")
+    search_fields = ("actor_name", "pod__name", "detail")
+    raw_id_fields = ("pod", "job", "actor")
 
 
 @admin.register(CapacityVerdict)

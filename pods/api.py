@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleetadmin.api import ApiError, api_view, parse_json
 from ocrjobs.selectors import jobs_visible_to
 from pods import capacity, enqueue, selectors
-from pods.models import Pod, Pool, ScaleRequest
+from pods.audit import Actor
+from pods.models import AuditEntry, Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
 
@@ -148,7 +149,7 @@ def release(request: HttpRequest) -> JsonResponse:
     pod = Pod.objects.select_related("pool").filter(pk=body.pod_id).first()
     if pod is None:
         raise ApiError(f"no pod {body.pod_id}", 404)
-    released = lifecycle.pod_release(pod=pod, reason=body.reason)
+    released = lifecycle.pod_release(pod=pod, reason=body.reason, actor=Actor(request.api_user, AuditEntry.Door.API))
     pod.refresh_from_db()
     return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
 

@@ -10,6 +10,9 @@ changed since its last message; of the jobs table, only the rows that changed.
 Every SESSION_CHECK_SECONDS it checks each client's session again and closes the
 websockets of those logged out (4401).
 
+The same loop runs the feeds other apps register (``register_feed``): the live job pages
+(ocrjobs/live.py), each at its own pace, their reads on the same thread.
+
 Groups carry this process's id, so with channels_redis and several fronts each
 front renders for its own clients and nobody gets another front's copy.
 """
@@ -20,6 +23,7 @@ import asyncio
 import logging
 import uuid
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import import_module
@@ -46,6 +50,22 @@ SESSION_CHECK_SECONDS = 5.0
 # One thread for the dashboard's reads and rendering: it never takes a thread
 # that requests or other sync_to_async callers wait for.
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard")
+
+
+async def run_in_render_thread(function: Callable, *args):
+    """``function(*args)`` on the broadcaster's thread, with its database connection."""
+    return await database_sync_to_async(function, thread_sensitive=False, executor=_executor)(*args)
+
+
+# Feeds other apps push from this loop, each at its own pace (ocrjobs' live job pages,
+# ocrjobs/live.py, registered in ocrjobs/apps.py): an object with watching(), subscribers(),
+# groups(), unwatch(channel) and async tick(layer, now=).
+_feed_kinds: list[type] = []
+
+
+def register_feed(kind: type) -> None:
+    if kind not in _feed_kinds:
+        _feed_kinds.append(kind)
 
 
 @dataclass(frozen=True)
@@ -88,13 +108,23 @@ class Broadcaster:
         self.sent: dict[str, dict[str, str]] = {}  # audience -> section -> the HTML it last got
         self.task: asyncio.Task | None = None
         self.ticks = 0
+        self.feeds = [kind() for kind in _feed_kinds]
+
+    def feed(self, kind: type):
+        return next(feed for feed in self.feeds if isinstance(feed, kind))
+
+    def start(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-broadcaster")
+
+    def _active(self) -> bool:
+        return bool(self.subscribers) or any(feed.watching() for feed in self.feeds)
 
     def subscribe(self, channel_name: str, subscriber: Subscriber) -> None:
         self.subscribers[channel_name] = subscriber
         # The newcomer's page may be older than the last message: its audience gets everything.
         self.sent.pop(subscriber.audience, None)
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-broadcaster")
+        self.start()
 
     def unsubscribe(self, channel_name: str) -> None:
         self.subscribers.pop(channel_name, None)
@@ -106,24 +136,35 @@ class Broadcaster:
         check = database_sync_to_async(sessions_ended, thread_sensitive=False, executor=_executor)
         refreshed = checked = loop.time()
         log.info("dashboard broadcaster %s started", PROCESS_ID)
-        while self.subscribers:
+        while self._active():
             started = loop.time()
             audiences = {s.audience for s in self.subscribers.values()}
             user_ids = sorted({s.user_id for s in self.subscribers.values() if not s.is_staff})
             try:
                 if started - checked >= SESSION_CHECK_SECONDS:
                     checked = started
-                    for channel_name in await check(dict(self.subscribers)):
+                    everyone = dict(self.subscribers)
+                    for feed in self.feeds:
+                        everyone.update(feed.subscribers())
+                    for channel_name in await check(everyone):
                         self.unsubscribe(channel_name)
+                        for feed in self.feeds:
+                            feed.unwatch(channel_name)
                         await layer.send(channel_name, {"type": "session.ended"})
-                    if not self.subscribers:
+                    if not self._active():
                         break
-                payloads = await render(staff=dashboard.STAFF in audiences, user_ids=user_ids, front=PROCESS_ID)
-                await self._send(layer, payloads, audiences)
+                if self.subscribers:
+                    payloads = await render(staff=dashboard.STAFF in audiences, user_ids=user_ids, front=PROCESS_ID)
+                    await self._send(layer, payloads, audiences)
+                for feed in self.feeds:
+                    await feed.tick(layer, now=started)
                 if started - refreshed > GROUP_REFRESH_SECONDS:
                     refreshed = started
                     for channel_name, subscriber in list(self.subscribers.items()):
                         await layer.group_add(subscriber.group, channel_name)
+                    for feed in self.feeds:
+                        for channel_name, group in feed.groups().items():
+                            await layer.group_add(group, channel_name)
             except Exception:
                 log.exception("dashboard broadcast failed; trying again next tick")
             self.ticks += 1

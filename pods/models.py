@@ -544,3 +544,46 @@ class ScaleRequest(models.Model):
             "created_at": self.created_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
         }
+
+
+class AuditEntry(models.Model):
+    """Who released or terminated a pod, or cancelled, retried or rebuilt a job, by which door,
+    and when: written by the service that does the action (pods/audit.py), whichever door asked.
+    Actions the system takes on its own (a shed, a drain) are not people's and are not recorded."""
+
+    class Action(models.TextChoices):
+        RELEASE = "release"
+        TERMINATE = "terminate"
+        CANCEL = "cancel"
+        RETRY = "retry"
+        REBUILD = "rebuild"
+
+    class Door(models.TextChoices):
+        API = "api"
+        PAGE = "page"
+        ADMIN = "admin"
+        CLI = "cli"
+
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, help_text="kept when the user is deleted")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    door = models.CharField(max_length=10, choices=Door.choices)
+    pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries")
+    job = models.ForeignKey(
+        "ocrjobs.Job", null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
+    detail = models.CharField(max_length=500, blank=True, help_text="what the action did, in words")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(fields=["job", "at"], name="audit_job_at_idx"),
+            models.Index(fields=["pod", "at"], name="audit_pod_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        target = f"pod {self.pod_id}" if self.pod_id else f"job {self.job_id}"
+        return f"{self.actor_name} {self.action} {target} ({self.door})"

@@ -11,7 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pods import dashboard
-from pods.models import Pod
+from pods.audit import Actor
+from pods.models import AuditEntry, Pod
 from pods.services import lifecycle
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ def pod_release(request: HttpRequest, pod_id: int) -> HttpResponse:
     if not (request.user.is_authenticated and request.user.is_staff):
         return HttpResponseForbidden("releasing a pod is for staff only")
     pod = get_object_or_404(Pod.objects.select_related("pool"), pk=pod_id)
-    if lifecycle.pod_release(pod=pod, reason=f"dashboard: {request.user.get_username()}"):
+    actor = Actor(user=request.user, door=AuditEntry.Door.PAGE)
+    if lifecycle.pod_release(pod=pod, reason=f"dashboard: {request.user.get_username()}", actor=actor):
         log.info("release of %s requested by %s", pod.name, request.user.get_username())
         message = "release requested"
     else:

@@ -1,6 +1,6 @@
-// The dashboard's only script: remember whether the websocket is open, so that
-// the fallback poll (#dash-poll, every 10 s) is sent only without it; and
-// reload the page when the server closes the websocket because the session has
+// The live pages' script (the dashboard, a job's page): remember whether the websocket is open,
+// so that the fallback poll (#dash-poll, #job-poll: data-fallback-poll, every 10 s) is sent only
+// without it; and reload the page when the server closes the websocket because the session has
 // ended (4401: logged out, here or in another tab), which leads to the login page.
 (function () {
   var SESSION_ENDED = 4401;
@@ -19,7 +19,8 @@
   document.addEventListener("htmx:wsError", function () { mark("off"); });
   // Here, not in an hx-trigger filter: htmx evaluates a filter as script, which the page's CSP refuses.
   document.addEventListener("htmx:beforeRequest", function (e) {
-    if (e.detail && e.detail.elt && e.detail.elt.id === "dash-poll" && document.body.dataset.live === "on") {
+    var elt = e.detail && e.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-fallback-poll") && document.body.dataset.live === "on") {
       e.preventDefault();
     }
   });

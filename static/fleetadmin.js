@@ -1,13 +1,25 @@
 // What every page needs of script, kept out of the templates: the Content-Security-Policy
 // (fleetadmin/settings.py) runs no inline script, no on*= handler and no style="" attribute.
 // - A form with data-confirm asks before it is sent.
+// - A form posted without a CSRF field (pushed over a websocket, rendered without a request:
+//   ocrjobs/live.py) gets the page's token, the one htmx sends (<body hx-headers>).
 // - An element with data-width (a percent) or data-aspect ("width / height") gets that size, in
 //   the first render and in every part htmx swaps in later (a poll, a websocket push).
 (function () {
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    if (form instanceof HTMLFormElement && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    if (!(form instanceof HTMLFormElement)) return;
+    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
       event.preventDefault();
+      return;
+    }
+    if (form.method === "post" && !form.querySelector("input[name=csrfmiddlewaretoken]")) {
+      var headers = JSON.parse(document.body.getAttribute("hx-headers") || "{}");
+      var field = document.createElement("input");
+      field.type = "hidden";
+      field.name = "csrfmiddlewaretoken";
+      field.value = headers["X-CSRFToken"] || "";
+      form.append(field);
     }
   });
 

@@ -190,6 +190,8 @@ if (viewer) {
   });
 
   watch(viewer);
-  // Each batch htmx brings in as the last page comes into view.
+  // Each batch htmx brings in as the last page comes into view, and the pages the job page's
+  // websocket pushes as they change (ocrjobs/live.py): new elements, drawn when in view.
   document.body.addEventListener("htmx:afterSettle", () => watch(viewer));
+  document.body.addEventListener("htmx:wsAfterMessage", () => watch(viewer));
 }

@@ -15,3 +15,12 @@ def auth(token: str) -> dict[str, str]:
 def page_text(response) -> str:
     """A rendered page's HTML as text to search, its entities decoded."""
     return html.unescape(response.content.decode())
+
+
+def only_audit_entry(**lookup):
+    """The one audit entry (pods.models.AuditEntry) that matches ``lookup``: an action recorded once."""
+    from pods.models import AuditEntry  # (the models load once Django is set up)
+
+    entries = list(AuditEntry.objects.filter(**lookup))
+    assert len(entries) == 1, entries
+    return entries[0]

@@ -26,6 +26,7 @@ CROSSINGS = {
     ("fleetadmin.urls", "ocrjobs"): "the root URLconf routes to each app's views",
     ("fleetadmin.urls", "pods"): "the root URLconf routes to each app's views",
     ("fleetadmin.asgi", "pods"): "the ASGI entry serves pods' websockets and preloads the runpod SDK",
+    ("fleetadmin.asgi", "ocrjobs"): "the ASGI entry serves the job page's websocket",
     ("pods", "ocrjobs.selectors"): "pods reads pages and jobs through ocrjobs' selectors only",
 }
 

@@ -16,7 +16,9 @@ from ocrjobs.services import fetch_turns
 from ocrjobs.services.budgets import retry_within_budget
 from ocrjobs.services.outputs import job_outputs_request
 from ocrjobs.services.webhooks import webhook_enqueue
+from pods.audit import Actor, audit_record
 from pods.enqueue import nudge_scaler
+from pods.models import AuditEntry
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +108,10 @@ def _jobs_end(job_ids: list[int]) -> None:
         job_outputs_request(jobs=ended)
 
 
-def job_cancel(*, job: Job) -> Job:
+def job_cancel(*, job: Job, actor: Actor | None = None) -> Job:
     """Cancel the job's waiting and running pages (a split under way stops at its next batch;
-    results that come in for them are refused) and have the scaler look again at once."""
+    results that come in for them are refused) and have the scaler look again at once.
+    ``actor``: who asked, for the audit record (pods/audit.py)."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_finished:
@@ -121,6 +124,8 @@ def job_cancel(*, job: Job) -> Job:
         job.finished_at = now
         job.save(update_fields=["status", "finished_at"])
         counts = job.page_counts()
+        audit_record(actor=actor, action=AuditEntry.Action.CANCEL, job=job,
+                     detail=f"{counts['cancelled']} pages cancelled, {counts['done']} done kept")  # fmt: skip
         _tally(job, counts)
         webhook_enqueue(job=job)
         if counts["done"]:
@@ -136,12 +141,13 @@ def job_retry_failed(*, job: Job) -> int:
     return job_retry(job=job)[0]
 
 
-def job_retry(*, job: Job) -> tuple[int, int]:
+def job_retry(*, job: Job, actor: Actor | None = None) -> tuple[int, int]:
     """Retry what failed in a partial or failed job: (pages, documents) queued again.
 
     Failed pages get a fresh set of attempts. A failed document is tried again from where it
     failed: a URL whose fetch failed (the server was down, the link expired) is fetched again,
-    any other document split again (a split makes only the pages still missing)."""
+    any other document split again (a split makes only the pages still missing). ``actor``: who
+    asked, for the audit record (pods/audit.py)."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in (Job.Status.PARTIAL, Job.Status.FAILED):
@@ -168,6 +174,8 @@ def job_retry(*, job: Job) -> tuple[int, int]:
             job.tallied_failed = 0
             job.save(update_fields=["status", "finished_at", "started_at", "max_dollars", "tallied_failed"])
             transaction.on_commit(lambda: _nudge(job.pool_id))
+        audit_record(actor=actor, action=AuditEntry.Action.RETRY, job=job,
+                     detail=f"{retried} failed pages and {documents} failed documents queued again")  # fmt: skip
         if split_ids:
             transaction.on_commit(lambda: enqueue_splits(split_ids))
         if fetches:

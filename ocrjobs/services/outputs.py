@@ -21,6 +21,8 @@ from fleetadmin.api import ApiError
 from ocrjobs import storage
 from ocrjobs.enqueue import enqueue_searchable_pdfs
 from ocrjobs.models import Document, Job, OutputRebuild, Page, SearchablePdf
+from pods.audit import Actor, audit_record
+from pods.models import AuditEntry
 
 ROWS_PER_QUERY = 500
 
@@ -44,14 +46,15 @@ def job_outputs_request(*, jobs: list[Job]) -> None:
     _request_builds([job.pk for job in ended if not job.searchable_pdf], only_asked=True)
 
 
-def job_outputs_rebuild(*, job: Job, user) -> int:
+def job_outputs_rebuild(*, job: Job, user, door: str = AuditEntry.Door.PAGE) -> int:
     """Build the job's searchable PDFs again (the job page's button, ``POST
     /v1/jobs/{id}/outputs/rebuild``), asked by ``user``, its owner: the number of documents asked
     for. A build still running is overtaken: it stores nothing (searchable_pdf_build). ApiError
     409 for a job that has not ended or has no page read; 429 past the user's
     OUTPUT_REBUILDS_PER_HOUR (each rebuild may hold the outputs workers for a build's time limit).
     A document's builds whose workers died are still counted (``attempts``): a rebuild gives a
-    document that kills its worker one more try, not PDF_BUILD_ATTEMPTS more."""
+    document that kills its worker one more try, not PDF_BUILD_ATTEMPTS more. ``door``: where
+    ``user`` asked (the audit record, pods/audit.py)."""
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # a user's rebuilds in turn
         job = Job.objects.select_for_update().get(pk=job.pk)
@@ -67,6 +70,8 @@ def job_outputs_rebuild(*, job: Job, user) -> int:
                            "(OUTPUT_REBUILDS_PER_HOUR): ask again later", 429)  # fmt: skip
         documents = _request_builds([job.pk])
         OutputRebuild.objects.create(owner=user, job=job, documents=documents)
+        audit_record(actor=Actor(user=user, door=door), action=AuditEntry.Action.REBUILD, job=job,
+                     detail=f"searchable PDFs of {documents} documents")  # fmt: skip
         return documents
 
 

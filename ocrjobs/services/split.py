@@ -238,7 +238,7 @@ def _save_split(made: list[tuple[Document, list[Page], int]], token: str) -> set
             now = timezone.now()
             marked = sum(
                 Document.objects.filter(pk__in=ids, status=Document.Status.PENDING, task_lease_token=token).update(
-                    status=Document.Status.SPLIT, page_count=count, task_lease_until=now
+                    status=Document.Status.SPLIT, page_count=count, task_lease_until=now, split_at=now
                 )
                 for count, ids in by_count.items()
             )
@@ -325,7 +325,10 @@ def _save_pages(document: Document, pages: list[Page], *, split: tuple[QuerySet,
         if split is not None:
             row, lease, page_count = split
             marked = row.filter(task_lease_token=lease).update(
-                status=Document.Status.SPLIT, page_count=page_count, task_lease_until=timezone.now()
+                status=Document.Status.SPLIT,
+                page_count=page_count,
+                task_lease_until=timezone.now(),
+                split_at=timezone.now(),
             )
             if not marked:
                 raise leases.LeaseLost("another task took over this row")

@@ -10,8 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin.deployment import pod_prefix
+from pods.audit import Actor, audit_record
 from pods.enqueue import nudge_scaler
-from pods.models import Pod, PoolPodTally
+from pods.models import AuditEntry, Pod, PoolPodTally
 from pods.providers import get_provider
 from pods.providers.base import Provider, ProviderError
 from pods.services import passes
@@ -57,9 +58,10 @@ def pod_terminate_later(*, pod: Pod) -> bool:
     return True
 
 
-def pod_release(*, pod: Pod, reason: str) -> bool:
+def pod_release(*, pod: Pod, reason: str, actor: Actor | None = None) -> bool:
     """End the pod now, in the database (its pages wait again, its spend is attributed); a pass
-    terminates it at the provider within seconds. False if it had already ended (idempotent)."""
+    terminates it at the provider within seconds. False if it had already ended (idempotent).
+    ``actor``: the person who asked, recorded in the audit record (pods/audit.py)."""
     if not pod.is_alive:
         return False
     with transaction.atomic():
@@ -68,7 +70,26 @@ def pod_release(*, pod: Pod, reason: str) -> bool:
             return False
         # Ended first: a boot still waiting on this pod sees it and does not join.
         pod_end(pod=current, state=Pod.State.TERMINATED, error=f"released: {reason}")
+        audit_record(actor=actor, action=AuditEntry.Action.RELEASE, pod=current, detail=reason)
     log.info("pod %s released (%s), spend $%s", current.name, reason, current.spend())
+    return True
+
+
+def pod_terminate(*, pod: Pod, actor: Actor, reason: str = "") -> bool:
+    """Terminate the pod at the provider: a live pod is released; an ended one the provider may
+    still run (a failed boot, a terminate given up on) is terminated again by the next pass, as
+    ``pod_end`` asks. False if there is nothing to terminate (no provider id, lost, or already
+    asked). Only the database is touched here; the provider is called by the pass."""
+    if pod.is_alive:
+        return pod_release(pod=pod, reason=reason or "terminated", actor=actor)
+    with transaction.atomic():
+        current = Pod.objects.select_for_update().get(pk=pod.pk)
+        if current.is_alive or not current.provider_id or current.state == Pod.State.LOST:
+            return False
+        if current.terminate_pending:
+            return False
+        pod_terminate_later(pod=current)
+        audit_record(actor=actor, action=AuditEntry.Action.TERMINATE, pod=current, detail=reason)
     return True
 
 

@@ -9,6 +9,7 @@ import struct
 import uuid
 from pathlib import Path
 
+from django.utils import timezone
 from PIL import Image
 
 from ocrjobs.dispatch import loop as dispatch
@@ -147,3 +148,19 @@ def blank_tiff_frames(count: int, width: int = 10_000, height: int = 10_000) -> 
         out += struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries)
         out += struct.pack("<I", following)
     return out
+
+
+def job_with_pages(owner, pool, *, status: str, pages: dict[str, int]) -> Job:
+    """A job of one split PDF document whose pages are in ``pages`` ({status: how many}), made as
+    rows (no file, no split): a done page reads "x"."""
+    finished = timezone.now() if status in Job.FINISHED else None
+    job = Job.objects.create(owner=owner, pool=pool, status=status, finished_at=finished)
+    document = Document.objects.create(job=job, position=0, name="a.pdf", kind="pdf", size_bytes=10,
+                                       page_count=sum(pages.values()), status=Document.Status.SPLIT)  # fmt: skip
+    number = 0
+    for page_status, count in pages.items():
+        for _ in range(count):
+            number += 1
+            Page.objects.create(job=job, document=document, pool=pool, number=number, status=page_status,
+                                result='{"text": "x"}' if page_status == "done" else "")  # fmt: skip
+    return job

@@ -171,7 +171,9 @@ def test_the_job_list_shows_only_the_users_own_jobs(client, outsider, ordinary_u
     assert f"/jobs/{theirs.pk}" not in text
 
 
-def test_the_progress_partial_asks_for_a_reload_when_the_job_ends(bob, ordinary_user):
+def test_the_fallback_poll_swaps_the_ended_jobs_sections_without_a_reload(bob, ordinary_user):
+    """Issue 42: the page reloaded itself when the job ended, and a retry's message vanished with
+    it. The poll (a page without a websocket) now swaps the same sections the push does."""
     job = submit(ordinary_user, {"note.png": image_bytes(["a note"])})
     split(job)
 
@@ -179,8 +181,13 @@ def test_the_progress_partial_asks_for_a_reload_when_the_job_ends(bob, ordinary_
     complete_all(job)
     finished = bob.get(f"/jobs/{job.pk}/progress")
 
-    assert "HX-Refresh" not in running.headers
-    assert finished["HX-Refresh"] == "true"
+    assert "HX-Refresh" not in running.headers and "HX-Refresh" not in finished.headers
+    assert "Cancel job" in running.content.decode() and "Cancel job" not in finished.content.decode()
+    for section in ('id="job-progress" hx-swap-oob', 'id="job-actions" hx-swap-oob', 'id="job-documents" hx-swap-oob',
+                    'id="job-escalations" hx-swap-oob',
+                    'id="job-events" hx-swap-oob'):  # fmt: skip
+        assert section in finished.content.decode()
+    assert "result.txt" in finished.content.decode() and "Ended: done" in finished.content.decode()
 
 
 # --- buttons ----------------------------------------------------------------------------

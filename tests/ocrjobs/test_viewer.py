@@ -75,7 +75,7 @@ def test_the_filter_shows_only_the_pages_to_check(client, ordinary_user, report)
     html = client.get(f"/jobs/{report.pk}?check=1").content.decode()
 
     assert shown(html) == [2, 3]
-    assert "<strong>To check (2)</strong>" in html
+    assert '<strong class="viewer-count-to-check">To check (2)</strong>' in html
 
 
 def test_the_batches_walk_every_page_once_to_check_first(client, ordinary_user, long_job):
