@@ -258,7 +258,7 @@ def _submission_arguments(parser) -> None:
         flag = "--" + name.replace("_", "-")
         help_ = field.description or ""
         annotation = field.annotation
-        choices = [arg for option in typing.get_args(annotation) if typing.get_origin(option) is Literal
+        choices = [arg for option in (annotation, *typing.get_args(annotation)) if typing.get_origin(option) is Literal
                    for arg in typing.get_args(option)]  # fmt: skip
         if annotation is bool:
             parser.add_argument(flag, dest=name, action="store_true", default=None, help=help_)
