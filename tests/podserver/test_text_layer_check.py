@@ -23,6 +23,7 @@ pytestmark = pytest.mark.once_sqlite
         ("北京市的水位在三月上涨了十二厘米", False),  # real CJK text
         ("Ünïcödé façade — “quoted” • bullet", False),
         ("", False),
+        ("a hyphen\x02ated line, as pdfium marks one", False),
         ("䴀甀氀琀椀氀椀渀最甀愀氀", True),  # "Multilingual", each code shifted into the high byte
         ("\ufffd\ufffd\ufffd report \ufffd\ufffd\ufffd", True),
         ("\ue001\ue002\ue003\ue004 ab", True),  # private use
