@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from dataclasses import dataclass, field
 
 import pikepdf
 import pypdfium2 as pdfium
 from PIL import Image
+
+from ocrjobs.services.pdf_update import inherited
+
+log = logging.getLogger(__name__)
 
 INVISIBLE_MODES = (3, 7)  # neither filled nor stroked (7: added to the clip path)
 SHOWS = ("Tj", "TJ", "'", '"')
@@ -52,15 +57,20 @@ def treatment(found: Found, *, mode: str, result: dict | None) -> str:
 
 
 def find(page: pikepdf.Page) -> Found:
-    """The page's text, its content streams parsed only when they may show any."""
-    found = Found()
-    resources = page.obj.get("/Resources")
-    if not _may_show_text(_content_bytes(page.obj.get("/Contents")), resources):
-        return found
-    kept, found.invisible, found.visible = _without_invisible(pikepdf.parse_content_stream(page), 0,
-                                                              resources, found, 0)  # fmt: skip
-    if found.invisible:
-        found.content = pikepdf.unparse_content_stream(kept)
+    """The page's text, its content streams parsed only when they may show any. A page whose
+    content qpdf cannot parse is left as it is (found empty): its layer is added as before."""
+    resources = inherited(page.obj, "/Resources")
+    try:
+        if not _may_show_text(_content_bytes(page.obj.get("/Contents")), resources):
+            return Found()
+        found = Found()
+        kept, found.invisible, found.visible = _without_invisible(pikepdf.parse_content_stream(page), 0,
+                                                                  resources, found, 0)  # fmt: skip
+        if found.invisible:
+            found.content = pikepdf.unparse_content_stream(kept)
+    except (pikepdf.PdfError, ValueError, TypeError) as exc:
+        log.info("a page's content cannot be parsed (%s): its own text is left as it is", exc)
+        return Found()
     return found
 
 

@@ -135,3 +135,32 @@ def _difference(a, b) -> float:
     """Mean absolute difference of two grey renders, 0-255."""
     assert a.size == b.size
     return ImageStat.Stat(ImageChops.difference(a.convert("L"), b.convert("L"))).mean[0]
+
+
+def test_force_draws_a_turned_page_as_it_is_shown(ordinary_user, tmp_path):
+    with pikepdf.open(io.BytesIO(vector_text_pdf(LINES))) as pdf:
+        pdf.pages[0].Rotate = 90
+        out = io.BytesIO()
+        pdf.save(out)
+    data = out.getvalue()
+
+    _, built = read_and_build(ordinary_user, data, boxed(OURS), text_mode="force")
+
+    before, after = tmp_path / "before.pdf", tmp_path / "after.pdf"
+    before.write_bytes(data)
+    after.write_bytes(built)
+    shown = pages.render_pdf_page(before, 1, 72)
+    assert shown.width > shown.height  # on its side
+    assert _difference(shown, pages.render_pdf_page(after, 1, 72)) < 3.0
+    assert "Quarterly" not in text_of(built)[0]
+
+
+def test_a_page_whose_content_cannot_be_parsed_keeps_it_and_gets_our_layer(ordinary_user):
+    with pikepdf.open(io.BytesIO(pretexted_pdf(LINES, EARLIER))) as pdf:
+        pdf.pages[0].contents_add(pdf.make_stream(b"BT (unterminated Tj ET"))
+        out = io.BytesIO()
+        pdf.save(out)
+
+    _, built = read_and_build(ordinary_user, out.getvalue(), boxed(OURS), text_mode="redo")
+
+    assert "quokka" in text_of(built)[0]
