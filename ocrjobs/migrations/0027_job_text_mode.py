@@ -17,7 +17,7 @@ def skip_from_modes(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ocrjobs', '0023_page_warnings'),
+        ('ocrjobs', '0026_document_split_at'),
     ]
 
     operations = [
