@@ -52,8 +52,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("api-jobs-result-md", "get"): {"summary": "The job's Markdown, streamed", "content": "text/markdown"},
     ("api-jobs-outputs-zip", "get"): {
         "summary": "The job's outputs as one zip, written as it is sent",
-        "description": "result.txt, result.md, result.jsonl, and each document's .txt, .md, .jsonl and "
-        "searchable .pdf (once built) under documents/.",
+        "description": "result.txt, result.md, result.jsonl, and each document's .txt, .md, .jsonl, .hocr, "
+        ".alto.xml and searchable .pdf (once built) under documents/.",
         "content": "application/zip",
     },
     ("api-documents-result-txt", "get"): {
@@ -62,6 +62,18 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     },
     ("api-documents-result-md", "get"): {"summary": "A document's Markdown", "content": "text/markdown"},
     ("api-documents-result-jsonl", "get"): {"summary": "A document's page records", "content": "application/jsonl"},
+    ("api-documents-result-hocr", "get"): {
+        "summary": "A document's reading as hOCR",
+        "description": "XHTML: an ocr_page a page, ocr_line and ocrx_word with their bbox (in the pixels the "
+        "page was read at) and x_wconf. A word's box is its share of its line's by characters.",
+        "content": "text/html",
+    },
+    ("api-documents-result-alto", "get"): {
+        "summary": "A document's reading as ALTO v4 XML",
+        "description": "Page, PrintSpace, TextBlock, TextLine and String with HPOS, VPOS, WIDTH, HEIGHT (pixels) "
+        "and WC (0-1).",
+        "content": "application/xml",
+    },
     ("api-documents-result-pdf", "get"): {
         "summary": "A document's searchable PDF",
         "description": "The original pages with an invisible text layer, built when a job that asked for "

@@ -114,6 +114,16 @@ urlpatterns = [
         name="api-documents-result-jsonl",
     ),
     path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.hocr",
+        jobs_downloads.document_result_hocr,
+        name="api-documents-result-hocr",
+    ),
+    path(
+        "v1/jobs/<int:job_id>/documents/<int:document_id>/result.alto.xml",
+        jobs_downloads.document_result_alto,
+        name="api-documents-result-alto",
+    ),
+    path(
         "v1/jobs/<int:job_id>/documents/<int:document_id>/result.pdf",
         jobs_downloads.document_result_pdf,
         name="api-documents-result-pdf",

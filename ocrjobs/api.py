@@ -107,7 +107,7 @@ def jobs(request: HttpRequest) -> JsonResponse:
     if length > settings.OCR_MAX_REQUEST_BYTES:
         raise ApiError(f"the request is larger than the limit of {settings.OCR_MAX_REQUEST_BYTES} bytes", 413)
     if request.content_type.startswith("application/json"):
-        # Documents by URL only: {"urls": [...], "pool": ..., "languages": ..., "skip_text_pages": ...}
+        # Documents by URL only: {"urls": [...], "pool": ..., "languages": ..., "text_mode": ...}
         fields = _json_submission(request)
         uploads = []
     elif request.content_type.startswith("multipart/form-data"):

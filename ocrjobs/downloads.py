@@ -18,7 +18,7 @@ from zipstream import ZIP_DEFLATED, ZIP_STORED, ZipStream
 from fleetadmin.api import ApiError, api_view
 from ocrjobs import selectors
 from ocrjobs.models import Document, Job, SearchablePdf
-from ocrjobs.services import outputs
+from ocrjobs.services import layout_xml, outputs
 
 # Under ASGI a chunk is taken in the request's thread and sent before the next is made: about
 # this many bytes a step (one thread hop each), whatever the job's size.
@@ -97,7 +97,7 @@ def _document_download(reader, *, content_type: str, suffix: str):
         return _stream(request, reader(document), content_type=f"{content_type}; charset=utf-8",
                        filename=f"{_document_stem(document)}.{suffix}")  # fmt: skip
 
-    view.__name__ = view.__qualname__ = f"document_result_{suffix}"
+    view.__name__ = view.__qualname__ = f"document_result_{suffix.split('.')[0]}"
     return view
 
 
@@ -105,6 +105,9 @@ document_result_txt = _document_download(outputs.document_result_txt, content_ty
 document_result_md = _document_download(outputs.document_markdown, content_type="text/markdown", suffix="md")
 document_result_jsonl = _document_download(outputs.document_result_jsonl, content_type="application/jsonl",
                                            suffix="jsonl")  # fmt: skip
+document_result_hocr = _document_download(layout_xml.document_hocr, content_type="text/html", suffix="hocr")
+document_result_alto = _document_download(layout_xml.document_alto, content_type="application/xml",
+                                          suffix="alto.xml")  # fmt: skip
 
 
 # Seconds a client is told to wait before it asks again for a searchable PDF being built.
@@ -146,7 +149,8 @@ def _being_built(document: Document) -> JsonResponse:
 
 def job_zip(job: Job) -> ZipStream:
     """The job's outputs as a zip that is written as it is read: result.txt, result.md and
-    result.jsonl, then each document's .txt, .md, .jsonl and, once built, .pdf under documents/.
+    result.jsonl, then each document's .txt, .md, .jsonl, .hocr, .alto.xml and, once built, .pdf
+    under documents/.
     Every member is a generator: nothing is read before the zip reaches it."""
     archive = ZipStream(compress_type=ZIP_DEFLATED, sized=False)
     archive.add(_as_bytes(selectors.job_result_txt(job)), "result.txt")
@@ -159,6 +163,8 @@ def job_zip(job: Job) -> ZipStream:
         archive.add(_as_bytes(outputs.document_result_txt(document)), f"{stem}.txt")
         archive.add(_as_bytes(outputs.document_markdown(document)), f"{stem}.md")
         archive.add(_as_bytes(outputs.document_result_jsonl(document)), f"{stem}.jsonl")
+        archive.add(_as_bytes(layout_xml.document_hocr(document)), f"{stem}.hocr")
+        archive.add(_as_bytes(layout_xml.document_alto(document)), f"{stem}.alto.xml")
         pdf = getattr(document, "searchable_pdf", None)
         if pdf is not None and pdf.status == SearchablePdf.Status.BUILT:
             archive.add(outputs.searchable_pdf_chunks(pdf), f"{stem}.ocr.pdf", compress_type=ZIP_STORED)

@@ -19,7 +19,7 @@ from ocrjobs.services.webhooks import check_callback_url
 from pods.models import Pool
 
 # Not an input of the form: its forecast, shown as files are chosen, is the dry run.
-NOT_ON_THE_FORM = ("dry_run",)
+NOT_ON_THE_FORM = ("dry_run", "skip_text_pages")  # (skip_text_pages: text_mode's older name)
 
 
 class MultipleFileInput(forms.ClearableFileInput):

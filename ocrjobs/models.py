@@ -35,13 +35,19 @@ class Job(models.Model):
         BALANCED = "balanced", "balanced: the pool's cost-aware sizing"
         CHEAPEST = "cheapest", "cheapest: the fewest pods, whatever it takes"
 
+    class TextMode(models.TextChoices):
+        # What becomes of a PDF page that already has text (issue 40), as OCRmyPDF names it.
+        SKIP = "skip", "skip: a page with a usable text layer keeps it, no OCR (--skip-text)"
+        REDO = "redo", "redo: its invisible text layer replaced by ours, visible text kept (--redo-ocr)"
+        FORCE = "force", "force: every page read, the searchable PDF carries our text only (--force-ocr)"
+
     FINISHED = (Status.DONE, Status.PARTIAL, Status.FAILED, Status.CANCELLED)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="jobs")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
     languages = models.CharField(max_length=100, default="eng")
-    skip_text_pages = models.BooleanField(default=False, help_text="PDF pages with a text layer keep it, no OCR")
+    text_mode = models.CharField(max_length=5, choices=TextMode.choices, default=TextMode.REDO)
     searchable_pdf = models.BooleanField(
         default=False, help_text="each document's searchable PDF is built when the job ends (else when first asked for)"
     )
@@ -120,7 +126,8 @@ class Job(models.Model):
             "status": self.status,
             "pool": self.pool.key,
             "languages": self.languages,
-            "skip_text_pages": self.skip_text_pages,
+            "text_mode": self.text_mode,
+            "skip_text_pages": self.text_mode == Job.TextMode.SKIP,  # (the field's older name)
             "searchable_pdf": self.searchable_pdf,
             "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
             "deadline": self.deadline.isoformat() if self.deadline else None,

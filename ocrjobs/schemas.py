@@ -41,9 +41,16 @@ class SubmissionFields(BaseModel):
         default=None, description="pool key (default: the cheapest open pool that meets the forecast)"
     )
     languages: str | None = Field(default="eng", description="tesseract codes joined by +, e.g. eng+deu")
+    text_mode: Literal["skip", "redo", "force"] = Field(
+        default="redo", title="Pages that already have text",
+        description="skip: a PDF page with a usable text layer keeps it, no OCR; redo: every page read, an "
+        "old invisible text layer replaced by ours, visible text kept; force: every page read, the searchable "
+        "PDF carries our text only (a page with visible text drawn as an image). A page whose text layer is "
+        "mojibake is read in every mode, with a warning (OCRmyPDF's --skip-text, --redo-ocr, --force-ocr)",
+    )  # fmt: skip
     skip_text_pages: bool = Field(
         default=False, title="Skip pages that already have text",
-        description="PDF pages with a text layer keep it, no OCR",
+        description="true: text_mode skip (its older name, still taken)",
     )  # fmt: skip
     searchable_pdf: bool = Field(
         default=False, title="Build searchable PDFs",
@@ -163,6 +170,10 @@ def job_submit_arguments(fields: SubmissionFields) -> dict:
     as its ``schedule``, the callback URL checked, ``pool`` as ``pool_key``; any other field by
     its own name. ``dry_run`` is the caller's (the form's forecast is one)."""
     values = fields.model_dump(exclude={"dry_run"})
+    if values.pop("skip_text_pages"):  # the older name of text_mode skip
+        if "text_mode" in fields.model_fields_set and fields.text_mode != "skip":
+            raise SubmissionInvalid([("skip_text_pages", f"true contradicts text_mode {fields.text_mode}")])
+        values["text_mode"] = "skip"
     schedule = resolve_schedule(
         max_dollars=values.pop("max_dollars"), deadline=values.pop("deadline"), priority=values.pop("priority")
     )

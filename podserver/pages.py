@@ -7,12 +7,15 @@ well (L or RGB), with no ``.format``, so nothing downstream re-encodes it lossil
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 from pathlib import Path
 
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps
+
+from . import textlayer
 
 MAX_PIXELS = 100_000_000
 MIN_DPI, MAX_DPI = 36, 600
@@ -89,17 +92,23 @@ def render_pdf_page(path: Path, page: int, dpi: int) -> Image.Image:
                 bitmap = pdf_page.render(scale=dpi / 72, grayscale=True)
                 img = bitmap.to_pil()
                 img.load()
+                with contextlib.closing(pdf_page.get_textpage()) as textpage:
+                    problem = textlayer.page_text_problem(textpage)
             finally:
                 pdf_page.close()
         finally:
             pdf.close()
     img = _normalise(img)
     img.info[RENDER_DPI] = dpi
+    if problem:
+        img.info[TEXT_LAYER_PROBLEM] = problem
     return img
 
 
 # Where a rendered page says the DPI it was rendered at (lower than asked for a page too large).
 RENDER_DPI = "render_dpi"
+# Where it says why its own text layer is unusable (podserver.textlayer), when it is.
+TEXT_LAYER_PROBLEM = "text_layer_problem"
 
 
 def pixels_at(width_pt: float, height_pt: float, dpi: int) -> int:

@@ -40,7 +40,8 @@ def _serve(conn: Connection) -> None:
             return
         try:
             img = pages.render_pdf_page(Path(path), page, dpi)
-            conn.send(("ok", img.mode, img.size, img.tobytes(), img.info.get(pages.RENDER_DPI, dpi)))
+            info = {key: img.info[key] for key in (pages.RENDER_DPI, pages.TEXT_LAYER_PROBLEM) if key in img.info}
+            conn.send(("ok", img.mode, img.size, img.tobytes(), info))
         except pages.BadImage as exc:
             conn.send(("bad", str(exc)))
         except Exception as exc:
@@ -99,9 +100,9 @@ class Renderer:
             raise pages.BadImage(answer[1])
         if answer[0] == "error":
             raise RuntimeError(f"render failed: {answer[1]}")
-        _, mode, size, pixels, rendered_dpi = answer
+        _, mode, size, pixels, info = answer
         img = Image.frombytes(mode, size, pixels)
-        img.info[pages.RENDER_DPI] = rendered_dpi
+        img.info.update({pages.RENDER_DPI: dpi, **info})
         return img
 
     def _take(self) -> _Child:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from PIL import Image, ImageDraw, ImageFont
 
-from . import engines, pages
+from . import engines, pages, textlayer
 from .config import Config, ConfigError, is_loopback
 from .config import load as load_config
 from .documents import CacheFull, DocumentCache, DocumentError, valid_name
@@ -509,6 +509,7 @@ class PodHandler(BaseHTTPRequestHandler):
                     f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over the "
                     f"limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
                 )
+        textlayer.mark_unusable(result, img.info.get(pages.TEXT_LAYER_PROBLEM))
         return HTTPStatus.OK, result
 
     def _continue(self) -> None:

@@ -227,7 +227,8 @@ def document_outputs_dict(job: Job, document: Document, *, submitted: bool = Fal
                          partial=pdf.pages_missing > 0)  # fmt: skip
         elif pdf.status == SearchablePdf.Status.FAILED:
             state["error"] = pdf.error
-    return {"pdf": state, "txt": f"{base}/result.txt", "md": f"{base}/result.md", "jsonl": f"{base}/result.jsonl"}
+    return {"pdf": state, "txt": f"{base}/result.txt", "md": f"{base}/result.md", "jsonl": f"{base}/result.jsonl",
+            "hocr": f"{base}/result.hocr", "alto": f"{base}/result.alto.xml"}  # fmt: skip
 
 
 def document_searchable_pdf(document: Document) -> SearchablePdf | None:

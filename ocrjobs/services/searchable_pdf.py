@@ -12,7 +12,10 @@ How: reportlab draws the text layer, pikepdf lays it over the original pages.
 - pikepdf (qpdf) keeps the original PDF as it is, images and all: each page gets the layer as an
   overlay (a form XObject), which also undoes the page's /Rotate and crop box (the pod read the
   page as pdfium shows it: rotated and cropped). Pages whose PDF had a text layer already
-  (``skip_text_pages``: their result says ``source: text layer``) are left as they are.
+  (``text_mode`` skip: their result says ``source: text layer``) are left as they are. A page the
+  pod read keeps its own text by the job's ``text_mode`` (ocrjobs/services/old_text.py): an
+  earlier OCR's invisible layer removed (redo, force), or the page drawn as an image (force, or a
+  layer the pod found mojibake, when its text is visible), so that ours is not doubled.
 - An image document becomes one PDF page per frame at the image's DPI (``IMAGE_DPI_DEFAULT``
   when the file says none), drawn by reportlab with the text over it; a JPEG goes in as its own
   bytes (no re-encoding), other images losslessly (Flate).
@@ -49,6 +52,7 @@ import zlib
 from pathlib import Path
 
 import pikepdf
+import pypdfium2 as pdfium
 from django.db import transaction
 from django.utils import timezone
 from PIL import Image, ImageOps
@@ -59,8 +63,9 @@ from reportlab.pdfgen import canvas
 
 from fleetadmin import leases
 from ocrjobs import storage
-from ocrjobs.models import Document, Page, SearchablePdf
-from ocrjobs.services import pdf_update
+from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.services import old_text, pdf_update
+from ocrjobs.services.submission import PDFIUM_LOCK
 
 log = logging.getLogger(__name__)
 
@@ -204,13 +209,16 @@ def _update_pdf(source: Path, document: Document, target: Path, lease: leases.Ho
     (ocrjobs/services/pdf_update.py), ``PAGES_PER_LAYER`` pages at a time: the original and the
     layer are opened anew for each chunk, so that qpdf's object cache never holds more than one."""
     results = _Results(document, lease)
+    mode = document.job.text_mode
+    per_layer = IMAGES_PER_LAYER if mode == Job.TextMode.FORCE else PAGES_PER_LAYER  # (pages drawn as images)
+    rewritten: set[tuple[int, int]] = set()  # form XObjects whose invisible text is gone already
     with pikepdf.open(source) as pdf, target.open("wb") as out:
         update = pdf_update.open_update(source, pdf, out)
         count = int(pdf.Root.Pages.get("/Count", 0))
         push = b"%d 0 R" % update.new_number()
         update.append(update.next_number - 1, b"<<>>", stream=b"q\n")
-        for start in range(0, count, PAGES_PER_LAYER):
-            stop = min(count, start + PAGES_PER_LAYER)
+        for start in range(0, count, per_layer):
+            stop = min(count, start + per_layer)
             lease.confirm()  # a rebuild asked since: this build stops here (a storm of them burns no more)
             with pikepdf.open(source) as pdf, tempfile.TemporaryDirectory(prefix="fleetadmin-layer-") as tmp:
                 pages = [pikepdf.Page(page) for page in pdf_update.page_dicts(pdf, start, stop)]
@@ -221,33 +229,85 @@ def _update_pdf(source: Path, document: Document, target: Path, lease: leases.Ho
                 wanted = [_wants_layer(result) for result in chunk]
                 if not any(wanted):
                     continue
-                _draw_layer(Path(tmp) / "layer.pdf", sizes, chunk, wanted)
+                found, treatments = _old_text(pages, chunk, wanted, mode)
+                images = _rasters(source, start + 1, treatments, sizes, chunk, Path(tmp))
+                _draw_layer(Path(tmp) / "layer.pdf", sizes, chunk, wanted, images)
                 with pikepdf.open(Path(tmp) / "layer.pdf") as layer:
                     copier = pdf_update.Copier(update)
-                    for page, layer_page, want in zip(pages, layer.pages, wanted, strict=True):
+                    for page, layer_page, want, old, treat in zip(pages, layer.pages, wanted, found, treatments,
+                                                                   strict=True):  # fmt: skip
                         if want:
-                            _append_layered_page(update, copier, pdf, page, layer_page, push)
+                            contents = _contents_kept(update, copier, old, treat, rewritten)
+                            _append_layered_page(update, copier, pdf, page, layer_page, push, contents)
                 if warnings := pdf.get_warnings():
                     raise pdf_update.Unsuitable(f"qpdf repaired it: {warnings[0]}")
             log.debug("document %s: pages %d to %d layered", document.pk, start + 1, stop)  # (bench: memory)
         update.close()
 
 
-def _draw_layer(path: Path, sizes: list, chunk: list, wanted: list[bool]) -> None:
-    """A PDF of the chunk's text layers, a page each (blank where none is wanted)."""
+def _draw_layer(path: Path, sizes: list, chunk: list, wanted: list[bool], images: list[str | None]) -> None:
+    """A PDF of the chunk's text layers, a page each (blank where none is wanted), over the
+    page's image where it is drawn as one (``images``: a JPEG's path)."""
     page_canvas = canvas.Canvas(str(path), pageCompression=1, invariant=1)
-    for size, result, want in zip(sizes, chunk, wanted, strict=True):
+    for size, result, want, image in zip(sizes, chunk, wanted, images, strict=True):
         page_canvas.setPageSize(size)
         if want:
+            if image:
+                page_canvas.drawImage(image, 0, 0, width=size[0], height=size[1])
             _draw_text(page_canvas, result, size)
         page_canvas.showPage()
     page_canvas.save()
 
 
+def _old_text(pages: list[pikepdf.Page], chunk: list, wanted: list[bool], mode: str) -> tuple[list, list[str]]:
+    """Each page's own text (old_text.find) and what becomes of it: keep, strip or raster."""
+    found = [old_text.find(page) if want else None for page, want in zip(pages, wanted, strict=True)]
+    treatments = [old_text.treatment(old, mode=mode, result=result) if old else "keep"
+                  for old, result in zip(found, chunk, strict=True)]  # fmt: skip
+    return found, treatments
+
+
+def _rasters(source: Path, first: int, treatments: list[str], sizes: list, chunk: list, directory: Path) -> list:
+    """A JPEG's path for each page drawn as an image (None for the others), pages ``first``..."""
+    images: list[str | None] = [None] * len(treatments)
+    if "raster" not in treatments:
+        return images
+    with PDFIUM_LOCK, contextlib.closing(pdfium.PdfDocument(str(source))) as document:
+        for index, treat in enumerate(treatments):
+            if treat == "raster":
+                path = directory / f"page-{first + index}.jpg"
+                path.write_bytes(old_text.raster(document, first + index, sizes[index], chunk[index]))
+                images[index] = str(path)
+    return images
+
+
+def _contents_kept(update: pdf_update.Update, copier: pdf_update.Copier, old: old_text.Found | None, treat: str,
+                   rewritten: set[tuple[int, int]]) -> list[bytes] | None:  # fmt: skip
+    """The content streams the layered page keeps of its own: all (None), none (drawn as an image,
+    in its layer), or its content without the invisible text, the form XObjects it draws rewritten
+    without theirs under their own numbers (once a build)."""
+    if treat == "raster":
+        return []
+    if treat != "strip" or old is None:
+        return None
+    for objgen, (form, data) in old.forms.items():
+        if objgen not in rewritten:
+            rewritten.add(objgen)
+            kept = pikepdf.Dictionary({k: v for k, v in form.stream_dict.items()
+                                       if k not in ("/Length", "/Filter", "/DecodeParms")})  # fmt: skip
+            body = pdf_update.serialize(kept, pdf_update.same_ref, replace={"/Filter": b"/FlateDecode"}, itself=True)
+            update.append(objgen[0], body, generation=objgen[1], stream=zlib.compress(data))
+    if old.content is None:
+        return None
+    return [copier.write(pikepdf.Dictionary(Filter=pikepdf.Name.FlateDecode), stream=zlib.compress(old.content))]
+
+
 def _append_layered_page(update: pdf_update.Update, copier: pdf_update.Copier, pdf: pikepdf.Pdf,
-                         page: pikepdf.Page, layer_page: pikepdf.Page, push: bytes) -> None:  # fmt: skip
+                         page: pikepdf.Page, layer_page: pikepdf.Page, push: bytes,
+                         kept: list[bytes] | None = None) -> None:  # fmt: skip
     """The page again, its contents between q and Q, then the layer placed over it as a form
-    XObject, as ``add_overlay`` does it (qpdf's placement: the page's crop box and /Rotate)."""
+    XObject, as ``add_overlay`` does it (qpdf's placement: the page's crop box and /Rotate).
+    ``kept``: the references of the contents it keeps instead of its own (_contents_kept)."""
     width, height = (float(v) for v in layer_page.mediabox[2:])
     contents = layer_page.obj.Contents
     data = b"\n".join(part.read_bytes() for part in (contents if isinstance(contents, pikepdf.Array) else [contents]))
@@ -266,10 +326,11 @@ def _append_layered_page(update: pdf_update.Update, copier: pdf_update.Copier, p
     pop = b"%d 0 R" % update.new_number()
     update.append(update.next_number - 1, b"<<>>", stream=b"Q\n" + placement)
     ref = pdf_update.same_ref
-    original = page.obj.get("/Contents")
-    parts = original if isinstance(original, pikepdf.Array) else [original] if original is not None else []
-    listed = b" ".join([push, *(ref(part) for part in parts if isinstance(part, pikepdf.Object) and part.is_indirect),
-                        pop])  # fmt: skip
+    if kept is None:
+        original = page.obj.get("/Contents")
+        parts = original if isinstance(original, pikepdf.Array) else [original] if original is not None else []
+        kept = [ref(part) for part in parts if isinstance(part, pikepdf.Object) and part.is_indirect]
+    listed = b" ".join([push, *kept, pop])
     xobjects_pdf = pdf_update.serialize(xobjects, ref, replace={name: form_ref}, itself=True)
     resources_pdf = pdf_update.serialize(resources, ref, replace={"/XObject": xobjects_pdf}, itself=True)
     body = pdf_update.serialize(page.obj, ref, replace={"/Contents": b"[" + listed + b"]", "/Resources": resources_pdf},
@@ -285,17 +346,27 @@ def _rewrite_pdf(source: Path, document: Document, target: Path, lease: leases.H
         count = len(pdf.pages)
         for start in range(0, count, PAGES_PER_LAYER):
             numbers = range(start + 1, min(count, start + PAGES_PER_LAYER) + 1)
-            sizes = [_shown_size(pdf.pages[n - 1]) for n in numbers]
+            pages = [pdf.pages[n - 1] for n in numbers]
+            sizes = [_shown_size(page) for page in pages]
             chunk = [results.get(n) for n in numbers]
             wanted = [_wants_layer(result) for result in chunk]
             if not any(wanted):
                 continue
-            path = Path(layers.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-"))) / "layer.pdf"
-            _draw_layer(path, sizes, chunk, wanted)
-            layer = layers.enter_context(pikepdf.open(path))
-            for index, number in enumerate(numbers):
+            directory = Path(layers.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-")))
+            found, treatments = _old_text(pages, chunk, wanted, document.job.text_mode)
+            _draw_layer(directory / "layer.pdf", sizes, chunk, wanted,
+                        _rasters(source, start + 1, treatments, sizes, chunk, directory))  # fmt: skip
+            layer = layers.enter_context(pikepdf.open(directory / "layer.pdf"))
+            for index, page in enumerate(pages):
                 if wanted[index]:
-                    pdf.pages[number - 1].add_overlay(layer.pages[index])
+                    if treatments[index] == "raster":
+                        page.obj.Contents = pdf.make_stream(b"")
+                    elif treatments[index] == "strip":
+                        for form, data in found[index].forms.values():
+                            form.write(data)
+                        if found[index].content is not None:
+                            page.obj.Contents = pdf.make_stream(found[index].content)
+                    page.add_overlay(layer.pages[index])
         pdf.save(target)
 
 

@@ -1,5 +1,5 @@
 """Splitting, in workers: a document is opened, its pages counted and checked against the limits,
-and their rows created a batch at a time (a page with a PDF text layer may keep it); documents
+and their rows created a batch at a time (a page with a usable PDF text layer may keep it: ``text_mode`` skip); documents
 whose fetch or split task was lost sent again. Nothing is rendered here: a page is its document
 and its number, and the pod that reads it renders it (invariant 16).
 """
@@ -25,6 +25,7 @@ from ocrjobs.services.pages import result_json
 from ocrjobs.services.submission import PDFIUM_LOCK, _pdf_input, document_pages
 from ocrjobs.storage import document_local
 from pods.models import Pod, Pool
+from podserver.textlayer import page_text_problem
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _split(document: Document, row, lease: str, announce: bool = True) -> Docume
 def _split_from(document: Document, row, lease: str, source: IO[bytes], existing: set[int], announce: bool) -> Document:
     try:
         page_count = document_pages(document.name, document.kind, source)
-        text_layers = _TextLayers(source) if document.job.skip_text_pages else None
+        text_layers = _TextLayers(source) if document.job.text_mode == Job.TextMode.SKIP else None
     except ApiError as exc:
         return _split_failed(document, exc.message)
     except Exception as exc:
@@ -193,10 +194,11 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
     with contextlib.ExitStack() as stack:
         try:
             page_count, text_layers = _counted(document), None
-            if page_count is None or (document.job.skip_text_pages and document.kind == Document.Kind.PDF):
+            skip = document.job.text_mode == Job.TextMode.SKIP
+            if page_count is None or (skip and document.kind == Document.Kind.PDF):
                 source = stack.enter_context(open(stack.enter_context(document_local(document.source)), "rb"))
                 page_count = page_count or document_pages(document.name, document.kind, source)
-                if document.job.skip_text_pages:
+                if skip:
                     text_layers = stack.enter_context(contextlib.closing(_TextLayers(source)))
         except ApiError as exc:
             return _split_failed(document, exc.message)
@@ -369,13 +371,16 @@ class _TextLayers:
                 self.pdf = pdfium.PdfDocument(_pdf_input(source))
 
     def text(self, number: int) -> str:
-        """The page's embedded text, when it has enough to count as a text page."""
+        """The page's embedded text, when it has enough to count as a text page and is text
+        (not mojibake: such a page is read, and the pod's answer warns of its layer)."""
         if self.pdf is None:
             return ""
         with PDFIUM_LOCK, contextlib.closing(self.pdf[number - 1]) as page:
             with contextlib.closing(page.get_textpage()) as textpage:
                 text = textpage.get_text_bounded().replace("\r\n", "\n").strip()
-        return text if len(text.replace(" ", "").replace("\n", "")) >= TEXT_LAYER_MIN_CHARS else ""
+                if len(text.replace(" ", "").replace("\n", "")) < TEXT_LAYER_MIN_CHARS:
+                    return ""
+                return "" if page_text_problem(textpage) else text
 
     def close(self) -> None:
         if self.pdf is not None:

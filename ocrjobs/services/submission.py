@@ -334,6 +334,7 @@ def job_submit(
     pool_key: str | None = None,
     languages: str | None = None,
     urls: list[str] | None = None,
+    text_mode: str = Job.TextMode.REDO,
     skip_text_pages: bool = False,
     searchable_pdf: bool = False,
     schedule: Schedule | None = None,
@@ -347,7 +348,10 @@ def job_submit(
 
     Nothing is left behind on a bad file: no rows, no stored files. ``dry_run``: the same
     checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
+    ``skip_text_pages``: ``text_mode`` skip, by its older name.
     """
+    if text_mode not in Job.TextMode.values:
+        raise ApiError(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}")
     pool = resolve_pool(pool_key, owner)  # named, or the first open one until the forecast chooses
     languages = resolve_languages(languages)
     schedule = schedule_within_budget(owner, schedule or Schedule())
@@ -379,7 +383,8 @@ def job_submit(
         with transaction.atomic():
             schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
             job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages, skip_text_pages=skip_text_pages,
+                                     languages=languages,
+                                     text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode,
                                      searchable_pdf=searchable_pdf,
                                      max_dollars=schedule.max_dollars, deadline=schedule.deadline,
                                      priority=schedule.priority, forecast=forecast,

@@ -100,7 +100,7 @@ def test_the_schemas_fields_reach_the_job(local_pool, tmp_path):
 
     assert code == 4, _  # no worker here: it gave up waiting, the job was submitted
     job = Job.objects.get()
-    assert job.skip_text_pages is True
+    assert job.text_mode == Job.TextMode.SKIP  # (--skip-text-pages: its older name)
     assert job.callback_url == "https://hooks.example.org/ocr"
     assert (job.priority, job.languages) == ("cheapest", "eng")
 

@@ -348,8 +348,8 @@ def test_the_zip_streams_in_parts_and_holds_every_output(client, submit_token, o
     assert len(parts) > 3  # sent as it is written, not made whole first
     archive = zipfile.ZipFile(io.BytesIO(b"".join(parts)))
     assert sorted(archive.namelist()) == [
-        "documents/report.jsonl", "documents/report.md", "documents/report.ocr.pdf", "documents/report.txt",
-        "result.jsonl", "result.md", "result.txt",
+        "documents/report.alto.xml", "documents/report.hocr", "documents/report.jsonl", "documents/report.md",
+        "documents/report.ocr.pdf", "documents/report.txt", "result.jsonl", "result.md", "result.txt",
     ]  # fmt: skip
     assert archive.read("documents/report.txt").decode().endswith("Three pumps serviced")
     assert text_of(archive.read("documents/report.ocr.pdf"))[0].startswith("Water levels rose")
@@ -391,7 +391,8 @@ def test_the_zip_is_written_as_it_is_read(own_pdf_job):
 @pytest.mark.parametrize(
     "path",
     ["result.md", "outputs.zip", "documents/{document}/result.txt", "documents/{document}/result.md",
-     "documents/{document}/result.jsonl", "documents/{document}/result.pdf"],
+     "documents/{document}/result.jsonl", "documents/{document}/result.pdf", "documents/{document}/result.hocr",
+     "documents/{document}/result.alto.xml"],
 )  # fmt: skip
 def test_downloads_are_401_without_a_token_and_404_for_someone_elses_job(client, outsider, own_pdf_job, path):
     url = f"/v1/jobs/{own_pdf_job.pk}/" + path.format(document=own_pdf_job.documents.get().pk)
@@ -427,7 +428,7 @@ def test_the_openapi_describes_the_downloads(client, read_token):
     assert paths["/v1/jobs/{job_id}/outputs.zip"]["get"]["responses"]["200"]["content"] == {"application/zip": {}}
     description = paths["/v1/jobs/{job_id}/documents/{document_id}/result.pdf"]["get"]["description"]
     assert "202" in description and "409" in description and "first download" in description
-    for suffix in ("txt", "md", "jsonl"):
+    for suffix in ("txt", "md", "jsonl", "hocr", "alto.xml"):
         assert f"/v1/jobs/{{job_id}}/documents/{{document_id}}/result.{suffix}" in paths
 
 
@@ -441,6 +442,8 @@ def test_the_job_page_links_the_downloads(client, ordinary_user, own_pdf_job):
     assert f"/v1/jobs/{own_pdf_job.pk}/outputs.zip" in page
     assert f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.pdf" in page
     assert f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.md" in page
+    assert f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.hocr" in page
+    assert f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.alto.xml" in page
 
 
 # --- with a real engine ------------------------------------------------------------------------
@@ -495,15 +498,19 @@ def test_the_command_writes_the_formats_asked_for(local_pool, tmp_path):
     workers = Builders(texts={(0, 1): "first page"})
     workers.start()
 
-    code, stderr = run_ocr(str(report), "--out", str(tmp_path / "out"), "--format", "txt,md,pdf",
+    code, stderr = run_ocr(str(report), "--out", str(tmp_path / "out"), "--format", "txt,md,pdf,hocr,alto",
                            "--timeout", str(HANG_GUARD))  # fmt: skip
     workers.join(HANG_GUARD)
 
     assert workers.error is None
     assert code == 0, stderr
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["report.md", "report.pdf", "report.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.alto.xml", "report.hocr", "report.md", "report.pdf",
+                                                     "report.txt"]  # fmt: skip
     assert (out / "report.md").read_text() == "<!-- page 1 -->\n\nfirst page\n"
+    assert (
+        "ocrx_word" in (out / "report.hocr").read_text() and 'CONTENT="first"' in (out / "report.alto.xml").read_text()
+    )
     assert len(text_of((out / "report.pdf").read_bytes())) == 1
 
 

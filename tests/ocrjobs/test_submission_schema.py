@@ -43,7 +43,7 @@ def test_multipart_fields_have_their_real_types_in_openapi(db):
     fields = openapi()["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
     types = {name: field.get("type") for name, field in fields["properties"].items()}
 
-    assert types == {"urls": "array", "pool": "string", "languages": "string", "skip_text_pages": "boolean",
+    assert types == {"urls": "array", "pool": "string", "languages": "string", "text_mode": "string", "skip_text_pages": "boolean",
                      "searchable_pdf": "boolean",
                      "max_dollars": "number", "deadline": "string", "priority": "string", "dry_run": "boolean",
                      "callback_url": "string", "labels": "array", "files": "array"}  # fmt: skip
@@ -91,6 +91,8 @@ def test_form_text_that_does_not_parse_is_refused_per_field():
     ("fields", "words"),
     [
         ({"skip_text_pages": "maybe"}, ["skip_text_pages", "boolean"]),
+        ({"text_mode": "sandwich"}, ["text_mode", "skip", "redo", "force"]),
+        ({"text_mode": "force", "skip_text_pages": "true"}, ["skip_text_pages", "contradicts", "force"]),
         ({"dry_run": "2"}, ["dry_run"]),
         ({"max_dollars": "lots"}, ["max_dollars", "number"]),
         ({"priority": "urgent"}, ["priority", "fastest"]),
@@ -150,3 +152,38 @@ def test_the_form_shows_a_field_that_does_not_parse_beside_its_input(bob, media_
     assert list(response.context["form"].errors) == ["max_dollars"]
     assert "Input should be a valid number" in html.unescape(response.content.decode())
     assert_no_job_and_the_files_kept(media_root)  # (the form keeps the files chosen)
+
+
+@pytest.mark.parametrize(
+    ("fields", "mode"),
+    [
+        ({}, "redo"),
+        ({"text_mode": "force"}, "force"),
+        ({"text_mode": "skip"}, "skip"),
+        ({"skip_text_pages": "true"}, "skip"),  # its older name
+        ({"skip_text_pages": "true", "text_mode": "skip"}, "skip"),
+        ({"skip_text_pages": "false", "text_mode": "force"}, "force"),
+    ],
+)
+def test_text_mode_and_its_older_name_reach_the_job(client, submit_token, fields, mode):
+    upload = SimpleUploadedFile("a.pdf", pdf_bytes(PAGES_TRUTH[:1]))
+
+    response = client.post(
+        "/v1/jobs", {"files": [upload], **fields}, headers={"Authorization": f"Bearer {submit_token}"}
+    )
+
+    assert response.status_code == 201, response.content
+    assert (response.json()["text_mode"], response.json()["skip_text_pages"]) == (mode, mode == "skip")
+    assert Job.objects.get().text_mode == mode
+
+
+def test_text_mode_is_a_choice_in_the_form_openapi_and_the_command_line(bob):
+    from ocrjobs.management.commands.ocr import Command
+
+    page = bob.get("/jobs/new").content.decode()
+    assert 'name="text_mode"' in page and 'value="force"' in page and 'name="skip_text_pages"' not in page
+    body = openapi()["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert body["properties"]["text_mode"]["enum"] == ["skip", "redo", "force"]
+    parser = Command().create_parser("manage.py", "ocr")
+    (action,) = [a for a in parser._actions if a.dest == "text_mode"]
+    assert action.choices == ["skip", "redo", "force"]

@@ -1,5 +1,5 @@
 """Submit files to the running fleetadmin, follow the job, write one file per document and format
-(``--format txt,md,pdf,jsonl``; txt by default). ``pdf`` asks the job for searchable PDFs
+(``--format txt,md,pdf,jsonl,hocr,alto``; txt by default). ``pdf`` asks the job for searchable PDFs
 (``--searchable-pdf``), built by the outputs workers once the job ends: the command waits for
 them too.
 
@@ -29,13 +29,14 @@ from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.models import Document, Job, Page, SearchablePdf
 from ocrjobs.schemas import SubmissionFields, job_submit_arguments, submission_from_values
-from ocrjobs.services import outputs
+from ocrjobs.services import layout_xml, outputs
 from ocrjobs.services.submission import Upload, job_submit
 
 EXIT_OK, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_WARNINGS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 # Pages with warnings named on stderr at the most; the rest are counted.
 WARNINGS_SHOWN = 20
-FORMATS = ("txt", "md", "pdf", "jsonl")
+FORMATS = ("txt", "md", "pdf", "jsonl", "hocr", "alto")
+SUFFIXES = {"alto": "alto.xml"}  # a format's file name ends with this (else its own name)
 # A job's end is seen within END_POLL_SECONDS (it was 0.5 s: ~0.25 s of every run's wait on
 # average); the bar is redrawn every PROGRESS_SECONDS.
 END_POLL_SECONDS = 0.1
@@ -200,7 +201,7 @@ class Command(BaseCommand):
         stems = outputs.output_stems(documents)
         for document in documents:
             for fmt in formats:
-                target = out_dir / f"{stems[document.pk]}.{fmt}"
+                target = out_dir / f"{stems[document.pk]}.{SUFFIXES.get(fmt, fmt)}"
                 partial = target.with_name(target.name + ".partial")
                 if fmt == "pdf":
                     pdf = document.searchable_pdf_or_none
@@ -215,7 +216,8 @@ class Command(BaseCommand):
                             f.write(chunk)
                 else:
                     parts = {"txt": lambda d: [selectors.document_text(d)], "md": outputs.document_markdown,
-                             "jsonl": outputs.document_result_jsonl}[fmt](document)  # fmt: skip
+                             "jsonl": outputs.document_result_jsonl, "hocr": layout_xml.document_hocr,
+                             "alto": layout_xml.document_alto}[fmt](document)  # fmt: skip
                     with partial.open("w") as f:
                         f.writelines(parts)
                 partial.replace(target)
@@ -258,7 +260,7 @@ def _submission_arguments(parser) -> None:
         flag = "--" + name.replace("_", "-")
         help_ = field.description or ""
         annotation = field.annotation
-        choices = [arg for option in typing.get_args(annotation) if typing.get_origin(option) is Literal
+        choices = [arg for option in (annotation, *typing.get_args(annotation)) if typing.get_origin(option) is Literal
                    for arg in typing.get_args(option)]  # fmt: skip
         if annotation is bool:
             parser.add_argument(flag, dest=name, action="store_true", default=None, help=help_)
