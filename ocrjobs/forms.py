@@ -82,7 +82,11 @@ FORM_WORDS = {
         "marks the pool and sizing the job takes.",
     ),
     "languages": ("Languages", "the documents’ languages: eng, or eng+deu for English and German"),
-    "skip_text_pages": ("Keep pages that already have text", "PDF pages with a text layer keep it and are not read"),
+    "text_mode": (
+        "Pages that already have text",
+        "Redo: an old invisible text layer is replaced by ours; Skip: a PDF page with usable text keeps it and "
+        "is not read; Force: the searchable PDF carries our text only",
+    ),
     "searchable_pdf": ("Build searchable PDFs when the job ends", "otherwise each is built when first downloaded"),
     "max_dollars": ("Budget ($)", "optional: no pod is started for the job once it has cost this much"),
     "deadline": ("Deadline", "optional: enough pods are started to finish by then"),
@@ -91,6 +95,8 @@ FORM_WORDS = {
     "labels": ("Labels", "optional: words to find the job by in the job list, separated by commas"),
 }
 CHEAPEST = "Cheapest that meets the forecast"
+TEXT_MODES = [("redo", "Redo: read every page, replace old text"), ("skip", "Skip: keep a page's own text"),
+              ("force", "Force: read every page, our text only")]  # fmt: skip
 PRIORITIES = [("fastest", "Fastest: more pods"), ("balanced", "Balanced"), ("cheapest", "Cheapest: fewest pods")]
 DEADLINE_FORMAT = "%Y-%m-%dT%H:%M"  # what <input type="datetime-local"> sends and shows
 
@@ -121,6 +127,7 @@ class JobForm(forms.Form):
             empty_label=CHEAPEST,
         )  # fmt: skip
         self.fields["priority"].widget = forms.Select(choices=PRIORITIES)
+        self.fields["text_mode"].widget = forms.Select(choices=TEXT_MODES)
         now = timezone.localtime().replace(second=0, microsecond=0)
         self.fields["deadline"].widget = forms.DateTimeInput(
             attrs={"type": "datetime-local", "min": now.strftime(DEADLINE_FORMAT)}, format=DEADLINE_FORMAT
