@@ -387,6 +387,8 @@ class Page(models.Model):
             "warnings": result.get("warnings", []),
             "error": self.error,
         }
+        if "engine_text" in result:  # corrected lines (LineCorrection): each keeps its engine_text too
+            record.update(engine_text=result["engine_text"], corrected_lines=result.get("corrected_lines", 0))
         if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence
             record.update(
                 engine=result.get("engine"), escalated=bool(result.get("escalated")), cascade=result["cascade"]
@@ -487,3 +489,23 @@ class OwnerTurn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} turn of owner {self.owner_id} at {self.served_at:%Y-%m-%d %H:%M:%S}"
+
+
+class LineCorrection(models.Model):
+    """A person's reading of one line of a page (issue 42, item 7): the page's stored result
+    carries it (the outputs read only the result), and this row keeps who wrote it, when, and the
+    engine's reading beside it (ocrjobs.services.corrections.line_correct). One a line: a second
+    correction replaces the first's text, never the engine's."""
+
+    page = models.ForeignKey(Page, on_delete=models.CASCADE, related_name="corrections")
+    line = models.PositiveIntegerField(help_text="the line's index in the page's result (0-based)")
+    text = models.TextField(help_text="the corrected text")
+    engine_text = models.TextField(help_text="the engine's reading of the line")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["page", "line"], name="line_correction_page_line_uniq")]
+
+    def __str__(self) -> str:
+        return f"line {self.line} of page {self.page_id}, corrected by {self.by_id} at {self.at:%Y-%m-%d %H:%M}"
