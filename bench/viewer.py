@@ -45,7 +45,7 @@ WORDS = "water levels rose sharply along the eastern embankment after three days
 def seed(pages: int, lines: int):
     from django.contrib.auth import get_user_model
 
-    from ocrjobs.models import Document, Job, Page
+    from ocrjobs.models import Document, Job, Page, lowest_line_confidence
     from pods.models import Pool
 
     rng = random.Random(25)
@@ -67,7 +67,8 @@ def seed(pages: int, lines: int):
                   "confidence": round(confidence, 2), "width": 1700, "height": 2200, "dpi": 200,
                   "engine": "tesseract", "seconds": 1.2}  # fmt: skip
         rows.append(Page(job=job, document=document, pool=pool, number=number, status=Page.Status.DONE,
-                         attempts=1, result=json.dumps(result), confidence=round(confidence, 2)))  # fmt: skip
+                         attempts=1, result=json.dumps(result), confidence=round(confidence, 2),
+                         min_line_confidence=lowest_line_confidence(result)))  # fmt: skip
     Page.objects.bulk_create(rows, batch_size=500)
     return owner, job
 

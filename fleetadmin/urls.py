@@ -80,6 +80,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/outputs/rebuild", jobs_views.job_outputs_rebuild, name="jobs-outputs-rebuild"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
     path("jobs/<int:job_id>/viewer", viewer_views.job_viewer_batch, name="jobs-viewer"),
+    path("jobs/<int:job_id>/viewer/lines", viewer_views.job_viewer_lines, name="jobs-viewer-lines"),
     path("jobs/<int:job_id>/documents/<int:document_id>", viewer_views.job_document, name="jobs-document"),
     path(
         "jobs/<int:job_id>/pages/<int:page_id>/lines/<int:line>",

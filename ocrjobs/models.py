@@ -285,6 +285,20 @@ class Document(TaskLeased):
         }
 
 
+def lowest_line_confidence(result: dict) -> float | None:
+    """The lowest confidence of a result's lines (``Page.min_line_confidence``): under the viewer's
+    threshold, the page has a line to check. A corrected line (it carries ``engine_text``) was
+    read by a person: 100. None when no line gives a confidence (the page's own is judged)."""
+    lowest = None
+    for line in result.get("lines") or []:
+        if not isinstance(line, dict):
+            continue
+        confidence = 100.0 if "engine_text" in line else line.get("confidence")
+        if isinstance(confidence, int | float) and not isinstance(confidence, bool):
+            lowest = float(confidence) if lowest is None else min(lowest, float(confidence))
+    return lowest
+
+
 class PageQuerySet(models.QuerySet):
     def waiting(self) -> PageQuerySet:
         """Pages a dispatcher may claim: never started, or whose claim expired; never a page of a
@@ -324,6 +338,9 @@ class Page(models.Model):
     # The result itself (JSON text), not a file: any host serves it (docs/architecture.md, "Storage").
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)
+    # Its lines' lowest confidence (lowest_line_confidence): a page whose own confidence is fine may
+    # hold lines to check (issue 42: 28 lines under 80 in a job whose pages were all over 80).
+    min_line_confidence = models.FloatField(null=True, blank=True, help_text="its lines' lowest confidence")
     seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")
     # A page read but not to be trusted as it is (issue 40): its warnings are in its result
     # ("warnings"), counted here so that a job's count of pages with warnings is one aggregate.
@@ -352,6 +369,7 @@ class Page(models.Model):
             # status first: also the in-flight count of every pool at once (status) reads only its range
             models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
             models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),  # to-check too
+            models.Index(fields=["job", "min_line_confidence"], name="page_job_min_line_conf_idx"),  # lines to check
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
             # a pool's last escalations (the forecast's share escalated), and a pod's first stages (spend)

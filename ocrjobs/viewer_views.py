@@ -18,8 +18,15 @@ from fleetadmin.api import ApiError
 from ocrjobs import selectors, storage
 from ocrjobs.api import correction_dict
 from ocrjobs.models import Job
-from ocrjobs.services.corrections import line_correct
-from ocrjobs.viewer import VIEWER_BATCH, document_source, image_type, viewer_batch, viewer_counts
+from ocrjobs.services.corrections import line_correct, may_correct
+from ocrjobs.viewer import (
+    VIEWER_BATCH,
+    document_source,
+    image_type,
+    viewer_batch,
+    viewer_counts,
+    viewer_lines_to_check,
+)
 
 # At most 19 digits a number (review N8: Python refuses to read over 4,300 as an int, a 500).
 RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")
@@ -60,6 +67,7 @@ def viewer_context(request: HttpRequest, job: Job, *, offset: int = 0) -> dict:
 def viewer_first_render(request: HttpRequest, job: Job) -> dict:
     context = viewer_context(request, job)
     context["viewer_counts"] = viewer_counts(job, threshold=context["threshold"])
+    context["may_correct"] = may_correct(request.user, job)
     return context
 
 
@@ -69,6 +77,16 @@ def job_viewer_batch(request: HttpRequest, job_id: int) -> HttpResponse:
     """The next batch of pages, asked for by htmx as the last one comes into view."""
     job = _job_for(request, job_id)
     return render(request, "ocrjobs/viewer_batch.html", viewer_context(request, job, offset=_offset(request)))
+
+
+@login_required
+@require_GET
+def job_viewer_lines(request: HttpRequest, job_id: int) -> HttpResponse:
+    """How many lines of the job are to check, asked for by the viewer's bar once it is shown."""
+    job = _job_for(request, job_id)
+    threshold = settings.VIEWER_CONFIDENCE_THRESHOLD
+    lines = viewer_lines_to_check(job, threshold=threshold)
+    return render(request, "ocrjobs/viewer_lines.html", {"lines": lines, "threshold": threshold})
 
 
 async def _sent_as_read(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin.api import ApiError
-from ocrjobs.models import Job, LineCorrection, Page
+from ocrjobs.models import Job, LineCorrection, Page, lowest_line_confidence
 from ocrjobs.services.outputs import document_pdf_outdated
 from ocrjobs.services.pages import result_json
 
@@ -81,7 +81,8 @@ def line_correct(*, job: Job, page_id: int, line: int, text: str, user) -> LineC
         lines[line] = {**lines[line], "text": text, "engine_text": engine_line}
         result["corrected_lines"] = sum(isinstance(x, dict) and "engine_text" in x for x in lines)
         page.result = result_json(result)
-        page.save(update_fields=["result"])
+        page.min_line_confidence = lowest_line_confidence(result)  # a corrected line is checked
+        page.save(update_fields=["result", "min_line_confidence"])
         correction, _ = LineCorrection.objects.update_or_create(
             page=page, line=line, defaults={"text": text, "engine_text": engine_line, "by": user, "at": timezone.now()}
         )
