@@ -41,6 +41,7 @@ if (viewer) {
   async function drawPdfPage(article) {
     const sheet = article.querySelector(".viewer-sheet");
     const canvas = sheet.querySelector("canvas");
+    article.dataset.drawn = "drawing";
     const pdf = await pdfDocument(article.dataset.pdf);
     const page = await pdf.getPage(Number(article.dataset.number));
     const base = page.getViewport({ scale: 1 });
@@ -264,7 +265,7 @@ if (viewer) {
 
   const ZOOM_STEP = 1.25;
   const ZOOM_MIN = 0.5;
-  const ZOOM_MAX = 5;
+  const ZOOM_MAX = 8;
   const zoomShown = document.getElementById("viewer-zoom");
   let zoom = 1; // of the width that fits
   let redraw = null;
@@ -283,7 +284,8 @@ if (viewer) {
     viewer.classList.toggle("zoomed", zoom !== 1);
     const sheet = article?.querySelector(".viewer-sheet");
     const read = Number(sheet?.dataset.readWidth);
-    zoomShown.textContent = zoom === 1 ? "fit" : read ? `${Math.round((sheet.clientWidth / read) * 100)}%` : `${zoom}×`;
+    const shown = sheet?.getBoundingClientRect().width;
+    zoomShown.textContent = zoom === 1 ? "fit" : read ? `${Math.round((shown / read) * 100)}%` : `${zoom}×`;
     article?.scrollIntoView({ block: "start" });
     // Drawn pages are drawn again at their new size once the zoom settles (sharp, not stretched).
     clearTimeout(redraw);
@@ -302,8 +304,12 @@ if (viewer) {
       // One pixel the pod read, one CSS pixel shown: the width read over the width that fits.
       const sheet = pageInView()?.querySelector(".viewer-sheet");
       const read = Number(sheet?.dataset.readWidth);
-      if (sheet && read) setZoom((zoom * read) / sheet.clientWidth);
-      else say("This page has no size read: it fits the width.");
+      if (!sheet || !read) {
+        say("This page has no size read: it fits the width.");
+        return;
+      }
+      // Twice: the first may bring the sheet's box a scroll bar, which narrows what it is a share of.
+      for (let pass = 0; pass < 2; pass++) setZoom((zoom * read) / sheet.getBoundingClientRect().width);
     }
   }
 
