@@ -190,3 +190,16 @@ def test_a_line_read_twice_on_a_page_is_replaced_where_it_is():
     lines = [{"text": "total"}, {"text": "12"}, {"text": "total"}]
     assert page_text_with_line("total\n12\n\ntotal\n", lines, 2, "sum") == "total\n12\n\nsum\n"
     assert page_text_with_line("rewritten", lines, 1, "13") == "total\n13\ntotal"
+
+
+def test_a_session_patch_needs_the_csrf_token_as_a_form_does(job, ordinary_user):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(ordinary_user)
+
+    response = browser.patch(f"/v1/jobs/{job.pk}/pages/{first_page(job).pk}/lines/0", json.dumps({"text": "forged"}),
+                             content_type="application/json")  # fmt: skip
+
+    assert response.status_code == 403 and response.json() == {"error": "CSRF check failed"}
+    assert not LineCorrection.objects.exists()
