@@ -37,8 +37,14 @@ class ViewerLine:
         return self.band == "low" and self.engine_text is None
 
     def to_dict(self) -> dict:
-        return {"n": self.number, "text": self.text, "conf": self.confidence, "band": self.band, "box": self.box,
-                "engine": self.engine_text, "check": self.to_check}  # fmt: skip
+        """The line for the browser; ``engine`` and ``check`` only when they say something (25
+        pages of 40 lines each: 40 kB of HTML less than with them always)."""
+        line = {"n": self.number, "text": self.text, "conf": self.confidence, "band": self.band, "box": self.box}
+        if self.engine_text is not None:
+            line["engine"] = self.engine_text
+        if self.to_check:
+            line["check"] = True
+        return line
 
 
 @dataclass

@@ -123,25 +123,9 @@ def test_each_line_is_boxed_at_its_share_of_the_pages_pixels_and_coloured_by_con
     assert 'data-aspect="1700 / 2200"' in html
     data = re.search(r'<script id="viewer-lines-\d+" type="application/json">(.*?)</script>', html).group(1)
     assert json.loads(data) == [
-        {
-            "n": 0,
-            "text": "Sharp <b>words</b>",
-            "conf": 96.0,
-            "band": "good",
-            "box": [10.0, 10.0, 40.0, 5.0],
-            "engine": None,
-            "check": False,
-        },
-        {
-            "n": 1,
-            "text": "faint",
-            "conf": 30.0,
-            "band": "low",
-            "box": [0.0, 50.0, 100.0, 50.0],
-            "engine": None,
-            "check": True,
-        },
-        {"n": 2, "text": "no box", "conf": 85.0, "band": "fair", "box": None, "engine": None, "check": False},
+        {"n": 0, "text": "Sharp <b>words</b>", "conf": 96.0, "band": "good", "box": [10.0, 10.0, 40.0, 5.0]},
+        {"n": 1, "text": "faint", "conf": 30.0, "band": "low", "box": [0.0, 50.0, 100.0, 50.0], "check": True},
+        {"n": 2, "text": "no box", "conf": 85.0, "band": "fair", "box": None},
     ]
     assert "<b>" not in data  # a page's text is never markup: json_script escapes it
     assert f'data-pdf="/jobs/{job.pk}/documents/{job.documents.get().pk}"' in html
@@ -323,7 +307,7 @@ def test_a_corrected_line_is_no_longer_to_check(client, ordinary_user, fine_page
     assert ">2 lines under 80<" in client.get(f"/jobs/{job.pk}/viewer/lines").content.decode()
     data = re.search(rf'<script id="viewer-lines-{third.pk}" type="application/json">(.*?)</script>', html).group(1)
     assert json.loads(data)[1] == {"n": 1, "text": "line at 80", "conf": 79.5, "band": "low",
-                                   "box": json.loads(data)[1]["box"], "engine": "line at 79.5", "check": False}  # fmt: skip
+                                   "box": json.loads(data)[1]["box"], "engine": "line at 79.5"}  # fmt: skip
 
 
 def test_the_lines_count_is_only_for_who_may_see_the_job(client, outsider, fine_pages_with_faint_lines):
