@@ -351,13 +351,18 @@ if (viewer) {
   }
 
   let pendingPage = null; // a page asked for that a batch still to load may hold
+  let lastGone = null; // the page gone to last
+  // A job of several documents has a page N in each: Go again takes the next one loaded.
   function goToPage(number) {
-    const article = viewer.querySelector(`.viewer-page[data-page-number="${number}"]`);
+    const found = [...viewer.querySelectorAll(`.viewer-page[data-page-number="${number}"]`)];
+    const index = (found.indexOf(lastGone) + 1) % Math.max(1, found.length);
+    const article = found[index];
     if (article) {
       pendingPage = null;
+      lastGone = article;
       article.scrollIntoView({ block: "start" });
       article.focus({ preventScroll: true });
-      say(`${article.getAttribute("aria-label")}.`);
+      say(`${article.getAttribute("aria-label")}${found.length > 1 ? ` (${index + 1} of ${found.length} pages ${number} loaded: Go again for the next)` : ""}.`);
     } else if (loadMore()) {
       pendingPage = number;
       say(`Loading the next pages to find page ${number}…`);

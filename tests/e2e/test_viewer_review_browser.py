@@ -19,8 +19,8 @@ from tests.e2e.test_console_layout import DESKTOP, OVERFLOW, PHONE, unreached_by
 
 # The module's one browser and daphne on the test database: test_csp_browser's fixtures.
 from tests.e2e.test_csp_browser import browser, front  # noqa: F401
-from tests.e2e.test_viewer_browser import INK, read_every_page
-from tests.factories import PAGES_TRUTH, pdf_bytes
+from tests.e2e.test_viewer_browser import INK, read_every_page, with_lines_at
+from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import split, submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.once_sqlite]  # the browser, not the database
@@ -56,10 +56,12 @@ def test_the_viewer_zooms_steps_through_lines_to_check_and_corrects_by_keyboard_
     ordinary_user,
     local_pool,
 ):
-    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2])})
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes(PAGES_TRUTH[:2]), "note.png": image_bytes(["A note."])})
     split(job)
     read_every_page(job)
-    first, second = job.pages.order_by("number")
+    note = job.pages.get(document__name="note.png")
+    with_lines_at(note, 95.0)
+    first, second = job.pages.filter(document__name="report.pdf").order_by("number")
     faint(first, 1)
     faint(second, 0)
     engine_reading = first.read_result()["lines"][1]["text"]
@@ -128,6 +130,13 @@ def test_the_viewer_zooms_steps_through_lines_to_check_and_corrects_by_keyboard_
         page.keyboard.type("2")
         page.keyboard.press("Enter")
         page.wait_for_function(f"() => document.activeElement.id === 'viewer-page-{second.pk}'")
+        # Each document has a page 1: Go takes the report's, Go again the note's.
+        page.locator("#viewer-goto-page").fill("1")
+        page.keyboard.press("Enter")
+        page.wait_for_function(f"() => document.activeElement.id === '{article}'")
+        page.locator("#viewer-goto-page").focus()
+        page.keyboard.press("Enter")
+        page.wait_for_function(f"() => document.activeElement.id === 'viewer-page-{note.pk}'")
         # ?: the keys, listed; Escape closes the list.
         page.keyboard.press("?")
         assert page.locator("#viewer-keys dl").is_visible()
