@@ -31,7 +31,7 @@ def lowest_line_confidences(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ocrjobs', '0023_page_warnings'),
+        ('ocrjobs', '0027_job_text_mode'),
         ('pods', '0020_balance_alerts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
