@@ -321,7 +321,7 @@ def test_pages_read_before_get_their_lines_lowest_confidence_from_the_migration(
 
     from django.apps import apps
 
-    migration = import_module("ocrjobs.migrations.0024_line_corrections")
+    migration = import_module("ocrjobs.migrations.0028_line_corrections")
     job = fine_pages_with_faint_lines
     job.pages.update(min_line_confidence=None)
 
