@@ -91,6 +91,16 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "document's `outputs.pdf.state` back to `pending`.",
         "scope": "submit",
     },
+    ("api-jobs-line", "patch"): {
+        "summary": "Correct a line of a page read",
+        "description": "The job's owner or staff (403 otherwise); `{page_id}` is a page's `id` in "
+        "`/v1/jobs/{id}/pages`, `{line}` its line's index in `lines`. The outputs (result.txt, .md, "
+        ".jsonl, the searchable PDF) read the corrected text; the engine's reading stays as the line's "
+        "and the page's `engine_text`. A searchable PDF built before is built again. 404 for no such page "
+        "or line, 409 for a page not read, 400 for an empty or multi-line text.",
+        "body": ("ocrjobs.schemas", "LineCorrectionBody"),
+        "scope": "submit",
+    },
     ("api-jobs-retry", "post"): {"summary": "Retry a partial or failed job's failed pages and documents"},
     ("api-webhooks-secret", "get"): {"summary": "The caller's webhook signing secret"},
     ("api-webhooks-secret-rotate", "post"): {

@@ -80,7 +80,13 @@ urlpatterns = [
     path("jobs/<int:job_id>/outputs/rebuild", jobs_views.job_outputs_rebuild, name="jobs-outputs-rebuild"),
     path("jobs/<int:job_id>/retry", jobs_views.job_retry, name="jobs-retry"),
     path("jobs/<int:job_id>/viewer", viewer_views.job_viewer_batch, name="jobs-viewer"),
+    path("jobs/<int:job_id>/viewer/lines", viewer_views.job_viewer_lines, name="jobs-viewer-lines"),
     path("jobs/<int:job_id>/documents/<int:document_id>", viewer_views.job_document, name="jobs-document"),
+    path(
+        "jobs/<int:job_id>/pages/<int:page_id>/lines/<int:line>",
+        viewer_views.job_line_correct,
+        name="jobs-line-correct",
+    ),
     path("v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("v1/runpod/status", pods_api.status, name="api-runpod-status"),
     path("v1/runpod/prices", pods_api.prices, name="api-runpod-prices"),
@@ -131,4 +137,5 @@ urlpatterns = [
     path("v1/jobs/<int:job_id>/cancel", jobs_api.job_cancel, name="api-jobs-cancel"),
     path("v1/jobs/<int:job_id>/outputs/rebuild", jobs_api.job_outputs_rebuild, name="api-jobs-outputs-rebuild"),
     path("v1/jobs/<int:job_id>/retry", jobs_api.job_retry, name="api-jobs-retry"),
+    path("v1/jobs/<int:job_id>/pages/<int:page_id>/lines/<int:line>", jobs_api.job_line_correct, name="api-jobs-line"),
 ]

@@ -17,9 +17,16 @@ from django.utils import timezone
 from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
 from ocrjobs.models import Job
-from ocrjobs.schemas import JobSubmission, SubmissionFields, job_submit_arguments, submission_from_form
+from ocrjobs.schemas import (
+    JobSubmission,
+    LineCorrectionBody,
+    SubmissionFields,
+    job_submit_arguments,
+    submission_from_form,
+)
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services import outputs
+from ocrjobs.services.corrections import line_correct
 from ocrjobs.services.idempotency import job_submit_once
 from ocrjobs.services.submission import Upload, job_submit
 from ocrjobs.services.webhooks import webhook_secret_rotate, webhook_secret_row
@@ -278,3 +285,21 @@ def job_retry(request: HttpRequest, job_id: int) -> JsonResponse:
     pages, documents = job_services.job_retry(job=job, actor=Actor(request.api_user, AuditEntry.Door.API))
     job.refresh_from_db()
     return JsonResponse({**_job_dict(job), "retried_pages": pages, "retried_documents": documents})
+
+
+@api_view(scope="submit", methods=("PATCH",))
+def job_line_correct(request: HttpRequest, job_id: int, page_id: int, line: int) -> JsonResponse:
+    """Correct a line of a page read (the job's owner or staff): the outputs read the correction,
+    the engine's reading kept beside it; a searchable PDF built before is built again."""
+    body = parse_json(request, LineCorrectionBody)
+    job = Job.objects.filter(pk=job_id).first()  # (another user's job: 403, as for a rebuild)
+    if job is None:
+        raise ApiError(f"no job {job_id}", 404)
+    correction = line_correct(job=job, page_id=page_id, line=line, text=body.text, user=request.api_user)
+    return JsonResponse(correction_dict(correction))
+
+
+def correction_dict(correction) -> dict:
+    return {"page": correction.page_id, "line": correction.line, "text": correction.text,
+            "engine_text": correction.engine_text, "by": correction.by.get_username() if correction.by else None,
+            "at": correction.at.isoformat()}  # fmt: skip

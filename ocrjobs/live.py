@@ -183,7 +183,13 @@ def _pages_html(job: Job, page_ids: list[int], threshold: float) -> dict[int, st
     return {
         pk: render_to_string(
             "ocrjobs/viewer_batch.html",
-            {"job": job, "viewer_items": [viewer_page(page, threshold=threshold)], "next_offset": None, "oob": True},
+            {
+                "job": job,
+                "viewer_items": [viewer_page(page, threshold=threshold)],
+                "next_offset": None,
+                "oob": True,
+                "threshold": threshold,
+            },
         )  # fmt: skip
         for pk, page in rows.items()
     }

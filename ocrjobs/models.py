@@ -304,6 +304,20 @@ class Document(TaskLeased):
         }
 
 
+def lowest_line_confidence(result: dict) -> float | None:
+    """The lowest confidence of a result's lines (``Page.min_line_confidence``): under the viewer's
+    threshold, the page has a line to check. A corrected line (it carries ``engine_text``) was
+    read by a person: 100. None when no line gives a confidence (the page's own is judged)."""
+    lowest = None
+    for line in result.get("lines") or []:
+        if not isinstance(line, dict):
+            continue
+        confidence = 100.0 if "engine_text" in line else line.get("confidence")
+        if isinstance(confidence, int | float) and not isinstance(confidence, bool):
+            lowest = float(confidence) if lowest is None else min(lowest, float(confidence))
+    return lowest
+
+
 class PageQuerySet(models.QuerySet):
     def waiting(self) -> PageQuerySet:
         """Pages a dispatcher may claim: never started, or whose claim expired; never a page of a
@@ -343,6 +357,9 @@ class Page(models.Model):
     # The result itself (JSON text), not a file: any host serves it (docs/architecture.md, "Storage").
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
     confidence = models.FloatField(null=True, blank=True)
+    # Its lines' lowest confidence (lowest_line_confidence): a page whose own confidence is fine may
+    # hold lines to check (issue 42: 28 lines under 80 in a job whose pages were all over 80).
+    min_line_confidence = models.FloatField(null=True, blank=True, help_text="its lines' lowest confidence")
     seconds = models.FloatField(null=True, blank=True, help_text="time the pod took for the page that was stored")
     # A page read but not to be trusted as it is (issue 40): its warnings are in its result
     # ("warnings"), counted here so that a job's count of pages with warnings is one aggregate.
@@ -371,6 +388,7 @@ class Page(models.Model):
             # status first: also the in-flight count of every pool at once (status) reads only its range
             models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
             models.Index(fields=["job", "status", "confidence"], name="page_job_status_conf_idx"),  # to-check too
+            models.Index(fields=["job", "min_line_confidence"], name="page_job_min_line_conf_idx"),  # lines to check
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
             # a pool's last escalations (the forecast's share escalated), and a pod's first stages (spend)
@@ -416,6 +434,8 @@ class Page(models.Model):
             "warnings": result.get("warnings", []),
             "error": self.error,
         }
+        if "engine_text" in result:  # corrected lines (LineCorrection): each keeps its engine_text too
+            record.update(engine_text=result["engine_text"], corrected_lines=result.get("corrected_lines", 0))
         if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence
             record.update(
                 engine=result.get("engine"), escalated=bool(result.get("escalated")), cascade=result["cascade"]
@@ -538,3 +558,23 @@ class KeptUpload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} kept for user {self.owner_id}"
+
+
+class LineCorrection(models.Model):
+    """A person's reading of one line of a page (issue 42, item 7): the page's stored result
+    carries it (the outputs read only the result), and this row keeps who wrote it, when, and the
+    engine's reading beside it (ocrjobs.services.corrections.line_correct). One a line: a second
+    correction replaces the first's text, never the engine's."""
+
+    page = models.ForeignKey(Page, on_delete=models.CASCADE, related_name="corrections")
+    line = models.PositiveIntegerField(help_text="the line's index in the page's result (0-based)")
+    text = models.TextField(help_text="the corrected text")
+    engine_text = models.TextField(help_text="the engine's reading of the line")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["page", "line"], name="line_correction_page_line_uniq")]
+
+    def __str__(self) -> str:
+        return f"line {self.line} of page {self.page_id}, corrected by {self.by_id} at {self.at:%Y-%m-%d %H:%M}"

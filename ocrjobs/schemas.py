@@ -180,3 +180,11 @@ def job_submit_arguments(fields: SubmissionFields) -> dict:
     callback_url = check_callback_url(values.pop("callback_url"))
     pool_key = values.pop("pool")
     return {**values, "pool_key": pool_key, "schedule": schedule, "callback_url": callback_url}
+
+
+class LineCorrectionBody(BaseModel):
+    """``PATCH /v1/jobs/{id}/pages/{page_id}/lines/{line}``: a line's corrected text."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str = Field(description="the line as it should read: one line, 1 to 2,000 characters")

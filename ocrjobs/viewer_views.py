@@ -10,13 +10,23 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from fleetadmin.api import ApiError
 from ocrjobs import selectors, storage
+from ocrjobs.api import correction_dict
 from ocrjobs.models import Job
-from ocrjobs.viewer import VIEWER_BATCH, document_source, image_type, viewer_batch, viewer_counts
+from ocrjobs.services.corrections import line_correct, may_correct
+from ocrjobs.viewer import (
+    VIEWER_BATCH,
+    document_source,
+    image_type,
+    viewer_batch,
+    viewer_counts,
+    viewer_lines_to_check,
+)
 
 # At most 19 digits a number (review N8: Python refuses to read over 4,300 as an int, a 500).
 RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")
@@ -57,6 +67,7 @@ def viewer_context(request: HttpRequest, job: Job, *, offset: int = 0) -> dict:
 def viewer_first_render(request: HttpRequest, job: Job) -> dict:
     context = viewer_context(request, job)
     context["viewer_counts"] = viewer_counts(job, threshold=context["threshold"])
+    context["may_correct"] = may_correct(request.user, job)
     return context
 
 
@@ -66,6 +77,16 @@ def job_viewer_batch(request: HttpRequest, job_id: int) -> HttpResponse:
     """The next batch of pages, asked for by htmx as the last one comes into view."""
     job = _job_for(request, job_id)
     return render(request, "ocrjobs/viewer_batch.html", viewer_context(request, job, offset=_offset(request)))
+
+
+@login_required
+@require_GET
+def job_viewer_lines(request: HttpRequest, job_id: int) -> HttpResponse:
+    """How many lines of the job are to check, asked for by the viewer's bar once it is shown."""
+    job = _job_for(request, job_id)
+    threshold = settings.VIEWER_CONFIDENCE_THRESHOLD
+    lines = viewer_lines_to_check(job, threshold=threshold)
+    return render(request, "ocrjobs/viewer_lines.html", {"lines": lines, "threshold": threshold})
 
 
 async def _sent_as_read(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
@@ -119,3 +140,18 @@ def job_document(request: HttpRequest, job_id: int, document_id: int) -> HttpRes
     response["X-Content-Type-Options"] = "nosniff"
     response["Cache-Control"] = "private, max-age=3600"
     return response
+
+
+@login_required
+@require_POST
+def job_line_correct(request: HttpRequest, job_id: int, page_id: int, line: int) -> JsonResponse:
+    """The viewer's correction of a line (a form's ``text``, with the CSRF token): the stored line
+    as JSON, or ``{"error": ...}`` with its status, shown under the line's field."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return JsonResponse({"error": "no such job"}, status=404)
+    try:
+        correction = line_correct(job=job, page_id=page_id, line=line, text=request.POST.get("text"), user=request.user)
+    except ApiError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.status)
+    return JsonResponse(correction_dict(correction))

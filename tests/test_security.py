@@ -104,7 +104,7 @@ def anonymous_problems(client: Client) -> list[str]:
         if endpoint.name in PUBLIC:
             continue
         served = False
-        for method in ("get", "post"):
+        for method in ("get", "post", "patch"):  # (a line's correction is PATCH alone)
             response = getattr(client, method)(endpoint.url)
             if response.status_code == 405:
                 continue  # not served by this method: the other one must refuse
@@ -116,7 +116,7 @@ def anonymous_problems(client: Client) -> list[str]:
             if not ok:
                 problems.append(f"{method.upper()} {endpoint.url} ({endpoint.name}): {response.status_code}")
         if not served:
-            problems.append(f"{endpoint.url} ({endpoint.name}): answered 405 to GET and POST alike")
+            problems.append(f"{endpoint.url} ({endpoint.name}): answered 405 to GET, POST and PATCH alike")
     return problems
 
 
@@ -140,18 +140,24 @@ urlpatterns = [*get_resolver("fleetadmin.urls").url_patterns, path("v1/leaky", _
 def test_the_walk_catches_an_endpoint_added_without_auth(client, db, settings):
     settings.ROOT_URLCONF = __name__
 
-    assert anonymous_problems(client) == ["GET /v1/leaky (api-leaky): 200", "POST /v1/leaky (api-leaky): 200"]
+    assert anonymous_problems(client) == [
+        "GET /v1/leaky (api-leaky): 200",
+        "POST /v1/leaky (api-leaky): 200",
+        "PATCH /v1/leaky (api-leaky): 200",
+    ]
 
 
 # --- scopes ----------------------------------------------------------------------------------------
 
 
 def _call(client: Client, url: str, token: str):
-    """GET, or POST with an empty JSON body when the view answers only POST."""
+    """GET, or POST (then PATCH) with an empty JSON body when the view answers only that."""
     headers = {"Authorization": f"Bearer {token}"}
     response = client.get(url, headers=headers)
     if response.status_code == 405:
         response = client.post(url, "{}", content_type="application/json", headers=headers)
+    if response.status_code == 405:
+        response = client.patch(url, "{}", content_type="application/json", headers=headers)
     return response
 
 

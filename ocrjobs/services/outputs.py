@@ -86,6 +86,17 @@ def document_pdf_request(*, document: Document) -> bool:
         return _request_builds([job.pk], document_id=document.pk) > 0
 
 
+def document_pdf_outdated(*, document: Document) -> bool:
+    """The document's text changed after its searchable PDF was asked for (a corrected line): a
+    new build is asked for, run by the outputs workers (never on the page path, invariant 20). A
+    build not started yet reads the new text as it is, so only a PDF built, failed or being built
+    is asked for again. Whether one was."""
+    stale = SearchablePdf.objects.filter(document=document).exclude(status=SearchablePdf.Status.PENDING)
+    if not stale.exists():
+        return False
+    return _request_builds([document.job_id], only_asked=True, document_id=document.pk) > 0
+
+
 def _request_builds(job_ids: list[int], *, only_asked: bool = False, document_id: int | None = None) -> int:
     """Each split document of the jobs (or the one ``document_id``; with ``only_asked``, only
     those that have a searchable PDF row already): a pending searchable PDF of a new generation,

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from fleetadmin.sqlbatch import id_list, ids_in, rows_table
-from ocrjobs.models import Job, Page
+from ocrjobs.models import Job, Page, lowest_line_confidence
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
 from pods.models import Pod
@@ -295,7 +295,8 @@ def result_with_warnings(result: dict) -> dict:
 
 
 _RESULT = [("id", "bigint"), ("attempts", "integer"), ("result", "text"), ("confidence", "double precision"),
-           ("pod_id", "bigint"), ("seconds", "double precision"), ("warnings", "integer")]  # fmt: skip
+           ("pod_id", "bigint"), ("seconds", "double precision"), ("warnings", "integer"),
+           ("min_line_confidence", "double precision")]  # fmt: skip
 
 
 def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]:
@@ -305,7 +306,7 @@ def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]
     values = []
     for item, result, to_pool in rows:
         row = [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds,
-               len(result.get("warnings") or [])]  # fmt: skip
+               len(result.get("warnings") or []), lowest_line_confidence(result)]  # fmt: skip
         values.append([*row, to_pool] if extra else row)
     return rows_table("v", [*_RESULT, ("to_pool", "bigint")] if extra else _RESULT, values)
 
@@ -342,7 +343,8 @@ def _store_done(*, token: str, items: dict[int, tuple[PageResult, dict]], also: 
     if not items:
         return set()
     sets = ("status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, seconds = v.seconds, "
-            "warnings = v.warnings, error = '', claim_token = '', claim_expires_at = NULL, finished_at = %s")  # fmt: skip
+            "warnings = v.warnings, min_line_confidence = v.min_line_confidence, error = '', claim_token = '', "
+            "claim_expires_at = NULL, finished_at = %s")  # fmt: skip
     rows = [(item, result_with_warnings(result), None) for item, result in items.values()]
     return _guarded_update(token=token, rows=rows, sets=sets, params=[Page.Status.DONE, timezone.now()], also=also)
 
@@ -454,6 +456,7 @@ def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
     )
     return {
         "status": Page.Status.DONE, "result": result_json(kept), "warnings": len(kept.get("warnings") or []),
+        "min_line_confidence": lowest_line_confidence(kept),
         "confidence": page.first_confidence, "seconds": None, "error": "", "claim_token": "",
         "claim_expires_at": None, "finished_at": timezone.now(),
     }  # fmt: skip

@@ -5,6 +5,7 @@ boxed over the words, and a line is highlighted in the page and in the text toge
 from __future__ import annotations
 
 import io
+import json
 import re
 import uuid
 
@@ -59,6 +60,14 @@ def read_every_page(job) -> None:
             result["dpi"] = DPI
         assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
     job_refresh(job_id=job.pk)
+
+
+def with_lines_at(page: Page, confidence: float) -> None:
+    """Every line of the page's stored result read at ``confidence``, as if the engine had."""
+    result = page.read_result()
+    for line in result["lines"]:
+        line["confidence"] = confidence
+    Page.objects.filter(pk=page.pk).update(result=json.dumps(result), min_line_confidence=confidence)
 
 
 def session_context(browser, client, url: str):
@@ -141,8 +150,9 @@ def test_the_viewer_boxes_each_line_over_the_drawn_page_and_highlights_it_in_bot
     assert page.evaluate(INK, [article, 1]) > 0.05
     assert page.locator(f"#{article} .box").count() == 3  # its lines laid out once
 
-    # A page read poorly comes first, marked to check, and the filter shows it alone.
-    Page.objects.filter(pk=png_page.pk).update(confidence=40.0)
+    # A page with a line read poorly comes first, marked to check, and the filter shows it alone.
+    for each in Page.objects.filter(job=job):
+        with_lines_at(each, 40.0 if each.pk == png_page.pk else 95.0)
     page.goto(f"{live_server.url}/jobs/{job.pk}")
     assert page.locator(".viewer-page").first.get_attribute("id") == f"viewer-page-{png_page.pk}"
     page.click("#viewer-to-check")

@@ -124,7 +124,7 @@ def test_each_line_is_boxed_at_its_share_of_the_pages_pixels_and_coloured_by_con
     data = re.search(r'<script id="viewer-lines-\d+" type="application/json">(.*?)</script>', html).group(1)
     assert json.loads(data) == [
         {"n": 0, "text": "Sharp <b>words</b>", "conf": 96.0, "band": "good", "box": [10.0, 10.0, 40.0, 5.0]},
-        {"n": 1, "text": "faint", "conf": 30.0, "band": "low", "box": [0.0, 50.0, 100.0, 50.0]},
+        {"n": 1, "text": "faint", "conf": 30.0, "band": "low", "box": [0.0, 50.0, 100.0, 50.0], "check": True},
         {"n": 2, "text": "no box", "conf": 85.0, "band": "fair", "box": None},
     ]
     assert "<b>" not in data  # a page's text is never markup: json_script escapes it
@@ -261,3 +261,70 @@ def test_a_tiff_is_not_served_to_the_browser_which_cannot_show_it(client, ordina
 
     assert client.get(f"/jobs/{long_job.pk}/documents/{long_job.documents.get().pk}").status_code == 404
     assert "viewer-sheet" not in html and "frame 7" in html
+
+
+@pytest.fixture
+def fine_pages_with_faint_lines(ordinary_user, local_pool):
+    """Three pages read at 90 or more overall; page 2 holds two lines under 80, page 3 one."""
+    job = submit(ordinary_user, {"report.pdf": pdf_bytes()})
+    split(job)
+
+    def lines(*confidences):
+        return [{"text": f"line at {c}", "bbox": [100, 100 + 80 * i, 900, 160 + 80 * i], "confidence": c}
+                for i, c in enumerate(confidences)]  # fmt: skip
+
+    complete_all(job, results={(0, 1): result(97.0, lines=lines(97, 96)), (0, 2): result(90.0, lines=lines(99, 62, 71, 99)),
+                               (0, 3): result(91.0, lines=lines(95, 79.5))})  # fmt: skip
+    return job
+
+
+def test_a_page_whose_lines_are_under_the_threshold_is_to_check_though_its_own_confidence_is_not(
+    client, ordinary_user, fine_pages_with_faint_lines
+):
+    job = fine_pages_with_faint_lines
+    client.force_login(ordinary_user)
+
+    html = client.get(f"/jobs/{job.pk}").content.decode()
+    lines = client.get(f"/jobs/{job.pk}/viewer/lines").content.decode()
+    only = client.get(f"/jobs/{job.pk}?check=1").content.decode()
+
+    assert "To check (2)" in html and shown(html) == [2, 3, 1]
+    assert "2 lines under 80" in html and "1 line under 80" in html  # each page's own count
+    assert f'hx-get="/jobs/{job.pk}/viewer/lines"' in html
+    assert ">3 lines under 80<" in lines
+    assert shown(only) == [2, 3]
+
+
+def test_a_corrected_line_is_no_longer_to_check(client, ordinary_user, fine_pages_with_faint_lines):
+    job = fine_pages_with_faint_lines
+    client.force_login(ordinary_user)
+    third = job.pages.get(number=3)
+
+    assert client.post(f"/jobs/{job.pk}/pages/{third.pk}/lines/1", {"text": "line at 80"}).status_code == 200
+
+    html = client.get(f"/jobs/{job.pk}").content.decode()
+    assert "To check (1)" in html and shown(html) == [2, 1, 3]
+    assert ">2 lines under 80<" in client.get(f"/jobs/{job.pk}/viewer/lines").content.decode()
+    data = re.search(rf'<script id="viewer-lines-{third.pk}" type="application/json">(.*?)</script>', html).group(1)
+    assert json.loads(data)[1] == {"n": 1, "text": "line at 80", "conf": 79.5, "band": "low",
+                                   "box": json.loads(data)[1]["box"], "engine": "line at 79.5"}  # fmt: skip
+
+
+def test_the_lines_count_is_only_for_who_may_see_the_job(client, outsider, fine_pages_with_faint_lines):
+    client.force_login(outsider)
+
+    assert client.get(f"/jobs/{fine_pages_with_faint_lines.pk}/viewer/lines").status_code == 404
+
+
+def test_pages_read_before_get_their_lines_lowest_confidence_from_the_migration(fine_pages_with_faint_lines):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("ocrjobs.migrations.0028_line_corrections")
+    job = fine_pages_with_faint_lines
+    job.pages.update(min_line_confidence=None)
+
+    migration.lowest_line_confidences(apps, None)
+
+    assert dict(job.pages.values_list("number", "min_line_confidence")) == {1: 96.0, 2: 62.0, 3: 79.5}
