@@ -121,7 +121,9 @@ def sim_config(args) -> dict:
     if args.realistic:  # as hard as RunPod (issue 39): 429s, gateway pages, every capacity wording, ...
         from runpodsim.config import SimConfig
 
-        config = json.loads(SimConfig.model_validate(config).realistic(seed=1).model_dump_json(by_alias=True))
+        # Its image pulls of minutes at the storm's time scale (--time-scale: 1, real minutes).
+        hard = SimConfig.model_validate(config).realistic(seed=1, time_scale=args.time_scale)
+        config = json.loads(hard.model_dump_json(by_alias=True))
     return config
 
 
@@ -489,6 +491,10 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_not_shed_by_the_system": len(not_shed),
         "pods_left_at_provider": stats_after["pods_total"],
         "ready_pods_without_pages": len(ready_idle),
+        # Realistic: pods that pulled their image for minutes, or whose pull failed ("Exited by Runpod").
+        "image_pulls_slow": stats_after.get("image_pulls_slow", 0),
+        "image_pulls_failed": stats_after.get("image_pulls_failed", 0),
+        "pods_stopped_by_runpod": stats_after.get("pods_stopped_by_runpod", 0),
         "cores_used": workers_cores,
         **cpu,
         "forecast_vs_bill": forecasts,
