@@ -36,7 +36,7 @@ from fleetadmin.localhost import localhost_transport
 from pods import capacity
 from pods.models import Pool
 from pods.podclient import pod_headers
-from pods.poolconfig import pool_offers
+from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers.base import AuthFailed, Balance, NoCapacity, Offer, PodSpec, ProviderError, Transient
 from pods.providers.runpod import RunPodProvider
 
@@ -133,7 +133,10 @@ def _candidates(
     made interruptible at ``bid`` (or at its cloud's minimum bid)."""
     if pool.provider != Pool.Provider.RUNPOD:
         raise CheckFailed(f"pool {pool.key!r} is a {pool.provider} pool, not a RunPod one")
-    offers, _ = pool_offers(pool)
+    try:
+        offers, _ = pool_offers(pool)
+    except PoolConfigError as exc:
+        raise CheckFailed(f"pool {pool.key!r}: its config is not usable: {exc}") from None
     offers = [replace(o, interruptible=spot, bid_margin=Decimal("0")) for o in offers]
     catalogue = provider.catalogue()
     say(f"catalogue {len(catalogue)} offers from RunPod")

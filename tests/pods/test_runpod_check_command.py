@@ -182,3 +182,10 @@ def test_it_refuses_a_pool_that_is_not_a_runpod_pool(sim, db):
     out, failed = check("here")
     assert failed is not None and "is a local pool, not a RunPod one" in str(failed)
     assert sim.stats()["create_calls"] == 0
+
+
+def test_it_refuses_a_pool_whose_config_is_not_usable(sim, db):
+    Pool.objects.create(key="bad", provider="runpod", max_pods=1, lanes_per_pod=1, config={"image": "x"})
+    out, failed = check("bad")
+    assert failed is not None and "its config is not usable: candidates" in str(failed)
+    assert sim.stats()["create_calls"] == 0
