@@ -4,7 +4,7 @@
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
         [--interruptible [--preempt-rate 0.05] [--time-scale 1] [--preempt-seed 1] [--on-demand-floor 0]
                          [--preempt-share 0]]
-        [--warm-up-pages N]
+        [--warm-up-pages N] [--realistic]
 
 Thousands of documents of several pages (stored directly in the database, as split already,
 every document a small blank PDF; or, with ``--real-path``, each uploaded as a PDF of its own
@@ -39,6 +39,11 @@ Figures:
 With ``--interruptible`` (bench/spot.py) the pool rents interruptible pods at a bid, the simulator
 preempts them at ``--preempt-rate`` per pod-hour, and the same run on on-demand pods goes first:
 dollars per page and makespan against it (goals <= 0.6 × and <= 1.25 ×), nothing lost or done twice.
+
+With ``--realistic`` the simulator is as hard as RunPod (issue 39, ``SimConfig.realistic``: 429s,
+gateway pages, every capacity wording, listing lag, runtime reading null, image pulls of minutes
+and now and then one that fails), the pulls' minutes divided by ``--time-scale`` (in both runs of
+``--interruptible``).
 
 Forecasts (bench/_forecast_check.py): a warm-up job (``--warm-up-pages``, a user's earlier job on
 the pool) runs first and its pods are shed; the storm's jobs are then forecast at submission on
