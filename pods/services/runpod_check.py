@@ -63,6 +63,10 @@ class CheckReport:
         return (self.cost_per_hr * Decimal(str(self.billed_seconds)) / 3600).quantize(Decimal("0.000001"))
 
 
+class CheckFailed(Exception):
+    """A step of the check that did not give what it should (the message says which and why)."""
+
+
 class Interrupted(Exception):
     """SIGTERM during the check: handled as Ctrl-C is (the pod is terminated, the check fails)."""
 
@@ -117,10 +121,6 @@ def runpod_check(
         else "spend    $0 (no pod was rented)"
     )
     return report
-
-
-class CheckFailed(Exception):
-    """A step of the check that did not give what it should (the message says which and why)."""
 
 
 # -- the steps ---------------------------------------------------------------------------------------
