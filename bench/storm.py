@@ -382,7 +382,7 @@ def run(args, children: Children, sim_url: str) -> None:
     measured_pods = Pod.objects.filter(pool=pool, created_at__gte=warm_end)  # (the warm-up's all ended before)
     pods = list(measured_pods)
     lanes = {pod.pk: pod.lanes for pod in pods}
-    paid = boot = idle_after = 0.0
+    paid = boot = idle_after = most_after_last_page = 0.0
     last_page = dict(
         pages.filter(status=Page.Status.DONE).values_list("pod_id").annotate(last=Max("finished_at"))
         .values_list("pod_id", "last")
@@ -397,7 +397,9 @@ def run(args, children: Children, sim_url: str) -> None:
         paid += billed
         if pod.ready_at:
             boot += max(0.0, (pod.ready_at - pod.billed_from).total_seconds())
-            idle_after += max(0.0, (end - (last_page.get(pod.pk) or pod.ready_at)).total_seconds())
+            after = max(0.0, (end - (last_page.get(pod.pk) or pod.ready_at)).total_seconds())
+            idle_after += after
+            most_after_last_page = max(most_after_last_page, after)
         else:
             boot += billed
     busy = sum(
@@ -480,6 +482,8 @@ def run(args, children: Children, sim_url: str) -> None:
         "paid_over_busy": round(ratio, 3) if ratio is not None else None,
         "paid_boot_s": round(boot, 1),
         "paid_idle_after_last_page_s": round(idle_after, 1),
+        # The longest any pod was billed after its last page (issue 39: idle_seconds and a poll at most).
+        "most_paid_after_last_page_s": round(most_after_last_page, 1),
         "paid_other_idle_s": round(paid - boot - idle_after - busy, 1),
         "create_calls": stats["create_calls"],
         "no_capacity_answers": stats["no_capacity_answers"],
