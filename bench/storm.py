@@ -4,7 +4,7 @@
         [--latency 0.5 --lanes 4 --max-pods 48] [--tick-seconds 15] [--guess S] [--real-path]
         [--interruptible [--preempt-rate 0.05] [--time-scale 1] [--preempt-seed 1] [--on-demand-floor 0]
                          [--preempt-share 0]]
-        [--warm-up-pages N]
+        [--warm-up-pages N] [--realistic]
 
 Thousands of documents of several pages (stored directly in the database, as split already,
 every document a small blank PDF; or, with ``--real-path``, each uploaded as a PDF of its own
@@ -39,6 +39,11 @@ Figures:
 With ``--interruptible`` (bench/spot.py) the pool rents interruptible pods at a bid, the simulator
 preempts them at ``--preempt-rate`` per pod-hour, and the same run on on-demand pods goes first:
 dollars per page and makespan against it (goals <= 0.6 × and <= 1.25 ×), nothing lost or done twice.
+
+With ``--realistic`` the simulator is as hard as RunPod (issue 39, ``SimConfig.realistic``: 429s,
+gateway pages, every capacity wording, listing lag, runtime reading null, image pulls of minutes
+and now and then one that fails), the pulls' minutes divided by ``--time-scale`` (in both runs of
+``--interruptible``).
 
 Forecasts (bench/_forecast_check.py): a warm-up job (``--warm-up-pages``, a user's earlier job on
 the pool) runs first and its pods are shed; the storm's jobs are then forecast at submission on
@@ -121,7 +126,9 @@ def sim_config(args) -> dict:
     if args.realistic:  # as hard as RunPod (issue 39): 429s, gateway pages, every capacity wording, ...
         from runpodsim.config import SimConfig
 
-        config = json.loads(SimConfig.model_validate(config).realistic(seed=1).model_dump_json(by_alias=True))
+        # Its image pulls of minutes at the storm's time scale (--time-scale: 1, real minutes).
+        hard = SimConfig.model_validate(config).realistic(seed=1, time_scale=args.time_scale)
+        config = json.loads(hard.model_dump_json(by_alias=True))
     return config
 
 
@@ -375,7 +382,7 @@ def run(args, children: Children, sim_url: str) -> None:
     measured_pods = Pod.objects.filter(pool=pool, created_at__gte=warm_end)  # (the warm-up's all ended before)
     pods = list(measured_pods)
     lanes = {pod.pk: pod.lanes for pod in pods}
-    paid = boot = idle_after = 0.0
+    paid = boot = idle_after = most_after_last_page = 0.0
     last_page = dict(
         pages.filter(status=Page.Status.DONE).values_list("pod_id").annotate(last=Max("finished_at"))
         .values_list("pod_id", "last")
@@ -390,7 +397,9 @@ def run(args, children: Children, sim_url: str) -> None:
         paid += billed
         if pod.ready_at:
             boot += max(0.0, (pod.ready_at - pod.billed_from).total_seconds())
-            idle_after += max(0.0, (end - (last_page.get(pod.pk) or pod.ready_at)).total_seconds())
+            after = max(0.0, (end - (last_page.get(pod.pk) or pod.ready_at)).total_seconds())
+            idle_after += after
+            most_after_last_page = max(most_after_last_page, after)
         else:
             boot += billed
     busy = sum(
@@ -473,6 +482,8 @@ def run(args, children: Children, sim_url: str) -> None:
         "paid_over_busy": round(ratio, 3) if ratio is not None else None,
         "paid_boot_s": round(boot, 1),
         "paid_idle_after_last_page_s": round(idle_after, 1),
+        # The longest any pod was billed after its last page (issue 39: idle_seconds and a poll at most).
+        "most_paid_after_last_page_s": round(most_after_last_page, 1),
         "paid_other_idle_s": round(paid - boot - idle_after - busy, 1),
         "create_calls": stats["create_calls"],
         "no_capacity_answers": stats["no_capacity_answers"],
@@ -489,6 +500,10 @@ def run(args, children: Children, sim_url: str) -> None:
         "pods_not_shed_by_the_system": len(not_shed),
         "pods_left_at_provider": stats_after["pods_total"],
         "ready_pods_without_pages": len(ready_idle),
+        # Realistic: pods that pulled their image for minutes, or whose pull failed ("Exited by Runpod").
+        "image_pulls_slow": stats_after.get("image_pulls_slow", 0),
+        "image_pulls_failed": stats_after.get("image_pulls_failed", 0),
+        "pods_stopped_by_runpod": stats_after.get("pods_stopped_by_runpod", 0),
         "cores_used": workers_cores,
         **cpu,
         "forecast_vs_bill": forecasts,

@@ -35,6 +35,10 @@ CAPACITY_WORDINGS: dict[str, tuple[str, str | None]] = {
 INSUFFICIENT_BALANCE_MESSAGE = "You do not have enough funds to rent this pod. Please add funds to your account."
 SPENDING_LIMIT_MESSAGE = "This pod would take your account over its spending limit."
 BID_REFUSED_MESSAGE = "Your bid is below the minimum bid price for this GPU type."
+# Realistic mode's image pulls (seconds of real time): a slow pull of a large image (dstack waits
+# up to 20 min for one) and a pull that fails (a bad tag, a registry down) after a minute.
+REALISTIC_SLOW_PULL_S = 180.0
+REALISTIC_FAILED_PULL_S = 60.0
 
 
 class _Strict(BaseModel):
@@ -162,6 +166,18 @@ class PodExitFault(Trigger):
     after_s: float = Field(0.0, ge=0)
 
 
+class ImagePullFault(Trigger):
+    """Pods created while this fires spend ``pull_s`` (the simulator's clock) pulling their image
+    before they boot: ``desiredStatus`` RUNNING, ``runtime`` null, billed (RunPod bills from the
+    create; large images pull for minutes, dstack waits 20 min; review row 17). With ``fails`` the
+    pull fails at its end: the pod never runs, RunPod stops it "Exited by Runpod" (an image fault,
+    not a preemption)."""
+
+    kind: Literal["image_pull"]
+    pull_s: float = Field(ge=0, le=86400)
+    fails: bool = False
+
+
 class UnknownMutationFault(Trigger):
     """GraphQL no longer knows ``podRentInterruptable``, as RunPod staff said it would (review row 4)."""
 
@@ -232,6 +248,7 @@ Fault = Annotated[
     | CapacityWordingFault
     | RuntimeNullFault
     | PodExitFault
+    | ImagePullFault
     | UnknownMutationFault,
     Field(discriminator="kind"),
 ]
@@ -327,11 +344,16 @@ class SimConfig(_Strict):
     def load(cls, path: str | Path) -> SimConfig:
         return cls.model_validate_json(Path(path).read_text())
 
-    def realistic(self, *, seed: int | None = None) -> SimConfig:
+    def realistic(self, *, seed: int | None = None, time_scale: float = 1.0) -> SimConfig:
         """This config as hard as RunPod: every behaviour of issue 39 at a plausible rate (the
         storm's ``--realistic``): capacity in every wording and a null result now and then, 429s with
         Retry-After, HTML gateway pages, runtime reading null, listing lag, terminate writing
-        EXITED, preemptions on both paths, a pod now and then stopped by RunPod for its host."""
+        EXITED, preemptions on both paths, a pod now and then stopped by RunPod for its host, image
+        pulls of minutes and now and then one that fails. ``time_scale``: a second of the
+        simulator's clock stands for this many real ones (a run that compresses a job into minutes,
+        bench/spot.py's ``--time-scale``): the pulls' minutes are divided by it."""
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be positive, not {time_scale!r}")
         faults: list[dict] = [
             {"kind": "rate_limit", "probability": 0.03, "retry_after_s": 1.0},
             {"kind": "http_error", "status": 502, "body": "text", "probability": 0.01},
@@ -342,6 +364,9 @@ class SimConfig(_Strict):
             {"kind": "capacity_wording", "wording": "rest", "probability": 0.3},
             {"kind": "capacity_wording", "wording": "coded", "probability": 0.3},
             {"kind": "pod_exit", "cause": "host", "after_s": 30.0, "probability": 0.01},
+            # A pull that fails ("Exited by Runpod") after a minute, else a slow pull of three.
+            {"kind": "image_pull", "pull_s": REALISTIC_FAILED_PULL_S / time_scale, "fails": True, "probability": 0.02},
+            {"kind": "image_pull", "pull_s": REALISTIC_SLOW_PULL_S / time_scale, "probability": 0.1},
         ]
         if seed is not None:  # a seed of its own for each fault: the same seed would fire them together
             faults = [{**fault, "seed": seed * 1000 + index} for index, fault in enumerate(faults)]

@@ -34,6 +34,7 @@ from runpodsim.config import (
     Fault,
     GpuTypeConfig,
     HttpErrorFault,
+    ImagePullFault,
     ModelFailFault,
     NoCapacityFault,
     NullResultFault,
@@ -76,6 +77,7 @@ class VirtualPod:
     status_event: str = "Rented by User"
     desired_status: str = "RUNNING"
     stuck: bool = False
+    pull_s: float = 0.0  # pulling its image this long before its boot_delay_s begins (ImagePullFault)
     model_fails: bool = False
     container_disk_in_gb: int | None = None  # None: the create sent none (review row 10)
     registry_auth_id: str = ""
@@ -474,6 +476,10 @@ class Farm:
         )
         pod.autostop_s, pod.last_contact = _autostop_seconds(env), pod.started_at
         exit_fault = next((f for f in self.faults if isinstance(f, PodExitFault) and f.fires()), None)
+        pull = next((f for f in self.faults if isinstance(f, ImagePullFault) and f.fires()), None)
+        if pull is not None:  # RUNNING, runtime null, billed, for the pull's minutes
+            pod.pull_s = pull.pull_s
+            self.stats["image_pulls_failed" if pull.fails else "image_pulls_slow"] += 1
         if pull_refused:  # the image cannot be pulled without the registry's credentials
             pod.exit_at, pod.exit_event = pod.created_at + self.config.boot_delay_s, "Exited by Runpod"
         elif exit_fault is not None:
@@ -482,6 +488,9 @@ class Farm:
             pod.exit_event = (
                 "Exited by RunPod: Insufficient balance" if exit_fault.cause == "balance" else "Exited by Runpod"
             )
+        elif pull is not None and pull.fails:  # the pull fails at its end: an image fault, never a preemption
+            pod.stuck = True
+            pod.exit_at, pod.exit_event = pod.created_at + pull.pull_s, "Exited by Runpod"
         if bid is not None and self.config.preempt_rate_per_hour > 0:
             pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
         self.pods[pod.id] = pod
@@ -636,19 +645,22 @@ class Farm:
             self.preempt(pod, at=pod.preempt_at)
         self._autostop_if_due(pod)
         return (
-            pod.started_at is not None and not pod.stuck and self.clock() - pod.started_at >= self.config.boot_delay_s
+            pod.started_at is not None
+            and not pod.stuck
+            and self.clock() - pod.started_at >= pod.pull_s + self.config.boot_delay_s
         )
 
     def model_state(self, pod: VirtualPod) -> str:
         assert pod.started_at is not None
         if pod.model_fails:
             return FAILED
-        loaded_at = pod.started_at + self.config.boot_delay_s + self.config.model_load_s
+        loaded_at = pod.started_at + pod.pull_s + self.config.boot_delay_s + self.config.model_load_s
         return READY if self.clock() >= loaded_at else LOADING
 
     def pod_dict(self, pod: VirtualPod) -> dict[str, Any]:
         up = self.runtime_up(pod)
-        uptime = int(self.clock() - pod.started_at - self.config.boot_delay_s) if up and pod.started_at else 0
+        booted = pod.pull_s + self.config.boot_delay_s
+        uptime = int(self.clock() - pod.started_at - booted) if up and pod.started_at else 0
         machine_id = f"sim{pod.data_center.lower()}{pod.id[:6]}"
         return {
             "id": pod.id,
@@ -723,7 +735,9 @@ class Farm:
             "interruptible_create_calls": 0,
             "bids_refused": 0,
             "pods_preempted": 0,
-            "pods_autostopped": 0,  # pods whose server stopped itself: nobody spoke to them for their interval
+            "pods_autostopped": 0,
+            "image_pulls_slow": 0,  # pods that pulled their image for ImagePullFault's minutes
+            "image_pulls_failed": 0,  # pods whose pull failed: "Exited by Runpod", not preempted  # pods whose server stopped itself: nobody spoke to them for their interval
             "ocr_pages_lost_to_preemption": 0,  # pages whose pod was preempted while it read them
             "auth_failures": 0,
             "http_errors_injected": 0,

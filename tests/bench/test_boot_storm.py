@@ -20,11 +20,11 @@ def test_a_boot_storm_makes_no_more_create_calls_than_candidates_and_boots_withi
 @pytest.mark.timeout(300)
 def test_a_realistic_boot_storm_walks_every_wording_and_429_within_its_create_calls():
     """The simulator as hard as RunPod (issue 39): 429s, gateway pages, capacity in every wording,
-    null creates. Create calls stay within candidates + boots + the calls answered 429 or a gateway
+    null creates, image pulls of minutes (seconds at this time scale). Create calls stay within candidates + boots + the calls answered 429 or a gateway
     page, and no candidate is refused in words the provider does not know."""
     figures = run_bench(
         "boot_storm.py", "--boots", "12", "--gpu-types", "4", "--data-centers", "4", "--capacity", "2",
-        "--realistic", "--seed", "1",
+        "--realistic", "--seed", "1", "--time-scale", "60",
     )  # fmt: skip
     assert figures["realistic"] is True
     assert_goals(figures, "create_calls", "no_refusal_in_unknown_words", "boots_succeeded")

@@ -379,6 +379,34 @@ def test_row17_runtime_reading_null_for_a_while_only_delays_a_boot(sim, db):
     assert pod.state == Pod.State.READY, pod.error
 
 
+def test_row17_an_image_that_pulls_for_long_is_waited_for_within_the_running_deadline(sim, db, settings):
+    settings.POD_POLL_SECONDS = 0.1  # many running-stage steps while it pulls: none may end the boot
+    sim.set_faults([{"kind": "image_pull", "pull_s": 2.0, "count": 1}])
+    pod = boot(make_pool([{"gpu_types": [GOOD], "cloud_type": "SECURE"}]))
+    assert pod.state == Pod.State.READY, pod.error
+    assert list(pod.boot_attempts.values_list("outcome", flat=True)) == [BootAttempt.Outcome.CREATED]
+    assert sim.stats()["image_pulls_slow"] == 1
+
+
+def test_row17_a_pull_past_the_running_deadline_ends_the_boot_and_the_pod(sim, db, settings):
+    settings.POD_RUNNING_TIMEOUT_SECONDS = 1.0
+    sim.set_faults([{"kind": "image_pull", "pull_s": 600.0, "count": 1}])
+    pod = boot(make_pool([{"gpu_types": [GOOD], "cloud_type": "SECURE"}]))
+    assert pod.state == Pod.State.FAILED and pod.error.startswith("not running after")
+    reconcile.reconcile(provider_name="runpod")  # the ended pod's terminate, as the next pass makes it
+    assert sim.stats()["pods_billing"] == 0
+
+
+def test_row17_a_spot_pod_whose_pull_fails_is_no_preemption(sim, db):
+    pool = make_pool(SPOT_SECURE)
+    sim.set_faults([{"kind": "image_pull", "pull_s": 0.5, "fails": True, "count": 1}])
+    pod = boot(pool)
+    assert pod.state == Pod.State.FAILED and pod.preempted_at is None
+    assert pod.error == preemption.STOPPED_BY_PROVIDER
+    assert preemption.preemption_rate(pool).preemptions == 0
+    assert boot(pool).state == Pod.State.READY  # its candidate was not skipped as after a preemption
+
+
 def test_row13_a_cloud_pod_that_takes_long_is_polled_less_and_less_often(settings, db):
     from pods.services.boot import POLLS_AT_FULL_RATE, _poll_seconds
 

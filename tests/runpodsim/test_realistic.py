@@ -27,7 +27,8 @@ def test_realistic_turns_on_every_fault_mode_at_a_rate_and_keeps_the_config():
     base = small_config(faults=[{"kind": "boot_stuck", "count": 1}])
     hard = base.realistic(seed=3)
     kinds = {fault.kind for fault in hard.faults}
-    assert {"rate_limit", "http_error", "runtime_null", "null_result", "capacity_wording", "pod_exit"} <= kinds
+    modes = {"rate_limit", "http_error", "runtime_null", "null_result", "capacity_wording", "pod_exit", "image_pull"}
+    assert modes <= kinds
     assert "boot_stuck" in kinds  # the config's own faults stay
     assert hard.listing_lag_s > 0 and hard.terminated_linger_s > 0 and hard.preempt_terminated_share > 0
     assert [g.id for g in hard.gpu_types] == [g.id for g in base.gpu_types]
@@ -136,3 +137,39 @@ def test_the_realistic_config_round_trips_through_json(tmp_path):
 def test_each_realistic_fault_draws_on_a_seed_of_its_own():
     seeds = [fault.seed for fault in small_config().realistic(seed=2).faults]
     assert None not in seeds and len(set(seeds)) == len(seeds)
+
+
+def test_an_image_pull_keeps_the_pod_running_without_runtime_for_its_minutes():
+    clock = FakeClock()
+    farm = Farm(small_config(faults=[{"kind": "image_pull", "pull_s": 240.0, "count": 1}]), clock=clock)
+    pod_id = run(farm, deploy_query())["podFindAndDeployOnDemand"]["id"]
+    clock.now += 200 + farm.config.boot_delay_s  # well past a boot, still pulling
+    seen = run(farm, pod_query(pod_id))["pod"]
+    assert seen["desiredStatus"] == "RUNNING" and seen["runtime"] is None
+    assert farm.pods[pod_id].holds_gpus  # billed while it pulls, as RunPod bills from the create
+    clock.now += 41
+    assert run(farm, pod_query(pod_id))["pod"]["runtime"] is not None
+    assert farm.summary()["image_pulls_slow"] == 1
+
+
+def test_a_failed_pull_is_exited_by_runpod_at_its_end_and_is_no_preemption():
+    clock = FakeClock()
+    farm = Farm(small_config(faults=[{"kind": "image_pull", "pull_s": 60.0, "fails": True}]), clock=clock)
+    pod_id = run(farm, deploy_query())["podFindAndDeployOnDemand"]["id"]
+    clock.now += 59
+    assert run(farm, pod_query(pod_id))["pod"]["desiredStatus"] == "RUNNING"
+    clock.now += 2
+    seen = run(farm, pod_query(pod_id))["pod"]
+    assert seen["desiredStatus"] == "EXITED" and seen["runtime"] is None
+    assert seen["lastStatusChange"].startswith("Exited by Runpod: ")
+    summary = farm.summary()
+    assert (summary["image_pulls_failed"], summary["pods_preempted"], summary["pods_billing"]) == (1, 0, 0)
+
+
+def test_realistic_pulls_last_minutes_divided_by_its_time_scale():
+    pulls = [f for f in small_config().realistic(seed=1).faults if f.kind == "image_pull"]
+    assert sorted((f.fails, f.pull_s) for f in pulls) == [(False, 180.0), (True, 60.0)]
+    scaled = [f for f in small_config().realistic(seed=1, time_scale=20).faults if f.kind == "image_pull"]
+    assert sorted(f.pull_s for f in scaled) == [3.0, 9.0]
+    with pytest.raises(ValueError):
+        small_config().realistic(time_scale=0)
