@@ -29,8 +29,10 @@ from typing import Any
 
 from aiohttp import web
 from PIL import Image, ImageDraw, ImageFont
+from pydantic import BaseModel
 
 from . import engines, pages
+from .answers import DocumentsHeld, DocumentStored, PageAnswer, PodModels
 from .config import Config, ConfigError, is_loopback
 from .config import load as load_config
 from .documents import CacheFull, DocumentCache, DocumentError, valid_name
@@ -318,23 +320,21 @@ class PodServer:
 
     def _models(self) -> web.Response:
         engine = self.engine
-        return _json(
-            HTTPStatus.OK,
-            {
-                "engine": engine.name,
-                "version": engine.version,
-                "device": engine.device,
-                "model": engine.model,
-                "languages": engine.languages,
-                "lanes": self.lane_count,
-                "busy": self.busy,
-                "ready": self.state == READY,
-                "name": self.name,
-                "pages_done": self.pages_done,
-                "pages_failed": self.pages_failed,
-                "documents": self.documents.stats(),
-            },
+        models = PodModels(
+            engine=engine.name,
+            version=engine.version,
+            device=engine.device,
+            model=engine.model,
+            languages=engine.languages,
+            lanes=self.lane_count,
+            busy=self.busy,
+            ready=self.state == READY,
+            name=self.name,
+            pages_done=self.pages_done,
+            pages_failed=self.pages_failed,
+            documents=DocumentsHeld(**self.documents.stats()),
         )
+        return _json(HTTPStatus.OK, models)
 
     async def _put_document(self, request: web.Request, name: str) -> web.Response:
         if not valid_name(name):
@@ -363,7 +363,7 @@ class PodServer:
                 if not entry.pages:  # adopted from disk at start-up: counted on first use
                     counted = await loop.run_in_executor(self.file_pool, pages.count_pages, path)
                     self.documents.set_pages(name, counted)
-                return _json(HTTPStatus.OK, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
+                return _json(HTTPStatus.OK, DocumentStored(sha256=name, bytes=entry.bytes, pages=entry.pages))
         await _continue(request)
         body = _BodyReader(request, loop)
         try:
@@ -375,7 +375,7 @@ class PodServer:
         except CacheFull as exc:
             return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)})
         status = HTTPStatus.CREATED if created else HTTPStatus.OK
-        return _json(status, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
+        return _json(status, DocumentStored(sha256=name, bytes=entry.bytes, pages=entry.pages))
 
     async def _ocr(self, request: web.Request) -> web.Response:
         if self.draining:
@@ -413,7 +413,7 @@ class PodServer:
                 return _json(HTTPStatus.BAD_REQUEST,
                              {"error": f"page {number} out of range: the document has {entry.pages} pages"})  # fmt: skip
 
-            async def page() -> Callable[[], tuple[HTTPStatus, dict]]:
+            async def page() -> Callable[[], tuple[HTTPStatus, PageAnswer | dict]]:
                 return lambda: self.read_page(lambda: self.render(path, number, dpi), lang, dpi=dpi)
 
             return await self._in_lane(page)
@@ -426,7 +426,7 @@ class PodServer:
             return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                          {"error": f"body of {length} bytes exceeds limit of {self.max_bytes}"})  # fmt: skip
 
-        async def page() -> Callable[[], tuple[HTTPStatus, dict]] | web.Response:
+        async def page() -> Callable[[], tuple[HTTPStatus, PageAnswer | dict]] | web.Response:
             body = await _read_body(request, length)  # in the lane: a busy pod never reads it
             if body is None:
                 return _incomplete()
@@ -435,7 +435,7 @@ class PodServer:
         return await self._in_lane(page)
 
     async def _in_lane(
-        self, prepare: Callable[[], Awaitable[Callable[[], tuple[HTTPStatus, dict]] | web.Response]]
+        self, prepare: Callable[[], Awaitable[Callable[[], tuple[HTTPStatus, PageAnswer | dict]] | web.Response]]
     ) -> web.Response:
         """A free lane or 429 at once; then the page made and read in the lane's thread."""
         if not self.lanes.acquire(blocking=False):
@@ -464,8 +464,9 @@ class PodServer:
 
     def read_page(
         self, make_image: Callable[[], Image.Image], lang: str, dpi: int | None = None
-    ) -> tuple[HTTPStatus, dict]:
-        """In a lane's thread: the page made (rendered at ``dpi``, or decoded) and read; the answer."""
+    ) -> tuple[HTTPStatus, PageAnswer | dict]:
+        """In a lane's thread: the page made (rendered at ``dpi``, or decoded) and read; the answer
+        (an error's: a dict)."""
         started = time.monotonic()
         try:
             img = make_image()
@@ -476,23 +477,24 @@ class PodServer:
         render_seconds = time.monotonic() - started
         try:
             result = self.engine.ocr(img, lang, max(0.001, self.page_timeout - render_seconds))
+            if dpi is not None:
+                result["render_seconds"] = round(render_seconds, 3)
+            # A PDF page's boxes are in its pixels at the DPI it was rendered at (the viewer scales
+            # them from it); an image is read as it is, and DPI means nothing to it.
+            if dpi is not None and pages.RENDER_DPI in img.info:
+                result["dpi"] = img.info[pages.RENDER_DPI]
+                if result["dpi"] < dpi:
+                    result.setdefault("warnings", []).append(
+                        f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over "
+                        f"the limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
+                    )
+            answer = PageAnswer.model_validate(result)  # an engine's answer that is not one is its error
         except engines.PageTimeout:
             return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {self.page_timeout:g} s exceeded"}
         except Exception as exc:
             sys.stderr.write(f"podserver: engine error: {exc!r}\n")
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"engine error: {exc}"}
-        if dpi is not None:
-            result["render_seconds"] = round(render_seconds, 3)
-        # A PDF page's boxes are in its pixels at the DPI it was rendered at (the viewer scales them
-        # from it); an image is read as it is, and DPI means nothing to it.
-        if dpi is not None and pages.RENDER_DPI in img.info:
-            result["dpi"] = img.info[pages.RENDER_DPI]
-            if result["dpi"] < dpi:
-                result.setdefault("warnings", []).append(
-                    f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over the "
-                    f"limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
-                )
-        return HTTPStatus.OK, result
+        return HTTPStatus.OK, answer
 
 
 class _Counted(asyncio.Protocol):
@@ -595,8 +597,12 @@ def _declared_length(request: web.Request) -> int | None:
     return length if length >= 0 else None
 
 
-def _json(status: HTTPStatus, payload: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
-    answer = web.Response(status=status, body=json.dumps(payload).encode(), content_type=_JSON, headers=headers)
+def _json(
+    status: HTTPStatus, payload: BaseModel | dict[str, Any], headers: dict[str, str] | None = None
+) -> web.Response:
+    # A typed answer (podserver/answers.py) as it was built: the fields it was given, no others.
+    body = payload.model_dump_json(exclude_unset=True) if isinstance(payload, BaseModel) else json.dumps(payload)
+    answer = web.Response(status=status, body=body.encode(), content_type=_JSON, headers=headers)
     answer.headers["Server"] = SERVER_HEADER
     return answer
 
