@@ -101,6 +101,7 @@ def result_figures(args) -> dict:
     from ocrjobs.models import Document, Job, Page
     from ocrjobs.services.pages import PageResult, pages_claim, pages_complete
     from pods.models import Pool
+    from podserver.answers import PageAnswer
 
     pool = Pool.objects.create(key="bench-storage", provider="local")
     job = Job.objects.create(pool=pool)
@@ -111,10 +112,11 @@ def result_figures(args) -> dict:
     # About what tesseract answers for a page of prose: its text and 40 lines with boxes.
     result = {"text": "lorem ipsum " * 150, "confidence": 90.0,
               "lines": [{"text": "lorem", "box": [1, 2, 3, 4], "confidence": 90.0}] * 40}  # fmt: skip
+    answer = PageAnswer.model_validate(result)
 
     def store() -> None:
         for i in range(0, len(claimed), 100):
-            pages_complete(token="bench", items=[PageResult(c.id, c.job_id, c.position, None, result, 0.1,
+            pages_complete(token="bench", items=[PageResult(c.id, c.job_id, c.position, None, answer, 0.1,
                                                             attempt=c.attempts) for c in claimed[i : i + 100]])  # fmt: skip
 
     _, wall, cpu = _timed(store)

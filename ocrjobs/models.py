@@ -304,14 +304,18 @@ class Document(TaskLeased):
         }
 
 
-def lowest_line_confidence(result: dict) -> float | None:
+def lowest_line_confidence(result) -> float | None:
     """The lowest confidence of a result's lines (``Page.min_line_confidence``): under the viewer's
     threshold, the page has a line to check. A corrected line (it carries ``engine_text``) was
-    read by a person: 100. None when no line gives a confidence (the page's own is judged)."""
+    read by a person: 100. None when no line gives a confidence (the page's own is judged).
+    ``result``: a stored result's dict, or a pod's answer as the dispatcher parsed it
+    (podserver.answers.PageAnswer, whose lines are PageLine)."""
     lowest = None
-    for line in result.get("lines") or []:
+    for line in (result.get("lines") if isinstance(result, dict) else result.lines) or []:
         if not isinstance(line, dict):
-            continue
+            line = {**(line.model_extra or {}), "confidence": line.confidence} if hasattr(line, "model_extra") else None
+            if line is None:
+                continue
         confidence = 100.0 if "engine_text" in line else line.get("confidence")
         if isinstance(confidence, int | float) and not isinstance(confidence, bool):
             lowest = float(confidence) if lowest is None else min(lowest, float(confidence))

@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -47,22 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Handlers go in first: the parent may signal as soon as it reads this line.
     print(f"LISTENING {server.url}", flush=True)
 
-    server.serve_forever()
-    server.draining = True
-    server.server_close()  # refuse new connections while in-flight pages finish
-    _wait_for_lanes(server.lanes, server.lane_count, config.page_timeout + 5)
+    server.serve_forever()  # returns once stopped, the pages in flight answered (or past their time)
+    server.server_close()
     server.documents.close()
     return 0
-
-
-def _wait_for_lanes(lanes: threading.BoundedSemaphore, count: int, budget: float) -> None:
-    # A page in flight is bounded by the page timeout, so finishing it beats making
-    # the dispatcher redo it; past the budget we exit anyway.
-    deadline = time.monotonic() + budget
-    for _ in range(count):
-        if not lanes.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            print("podserver: exiting with pages still in flight", file=sys.stderr)
-            return
 
 
 if __name__ == "__main__":

@@ -1,29 +1,38 @@
-"""HTTP front: a thread per connection, a fixed number of OCR lanes, a document cache, JSON only.
+"""HTTP front on aiohttp.web: one event loop for every connection, a fixed number of OCR lanes (a
+thread each), a document cache, JSON only.
 
-Length: one handler class holds the whole HTTP surface (auth, the four routes, the body and
-connection rules that keep a refused upload from being read); split, it would read worse.
+The loop only parses requests, checks them and moves bytes: a page's render and read run in the
+lanes' executor (one thread per lane, never more: a page is admitted only with a free lane), a
+document's write, hash and page count in a small executor of their own. So a page in flight never
+holds up ``/healthz``, ``/v1/models`` or another lane's answer.
+
+Length: one class holds the whole HTTP surface (auth, the four routes, the body and connection
+rules that keep a refused upload from being read) and the server's life (load, serve, drain);
+split, each part would reach into the other's state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
 import socket
-import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+from aiohttp import web
 from PIL import Image, ImageDraw, ImageFont
+from pydantic import BaseModel
 
 from . import engines, pages, textlayer
+from .answers import DocumentsHeld, DocumentStored, PageAnswer, PodModels
 from .config import Config, ConfigError, is_loopback
 from .config import load as load_config
 from .documents import CacheFull, DocumentCache, DocumentError, valid_name
@@ -34,31 +43,39 @@ LOADING, READY, FAILED = "loading", "ok", "failed"
 MAX_JSON_BYTES = 64 * 1024
 DEFAULT_DPI = 200
 WARMUP_TEXT = "fleetadmin pod ready 1234"
-
+SERVER_HEADER = "podserver/1"  # no Python or aiohttp version in the Server header
 
 MIN_CONNECTIONS = 32
 CONNECTIONS_PER_LANE = 4
+# A connection idle this long (no request begun, or a body stalled between two reads) is closed:
+# a stalled upload cannot pin a lane or a connection slot forever.
+IDLE_SECONDS = 60.0
+# After answering a request whose body it did not read (401, 413, 429, ...), what is still
+# arriving is read and dropped this long before the connection closes: closed with unread input,
+# the kernel sends RST, which can destroy the answer before the client reads it.
+LINGER_SECONDS = 2.0
+# Documents' writes, hashes and page counts: off the loop, apart from the lanes.
+FILE_WORKERS = 4
 _BUSY_BODY = b'{"error": "too many connections: try again"}'
 TOO_MANY_CONNECTIONS = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
     b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
 )
+_JSON = "application/json"
 
 
-class PodServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
-
+class PodServer:
     def __init__(
         self, config: Config, documents: DocumentCache | None = None, environ: Mapping[str, str] | None = None
     ) -> None:
         self.config = config
-        self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         # LANES=auto: 1 until the engine has loaded and chosen (no page runs before that).
         self.lane_count = config.lanes or 1
         # Non-blocking acquire only: a busy pod answers 429 so the dispatcher can
         # place the page elsewhere instead of it waiting in a hidden queue here.
         self.lanes = threading.BoundedSemaphore(self.lane_count)
+        self.lane_pool = ThreadPoolExecutor(self.lane_count, thread_name_prefix="pod-lane")
+        self.file_pool = ThreadPoolExecutor(FILE_WORKERS, thread_name_prefix="pod-files")
         self.page_timeout = config.page_timeout
         self.name = config.name
         self.max_bytes = config.max_bytes
@@ -71,67 +88,45 @@ class PodServer(ThreadingHTTPServer):
         self.error = ""
         self.loaded = threading.Event()  # set once loading finished, either way
         self.draining = False
-        self.stats_lock = threading.Lock()
         self.busy = 0
         self.connections = 0
         self.pages_done = 0
         self.pages_failed = 0
         # When the control plane last asked for anything (a request carrying the token), on the
-        # monotonic clock: the autostop watchdog stops the server once it is too long ago.
+        # monotonic clock: the autostop watch stops the server once it is too long ago.
         self.last_contact = time.monotonic()
         self.autostopped = False
-        super().__init__((config.host, config.port), PodHandler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can
-        # stall pod start-up for seconds; nothing here needs the FQDN.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        # Bound here, served by serve_forever(): the address is known (and taken) at once.
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind((config.host, config.port))
+            self.socket.listen(64)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address = self.socket.getsockname()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_asked = False
+        self._life = threading.Lock()
+        self._served = threading.Event()  # serve_forever() has returned
+        self._idle: asyncio.Event | None = None  # while draining: set once no page is in flight
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
-    def server_close(self) -> None:
-        super().server_close()
-        self.renderer.close()
-
-    # -- connections: a thread each, at most max_connections at once ------------------------------
-
     @property
     def max_connections(self) -> int:
-        """Connections served at once (a thread each): room for every lane's page, a document's
-        PUT and a health check per lane, and a pool's idle keep-alives; past it a connection gets
-        a 503 at once, not a thread (security review L5: one per connection, unbounded)."""
+        """Connections served at once: room for every lane's page, a document's PUT and a health
+        check per lane, and a pool's idle keep-alives; past it a connection gets a 503 at once
+        (security review L5)."""
         return MIN_CONNECTIONS + CONNECTIONS_PER_LANE * self.lane_count
 
-    def process_request(self, request, client_address) -> None:
-        with self.stats_lock:
-            full = self.connections >= self.max_connections
-            if not full:
-                self.connections += 1
-        if full:
-            try:
-                request.sendall(TOO_MANY_CONNECTIONS)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self.stats_lock:
-                self.connections -= 1
-
-    def render(self, path, number: int, dpi: int) -> Image.Image:
-        """A cached document's page: a PDF's within the page's time limit, an image's as it is."""
-        if pages.is_pdf_file(path):
-            return self.renderer.render(path, number, dpi, self.page_timeout)
-        return pages.render_page(path, number, dpi)
+    # -- life: load, serve, stop ------------------------------------------------------------------
 
     def start_loading(self) -> threading.Thread:
         thread = threading.Thread(target=self._load, name="engine-load", daemon=True)
@@ -144,6 +139,7 @@ class PodServer(ThreadingHTTPServer):
             if not self.config.lanes:
                 self.lane_count = self.engine.suggested_lanes()
                 self.lanes = threading.BoundedSemaphore(self.lane_count)
+                self.lane_pool = ThreadPoolExecutor(self.lane_count, thread_name_prefix="pod-lane")
             self._warm_up()
             self.renderer.warm()
             self.state = READY
@@ -167,446 +163,463 @@ class PodServer(ThreadingHTTPServer):
         if not words & set(result["text"].lower().split()):
             raise RuntimeError(f"engine read the start-up page as {result['text']!r}, not {WARMUP_TEXT!r}")
 
-    def touch(self) -> None:
-        self.last_contact = time.monotonic()
+    def serve_forever(self) -> None:
+        """Serve until shutdown() (or autostop); then drain: no new connection, the pages in flight
+        answered (within the page timeout), the connections closed."""
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._served.set()
 
-    def start_autostop(self) -> threading.Thread | None:
-        """Watch for silence from the control plane; None when autostop is off."""
-        if self.config.autostop <= 0:
-            return None
-        thread = threading.Thread(target=self._autostop_watch, name="autostop", daemon=True)
-        thread.start()
-        return thread
+    def shutdown(self) -> None:
+        """Stop serve_forever() from another thread, and wait until it has returned."""
+        with self._life:
+            self._stop_asked = True
+            loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:
+                pass  # the loop has closed already
+        self._served.wait()
 
-    def _autostop_watch(self) -> None:
+    def server_close(self) -> None:
+        self.socket.close()
+        self.renderer.close()
+        self.lane_pool.shutdown(wait=False)
+        self.file_pool.shutdown(wait=False)
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        with self._life:
+            self._loop, self._stop = loop, stop
+            if self._stop_asked:
+                stop.set()
+        app = web.Application()
+        # One route for every path and method: the token is checked, from the headers alone, before
+        # anything else (an unknown path without it is a 401 too), and no "100 Continue" goes out
+        # until a request is accepted (aiohttp's default expect handler would send it at once).
+        app.router.add_route("*", "/{path:.*}", self._handle, expect_handler=_no_continue)
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None,  # no access log: headers carry the token
+            keepalive_timeout=IDLE_SECONDS, lingering_time=LINGER_SECONDS, shutdown_timeout=LINGER_SECONDS,
+        )  # fmt: skip
+        await runner.setup()
+        make_handler = runner.server
+        assert make_handler is not None
+        listener = await loop.create_server(lambda: _Counted(self, make_handler), sock=self.socket)
+        watch = asyncio.create_task(self._autostop()) if self.config.autostop > 0 else None
+        try:
+            await stop.wait()
+        finally:
+            self.draining = True
+            listener.close()  # refuse new connections while in-flight pages finish
+            if watch is not None:
+                watch.cancel()
+            await self._drain(self.page_timeout + 5)
+            await runner.cleanup()
+
+    async def _drain(self, budget: float) -> None:
+        # A page in flight is bounded by the page timeout, so finishing it beats making
+        # the dispatcher redo it; past the budget we exit anyway.
+        self._idle = asyncio.Event()
+        if not self.busy:
+            return
+        try:
+            await asyncio.wait_for(self._idle.wait(), budget)
+        except TimeoutError:
+            sys.stderr.write("podserver: exiting with pages still in flight\n")
+
+    async def _autostop(self) -> None:
         # Checked often enough to stop within a small fraction of the interval past it; a page in
         # flight (bounded by the page timeout) is someone talking, so the server never stops under it.
         period = min(1.0, self.config.autostop / 10)
         while True:
-            time.sleep(period)
+            await asyncio.sleep(period)
             silent = time.monotonic() - self.last_contact
-            with self.stats_lock:
-                busy = self.busy
-            if silent >= self.config.autostop and not busy:
+            if silent >= self.config.autostop and not self.busy:
                 break
         self.autostopped = True
         sys.stderr.write(
             f"podserver: no request from the control plane for {silent:.0f} s "
             f"(autostop {self.config.autostop:g} s): stopping\n"
         )
-        self.shutdown()  # serve_forever returns in the main thread, which exits the process
+        assert self._stop is not None
+        self._stop.set()  # serve_forever returns in the main thread, which exits the process
+
+    def touch(self) -> None:
+        self.last_contact = time.monotonic()
 
     def count(self, ok: bool) -> None:
-        with self.stats_lock:
-            if ok:
-                self.pages_done += 1
-            else:
-                self.pages_failed += 1
+        if ok:
+            self.pages_done += 1
+        else:
+            self.pages_failed += 1
 
+    # -- requests -----------------------------------------------------------------------------------
 
-class PodHandler(BaseHTTPRequestHandler):
-    server: PodServer
-    protocol_version = "HTTP/1.1"  # keep-alive: the dispatcher sends page after page
-    server_version = "podserver/1"
-    timeout = 60  # per socket operation, so a stalled upload cannot pin a lane forever
-
-    # True while the current request's body is unread: the connection must then
-    # close (the bytes would parse as the next request) and be drained, see finish().
-    _body_pending = False
-    _expect_continue = False
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def do_PATCH(self) -> None:
-        self._dispatch("PATCH")
-
-    def do_HEAD(self) -> None:
-        self._dispatch("HEAD")
-
-    def do_OPTIONS(self) -> None:
-        self._dispatch("OPTIONS")
-
-    def handle_expect_100(self) -> bool:
-        # Defer "100 Continue" until the request is accepted, so a client that asked
-        # does not upload a page we are about to refuse (401, 413, 429, ...).
-        self._expect_continue = True
-        return True
-
-    def _dispatch(self, method: str) -> None:
-        self._expect_continue = self._expect_continue and method in ("POST", "PUT")
-        self._body_pending = bool(self._declared_length() or self.headers.get("Transfer-Encoding"))
-        path = urlsplit(self.path).path
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
         route = "/v1/documents/" if path.startswith("/v1/documents/") else path
         allowed = ROUTES.get(route)
         # Anything asked with the token is the control plane speaking (an unauthenticated
         # /healthz from whoever can reach the port does not keep a pod billing).
-        authorized = self._authorized()
+        authorized = self._authorized(request)
         if authorized:
-            self.server.touch()
+            self.touch()
         try:
             if path != "/healthz" and not authorized:
                 # Decided from the headers alone: the body is never read, the connection closes.
-                self.close_connection = True
-                self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token"}, {"WWW-Authenticate": "Bearer"})
-            elif allowed is None:
-                self._send(HTTPStatus.NOT_FOUND, {"error": "not found"})
-            elif method != allowed:
-                self._send(
-                    HTTPStatus.METHOD_NOT_ALLOWED,
-                    {"error": f"method {method} not allowed"},
-                    {"Allow": allowed},
-                )
-            elif path == "/healthz":
-                self._healthz()
-            elif path == "/v1/models":
-                self._models()
-            elif route == "/v1/documents/":
-                self._put_document(path.removeprefix("/v1/documents/"))
-            else:
-                self._ocr()
+                answer = _json(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token"},
+                               {"WWW-Authenticate": "Bearer"})  # fmt: skip
+                answer.force_close()
+                return answer
+            if allowed is None:
+                return _unread(request, _json(HTTPStatus.NOT_FOUND, {"error": "not found"}))
+            if request.method != allowed:
+                answer = _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"method {request.method} not allowed"},
+                               {"Allow": allowed})  # fmt: skip
+                return _unread(request, answer)
+            if path == "/healthz":
+                return self._healthz()
+            if path == "/v1/models":
+                return self._models()
+            if route == "/v1/documents/":
+                return _unread(request, await self._put_document(request, path.removeprefix("/v1/documents/")))
+            return _unread(request, await self._ocr(request))
         except (ConnectionError, TimeoutError):
             # The client went away or stalled: nobody is left to answer.
-            self.close_connection = True
+            answer = _json(HTTPStatus.BAD_REQUEST, {"error": "incomplete body"})
+            answer.force_close()
+            return answer
         except Exception as exc:
-            self.log_error("unhandled error on %s %s: %r", method, path, exc)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
+            sys.stderr.write(f"podserver: unhandled error on {request.method} {path}: {exc!r}\n")
+            answer = _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
+            return _unread(request, answer)
         finally:
-            self._expect_continue = False
             if authorized:
-                self.server.touch()  # a long page ends the silence when it is answered, not when asked
+                self.touch()  # a long page ends the silence when it is answered, not when asked
 
-    def _authorized(self) -> bool:
-        expected = self.server.token
+    def _authorized(self, request: web.Request) -> bool:
+        expected = self.token
         if not expected:
             return True  # loopback without a token: the config refuses anything else
-        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
         # compare_digest on both branches: the time taken says nothing about the token.
         return hmac.compare_digest(given.strip().encode(), expected) and scheme.lower() == "bearer"
 
-    def _healthz(self) -> None:
-        srv = self.server
-        if srv.draining:
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "stopping"})
-        elif srv.state == READY:
-            self._send(HTTPStatus.OK, {"status": "ok"})
-        elif srv.state == FAILED:
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "failed", "error": srv.error})
-        else:
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "loading"})
+    def _healthz(self) -> web.Response:
+        if self.draining:
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "stopping"})
+        if self.state == READY:
+            return _json(HTTPStatus.OK, {"status": "ok"})
+        if self.state == FAILED:
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "failed", "error": self.error})
+        return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "loading"})
 
-    def _models(self) -> None:
-        srv = self.server
-        with srv.stats_lock:
-            busy, done, failed = srv.busy, srv.pages_done, srv.pages_failed
-        self._send(
-            HTTPStatus.OK,
-            {
-                "engine": srv.engine.name,
-                "version": srv.engine.version,
-                "device": srv.engine.device,
-                "model": srv.engine.model,
-                "languages": srv.engine.languages,
-                "lanes": srv.lane_count,
-                "busy": busy,
-                "ready": srv.state == READY,
-                "name": srv.name,
-                "pages_done": done,
-                "pages_failed": failed,
-                "documents": srv.documents.stats(),
-            },
+    def _models(self) -> web.Response:
+        engine = self.engine
+        models = PodModels(
+            engine=engine.name,
+            version=engine.version,
+            device=engine.device,
+            model=engine.model,
+            languages=engine.languages,
+            lanes=self.lane_count,
+            busy=self.busy,
+            ready=self.state == READY,
+            name=self.name,
+            pages_done=self.pages_done,
+            pages_failed=self.pages_failed,
+            documents=DocumentsHeld(**self.documents.stats()),
         )
+        return _json(HTTPStatus.OK, models)
 
-    def _put_document(self, name: str) -> None:
-        srv = self.server
+    async def _put_document(self, request: web.Request, name: str) -> web.Response:
         if not valid_name(name):
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "a document is named by its sha256: 64 lowercase hex digits"})
-            return
-        if srv.draining:
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "shutting down"})
-            return
-        length = self._declared_length()
-        if length is None:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
-            return
-        limit = min(srv.config.max_document_bytes, srv.documents.capacity_bytes)
-        if length > limit:
-            self._send(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                {"error": f"document of {length} bytes exceeds limit of {limit}"},
+            return _json(
+                HTTPStatus.BAD_REQUEST, {"error": "a document is named by its sha256: 64 lowercase hex digits"}
             )
-            return
+        if self.draining:
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "shutting down"})
+        length = _declared_length(request)
+        if length is None:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
+        limit = min(self.config.max_document_bytes, self.documents.capacity_bytes)
+        if length > limit:
+            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                         {"error": f"document of {length} bytes exceeds limit of {limit}"})  # fmt: skip
         if length == 0:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
-            return
-        with srv.documents.use(name) as held:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
+        loop = asyncio.get_running_loop()
+        with self.documents.use(name) as held:
             if held is not None:
                 # Already here: a client that asked first is spared the upload; one that sent
                 # it anyway has it read and dropped, so the connection stays usable.
                 path, entry = held
-                if not self._expect_continue:
-                    self._discard_body(length)
+                if not _wants_continue(request):
+                    await _discard(request)
                 if not entry.pages:  # adopted from disk at start-up: counted on first use
-                    srv.documents.set_pages(name, pages.count_pages(path))
-                self._send(HTTPStatus.OK, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
-                return
-        self._continue()
+                    counted = await loop.run_in_executor(self.file_pool, pages.count_pages, path)
+                    self.documents.set_pages(name, counted)
+                return _json(HTTPStatus.OK, DocumentStored(sha256=name, bytes=entry.bytes, pages=entry.pages))
+        await _continue(request)
+        body = _BodyReader(request, loop)
         try:
-            entry, created = srv.documents.put(name, length, self.rfile, pages.count_pages)
-        except (DocumentError, pages.BadImage) as exc:
-            if "incomplete body" in str(exc):
-                self.close_connection = True
-            self._body_pending = False
-            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-            return
-        except CacheFull as exc:
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)})
-            return
-        self._body_pending = False
-        status = HTTPStatus.CREATED if created else HTTPStatus.OK
-        self._send(status, {"sha256": name, "bytes": entry.bytes, "pages": entry.pages})
-
-    def _ocr(self) -> None:
-        srv = self.server
-        if srv.draining:
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "shutting down"})
-            return
-        if srv.state != READY:
-            self._send(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                {"error": f"engine {srv.state}"},
-                {"Retry-After": "1"} if srv.state == LOADING else None,
+            entry, created = await loop.run_in_executor(
+                self.file_pool, self.documents.put, name, length, body, pages.count_pages
             )
-            return
-        length = self._declared_length()
-        if length is None:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
-            return
-        if length == 0:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
-            return
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type == "application/json":
-            self._ocr_document(length)
-        else:
-            self._ocr_image(length)
+        except (DocumentError, pages.BadImage) as exc:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        except CacheFull as exc:
+            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)})
+        status = HTTPStatus.CREATED if created else HTTPStatus.OK
+        return _json(status, DocumentStored(sha256=name, bytes=entry.bytes, pages=entry.pages))
 
-    def _ocr_document(self, length: int) -> None:
-        srv = self.server
+    async def _ocr(self, request: web.Request) -> web.Response:
+        if self.draining:
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "shutting down"})
+        if self.state != READY:
+            return _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"engine {self.state}"},
+                         {"Retry-After": "1"} if self.state == LOADING else None)  # fmt: skip
+        length = _declared_length(request)
+        if length is None:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "missing or invalid Content-Length"})
+        if length == 0:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "empty body"})
+        if request.content_type == _JSON:
+            return await self._ocr_document(request, length)
+        return await self._ocr_image(request, length)
+
+    async def _ocr_document(self, request: web.Request, length: int) -> web.Response:
         if length > MAX_JSON_BYTES:
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"JSON body over {MAX_JSON_BYTES} bytes"})
-            return
-        body = self._read_body(length)
+            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"JSON body over {MAX_JSON_BYTES} bytes"})
+        body = await _read_body(request, length)
         if body is None:
-            return
+            return _incomplete()
         try:
-            request = parse_page_request(body, srv.engine.languages)
+            document, number, dpi, lang = parse_page_request(body, self.engine.languages)
         except ValueError as exc:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-            return
-        document, number, dpi, lang = request
-        with srv.documents.use(document) as held:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        with self.documents.use(document) as held:
             if held is None:
-                self._send(HTTPStatus.CONFLICT, {"error": "document not cached", "document": document})
-                return
+                return _json(HTTPStatus.CONFLICT, {"error": "document not cached", "document": document})
             path, entry = held
             if not entry.pages:  # adopted from disk at start-up: counted on first use
-                srv.documents.set_pages(document, pages.count_pages(path))
+                counted = await asyncio.get_running_loop().run_in_executor(self.file_pool, pages.count_pages, path)
+                self.documents.set_pages(document, counted)
             if not 1 <= number <= entry.pages:
-                self._send(
-                    HTTPStatus.BAD_REQUEST,
-                    {"error": f"page {number} out of range: the document has {entry.pages} pages"},
-                )
-                return
-            # A PDF page's boxes are in its pixels at this DPI (the viewer scales them from it);
-            # an image is read as it is, and DPI means nothing to it.
-            pdf_dpi = dpi if pages.is_pdf_file(path) else None
-            self._run_in_lane(lambda: srv.render(path, number, dpi), lang, rendered=True, dpi=pdf_dpi)
+                return _json(HTTPStatus.BAD_REQUEST,
+                             {"error": f"page {number} out of range: the document has {entry.pages} pages"})  # fmt: skip
 
-    def _ocr_image(self, length: int) -> None:
-        srv = self.server
-        query = parse_qs(urlsplit(self.path).query)
-        lang = query.get("lang", ["eng"])[-1]
-        if error := unknown_languages(lang, srv.engine.languages):
-            self._send(HTTPStatus.BAD_REQUEST, {"error": error})
-            return
-        if length > srv.max_bytes:
-            self._send(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                {"error": f"body of {length} bytes exceeds limit of {srv.max_bytes}"},
-            )
-            return
+            async def page() -> Callable[[], tuple[HTTPStatus, PageAnswer | dict]]:
+                return lambda: self.read_page(lambda: self.render(path, number, dpi), lang, dpi=dpi)
 
-        def decode() -> Image.Image:
-            body = self._read_body(length)
+            return await self._in_lane(page)
+
+    async def _ocr_image(self, request: web.Request, length: int) -> web.Response:
+        lang = request.query.getall("lang", ["eng"])[-1]
+        if error := unknown_languages(lang, self.engine.languages):
+            return _json(HTTPStatus.BAD_REQUEST, {"error": error})
+        if length > self.max_bytes:
+            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                         {"error": f"body of {length} bytes exceeds limit of {self.max_bytes}"})  # fmt: skip
+
+        async def page() -> Callable[[], tuple[HTTPStatus, PageAnswer | dict]] | web.Response:
+            body = await _read_body(request, length)  # in the lane: a busy pod never reads it
             if body is None:
-                raise _Answered
-            return pages.decode_image(body)  # the body goes out of scope before the OCR
+                return _incomplete()
+            return lambda: self.read_page(lambda: pages.decode_image(body), lang)
 
-        self._run_in_lane(decode, lang, rendered=False)
+        return await self._in_lane(page)
 
-    def _run_in_lane(
-        self, make_image: Callable[[], Image.Image], lang: str, *, rendered: bool, dpi: int | None = None
-    ) -> None:
-        srv = self.server
-        if not srv.lanes.acquire(blocking=False):
-            self._send(HTTPStatus.TOO_MANY_REQUESTS, {"error": "all lanes busy"}, {"Retry-After": "1"})
-            return
-        with srv.stats_lock:
-            srv.busy += 1
+    async def _in_lane(
+        self, prepare: Callable[[], Awaitable[Callable[[], tuple[HTTPStatus, PageAnswer | dict]] | web.Response]]
+    ) -> web.Response:
+        """A free lane or 429 at once; then the page made and read in the lane's thread."""
+        if not self.lanes.acquire(blocking=False):
+            return _json(HTTPStatus.TOO_MANY_REQUESTS, {"error": "all lanes busy"}, {"Retry-After": "1"})
+        self.busy += 1
         try:
-            answer = self._run_page(make_image, lang, rendered, dpi)
+            job = await prepare()
+            if isinstance(job, web.Response):
+                return job
+            status, payload = await asyncio.get_running_loop().run_in_executor(self.lane_pool, job)
         finally:
             # Free the lane before answering: a client that sends its next page
             # as soon as it reads this answer must find the lane free.
-            with srv.stats_lock:
-                srv.busy -= 1
-            srv.lanes.release()
-        if answer is not None:
-            self._send(*answer)
+            self.busy -= 1
+            self.lanes.release()
+            if not self.busy and self._idle is not None:
+                self._idle.set()  # a drain waits for it
+        self.count(ok=status == HTTPStatus.OK)
+        return _json(status, payload)
 
-    def _run_page(
-        self, make_image: Callable[[], Image.Image], lang: str, rendered: bool, dpi: int | None = None
-    ) -> tuple[HTTPStatus, dict] | None:
-        srv = self.server
+    def render(self, path, number: int, dpi: int) -> Image.Image:
+        """A cached document's page: a PDF's within the page's time limit, an image's as it is."""
+        if pages.is_pdf_file(path):
+            return self.renderer.render(path, number, dpi, self.page_timeout)
+        return pages.render_page(path, number, dpi)
+
+    def read_page(
+        self, make_image: Callable[[], Image.Image], lang: str, dpi: int | None = None
+    ) -> tuple[HTTPStatus, PageAnswer | dict]:
+        """In a lane's thread: the page made (rendered at ``dpi``, or decoded) and read; the answer
+        (an error's: a dict)."""
         started = time.monotonic()
         try:
             img = make_image()
-        except _Answered:
-            return None
         except pages.BadImage as exc:
-            srv.count(ok=False)
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
         except RenderTimeout as exc:  # the page's fault, not the pod's: an attempt, like an OCR timeout
-            srv.count(ok=False)
             return HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)}
         render_seconds = time.monotonic() - started
         try:
-            result = srv.engine.ocr(img, lang, max(0.001, srv.page_timeout - render_seconds))
+            result = self.engine.ocr(img, lang, max(0.001, self.page_timeout - render_seconds))
+            if dpi is not None:
+                result["render_seconds"] = round(render_seconds, 3)
+            # A PDF page's boxes are in its pixels at the DPI it was rendered at (the viewer scales
+            # them from it); an image is read as it is, and DPI means nothing to it.
+            if dpi is not None and pages.RENDER_DPI in img.info:
+                result["dpi"] = img.info[pages.RENDER_DPI]
+                if result["dpi"] < dpi:
+                    result.setdefault("warnings", []).append(
+                        f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over "
+                        f"the limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
+                    )
+            textlayer.mark_unusable(result, img.info.get(pages.TEXT_LAYER_PROBLEM))
+            answer = PageAnswer.model_validate(result)  # an engine's answer that is not one is its error
         except engines.PageTimeout:
-            srv.count(ok=False)
-            return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {srv.page_timeout:g} s exceeded"}
+            return HTTPStatus.GATEWAY_TIMEOUT, {"error": f"page time limit of {self.page_timeout:g} s exceeded"}
         except Exception as exc:
-            srv.count(ok=False)
-            self.log_error("engine error: %r", exc)
+            sys.stderr.write(f"podserver: engine error: {exc!r}\n")
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"engine error: {exc}"}
-        srv.count(ok=True)
-        if rendered:
-            result["render_seconds"] = round(render_seconds, 3)
-        if dpi is not None:
-            result["dpi"] = img.info.get(pages.RENDER_DPI, dpi)
-            if result["dpi"] < dpi:
-                result.setdefault("warnings", []).append(
-                    f"rendered at {result['dpi']} DPI, not {dpi}: at {dpi} DPI the page would be over the "
-                    f"limit of {pages.MAX_PIXELS // 1_000_000} megapixels"
-                )
-        textlayer.mark_unusable(result, img.info.get(pages.TEXT_LAYER_PROBLEM))
-        return HTTPStatus.OK, result
+        return HTTPStatus.OK, answer
 
-    def _continue(self) -> None:
-        if self._expect_continue:
-            self.send_response_only(HTTPStatus.CONTINUE)
-            self.end_headers()
-            self._expect_continue = False
 
-    def _read_body(self, length: int) -> bytes | None:
-        """The whole body, or None after answering 400 for a short one."""
-        self._continue()
-        body = self.rfile.read(length)
-        self._body_pending = False
-        if len(body) != length:
-            self.close_connection = True
-            self._send(HTTPStatus.BAD_REQUEST, {"error": "incomplete body"})
-            return None
-        return body
+class _Counted(asyncio.Protocol):
+    """A connection: aiohttp's own protocol behind a count, at most ``max_connections`` at once;
+    past it a 503 at once, and nothing of the request is read (security review L5)."""
 
-    def _discard_body(self, length: int) -> None:
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1024 * 1024))
-            if not chunk:
-                self.close_connection = True
-                break
-            length -= len(chunk)
-        self._body_pending = False
+    def __init__(self, server: PodServer, make_handler: Callable[[], asyncio.Protocol]) -> None:
+        self.server = server
+        self.make_handler = make_handler
+        self.inner: asyncio.Protocol | None = None
 
-    def _declared_length(self) -> int | None:
-        raw = self.headers.get("Content-Length")
-        if raw is None or self.headers.get("Transfer-Encoding"):
-            return None  # chunked uploads are not supported
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if self.server.connections >= self.server.max_connections:
+            transport.write(TOO_MANY_CONNECTIONS)
+            # Half-closed, then closed once the client has read the answer (or at the linger's end).
+            if transport.can_write_eof():
+                transport.write_eof()
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+            return
+        self.server.connections += 1
+        self.inner = self.make_handler()
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.inner is not None:
+            self.server.connections -= 1
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+
+class _BodyReader:
+    """A request's body as the blocking file the document cache reads (in the files' executor),
+    each read done on the loop within IDLE_SECONDS; a stalled or broken body reads as its end."""
+
+    def __init__(self, request: web.Request, loop: asyncio.AbstractEventLoop) -> None:
+        self.content = request.content
+        self.loop = loop
+
+    def read(self, size: int) -> bytes:
+        reading = asyncio.run_coroutine_threadsafe(asyncio.wait_for(self.content.read(size), IDLE_SECONDS), self.loop)
         try:
-            length = int(raw)
-        except ValueError:
+            return reading.result()
+        except Exception:
+            return b""  # DocumentCache.put: "incomplete body"
+
+
+async def _no_continue(request: web.Request) -> None:
+    """No "100 Continue" before the request is accepted: _continue() sends it then."""
+
+
+def _wants_continue(request: web.Request) -> bool:
+    return request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue"
+
+
+async def _continue(request: web.Request) -> None:
+    if _wants_continue(request) and request.method in ("POST", "PUT"):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+async def _read_body(request: web.Request, length: int) -> bytes | None:
+    """The whole body (each read within IDLE_SECONDS), or None when it is short."""
+    await _continue(request)
+    body = bytearray()
+    while len(body) < length:
+        chunk = await asyncio.wait_for(request.content.read(length - len(body)), IDLE_SECONDS)
+        if not chunk:
             return None
-        return length if length >= 0 else None
-
-    def _send(
-        self,
-        status: HTTPStatus,
-        payload: dict[str, Any],
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        body = json.dumps(payload).encode()
-        if self._body_pending:
-            self.close_connection = True
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # http.server answers malformed requests with HTML; keep the API all-JSON.
-        self.close_connection = True
-        status = HTTPStatus(code)
-        self._send(status, {"error": message or status.phrase.lower()})
-
-    def finish(self) -> None:
-        super().finish()
-        if self._body_pending:
-            self._linger()
-
-    def _linger(self) -> None:
-        # Closing a socket with unread input makes the kernel send RST, which can
-        # destroy our error response before the client reads it. Half-close and
-        # discard what is still arriving (bounded), so the client sees the 401/413/429.
-        deadline = time.monotonic() + 2.0
-        try:
-            self.connection.shutdown(socket.SHUT_WR)
-            while (remaining := deadline - time.monotonic()) > 0:
-                self.connection.settimeout(remaining)
-                if not self.connection.recv(65536):
-                    break
-        except OSError:
-            pass
-
-    def version_string(self) -> str:
-        return self.server_version  # no Python version in the Server header
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # no access log: a busy pod would flood its stderr (and headers carry the token)
-
-    def log_error(self, format: str, *args: Any) -> None:
-        if format.startswith("Request timed out"):
-            return  # idle keep-alive connections time out routinely
-        sys.stderr.write(f"podserver {self.address_string()}: {format % args}\n")
+        body += chunk
+    return bytes(body)
 
 
-class _Answered(Exception):
-    """The request was already answered while producing its page (a short body)."""
+async def _discard(request: web.Request) -> None:
+    while await asyncio.wait_for(request.content.read(1024 * 1024), IDLE_SECONDS):
+        pass
+
+
+def _declared_length(request: web.Request) -> int | None:
+    raw = request.headers.get("Content-Length")
+    if raw is None or request.headers.get("Transfer-Encoding"):
+        return None  # chunked uploads are not supported
+    try:
+        length = int(raw)
+    except ValueError:
+        return None
+    return length if length >= 0 else None
+
+
+def _json(
+    status: HTTPStatus, payload: BaseModel | dict[str, Any], headers: dict[str, str] | None = None
+) -> web.Response:
+    # A typed answer (podserver/answers.py) as it was built: the fields it was given, no others.
+    body = payload.model_dump_json(exclude_unset=True) if isinstance(payload, BaseModel) else json.dumps(payload)
+    answer = web.Response(status=status, body=body.encode(), content_type=_JSON, headers=headers)
+    answer.headers["Server"] = SERVER_HEADER
+    return answer
+
+
+def _incomplete() -> web.Response:
+    answer = _json(HTTPStatus.BAD_REQUEST, {"error": "incomplete body"})
+    answer.force_close()
+    return answer
+
+
+def _unread(request: web.Request, answer: web.Response) -> web.Response:
+    """An answer to a request whose body was not read whole: the connection closes after it (the
+    bytes still coming would otherwise parse as the next request's)."""
+    if request.body_exists and not request.content.is_eof():
+        answer.force_close()
+    return answer
 
 
 def unknown_languages(lang: str, installed: list[str]) -> str:
@@ -644,7 +657,7 @@ def make_server(
     environ: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> PodServer:
-    """Bind the socket and start loading the engine in the background.
+    """Bind the socket and start loading the engine in the background; serve_forever() serves.
 
     Without a config, the defaults of ``python -m podserver --host 127.0.0.1 --port 0``
     (ignoring the environment), changed by ``overrides`` (lanes=2, token="...", ...).
@@ -656,5 +669,4 @@ def make_server(
         raise ConfigError(f"refusing to listen on {config.host} without a token")
     server = PodServer(config, documents, environ)
     server.start_loading()
-    server.start_autostop()
     return server

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import time
 from collections import Counter, deque
@@ -31,6 +30,7 @@ from ocrjobs.dispatch.http import AnswerTooLarge, read_answer
 from ocrjobs.dispatch.lanes import LaneTable, PodLanes
 from ocrjobs.services.pages import ClaimedPage
 from ocrjobs.storage import document_bytes, document_file
+from podserver.answers import PodError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -314,8 +314,8 @@ class DocumentRoutes:
 
 
 def error_of(body: bytes) -> str:
-    text = body.decode(errors="replace")
+    """The pod's error (podserver.answers.PodError), or the start of whatever else it sent."""
     try:
-        return str(json.loads(text).get("error") or text[:200])
-    except (ValueError, AttributeError):
-        return text[:200]
+        return PodError.model_validate_json(body).error or body.decode(errors="replace")[:200]
+    except ValueError:  # pydantic's ValidationError is one
+        return body.decode(errors="replace")[:200]

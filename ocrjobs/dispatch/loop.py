@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 from django.conf import settings
+from pydantic import ValidationError
 
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
@@ -53,6 +54,7 @@ from ocrjobs.services.pages import (
 from ocrjobs.storage import document_bytes
 from pods.services import preemption
 from pods.services.lifecycle import pod_drain
+from podserver.answers import PageAnswer
 
 log = logging.getLogger(__name__)
 
@@ -346,11 +348,17 @@ class DispatchLoop(DocumentRoutes):
                 return
             self.refusals.pop(lane.pod_id, None)
             if status == 200:
+                try:
+                    answer = PageAnswer.model_validate_json(body)  # parsed once, here; typed from now on
+                except ValidationError as exc:
+                    await self.attempt_failed(page, lane, f"the pod's answer is not a page's: {_first(exc)}",
+                                              pod_fault=True)  # fmt: skip
+                    return
                 lane.failures = 0
                 attempt = self.claim_of(page).attempts  # the answer stands for the newest claim
                 self.results.append(
-                    PageResult(page.id, page.job_id, page.position, lane.pod_id, json.loads(body),
-                                        time.monotonic() - sent, attempt=attempt)
+                    PageResult(page.id, page.job_id, page.position, lane.pod_id, answer, time.monotonic() - sent,
+                               attempt=attempt)
                 )  # fmt: skip
                 self.forward_over(page.id, attempt)
                 return
@@ -534,6 +542,12 @@ def _page_request(sha256: str, dpi: int, languages: str) -> tuple[bytes, bytes]:
     body = json.dumps({"document": sha256, "page": 0, "dpi": dpi, "languages": languages})
     head, _, tail = body.partition('"page": 0')  # a hash is hex and comes first: the one such text
     return f'{head}"page": '.encode(), tail.encode()
+
+
+def _first(error: ValidationError) -> str:
+    """A malformed answer's first fault, short: where, and what (never the value: it may be long)."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    return f"{'.'.join(map(str, first['loc'])) or 'the answer'}: {first['msg']}"
 
 
 def _document_sha256(source: str) -> str:

@@ -23,6 +23,7 @@ from ocrjobs.models import Job, Page, lowest_line_confidence
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
 from pods.models import Pod
+from podserver.answers import PageAnswer
 
 
 @dataclass(frozen=True)
@@ -148,23 +149,28 @@ class PageResult:
     job_id: int
     position: int
     pod_id: int | None
-    result: dict
+    result: PageAnswer  # the pod's answer, parsed once by the dispatcher
     seconds: float | None = None  # how long the pod took: the busy time that its spend is shared by
     attempt: int | None = None  # the claim's attempt number; None: whichever attempt holds the claim
 
 
-def result_json(result: dict) -> str:
+def result_json(result: dict | PageAnswer) -> str:
     """A page's result as ``Page.result`` holds it: JSON text in the page's own row, which any
-    host reads (no file on one host's disk). Every result is written here (a pod's, a text layer's)."""
+    host reads (no file on one host's disk). Every result is written here (a pod's, a text layer's):
+    a pod's as it sent it, with what the control plane added (warnings, the cascade's stages)."""
+    if isinstance(result, PageAnswer):
+        return result.model_dump_json(exclude_unset=True)
     return json.dumps(result, ensure_ascii=False)
 
 
-def _confidence(result: dict) -> float | None:
-    value = result.get("confidence")
+def _stored_answer(stored: str) -> PageAnswer:
+    """A reading stored earlier (a first stage's), typed again; an unreadable one reads as empty."""
     try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+        return (
+            PageAnswer.model_validate_json(stored) if stored else PageAnswer.model_construct(text="", _fields_set=set())
+        )
+    except ValueError:  # pydantic's ValidationError is one
+        return PageAnswer.model_construct(text="", _fields_set=set())
 
 
 def pages_complete(*, token: str, items: list[PageResult]) -> set[int]:
@@ -226,7 +232,7 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
         if page_id not in stages:
             continue  # the claim is not ours (the UPDATE would not match either)
         stage = stages[page_id]
-        confidence = _confidence(item.result)
+        confidence = item.result.confidence
         if stage.from_key:
             done[page_id] = (item, _escalated_result(item.result, first=stage.first_result, first_pool=stage.from_key,
                                                      pool=stage.pool_key))  # fmt: skip
@@ -236,7 +242,7 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
             escalate[page_id] = (item, stage.to_pool)
         else:  # kept by a pool that escalates: the cascade's verdict is in the result too
             cascade = [_stage(item.result, stage.pool_key)]
-            done[page_id] = (item, {**item.result, "escalated": False, "cascade": cascade})
+            done[page_id] = (item, _with(item.result, escalated=False, cascade=cascade))
     # function-level: the budget's module keeps first readings with this one's helpers
     from ocrjobs.services.escalation_budget import NOT_OPEN, escalations_refused, jobs_at_budget
 
@@ -260,38 +266,36 @@ def _complete_in_cascade(*, token: str, items: dict[int, PageResult]) -> set[int
     return stored | moved
 
 
-def _escalated_result(result: dict, *, first: str, first_pool: str, pool: str) -> dict:
+def _with(answer: PageAnswer, **fields) -> PageAnswer:
+    """The answer with fields the control plane adds to what it stores (the cascade's)."""
+    return answer.model_copy(update=fields)
+
+
+def _escalated_result(result: PageAnswer, *, first: str, first_pool: str, pool: str) -> PageAnswer:
     """The second reading of an escalated page, carrying both stages' engines and confidences."""
-    try:
-        earlier = json.loads(first) if first else {}
-    except ValueError:
-        earlier = {}
-    return {**result, "escalated": True, "cascade": [_stage(earlier, first_pool), _stage(result, pool)]}
+    cascade = [_stage(_stored_answer(first), first_pool), _stage(result, pool)]
+    return _with(result, escalated=True, cascade=cascade)
 
 
-def _reading_kept(first: dict, *, first_pool: str, pool: str | None, why: dict) -> dict:
+def _reading_kept(first: PageAnswer, *, first_pool: str, pool: str | None, why: dict) -> PageAnswer:
     """A first reading kept as the page's result: ``pool`` gave none, for ``why`` (an error, or
     the escalation skipped), both stages in its cascade."""
-    return {**first, "escalated": False, "cascade": [_stage(first, first_pool), {"pool": pool, **why}]}
+    return _with(first, escalated=False, cascade=[_stage(first, first_pool), {"pool": pool, **why}])
 
 
-def _stage(result: dict, pool: str) -> dict:
-    return {"pool": pool, "engine": result.get("engine"), "confidence": _confidence(result),
-            "seconds": result.get("seconds")}  # fmt: skip
+def _stage(result: PageAnswer, pool: str) -> dict:
+    return {"pool": pool, "engine": result.engine, "confidence": result.confidence, "seconds": result.seconds}
 
 
-def result_with_warnings(result: dict) -> dict:
+def result_with_warnings(result: PageAnswer) -> PageAnswer:
     """The result with its ``warnings``: the pod's (orientation unknown, rendered below the DPI
     asked for) and a reading under OCR_WARN_CONFIDENCE_BELOW's, so that a page unusable as it
     stands is never a silent success (issue 40). A page with no text (a blank page) is no warning."""
-    warnings = [str(w) for w in result.get("warnings") or [] if w]
-    confidence = _confidence(result)
-    threshold = settings.OCR_WARN_CONFIDENCE_BELOW
-    if confidence is not None and confidence < threshold and str(result.get("text") or "").strip():
-        warnings.append(f"low confidence: read at {confidence:g}, under {threshold:g}; the text may be wrong")
-    if not warnings and "warnings" not in result:
+    confidence, threshold = result.confidence, settings.OCR_WARN_CONFIDENCE_BELOW
+    if confidence is None or confidence >= threshold or not result.text.strip():
         return result
-    return {**result, "warnings": warnings}
+    low = f"low confidence: read at {confidence:g}, under {threshold:g}; the text may be wrong"
+    return _with(result, warnings=[*result.warnings, low])
 
 
 _RESULT = [("id", "bigint"), ("attempts", "integer"), ("result", "text"), ("confidence", "double precision"),
@@ -305,8 +309,8 @@ def _values(rows: list[tuple[PageResult, dict, int | None]]) -> tuple[str, list]
     extra = rows[0][2] is not None
     values = []
     for item, result, to_pool in rows:
-        row = [item.page_id, item.attempt, result_json(result), _confidence(result), item.pod_id, item.seconds,
-               len(result.get("warnings") or []), lowest_line_confidence(result)]  # fmt: skip
+        row = [item.page_id, item.attempt, result_json(result), result.confidence, item.pod_id, item.seconds,
+               len(result.warnings), lowest_line_confidence(result)]  # fmt: skip
         values.append([*row, to_pool] if extra else row)
     return rows_table("v", [*_RESULT, ("to_pool", "bigint")] if extra else _RESULT, values)
 
@@ -339,7 +343,7 @@ _NO_CASCADE = (
 )
 
 
-def _store_done(*, token: str, items: dict[int, tuple[PageResult, dict]], also: str = "") -> set[int]:
+def _store_done(*, token: str, items: dict[int, tuple[PageResult, PageAnswer]], also: str = "") -> set[int]:
     if not items:
         return set()
     sets = ("status = %s, result = v.result, confidence = v.confidence, pod_id = v.pod_id, seconds = v.seconds, "
@@ -364,12 +368,13 @@ def _escalate(*, token: str, items: dict[int, tuple[PageResult, int]]) -> set[in
                            also=" AND {table}.escalated_from_id IS NULL")  # fmt: skip
 
 
-def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict) -> bool:
+def page_complete(*, page_id: int, token: str, pod_id: int | None, result: dict | PageAnswer) -> bool:
     """Store one page's result once. False if the claim was lost (expired, cancelled, done elsewhere)."""
     page = Page.objects.filter(pk=page_id).values("job_id", "document__position").first()
     if page is None:
         return False
-    item = PageResult(page_id, page["job_id"], page["document__position"], pod_id, result)
+    answer = result if isinstance(result, PageAnswer) else PageAnswer.model_validate(result)
+    item = PageResult(page_id, page["job_id"], page["document__position"], pod_id, answer)
     return page_id in pages_complete(token=token, items=[item])
 
 
@@ -447,15 +452,12 @@ def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
     """The fields of an escalated page whose second pool gave no reading: done with its first
     one, the escalation's error (or, ``key="skipped"``, why it was not read) in the result's
     cascade (the page is not lost to the cascade)."""
-    try:
-        first = json.loads(page.first_result) if page.first_result else {}
-    except ValueError:
-        first = {}
+    first = _stored_answer(page.first_result)
     kept = result_with_warnings(
         _reading_kept(first, first_pool=page.escalated_from.key, pool=page.pool.key, why={key: error[:2000]})
     )
     return {
-        "status": Page.Status.DONE, "result": result_json(kept), "warnings": len(kept.get("warnings") or []),
+        "status": Page.Status.DONE, "result": result_json(kept), "warnings": len(kept.warnings),
         "min_line_confidence": lowest_line_confidence(kept),
         "confidence": page.first_confidence, "seconds": None, "error": "", "claim_token": "",
         "claim_expires_at": None, "finished_at": timezone.now(),

@@ -20,6 +20,7 @@ from ocrjobs.services.pages import page_attempt_failed, page_complete, pages_cla
 from ocrjobs.services.split import document_split
 from ocrjobs.services.submission import Upload, job_submit
 from pods.models import Pool
+from podserver.answers import PageAnswer
 from tests.helpers import auth
 
 
@@ -78,6 +79,11 @@ def result_for(text: str) -> dict:
         "width": 1400,
         "height": 600,
     }
+
+
+def answer_for(text: str) -> PageAnswer:
+    """``result_for`` as the dispatcher hands it on: parsed into the pod's typed answer."""
+    return PageAnswer.model_validate(result_for(text))
 
 
 def complete_all(

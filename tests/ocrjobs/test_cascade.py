@@ -17,6 +17,7 @@ from ocrjobs.services.pages import PageResult, page_attempt_failed, pages_claim,
 from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, local_pod_env, parse_config
 from pods.services import forecast
+from podserver.answers import PageAnswer
 from tests.assertions import assert_every_page_done_once
 from tests.factories import image_bytes
 from tests.ocrjobs.helpers import split, submit
@@ -39,7 +40,9 @@ def _read(pool: Pool, confidences: list[float], *, engine: str, pod: Pod | None 
     claimed = sorted(pages_claim(pool_id=pool.pk, token=token, limit=100), key=lambda c: c.id)
     assert len(claimed) == len(confidences)
     items = [
-        PageResult(c.id, c.job_id, c.position, pod.pk if pod else None, reading(engine, conf), seconds=2.0)
+        PageResult(
+            c.id, c.job_id, c.position, pod.pk if pod else None, PageAnswer(**reading(engine, conf)), seconds=2.0
+        )
         for c, conf in zip(claimed, confidences, strict=True)
     ]
     return token, pages_complete(token=token, items=items)
@@ -105,7 +108,7 @@ def test_a_late_first_reading_after_the_escalation_is_refused(cascade, ordinary_
     job = _job(ordinary_user, cheap, pages=1)
     token, _ = _read(cheap, [10], engine="tesseract")
     page = job.pages.get()
-    late = PageResult(page.pk, job.pk, 0, None, reading("tesseract", 99), attempt=1)
+    late = PageResult(page.pk, job.pk, 0, None, PageAnswer(**reading("tesseract", 99)), attempt=1)
     assert pages_complete(token=token, items=[late]) == set()  # the first claim is gone with the move
     page.refresh_from_db()
     assert page.status == Page.Status.PENDING and page.result == "" and page.first_confidence == 10

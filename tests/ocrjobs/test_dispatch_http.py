@@ -23,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
 from ocrjobs.dispatch.lanes import FleetCounts
 from pods.providers.local import free_port
+from podserver.answers import PageAnswer
 
 GUARD = 20
 
@@ -630,6 +631,14 @@ CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-E
         pytest.param(b"HTTX/1.1 2OO OK\r\nContent-Length: 2\r\n\r\n{}", "the pod is unreachable", id="garbage-status"),
         pytest.param(b"\x16\x03\x01 not HTTP at all\r\n\r\n", "the pod is unreachable", id="not-http"),
         pytest.param(closing, "the pod is unreachable", id="connection-closed"),
+        # HTTP well formed, but no page's answer (podserver.answers.PageAnswer): refused as it is parsed.
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n[1, 2]", "not a page's: the answer", id="not-an-object"
+        ),  # fmt: skip
+        pytest.param(
+            b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"text": 5}', "not a page's: text", id="text-not-a-string"
+        ),  # fmt: skip
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{nope", "not a page's", id="not-json"),
     ],
 )
 def test_a_malformed_answer_costs_its_page_an_attempt_and_the_other_pods_page_is_done(answer, error):
@@ -638,7 +647,7 @@ def test_a_malformed_answer_costs_its_page_an_attempt_and_the_other_pods_page_is
     assert error in failed[0][2]
     assert loop.lanes.pods[7].failures == 1, "a fault of the pod"
     assert [(result.page_id, result.pod_id, result.result) for result in loop.results] == [
-        (42, 8, {"text": "from pod 8"})
+        (42, 8, PageAnswer(text="from pod 8"))
     ]
     assert not loop.queue and not loop.inflight and not loop.forwarding, "nothing left hanging"
 
@@ -725,7 +734,7 @@ def test_a_tls_pods_page_is_posted_and_its_answer_kept(tls):
 
     loop, failed, peers = run_plain(scenario)
     assert failed == [] and len(peers) == 1
-    assert [(result.page_id, result.result) for result in loop.results] == [(41, {"text": "over tls"})]
+    assert [(result.page_id, result.result) for result in loop.results] == [(41, PageAnswer(text="over tls"))]
 
 
 def test_a_tls_pod_whose_certificate_is_not_trusted_gets_no_page_the_page_handed_back_no_attempt_spent(tls):

@@ -11,6 +11,7 @@ from ocrjobs.dispatch import database
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.lanes import FleetCounts
 from ocrjobs.services.pages import ClaimedPage, PageResult, page_attempt_failed
+from podserver.answers import PageAnswer
 
 GUARD = 10  # seconds, against hangs only
 
@@ -174,8 +175,8 @@ def test_a_flush_stores_results_and_the_other_pages_pods_in_one_trip_without_the
 
     loop.db, loop.wakeup = db, asyncio.Event()
     loop.assignments = [(1, 1, 7), (2, 1, 7), (3, 2, 8)]
-    answered = PageResult(1, 10, 0, 7, {"text": "x"}, 0.1, attempt=1)
-    older = PageResult(3, 10, 0, 8, {"text": "y"}, 0.1, attempt=1)  # an older attempt's answer
+    answered = PageResult(1, 10, 0, 7, PageAnswer(text="x"), 0.1, attempt=1)
+    older = PageResult(3, 10, 0, 8, PageAnswer(text="y"), 0.1, attempt=1)  # an older attempt's answer
     loop.results = [answered, older]
 
     asyncio.run(loop.flush())

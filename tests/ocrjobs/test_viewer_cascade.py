@@ -7,6 +7,7 @@ import re
 
 from ocrjobs.services.pages import PageResult, pages_claim, pages_complete
 from ocrjobs.viewer import cascade_stages
+from podserver.answers import PageAnswer
 from tests.factories import image_bytes
 from tests.ocrjobs.helpers import split, submit
 from tests.ocrjobs.test_cascade import _read, reading
@@ -26,7 +27,9 @@ def test_escalated_pages_are_marked_with_both_stages(client, ordinary_user, casc
     split(job)
     _read(cheap, [95, 30, 40], engine="tesseract")  # p1 and p2 escalate
     (first,) = pages_claim(pool_id=strong.pk, token="t", limit=1)  # p1 is read again; p2 still waits
-    pages_complete(token="t", items=[PageResult(first.id, job.pk, first.position, None, reading("rapidocr", 88))])
+    pages_complete(
+        token="t", items=[PageResult(first.id, job.pk, first.position, None, PageAnswer(**reading("rapidocr", 88)))]
+    )
     client.force_login(ordinary_user)
 
     html = client.get(f"/jobs/{job.pk}").content.decode()

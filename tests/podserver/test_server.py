@@ -328,3 +328,21 @@ def test_connections_past_the_bound_get_a_503_not_a_thread(start_server):
     while server.connections and time.monotonic() < wait:
         time.sleep(0.01)
     assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+
+
+def test_connections_take_no_thread_each(start_server, page_png: bytes):
+    server, url = start_server(lanes=1)
+    assert httpx.post(f"{url}/v1/ocr", content=page_png, timeout=HANG_GUARD).status_code == 200  # lanes started
+    threads = threading.active_count()
+    host, port = server.server_address[:2]
+    idle = [socket.create_connection((host, port), timeout=10) for _ in range(server.max_connections - 1)]
+    try:
+        wait = time.monotonic() + 10
+        while server.connections < len(idle) and time.monotonic() < wait:
+            time.sleep(0.01)
+        assert server.connections == len(idle)
+        assert threading.active_count() == threads  # one event loop serves them all
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+    finally:
+        for sock in idle:
+            sock.close()

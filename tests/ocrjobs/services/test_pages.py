@@ -26,7 +26,7 @@ from ocrjobs.services.pages import (
 )
 from pods.models import Pod
 from tests.factories import PAGES_TRUTH, pdf_bytes
-from tests.ocrjobs.helpers import complete_all, files_under, reload, result_for, split, submit
+from tests.ocrjobs.helpers import answer_for, complete_all, files_under, reload, result_for, split, submit
 
 pytestmark = pytest.mark.usefixtures("local_pool")
 
@@ -111,7 +111,7 @@ def test_complete_twice_with_the_same_token_stores_the_result_once(page):
 def test_two_results_for_one_page_in_one_batch_store_the_first(page):
     claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
     first, second = (
-        PageResult(page.pk, claim.job_id, claim.position, None, result_for(text), attempt=claim.attempts)
+        PageResult(page.pk, claim.job_id, claim.position, None, answer_for(text), attempt=claim.attempts)
         for text in ("first", "second")
     )
 
@@ -126,7 +126,7 @@ def test_a_batch_stored_again_after_a_lost_answer_keeps_its_one_result(page):
     # The database committed the batch but the connection dropped before the answer came back:
     # the dispatcher stores the same batch again on a fresh connection.
     claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
-    item = PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+    item = PageResult(page.pk, claim.job_id, claim.position, None, answer_for("once"), attempt=claim.attempts)
     assert pages_complete(token="A", items=[item]) == {page.pk}
 
     assert pages_complete(token="A", items=[item]) == set()
@@ -140,13 +140,13 @@ def test_a_batch_stored_again_after_a_failed_try_stores_it_once(page, monkeypatc
     from django.db import OperationalError
 
     claim = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
-    item = PageResult(page.pk, claim.job_id, claim.position, None, result_for("once"), attempt=claim.attempts)
+    item = PageResult(page.pk, claim.job_id, claim.position, None, answer_for("once"), attempt=claim.attempts)
 
     def connection_dropped(result):
         raise OperationalError("server closed the connection unexpectedly")
 
     with monkeypatch.context() as patched:  # the database fails mid-store
-        patched.setattr(page_services, "_confidence", connection_dropped)
+        patched.setattr(page_services, "result_json", connection_dropped)
         with pytest.raises(OperationalError):
             pages_complete(token="A", items=[item])
     assert pages_complete(token="A", items=[item]) == {page.pk}  # tried again, as the dispatcher does
@@ -163,7 +163,7 @@ def test_a_result_of_a_superseded_attempt_with_the_same_token_is_refused(page, l
     new = pages_claim(pool_id=page.pool_id, token="A", limit=1)[0]
     assert (old.attempts, new.attempts) == (1, 2)
 
-    late = PageResult(page.pk, old.job_id, old.position, pod.pk, result_for("late"), attempt=old.attempts)
+    late = PageResult(page.pk, old.job_id, old.position, pod.pk, answer_for("late"), attempt=old.attempts)
     assert pages_complete(token="A", items=[late]) == set()
     pages_assign_pods(token="A", assignments=[(page.pk, old.attempts, pod.pk)])
     assert page_attempt_failed(page_id=page.pk, token="A", pod_id=pod.pk, error="x",
@@ -172,7 +172,7 @@ def test_a_result_of_a_superseded_attempt_with_the_same_token_is_refused(page, l
     page = reload(page)
     assert (page.status, page.attempts, page.pod_id, page.error) == (Page.Status.RUNNING, 2, None, "")
     assert results_of(page) == []
-    fresh = PageResult(page.pk, new.job_id, new.position, None, result_for("fresh"), attempt=new.attempts)
+    fresh = PageResult(page.pk, new.job_id, new.position, None, answer_for("fresh"), attempt=new.attempts)
     assert pages_complete(token="A", items=[fresh]) == {page.pk}
     assert reload(page).read_result()["text"] == "fresh\n"
 

@@ -11,6 +11,7 @@ import pytest
 from ocrjobs.models import Page
 from ocrjobs.services.pages import PageResult, pages_claim, pages_complete
 from pods.models import Pool
+from podserver.answers import PageAnswer
 from tests.factories import image_bytes
 from tests.ocrjobs.helpers import split, submit
 
@@ -22,7 +23,7 @@ def _claimed(owner, pool: Pool, pages: int) -> tuple[str, list[PageResult]]:
     claimed = pages_claim(pool_id=pool.pk, token=token, limit=100)
     assert len(claimed) == pages
     reading = {"text": "a page", "lines": [], "confidence": 0.2, "engine": "tesseract", "seconds": 0.5}
-    return token, [PageResult(c.id, c.job_id, c.position, None, reading, seconds=0.5) for c in claimed]
+    return token, [PageResult(c.id, c.job_id, c.position, None, PageAnswer(**reading), seconds=0.5) for c in claimed]
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_a_batch_in_a_pool_that_escalates_still_escalates(pools, ordinary_user):
     token = uuid.uuid4().hex
     claimed = pages_claim(pool_id=strong.pk, token=token, limit=100)
     second = {"text": "a page", "lines": [], "confidence": 0.9, "engine": "rapidocr", "seconds": 1.0}
-    items = [PageResult(c.id, c.job_id, c.position, None, second, seconds=1.0) for c in claimed]
+    items = [PageResult(c.id, c.job_id, c.position, None, PageAnswer(**second), seconds=1.0) for c in claimed]
     assert len(pages_complete(token=token, items=items)) == 3
     result = Page.objects.get(pk=items[0].page_id).read_result()
     assert result["escalated"] is True
