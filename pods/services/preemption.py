@@ -216,9 +216,3 @@ def preemption_rate(pool: Pool, *, hours: float | None = None, now: datetime | N
         seconds += max(0.0, ((ended_at or now) - max(billed_from, since)).total_seconds())
         preemptions += preempted_at is not None and preempted_at > since
     return PreemptionRate(preemptions, seconds / 3600, hours)
-
-
-def redo_seconds(*, seconds_per_page: float, boot_seconds: float) -> float:
-    """Pod-seconds one preemption costs beyond the pod's pages: a replacement's boot, and the
-    pages in flight on it (each lane half a page on average, so half a page of pod time)."""
-    return boot_seconds + seconds_per_page / 2
