@@ -1,10 +1,19 @@
-"""How many pods a pool runs, and which to boot, stop or release: one pure plan.
+"""How many pods a pool runs, which to boot, stop or release, and which offer a boot tries: pure.
 
 ``plan(snapshot, policy) -> Plan``: plain values in, plain values out, no I/O. The scaler tick
 reads a ``PoolSnapshot`` (``pods/services/scaler.py`` ``pool_snapshot``), plans, and applies the
 plan; a job's forecast asks ``size`` of the same plan what the tick would run for its pages, so
 the two cannot disagree. Its tests are literals (tests/pods/test_planning.py), as Ray's
 autoscaler tests are.
+
+Which offer: ``candidates`` ranks the pool's candidates for a boot (priced from the catalogue,
+cheapest first, on-demand only when it must be) and ``to_try`` leaves out those a verdict or a
+preemption blocks and those this boot's walk tried; the walk (``pods/services/boot.py``
+``_create_step``) claims each candidate's probe in that order, and ``waits_for_cheaper`` says
+whether it waits for a cheaper one other boots are creating on.
+
+Length: the values a plan takes and gives, and the pure decisions on them side by side (the
+sizing, the shed, the candidates), so that a reader finds every "how many" and "which" here.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+
+from pods.providers.base import Offer
 
 # Pod states and boot reasons, as pods.models spells them (no model is imported here).
 BOOTING, READY, DRAINING = "booting", "ready", "draining"
@@ -328,3 +339,73 @@ def _releases(s: PoolSnapshot, policy: Policy, surplus: int) -> tuple[tuple[Stop
         release.append(Stop(pod.id, "shed: idle" if idle else "shed: scale request"))
         surplus -= 1
     return tuple(release), None
+
+
+# --- which offer ---------------------------------------------------------------------------------
+
+
+def candidate_key(provider: str, offer: Offer) -> str:
+    spot = "|spot" if offer.interruptible else ""
+    return f"{provider}|{offer.gpu_type}|{offer.cloud_type}|{offer.data_center or '*'}{spot}"
+
+
+def bid(offer: Offer, on_demand: Decimal, min_bid: Decimal | None) -> Decimal | None:
+    """An interruptible candidate's bid per GPU: the catalogue's minimum bid plus the pool's
+    margin, never over the on-demand price (then on-demand is as cheap and never preempted).
+    None when the catalogue names no minimum bid: it rents no interruptible pods."""
+    if min_bid is None or min_bid <= 0:
+        return None
+    return min(min_bid + offer.bid_margin, on_demand).quantize(Decimal("0.0001"))
+
+
+def priced(offers: list[Offer], catalogue: list[Offer]) -> list[Offer]:
+    """The pool's candidates with catalogue prices (an interruptible one's: its bid), cheapest
+    first; unpriced ones last, in pool order. An interruptible candidate the catalogue has no
+    minimum bid for is left out: nothing could be bid on it."""
+    listed = {(o.gpu_type, o.cloud_type): o for o in catalogue}
+    known, unknown = [], []
+    for offer in offers:
+        entry = listed.get((offer.gpu_type, offer.cloud_type))
+        price = entry.cost_per_hr if entry is not None else None
+        if price is None and offer.cloud_type in ("", "LOCAL"):
+            price = offer.cost_per_hr
+        if offer.interruptible and entry is not None:
+            price = bid(offer, entry.cost_per_hr, entry.min_bid)
+            if price is None:
+                continue
+        if price is None:
+            unknown.append(offer)
+        else:
+            known.append(
+                Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price, offer.interruptible,
+                      offer.bid_margin, entry.min_bid if entry is not None else None)
+            )  # fmt: skip
+    known.sort(key=lambda o: o.cost_per_hr)  # stable: equal prices keep the pool's order
+    return known + unknown
+
+
+def candidates(
+    offers: list[Offer], catalogue: list[Offer], *, provider: str, on_demand: bool
+) -> list[tuple[Offer, str]]:
+    """The candidates a boot walks, in order, each with its key: the pool's offers priced from the
+    catalogue, cheapest first (unpriced ones last, ``priced``); only on-demand ones when the boot
+    must rent on demand (a deadline interruptible pods would put at risk, or the pool's
+    on-demand floor unmet)."""
+    ranked = [offer for offer in priced(offers, catalogue) if not (on_demand and offer.interruptible)]
+    return [(offer, candidate_key(provider, offer)) for offer in ranked]
+
+
+def to_try(ranked: list[tuple[Offer, str]], *, blocked: set[str], tried: set[str]) -> list[tuple[Offer, str]]:
+    """``ranked`` without the candidates every boot skips now (a "no capacity" verdict, an unknown
+    offer, a preemption) and those this walk tried already (each once a walk)."""
+    return [(offer, key) for offer, key in ranked if key not in blocked and key not in tried]
+
+
+def waits_for_cheaper(walk_started: datetime, *, now: datetime, wait_seconds: float) -> bool:
+    """Whether a boot still waits for a cheaper candidate that other boots are creating on (its
+    probe, or every create its open slots allow, is out) rather than take a dearer one: for
+    ``wait_seconds`` (BOOT_CHEAPER_WAIT_SECONDS) from the start of its walk. A burst then lands on
+    the cheapest type with room, its creates doubling each round, instead of spilling onto dearer
+    types while the first create is out (bench/storm.py: 3 of a burst's 6 pods at $0.40/h beside a
+    $0.27 type with room for 24; the storm's bill +20 %)."""
+    return now <= walk_started + timedelta(seconds=wait_seconds)

@@ -86,7 +86,7 @@ def _catalogue_price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible |
         local = min((o.cost_per_hr for o in offers), default=Decimal(0))
         return local, {"source": "local pods", "fetched_at": None}, None
     cached = capacity.catalogue_cached(pool.provider)
-    priced = capacity.priced(offers, cached.offers if cached else [])
+    priced = planning.priced(offers, cached.offers if cached else [])
     known = [o for o in priced if o.cost_per_hr]
     based = {
         "source": f"{pool.provider} catalogue",

@@ -207,7 +207,7 @@ def _dollars_per_hour(pool: Pool) -> dict:
     cheapest = Decimal(0)
     if config is not None:
         cached = capacity.catalogue_cached(pool.provider)
-        priced = capacity.priced(offers, cached.offers if cached else [])
+        priced = planning.priced(offers, cached.offers if cached else [])
         cheapest = min((o.cost_per_hr for o in priced if o.cost_per_hr), default=Decimal(0))
     return {"max_dollars_per_hour": pool.max_dollars_per_hour, "dollars_per_hour": current,
             "cheapest_per_hour": cheapest}  # fmt: skip

@@ -1,8 +1,12 @@
-"""The sizing plan on plain values (pods/planning.py), as Ray's autoscaler tests are: no rows to
-check 20 × 2 / (2 × 10) = 2. The last test shows the forecast's pods are the tick's."""
+"""The sizing plan and the boot's candidate ranking on plain values (pods/planning.py), as Ray's
+autoscaler tests are: no rows to check 20 × 2 / (2 × 10) = 2. One test shows the forecast's pods
+are the tick's."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -20,12 +24,17 @@ from pods.planning import (
     PoolSnapshot,
     ScheduledJob,
     Stop,
+    candidates,
     plan,
     preemption_overhead,
     size,
+    to_try,
+    waits_for_cheaper,
 )
+from pods.providers.base import Offer
 from pods.services import forecast, scaler
 from tests.pods.test_pod_services import _pages
+from tools.processes import REPO
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 TARGET_ONLY = Policy(target_seconds=10, max_overhead=0.0)
@@ -204,3 +213,47 @@ def pool_with_a_floor(pool, settings):
     pool.min_pods, pool.max_pods, pool.max_parallel_boots, pool.idle_seconds = 2, 10, 10, 60
     pool.save()
     return pool
+
+
+CHEAP, DEAR, SPOT = "NVIDIA RTX A4000", "NVIDIA A40", "NVIDIA RTX A5000"
+CATALOGUE = [
+    Offer(CHEAP, "SECURE", cost_per_hr=Decimal("0.17")),
+    Offer(DEAR, "SECURE", cost_per_hr=Decimal("0.40")),
+    Offer(SPOT, "SECURE", cost_per_hr=Decimal("0.30"), min_bid=Decimal("0.10")),
+]
+
+
+def test_a_boot_walks_the_candidates_cheapest_first_each_with_its_key():
+    offers = [Offer(DEAR, "SECURE", "EU-RO-1"), Offer("unlisted", "SECURE"), Offer(CHEAP, "SECURE", "US-KS-2"),
+              Offer(SPOT, "SECURE", interruptible=True, bid_margin=Decimal("0.02"))]  # fmt: skip
+    ranked = candidates(offers, CATALOGUE, provider="runpod", on_demand=False)
+    assert [(offer.gpu_type, offer.cost_per_hr, key) for offer, key in ranked] == [
+        (SPOT, Decimal("0.12"), f"runpod|{SPOT}|SECURE|*|spot"),  # its bid: the minimum and the margin
+        (CHEAP, Decimal("0.17"), f"runpod|{CHEAP}|SECURE|US-KS-2"),
+        (DEAR, Decimal("0.40"), f"runpod|{DEAR}|SECURE|EU-RO-1"),
+        ("unlisted", Decimal("0"), "runpod|unlisted|SECURE|*"),  # no price known: last
+    ]
+    on_demand = candidates(offers, CATALOGUE, provider="runpod", on_demand=True)
+    assert [offer.gpu_type for offer, _ in on_demand] == [CHEAP, DEAR, "unlisted"]
+
+
+def test_a_walk_skips_what_every_boot_skips_and_what_it_tried():
+    ranked = candidates([Offer(CHEAP, "SECURE"), Offer(DEAR, "SECURE")], CATALOGUE, provider="runpod", on_demand=False)
+    cheap, dear = (key for _, key in ranked)
+    assert to_try(ranked, blocked=set(), tried=set()) == ranked
+    assert to_try(ranked, blocked={cheap}, tried=set()) == ranked[1:]  # "no capacity" lately
+    assert to_try(ranked, blocked=set(), tried={dear}) == ranked[:1]
+    assert to_try(ranked, blocked={cheap}, tried={dear}) == []
+
+
+def test_a_boot_waits_for_a_cheaper_candidate_only_so_long_from_the_start_of_its_walk():
+    assert waits_for_cheaper(ago(10), now=NOW, wait_seconds=20)
+    assert waits_for_cheaper(ago(20), now=NOW, wait_seconds=20)
+    assert not waits_for_cheaper(ago(21), now=NOW, wait_seconds=20)
+
+
+def test_the_plan_imports_no_django_and_no_model():
+    code = "import sys, pods.planning; print(sorted(m for m in sys.modules if m.startswith(('django', 'ocrjobs'))))"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
