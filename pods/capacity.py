@@ -31,11 +31,6 @@ CATALOGUE_FETCH_LOCK_SECONDS = 30
 CATALOGUE_FRESH_SECONDS = 10
 
 
-def candidate_key(provider: str, offer: Offer) -> str:
-    spot = "|spot" if offer.interruptible else ""
-    return f"{provider}|{offer.gpu_type}|{offer.cloud_type}|{offer.data_center or '*'}{spot}"
-
-
 def candidate_block(key: str, *, seconds: float, reason: str) -> None:
     """Every boot skips the candidate for ``seconds`` (as after "no capacity"): e.g. its
     interruptible pod was just preempted, so its market is outbid now."""
@@ -214,41 +209,6 @@ def _wait_for_fetch(row: PriceCatalogue) -> Catalogue:
         if row.fetching_until is None:
             return catalogue_get(row.provider)
     raise ProviderError(f"the {row.provider} catalogue is not available yet")
-
-
-def bid(offer: Offer, on_demand: Decimal, min_bid: Decimal | None) -> Decimal | None:
-    """An interruptible candidate's bid per GPU: the catalogue's minimum bid plus the pool's
-    margin, never over the on-demand price (then on-demand is as cheap and never preempted).
-    None when the catalogue names no minimum bid: it rents no interruptible pods."""
-    if min_bid is None or min_bid <= 0:
-        return None
-    return min(min_bid + offer.bid_margin, on_demand).quantize(Decimal("0.0001"))
-
-
-def priced(offers: list[Offer], catalogue: list[Offer]) -> list[Offer]:
-    """The pool's candidates with catalogue prices (an interruptible one's: its bid), cheapest
-    first; unpriced ones last, in pool order. An interruptible candidate the catalogue has no
-    minimum bid for is left out: nothing could be bid on it."""
-    listed = {(o.gpu_type, o.cloud_type): o for o in catalogue}
-    known, unknown = [], []
-    for offer in offers:
-        entry = listed.get((offer.gpu_type, offer.cloud_type))
-        price = entry.cost_per_hr if entry is not None else None
-        if price is None and offer.cloud_type in ("", "LOCAL"):
-            price = offer.cost_per_hr
-        if offer.interruptible and entry is not None:
-            price = bid(offer, entry.cost_per_hr, entry.min_bid)
-            if price is None:
-                continue
-        if price is None:
-            unknown.append(offer)
-        else:
-            known.append(
-                Offer(offer.gpu_type, offer.cloud_type, offer.data_center, price, offer.interruptible,
-                      offer.bid_margin, entry.min_bid if entry is not None else None)
-            )  # fmt: skip
-    known.sort(key=lambda o: o.cost_per_hr)  # stable: equal prices keep the pool's order
-    return known + unknown
 
 
 def catalogue_cached(provider_name: str) -> Catalogue | None:

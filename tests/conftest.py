@@ -41,14 +41,6 @@ def forecasts_read_afresh(settings):
 
 
 @pytest.fixture(autouse=True)
-def sizing_by_target_only(settings):
-    # The scaler tests size fleets by the time target; the cost cap has tests of its own
-    # (tests/pods/test_scaler.py), which turn it back on. This process only: the workers a test
-    # starts keep the shipped default, shown end to end in tests/e2e/test_ocr_end_to_end.py.
-    settings.SCALE_MAX_OVERHEAD = 0.0
-
-
-@pytest.fixture(autouse=True)
 def fast_boot_polls(settings):
     # Simulated pods come up in tenths of a second; a boot in a test asks as often as it used to.
     settings.POD_POLL_SECONDS = 0.2

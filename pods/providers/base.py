@@ -50,7 +50,7 @@ class Offer:
     gpu_type: str
     cloud_type: str = ""
     data_center: str = ""
-    cost_per_hr: Decimal = Decimal("0")  # an interruptible candidate's: its bid (pods.capacity.priced)
+    cost_per_hr: Decimal = Decimal("0")  # an interruptible candidate's: its bid (pods.planning.priced)
     # Interruptible (spot): rented at a bid, taken back by the provider when someone pays more.
     interruptible: bool = False
     bid_margin: Decimal = Decimal("0")  # $/h over the catalogue's minimum bid (the pool's bid rule)

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from fleetadmin import leases
 from ocrjobs import selectors
-from pods import capacity
+from pods import capacity, planning
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.podclient import pod_engine_answer, reported_lanes
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, pool_offers
@@ -216,19 +216,15 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
         if fetched is None:  # another boot is fetching the first catalogue right now
             return _walk_later(pod)
         catalogue = fetched.offers
-    candidates = capacity.priced(offers, catalogue)
-    if config is not None and (pod.on_demand_only or on_demand_floor_unmet(pod, config.on_demand_floor)):
-        candidates = [offer for offer in candidates if not offer.interruptible]
-    keys = [capacity.candidate_key(provider.name, offer) for offer in candidates]
+    on_demand = config is not None and (pod.on_demand_only or on_demand_floor_unmet(pod, config.on_demand_floor))
+    ranked = planning.candidates(offers, catalogue, provider=provider.name, on_demand=on_demand)
     tried = _tried_in_this_walk(pod)
     failed = (BootAttempt.Outcome.TRANSIENT, BootAttempt.Outcome.REFUSED)
     errors = {key: error for key, (outcome, error) in tried.items() if outcome in failed}
-    blocked = capacity.blocked_keys(keys)
+    blocked = capacity.blocked_keys([key for _, key in ranked])
     probed_elsewhere = 0
     busy_price = None  # the cheapest candidate's whose creates other boots have out right now
-    for offer, key in zip(candidates, keys, strict=True):
-        if key in blocked or key in tried:
-            continue
+    for offer, key in planning.to_try(ranked, blocked=blocked, tried=set(tried)):
         if busy_price is not None and offer.cost_per_hr > busy_price and _waits_for_cheaper(pod):
             break  # a dearer one: wait for the cheaper one's creates instead
         how = capacity.probe_acquire(key)
@@ -238,18 +234,14 @@ def _create_step(pod: Pod, provider: Provider, token: str) -> None:
             continue
         return _create_on(pod, provider, token, offer, key, how, config)
     if not probed_elsewhere:
-        raise BootFailed(_none_created(len(candidates), errors))
+        raise BootFailed(_none_created(len(ranked), errors))
     _walk_later(pod)
 
 
 def _waits_for_cheaper(pod: Pod) -> bool:
-    """Whether the boot still waits for a cheaper candidate that other boots are creating on (its
-    probe, or every create its open slots allow, is out) rather than take a dearer one: for
-    BOOT_CHEAPER_WAIT_SECONDS from the start of its walk. A burst then lands on the cheapest type
-    with room, its creates doubling each round, instead of spilling onto dearer types while the
-    first create is out (bench/storm.py: 3 of a burst's 6 pods at $0.40/h beside a $0.27 type with
-    room for 24; the storm's bill +20 %)."""
-    return not _past(pod.stage_started_at or pod.created_at, settings.BOOT_CHEAPER_WAIT_SECONDS)
+    """``planning.waits_for_cheaper`` from the start of this boot's walk."""
+    started = pod.stage_started_at or pod.created_at
+    return planning.waits_for_cheaper(started, now=timezone.now(), wait_seconds=settings.BOOT_CHEAPER_WAIT_SECONDS)
 
 
 def _walk_later(pod: Pod) -> None:

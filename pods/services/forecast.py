@@ -17,13 +17,14 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
+from django.utils import timezone
 
 from ocrjobs import selectors
-from pods import capacity
+from pods import capacity, planning
 from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, pool_offers
-from pods.services.preemption import PreemptionRate, preemption_rate, redo_seconds
-from pods.services.scaler import boot_seconds, boot_times
+from pods.services.preemption import PreemptionRate, fleet_before_preemption, preemption_rate
+from pods.services.scaler import boot_seconds, boot_times, pool_shape, scale_policy
 
 SIZINGS = ("fastest", "balanced", "cheapest")
 
@@ -85,7 +86,7 @@ def _catalogue_price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible |
         local = min((o.cost_per_hr for o in offers), default=Decimal(0))
         return local, {"source": "local pods", "fetched_at": None}, None
     cached = capacity.catalogue_cached(pool.provider)
-    priced = capacity.priced(offers, cached.offers if cached else [])
+    priced = planning.priced(offers, cached.offers if cached else [])
     known = [o for o in priced if o.cost_per_hr]
     based = {
         "source": f"{pool.provider} catalogue",
@@ -100,22 +101,30 @@ def _catalogue_price(pool: Pool) -> tuple[Decimal | None, dict, _Interruptible |
     return (known[0].cost_per_hr if known else None), based, spot
 
 
-def pods_for(sizing: str, *, pool: Pool, work: float, pages: int, boot: float) -> int:
-    """Pods a sizing would run for ``work`` lane-seconds of ``pages`` pages, as the scaler sizes."""
-    lanes = pool.lanes_per_pod
+def pods_for(sizing: str, *, pool: Pool, basis: _Basis, pages: int) -> int:
+    """Pods the scaler runs for ``pages`` pages waiting, all of a job that asks for ``sizing``:
+    ``planning.size`` on what the forecast reads of the pool (``forecast_snapshot``), the sizing
+    the tick's plan makes, so the two cannot disagree."""
     if pages <= 0:
         return 0
-    if sizing == "fastest":
-        pods = math.ceil(pages / lanes)
-    elif sizing == "cheapest":
-        pods = 1
-    else:
-        pods = math.ceil(work / (lanes * settings.SCALE_TARGET_SECONDS))
-        fixed = boot + pool.idle_seconds
-        if settings.SCALE_MAX_OVERHEAD and fixed > 0:
-            pods = min(pods, math.floor(settings.SCALE_MAX_OVERHEAD * work / lanes / fixed))
-        pods = max(pods, 1)
-    return max(1, min(pods, pool.max_pods))
+    return planning.size(forecast_snapshot(pool, basis, pages=pages, sizing=sizing), scale_policy()).wanted
+
+
+def forecast_snapshot(pool: Pool, basis: _Basis, *, pages: int, sizing: str) -> planning.PoolSnapshot:
+    """The pool as the tick would plan it with ``pages`` pages waiting of one job asking for
+    ``sizing``: the pool's measurements (``basis``, reused for a few seconds) and its limits."""
+    spot = basis.interruptible
+    return planning.PoolSnapshot(
+        now=timezone.now(),
+        **pool_shape(pool),
+        waiting=pages,
+        seconds_per_page=basis.per_page,
+        per_page_guessed=not basis.measured_per_page,
+        boot_seconds=basis.boot,
+        preemptions_per_pod_hour=spot.rate.per_pod_hour if spot is not None else 0.0,
+        fleet_before_preemption=basis.fleet_before_preemption,
+        jobs=(planning.ScheduledJob(0, None, sizing),),
+    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ class _Basis:
     price: Decimal | None
     price_based: dict
     interruptible: _Interruptible | None = None
+    fleet_before_preemption: int = 0  # pods a recent preemption found (an interruptible pool's)
 
 
 # Every submission's forecast read each pool's last pages, last boots and price: about a tenth of
@@ -154,7 +164,8 @@ def _basis(pool: Pool) -> _Basis:
     basis = _Basis(per_page=float(mean) if mean else settings.SCALE_SECONDS_PER_PAGE_GUESS,
                    measured_per_page=bool(mean), boot=boot_seconds(pool, times), measured_boot=bool(times),
                    wait=sum(waits) / len(waits) if waits else boot_seconds(pool, times),
-                   price=price, price_based=price_based, interruptible=spot)  # fmt: skip
+                   price=price, price_based=price_based, interruptible=spot,
+                   fleet_before_preemption=fleet_before_preemption(pool) if spot is not None else 0)  # fmt: skip
     if ttl > 0:
         for old in [k for k, (at, _) in _bases.items() if now - at >= ttl]:
             _bases.pop(old, None)
@@ -231,7 +242,7 @@ def _stage_forecast(
     job ends after those ahead, and pays its pages' part of the pods."""
     basis = _basis(pool)
     per_page, boot, measured_boot = basis.per_page, basis.boot, basis.measured_boot
-    price, price_based = basis.price, dict(basis.price_based)
+    price = basis.price
     ahead = _pages_ahead(pool) if ahead is None else ahead
     if serving is None:
         serving = Pod.objects.filter(pool_id=pool.pk, state=Pod.State.READY).exists()
@@ -243,7 +254,7 @@ def _stage_forecast(
     sizings = {}
     spot = basis.interruptible
     for sizing in SIZINGS:
-        pods = pods_for(sizing, pool=pool, work=work, pages=total, boot=boot) if pages else 0
+        pods = pods_for(sizing, pool=pool, basis=basis, pages=total) if pages else 0
         busy = work / (pods * pool.lanes_per_pod) if pods else 0.0
         done = busy * (ahead + pages) / total if pods else 0.0  # until the job's last page
         lead = 0.0 if serving else basis.wait
@@ -268,26 +279,32 @@ def _stage_forecast(
         "lanes_per_pod": pool.lanes_per_pod,
         "max_pods": pool.max_pods,
         "sizings": sizings,
-        "based_on": {
-            "price_per_pod_hour": float(price) if price is not None else None,
-            "prices": price_based,
-            "seconds_per_page": round(per_page, 3),
-            "seconds_per_page_source": (
-                "measured over the pool's last pages" if basis.measured_per_page else "guess (no page measured)"
-            ),
-            "boot_seconds": round(boot, 1),
-            "boot_wait_seconds": round(basis.wait, 1),
-            "boot_seconds_source": "measured over the pool's last boots" if measured_boot else "guess (no boot yet)",
-            "idle_seconds": pool.idle_seconds,
-            **(
-                {"preemptions": basis.interruptible.rate.to_dict(), "on_demand_floor": basis.interruptible.floor}
-                if basis.interruptible is not None
-                else {}
-            ),
-            "pages_ahead": ahead,
-            "pages_behind": behind,
-            "pods_ready": serving,
-        },
+        "based_on": _based_on(pool, basis, ahead=ahead, behind=behind, serving=serving),
+    }
+
+
+def _based_on(pool: Pool, basis: _Basis, *, ahead: int, behind: int, serving: bool) -> dict:
+    """What a stage's figures rest on, each with where it comes from."""
+    price = basis.price
+    return {
+        "price_per_pod_hour": float(price) if price is not None else None,
+        "prices": dict(basis.price_based),
+        "seconds_per_page": round(basis.per_page, 3),
+        "seconds_per_page_source": (
+            "measured over the pool's last pages" if basis.measured_per_page else "guess (no page measured)"
+        ),
+        "boot_seconds": round(basis.boot, 1),
+        "boot_wait_seconds": round(basis.wait, 1),
+        "boot_seconds_source": "measured over the pool's last boots" if basis.measured_boot else "guess (no boot yet)",
+        "idle_seconds": pool.idle_seconds,
+        **(
+            {"preemptions": basis.interruptible.rate.to_dict(), "on_demand_floor": basis.interruptible.floor}
+            if basis.interruptible is not None
+            else {}
+        ),
+        "pages_ahead": ahead,
+        "pages_behind": behind,
+        "pods_ready": serving,
     }
 
 
@@ -307,12 +324,12 @@ def _with_preemptions(
     ``lead`` (the wait for a boot), the job's last page read after ``done`` of them, the pool's
     floor on-demand and the rest interruptible at
     ``bid``: each preemption measured over the pool's last hours costs a replacement's boot and the
-    pages in flight again (preemption.redo_seconds), spread over the pods; the job pays ``share``
+    pages in flight again (planning.redo_seconds), spread over the pods; the job pays ``share``
     of the pods' bill (its pages' part)."""
     floor = min(spot.floor, pods)
     interruptible = pods - floor
     preemptions = spot.rate.per_pod_hour * interruptible * (basis.boot + busy) / 3600
-    redo = preemptions * redo_seconds(seconds_per_page=basis.per_page, boot_seconds=basis.boot)
+    redo = preemptions * planning.redo_seconds(seconds_per_page=basis.per_page, boot_seconds=basis.boot)
     extra = redo / pods  # spread over the pods' busy time: the job's part of it before its end
     done += extra * (done / busy if busy else 1.0)
     busy += extra

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from pods import capacity
+from pods import capacity, planning
 from pods.models import Alert, Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
 from pods.providers import get_provider
@@ -176,7 +176,7 @@ def _skip_candidate(pod: Pod) -> None:
     seconds = config.preempted_skip_seconds if config is not None else settings.CAPACITY_VERDICT_TTL_SECONDS
     offer = Offer(pod.gpu_type, pod.cloud_type, pod.data_center, interruptible=True)
     capacity.candidate_block(
-        capacity.candidate_key(pod.pool.provider, offer), seconds=seconds, reason=f"{pod.name} was preempted"
+        planning.candidate_key(pod.pool.provider, offer), seconds=seconds, reason=f"{pod.name} was preempted"
     )
 
 
@@ -216,9 +216,3 @@ def preemption_rate(pool: Pool, *, hours: float | None = None, now: datetime | N
         seconds += max(0.0, ((ended_at or now) - max(billed_from, since)).total_seconds())
         preemptions += preempted_at is not None and preempted_at > since
     return PreemptionRate(preemptions, seconds / 3600, hours)
-
-
-def redo_seconds(*, seconds_per_page: float, boot_seconds: float) -> float:
-    """Pod-seconds one preemption costs beyond the pod's pages: a replacement's boot, and the
-    pages in flight on it (each lane half a page on average, so half a page of pod time)."""
-    return boot_seconds + seconds_per_page / 2

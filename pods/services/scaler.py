@@ -1,11 +1,12 @@
-"""The scaler: a pool's demand for pods, and the tick that boots what is needed and sheds the rest."""
+"""The scaler: read a pool into a snapshot, plan its pods (``pods/planning.py``), apply the plan.
+
+The tick boots what the plan wants and sheds the rest; every decision is the plan's."""
 
 from __future__ import annotations
 
 import logging
-import math
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -16,14 +17,14 @@ from django.utils import timezone
 
 from ocrjobs import selectors
 from ocrjobs.selectors.budgets import jobs_past_owners_day
-from pods import capacity
+from pods import capacity, planning
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers.base import ProviderError
 from pods.services import passes
 from pods.services.boot import staged
 from pods.services.lifecycle import pod_release
-from pods.services.preemption import fleet_before_preemption, preemption_rate, redo_seconds
+from pods.services.preemption import fleet_before_preemption, preemption_rate
 from pods.services.reconcile import reconcile
 from pods.spend import jobs_spend
 
@@ -90,145 +91,126 @@ def pool_floor(pool: Pool) -> int:
     return min(max(pool.min_pods, warm), pool.max_pods)
 
 
-def pool_demand(pool: Pool) -> Demand:
-    """Pods wanted: the work waiting (pages × measured seconds per page), spread over the
-    lanes of a pod, drained within SCALE_TARGET_SECONDS; but no more pods than the work
-    pays for (each costs its boot and its idle tail, which may add SCALE_MAX_OVERHEAD of
-    the work at most); between the floor and max pods. Pages of jobs past their budget
-    want no pod."""
+def scale_policy(*, force_shed: bool = False) -> planning.Policy:
+    """The settings the plan sizes with, for the tick and the forecast alike."""
+    return planning.Policy(
+        target_seconds=settings.SCALE_TARGET_SECONDS,
+        max_overhead=settings.SCALE_MAX_OVERHEAD,
+        stall_seconds=settings.STALL_SECONDS,
+        force_shed=force_shed,
+    )
+
+
+def pool_shape(pool: Pool) -> dict:
+    """The pool's own limits, as ``planning.PoolSnapshot`` takes them."""
+    return {
+        "lanes_per_pod": pool.lanes_per_pod,
+        "max_pods": pool.max_pods,
+        "floor": pool_floor(pool),
+        "max_parallel_boots": pool.max_parallel_boots,
+        "idle_seconds": pool.idle_seconds,
+    }
+
+
+def work_snapshot(pool: Pool) -> tuple[planning.PoolSnapshot, list[int]]:
+    """What the pool's work needs, read (the pods come with ``fleet_snapshot``), and the jobs past
+    their budget, whose pages are left out of it."""
     capped = _jobs_over_budget(pool)
     backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
-    waiting, running = backlog.waiting, backlog.running
     per_page, guessed = _seconds_per_page(pool)
-    work = (waiting + running) * per_page * preemption_overhead(pool, per_page)  # lane-seconds
-    wanted = math.ceil(work / (pool.lanes_per_pod * settings.SCALE_TARGET_SECONDS)) if work else 0
-    affordable = None
-    fixed = boot_seconds(pool) + pool.idle_seconds  # pod-seconds each pod costs beyond its pages
-    if settings.SCALE_MAX_OVERHEAD and fixed > 0:
-        affordable = math.floor(settings.SCALE_MAX_OVERHEAD * work / pool.lanes_per_pod / fixed)
-        wanted = min(wanted, affordable)
-    if waiting and not wanted:
-        wanted = 1
-    if waiting:  # a preempted pod is replaced, not forgone; but never more pods than the pages fill
-        wanted = max(wanted, min(fleet_before_preemption(pool), math.ceil(waiting / pool.lanes_per_pod)))
-    sized_for, missed, on_demand_only = "balanced", "", False
-    scheduled = selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped)
-    priorities = {priority for _, deadline, priority in scheduled if deadline is None}
-    deadlines = sorted((deadline, job_id) for job_id, deadline, _ in scheduled if deadline is not None)
-    planned, planned_work = waiting + running, work
-    if deadlines or "fastest" in priorities:
-        # What the split has not made rows of yet counts too: it tells the scaler of its first
-        # batch only, and a deadline sized on that batch would be missed by the rest.
-        unsplit = selectors.pool_pages_not_split(pool.pk, exclude_jobs=capped)
-        planned, planned_work = planned + unsplit, work + unsplit * per_page
-    if "fastest" in priorities and planned:
-        # As many pods as the pages can use at once, the overhead cap aside.
-        wanted, sized_for = max(wanted, math.ceil(planned / pool.lanes_per_pod)), "fastest"
-    elif work and priorities == {"cheapest"} and not deadlines:
-        wanted, sized_for = 1, "cheapest"  # one pod: one boot, one idle tail, however long it takes
-    if deadlines and planned_work:
-        deadline, job_id = deadlines[0]
-        needed, earliest = pods_for_deadline(pool, work=planned_work, deadline=deadline)
-        if needed > wanted:
-            wanted, sized_for = needed, f"deadline of job {job_id}"
-        on_demand_only = _deadline_at_risk_from_preemption(pool, planned_work, deadline, wanted, per_page)
-        if earliest is not None:
-            missed = (
-                f"job {job_id}'s deadline {deadline.isoformat()} cannot be met: {planned} pages "
-                f"at {per_page:.2f} s each on at most {pool.max_pods} pods of {pool.lanes_per_pod} lanes; "
-                f"the earliest it could be met is {earliest.isoformat(timespec='seconds')}"
-            )
-    wanted = min(max(wanted, pool_floor(pool)), pool.max_pods)
-    return Demand(waiting, running, per_page, wanted, capped, affordable, sized_for, missed, guessed, on_demand_only)
+    jobs = tuple(planning.ScheduledJob(*row) for row in selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped))
+    unsplit = selectors.pool_pages_not_split(pool.pk, exclude_jobs=capped) if planning.needs_unsplit(jobs) else 0
+    snapshot = planning.PoolSnapshot(
+        now=timezone.now(),
+        **pool_shape(pool),
+        waiting=backlog.waiting,
+        running=backlog.running,
+        seconds_per_page=per_page,
+        per_page_guessed=guessed,
+        boot_seconds=boot_seconds(pool),
+        preemptions_per_pod_hour=preemption_rate(pool).per_pod_hour,
+        fleet_before_preemption=fleet_before_preemption(pool) if backlog.waiting else 0,
+        jobs=jobs,
+        pages_not_split=unsplit,
+        rents_interruptible=_rents_interruptible(pool),
+    )
+    return snapshot, capped
+
+
+def fleet_snapshot(pool: Pool, work: planning.PoolSnapshot) -> planning.PoolSnapshot:
+    """``work`` with the pool's alive pods, the last page started, the provider's refusals and the
+    pool's $/h: what the tick plans on (read under the tick's lock)."""
+    busy = selectors.pods_with_pages_running(pool.pk)
+    rows = pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY, Pod.State.DRAINING]).order_by("pk")
+    pods = tuple(
+        planning.PodView(
+            id=pod.pk,
+            state=pod.state,
+            lanes=pod.lanes,
+            reason=pod.reason,
+            created_at=pod.created_at,
+            ready_at=pod.ready_at,
+            last_busy_at=pod.last_busy_at,
+            busy=pod.pk in busy,
+            cancel_requested=pod.cancel_requested_at is not None,
+        )
+        for pod in rows
+    )
+    return replace(
+        work,
+        now=timezone.now(),
+        pods=pods,
+        last_start=selectors.pool_last_start(pool.pk) if work.waiting else None,
+        refused=_auth_blocked(pool) or _balance_blocked(pool),
+        **_dollars_per_hour(pool),
+    )
+
+
+def pool_snapshot(pool: Pool) -> planning.PoolSnapshot:
+    """Everything the plan decides the pool's tick on, read now."""
+    return fleet_snapshot(pool, work_snapshot(pool)[0])
+
+
+def pool_demand(pool: Pool) -> Demand:
+    """Pods the pool's work wants now (``planning.size`` on what is read now), with what they
+    were sized on."""
+    work, capped = work_snapshot(pool)
+    snapshot = fleet_snapshot(pool, work)
+    sized = planning.size(snapshot, scale_policy())
+    return Demand(
+        snapshot.waiting, snapshot.running, snapshot.seconds_per_page, sized.wanted, capped, sized.affordable,
+        sized.sized_for, sized.missed_deadline, snapshot.per_page_guessed, sized.on_demand_only,
+    )  # fmt: skip
 
 
 def preemption_overhead(pool: Pool, per_page: float) -> float:
     """How much more pod time the work takes for the preemptions measured over the pool's last
     hours: each one costs a replacement's boot and the pages in flight again (1.0: none)."""
     rate = preemption_rate(pool).per_pod_hour
-    if not rate:
-        return 1.0
-    return 1.0 + rate * redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) / 3600
+    return planning.preemption_overhead(rate, seconds_per_page=per_page, boot_seconds=boot_seconds(pool))
 
 
-def _deadline_at_risk_from_preemption(pool: Pool, work: float, deadline: datetime, pods: int, per_page: float) -> bool:
-    """Whether the deadline has no room for one preemption on each of the pods it needs (a
-    replacement's boot and the pages in flight read again): then the rest of the work goes to
-    on-demand pods. Only for pools that rent interruptible pods."""
+def _rents_interruptible(pool: Pool) -> bool:
     try:
         config = pool_offers(pool)[1]
     except PoolConfigError:
         return False
-    if config is None or not config.has_interruptible:
-        return False
-    redo = redo_seconds(seconds_per_page=per_page, boot_seconds=boot_seconds(pool)) * pool.lanes_per_pod
-    _, earliest = pods_for_deadline(pool, work=work + max(pods, 1) * redo, deadline=deadline)
-    return earliest is not None
+    return config is not None and config.has_interruptible
 
 
-def pods_for_deadline(pool: Pool, *, work: float, deadline: datetime) -> tuple[int, datetime | None]:
-    """(pods to finish ``work`` lane-seconds by ``deadline``, None) when max pods can; otherwise
-    (max pods, the earliest time they could finish it).
-
-    The whole backlog counts (pages are dispatched in the order they came, not by deadline).
-    Ready pods work from now; any other pod only after a measured boot."""
-    now = timezone.now()
-    lanes = pool.lanes_per_pod
-    ready_lanes = sum(pool.pods.filter(state=Pod.State.READY).values_list("lanes", flat=True))
-    ready = math.ceil(ready_lanes / lanes) if ready_lanes else 0
-    boot = boot_seconds(pool)
-    left = (deadline - now).total_seconds()
-    remaining = work - ready_lanes * max(left, 0)
-    if remaining <= 0:
-        return max(ready, 1 if work else 0), None
-    if left > boot:
-        needed = ready + math.ceil(remaining / (lanes * (left - boot)))
-        if needed <= pool.max_pods:
-            return needed, None
-    # The earliest t at which ready lanes over t, and every other pod allowed over (t - boot), do the work.
-    extra_lanes = max(pool.max_pods - ready, 0) * lanes
-    if ready_lanes and ready_lanes * boot >= work:
-        seconds = work / ready_lanes
-    elif ready_lanes + extra_lanes:
-        seconds = (work + extra_lanes * boot) / (ready_lanes + extra_lanes)
-    else:
-        return pool.max_pods, now + timezone.timedelta(days=365)
-    return pool.max_pods, now + timezone.timedelta(seconds=seconds)
-
-
-def dispatch_stalled(pool: Pool, demand: Demand) -> str:
-    """Why dispatch looks stalled (pages waiting, lanes free, nothing started for a while), or ""."""
-    if not demand.waiting:
-        return ""
-    quiet = timezone.now() - timezone.timedelta(seconds=settings.STALL_SECONDS)
-    ready = pool.pods.filter(state=Pod.State.READY)
-    lanes = sum(ready.filter(ready_at__lt=quiet).values_list("lanes", flat=True))
-    free = lanes - demand.running
-    if free <= 0:
-        return ""
-    last_start = selectors.pool_last_start(pool.pk)
-    if last_start is not None and last_start >= quiet:
-        return ""
-    return (
-        f"dispatch stalled: {demand.waiting} pages waiting, {free} lanes free on pods ready for over "
-        f"{settings.STALL_SECONDS:.0f} s, no page started since {last_start.isoformat() if last_start else 'ever'}"
-    )
-
-
-def _budget_blocks(pool: Pool) -> str:
-    """Why the pool's $/h cap blocks one more pod, or ""."""
+def _dollars_per_hour(pool: Pool) -> dict:
+    """The pool's $/h cap, what its billed pods cost now and what one more costs at least ({}: no cap)."""
     if pool.max_dollars_per_hour is None:
-        return ""
+        return {}
     current = sum(pool.pods.alive().exclude(billed_from=None).values_list("cost_per_hr", flat=True), Decimal(0))
     offers, config = pool_offers(pool)
     cheapest = Decimal(0)
     if config is not None:
         cached = capacity.catalogue_cached(pool.provider)
-        priced = capacity.priced(offers, cached.offers if cached else [])
+        priced = planning.priced(offers, cached.offers if cached else [])
         cheapest = min((o.cost_per_hr for o in priced if o.cost_per_hr), default=Decimal(0))
-    if current + cheapest > pool.max_dollars_per_hour:
-        return f"budget cap: ${current}/h running + ${cheapest}/h for one more is over ${pool.max_dollars_per_hour}/h"
-    return ""
+    return {"max_dollars_per_hour": pool.max_dollars_per_hour, "dollars_per_hour": current,
+            "cheapest_per_hour": cheapest}  # fmt: skip
 
 
 @dataclass
@@ -244,105 +226,70 @@ class TickResult:
 
 
 def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
-    """Compare the pool's backlog with its pods: boot what is needed, shed what is not.
-
-    Booting pods count as capacity. A stalled pool is not grown (an alert is
-    raised instead). A shed stops boots first: anticipatory ones (warm floor,
-    scale requests), then those booted for pages that are gone (done, or their
-    job cancelled); never a boot that waiting pages need. Then it releases idle
-    ready pods above the floor (``force_shed``: idle or not, but never one
-    with a page running).
-    """
+    """Read the pool, plan (``pods/planning.py`` ``plan``: boot what is needed, shed what is not),
+    apply: boots and stopped boots under the pool's lock, then releases."""
     # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
     from ocrjobs.services.dispatchers import dispatch_ensure
     from ocrjobs.services.escalation_budget import pages_escalated_over_budget
 
     pool.refresh_from_db()
-    demand = pool_demand(pool)
+    work, capped = work_snapshot(pool)
     # Escalated pages of jobs past their budget boot nothing here: they keep their first reading.
-    pages_escalated_over_budget(pool_id=pool.pk, job_ids=demand.capped_jobs)
-    booted: list[int] = []
-    shed: list[int] = []
-    cancelled = 0
-    blocked = ""
+    pages_escalated_over_budget(pool_id=pool.pk, job_ids=capped)
     with transaction.atomic():
         Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tick per pool at a time
-        serving = list(pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY], cancel_requested_at=None))
-        booting = [p for p in serving if p.state == Pod.State.BOOTING]
-        to_boot = min(demand.wanted - len(serving), pool.max_parallel_boots - len(booting))
-        if demand.per_page_guessed and len(booting) < len(serving):
-            # A fleet sized on the guessed page time is wrong by however far the guess is (in
-            # bench/storm.py, 6 pods where 1 did the work): the ready pods measure a page within seconds,
-            # so wait for it. A pool with no ready pod boots on the guess, or nothing would start;
-            # the warm floor (a scale request's target) is not a guess and is still booted to.
-            to_boot = min(to_boot, pool_floor(pool) - len(serving))
-        if demand.missed_deadline:
-            Alert.raise_(pool=pool, kind=Alert.Kind.DEADLINE, message=demand.missed_deadline)
-        else:
-            Alert.resolve(pool=pool, kind=Alert.Kind.DEADLINE)
-        stalled = dispatch_stalled(pool, demand)
-        if stalled:
-            # More pods would not help a dispatch that does not start pages: say so instead.
-            Alert.raise_(pool=pool, kind=Alert.Kind.STALL, message=stalled)
-        else:
-            Alert.resolve(pool=pool, kind=Alert.Kind.STALL)
-        if to_boot > 0:
-            blocked = stalled or _auth_blocked(pool) or _balance_blocked(pool) or _budget_blocks(pool)
-            if blocked.startswith("budget"):
-                Alert.raise_(pool=pool, kind=Alert.Kind.BUDGET, message=blocked)
-            if blocked:
-                log.warning("pool %s: not booting: %s", pool.key, blocked)
-                to_boot = 0
-        if not blocked.startswith("budget"):
-            Alert.resolve(pool=pool, kind=Alert.Kind.BUDGET)
-        for _ in range(max(0, to_boot)):
-            pod = Pod.objects.create(
-                pool=pool,
-                name=pod_name(pool, uuid.uuid4().hex[:8]),
-                lanes=pool.lanes_per_pod,
-                reason=Pod.Reason.DEMAND if demand.waiting else Pod.Reason.WARM,
-                on_demand_only=demand.on_demand_only,
-                **staged(Pod.BootStage.CREATE),
-            )
-            booted.append(pod.pk)
-        if booted:
-            transaction.on_commit(passes.pass_request)  # the boots' first steps are due now
-        surplus = len(serving) - demand.wanted
-        if surplus > 0:
-            # Boots first, anticipatory ones before those booted for pages that are gone since (done,
-            # or their job cancelled), newest first: they have cost the least so far. Demand counts
-            # every page waiting, so a boot that waiting pages need is never part of the surplus.
-            newest_first = sorted(booting, key=lambda p: p.created_at, reverse=True)
-            for pod in sorted(newest_first, key=lambda p: p.reason == Pod.Reason.DEMAND)[:surplus]:
-                Pod.objects.filter(pk=pod.pk).update(cancel_requested_at=timezone.now())
-                cancelled += 1
-                surplus -= 1
-    drained = pool.pods.filter(state=Pod.State.DRAINING).exclude(pk__in=selectors.pods_with_pages_running(pool.pk))
-    for pod in drained:
-        pod_release(pod=pod, reason="drained")
-        shed.append(pod.pk)
-    if surplus > 0:
-        idle_since = timezone.now() - timezone.timedelta(seconds=pool.idle_seconds)
-        busy = selectors.pods_with_pages_running(pool.pk)
-        ready = pool.pods.filter(state=Pod.State.READY).order_by("last_busy_at")
-        for pod in ready:
-            if surplus <= 0:
-                break
-            idle = pod.last_busy_at is None or pod.last_busy_at < idle_since
-            if pod.pk not in busy and (idle or force_shed):
-                pod_release(pod=pod, reason="shed: idle" if idle else "shed: scale request")
-                shed.append(pod.pk)
-                surplus -= 1
-            elif pod.pk not in busy:
-                # Surplus, but not idle long enough yet: tick the moment it is, not a schedule later.
-                _tick_when_sheddable(pool, pod.last_busy_at + timezone.timedelta(seconds=pool.idle_seconds))
-                break
-    if cancelled or shed:
-        log.info("pool %s shed: stopped %d boots no page needs, released %d pods", pool.key, cancelled, len(shed))
+        plan = planning.plan(fleet_snapshot(pool, work), scale_policy(force_shed=force_shed))
+        booted = _apply_in_lock(pool, plan)
+    shed = _apply_releases(pool, plan)
+    if plan.cancel or shed:
+        log.info(
+            "pool %s shed: stopped %d boots no page needs, released %d pods", pool.key, len(plan.cancel), len(shed)
+        )
     waiting = selectors.pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
         dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
-    return TickResult(pool.key, waiting, demand.wanted, len(serving), booted, shed, cancelled, blocked)
+    return TickResult(pool.key, waiting, plan.wanted, plan.serving, booted, shed, len(plan.cancel), plan.blocked)
+
+
+def _apply_in_lock(pool: Pool, plan: planning.Plan) -> list[int]:
+    """The plan's alerts, boots and stopped boots; the ids of the pods it boots."""
+    for kind, message in plan.alerts.items():
+        if message:
+            Alert.raise_(pool=pool, kind=kind, message=message)
+        else:
+            Alert.resolve(pool=pool, kind=kind)
+    if plan.blocked:
+        log.warning("pool %s: not booting: %s", pool.key, plan.blocked)
+    booted = [
+        Pod.objects.create(
+            pool=pool,
+            name=pod_name(pool, uuid.uuid4().hex[:8]),
+            lanes=pool.lanes_per_pod,
+            reason=plan.boot_reason,
+            on_demand_only=plan.sizing.on_demand_only,
+            **staged(Pod.BootStage.CREATE),
+        ).pk
+        for _ in range(plan.boot)
+    ]
+    if booted:
+        transaction.on_commit(passes.pass_request)  # the boots' first steps are due now
+    stop = [cancel.pod_id for cancel in plan.cancel]
+    Pod.objects.filter(pk__in=stop, state=Pod.State.BOOTING).update(cancel_requested_at=timezone.now())
+    return booted
+
+
+def _apply_releases(pool: Pool, plan: planning.Plan) -> list[int]:
+    """Release the plan's pods (spend attributed first); have a tick due when a surplus pod will
+    have idled long enough."""
+    shed = []
+    for stop in plan.release:
+        pod = Pod.objects.filter(pk=stop.pod_id, pool=pool).first()
+        if pod is not None:
+            pod_release(pod=pod, reason=stop.reason)
+            shed.append(pod.pk)
+    if plan.shed_tick_at is not None:
+        _tick_when_sheddable(pool, plan.shed_tick_at)
+    return shed
 
 
 def _tick_when_sheddable(pool: Pool, at) -> None:

@@ -116,8 +116,8 @@ def test_the_ocr_command_writes_one_text_file_per_document(live_system, tmp_path
 def test_a_small_backlog_boots_one_pod_on_the_shipped_cost_cap_where_the_time_target_wants_three(
     live_system, admin_user, local_pool
 ):
-    # The workers size the fleet with the shipped SCALE_MAX_OVERHEAD (0.12; only this process's
-    # settings turn it off, tests/conftest.py): nothing in their environment sets it.
+    # The workers size the fleet with the shipped SCALE_MAX_OVERHEAD (0.12): nothing in their
+    # environment sets it.
     assert "SCALE_MAX_OVERHEAD" not in live_system.env
     Pool.objects.filter(pk=local_pool.pk).update(max_pods=3, max_parallel_boots=3, lanes_per_pod=1)
     _, token = ApiToken.issue(user=admin_user, name="e2e", scopes=["submit"])

@@ -11,7 +11,7 @@ from django.utils import timezone
 from runpod.api.mutations import pods as pod_mutations
 
 from ocrjobs.models import Document, Job, Page
-from pods import capacity
+from pods import capacity, planning
 from pods.models import Pod, Pool, SpendEntry, pod_name
 from pods.poolconfig import PoolConfigError, parse_config
 from pods.providers import runpod_api
@@ -89,15 +89,15 @@ def test_the_bid_is_the_minimum_bid_plus_the_margin_capped_at_the_on_demand_pric
         Offer(SPOT, "SECURE", cost_per_hr=Decimal("0.50"), min_bid=Decimal("0.12")),
         Offer(GOOD, "SECURE", cost_per_hr=Decimal("0.30")),
     ]
-    priced = capacity.priced([on_demand, spot], catalogue)
+    priced = planning.priced([on_demand, spot], catalogue)
     assert [(o.gpu_type, o.interruptible, o.cost_per_hr) for o in priced] == [
         (SPOT, True, Decimal("0.15")),
         (GOOD, False, Decimal("0.30")),
     ]
     greedy = Offer(SPOT, "SECURE", interruptible=True, bid_margin=Decimal("5"))
-    assert capacity.priced([greedy], catalogue)[0].cost_per_hr == Decimal("0.50")  # never over on-demand
+    assert planning.priced([greedy], catalogue)[0].cost_per_hr == Decimal("0.50")  # never over on-demand
     unbid = Offer(GOOD, "SECURE", interruptible=True)  # the catalogue names no minimum bid for it
-    assert capacity.priced([unbid], catalogue) == []
+    assert planning.priced([unbid], catalogue) == []
 
 
 def test_the_mutation_carries_checked_values_and_refuses_what_the_sdk_would_paste_unescaped():

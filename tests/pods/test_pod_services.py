@@ -27,6 +27,7 @@ def _pages(pool, count: int) -> list[Page]:
 def test_a_tick_boots_for_the_backlog_and_counts_booting_pods_as_capacity(local_pool, prefix, settings):
     settings.SCALE_SECONDS_PER_PAGE_GUESS = 2.0  # no page measured yet
     settings.SCALE_TARGET_SECONDS = 2.0  # drain the backlog in one page time
+    settings.SCALE_MAX_OVERHEAD = 0.0  # the time target alone: 14 lane-s pay for no boot otherwise
     local_pool.max_pods = 5
     local_pool.lanes_per_pod = 2
     local_pool.max_parallel_boots = 3
