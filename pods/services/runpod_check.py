@@ -33,7 +33,7 @@ import httpx
 from django.conf import settings
 
 from fleetadmin.localhost import localhost_transport
-from pods import capacity
+from pods import planning
 from pods.models import Pool
 from pods.podclient import pod_headers
 from pods.poolconfig import PoolConfigError, pool_offers
@@ -140,7 +140,7 @@ def _candidates(
     offers = [replace(o, interruptible=spot, bid_margin=Decimal("0")) for o in offers]
     catalogue = provider.catalogue()
     say(f"catalogue {len(catalogue)} offers from RunPod")
-    candidates = capacity.priced(offers, catalogue)
+    candidates = planning.priced(offers, catalogue)
     if spot and bid is not None:
         candidates = sorted((replace(o, cost_per_hr=bid) for o in candidates), key=lambda o: o.cost_per_hr)
     if not candidates:

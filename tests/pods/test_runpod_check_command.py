@@ -146,18 +146,31 @@ def test_a_pod_that_never_runs_is_terminated_when_the_deadline_passes(sim, pool)
 def test_ctrl_c_while_it_waits_terminates_the_pod_and_fails(sim, pool):
     faults_first(sim, {"kind": "boot_stuck", "count": 1})
 
+    # A Ctrl-C that came after the command ended (it failed early) must not stop the test run:
+    # while this test runs, SIGINT interrupts only the command.
+    running = threading.Event()
+    running.set()
+
     def interrupt_once_created() -> None:
         guard = time.monotonic() + 60
-        while sim.stats()["pods_created"] == 0 and time.monotonic() < guard:
+        while running.is_set() and sim.stats()["pods_created"] == 0 and time.monotonic() < guard:
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C: KeyboardInterrupt in the main thread
+        if running.is_set() and sim.stats()["pods_created"]:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C: KeyboardInterrupt in the main thread
 
+    def only_while_running(signum, frame) -> None:
+        if running.is_set():
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, only_while_running)
     interrupter = threading.Thread(target=interrupt_once_created)
     interrupter.start()
     try:
         out, failed = check("check", "--deadline", "120")
     finally:
+        running.clear()
         interrupter.join()
+        signal.signal(signal.SIGINT, previous)
     assert failed is not None and "interrupted" in str(failed)
     assert "interrupted: terminating what was rented" in out
     assert re.search(r"^terminated \w+", out, re.M) and nothing_billing(sim)
