@@ -11,6 +11,10 @@ modes) and its reading (``text_layer: unusable`` when the pod found its layer mo
   visible text; an unusable invisible layer in any mode);
 - ``raster``: drawn as an image under our layer (force, or an unusable layer, with visible text:
   the page looks as it did and extracts as our text only).
+
+In redo, a page's visible text stays, and our lines that lie over it are left out of our layer
+(``without_lines_over``): a born-digital page's text is found once, not beside our reading of it,
+as OCRmyPDF's redo reads only what is not text already.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ SHOWS = ("Tj", "TJ", "'", '"')
 FORM_DEPTH = 8
 RASTER_DPI_MAX = 300
 RASTER_JPEG_QUALITY = 85
+COVERED_SHARE = 0.5  # of a line's box under the page's visible text: the line is that text, read again
 
 
 @dataclass
@@ -150,3 +155,51 @@ def raster(document: pdfium.PdfDocument, number: int, size: tuple[float, float],
     buffer = io.BytesIO()
     image.convert("RGB").save(buffer, format="JPEG", quality=RASTER_JPEG_QUALITY)
     return buffer.getvalue()
+
+
+Rect = tuple[float, float, float, float]  # left, bottom, right, top, in points
+
+
+def visible_text(document: pdfium.PdfDocument, number: int) -> tuple[list[Rect], Rect] | None:
+    """Page ``number``'s visible text objects' rectangles and its crop box, in its user space; None
+    for a turned page (/Rotate: its reading's boxes are not matched). The caller holds pdfium's lock."""
+    with contextlib.closing(document[number - 1]) as page:
+        if page.get_rotation():
+            return None
+        shown = [obj.get_bounds() for obj in page.get_objects(filter=[pdfium.raw.FPDF_PAGEOBJ_TEXT], max_depth=FORM_DEPTH)
+                 if pdfium.raw.FPDFTextObj_GetTextRenderMode(obj.raw) not in INVISIBLE_MODES]  # fmt: skip
+        return shown, page.get_cropbox()
+
+
+def without_lines_over(result: dict, rects: list[Rect], crop: Rect) -> dict:
+    """The reading without its lines that lie mostly (COVERED_SHARE) over the page's visible text:
+    that text stays on the page and is found there. A reading turned upright or without boxes is
+    left whole."""
+    width, height = result.get("width"), result.get("height")
+    lines = result.get("lines") or []
+    if not rects or not width or not height or result.get("rotation"):
+        return result
+    left, bottom, right, top = crop
+    scale_x, scale_y = (right - left) / width, (top - bottom) / height
+    kept = []
+    for line in lines:
+        box = line.get("bbox") if isinstance(line, dict) else None
+        if isinstance(box, list | tuple) and len(box) == 4:
+            x0, y0, x1, y1 = (float(v) for v in box)
+            points = (left + x0 * scale_x, top - y1 * scale_y, left + x1 * scale_x, top - y0 * scale_y)
+            if _covered(points, rects) >= COVERED_SHARE:
+                continue
+        kept.append(line)
+    if len(kept) == len(lines):
+        return result
+    return {**result, "lines": kept, "text": "\n".join(str(line.get("text", "")) for line in kept)}
+
+
+def _covered(box: Rect, rects: list[Rect]) -> float:
+    """The share of ``box`` that ``rects`` cover (their overlaps counted once each: at most 1)."""
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    if area <= 0:
+        return 0.0
+    overlap = sum(max(0.0, min(box[2], r[2]) - max(box[0], r[0])) * max(0.0, min(box[3], r[3]) - max(box[1], r[1]))
+                  for r in rects)  # fmt: skip
+    return min(1.0, overlap / area)

@@ -230,6 +230,7 @@ def _update_pdf(source: Path, document: Document, target: Path, lease: leases.Ho
                 if not any(wanted):
                     continue
                 found, treatments = _old_text(pages, chunk, wanted, mode)
+                chunk = _beside_visible_text(source, start + 1, chunk, found, treatments, mode)
                 images = _rasters(source, start + 1, treatments, sizes, chunk, Path(tmp))
                 _draw_layer(Path(tmp) / "layer.pdf", sizes, chunk, wanted, images)
                 with pikepdf.open(Path(tmp) / "layer.pdf") as layer:
@@ -265,6 +266,22 @@ def _old_text(pages: list[pikepdf.Page], chunk: list, wanted: list[bool], mode: 
     treatments = [old_text.treatment(old, mode=mode, result=result) if old else "keep"
                   for old, result in zip(found, chunk, strict=True)]  # fmt: skip
     return found, treatments
+
+
+def _beside_visible_text(source: Path, first: int, chunk: list, found: list, treatments: list[str], mode: str) -> list:
+    """The chunk's readings, in redo without the lines over a page's own visible text (which stays:
+    old_text.without_lines_over), pages ``first``..."""
+    if mode != Job.TextMode.REDO or not any(old and old.visible and treat != "raster"
+                                            for old, treat in zip(found, treatments, strict=True)):  # fmt: skip
+        return chunk
+    chunk = list(chunk)
+    with PDFIUM_LOCK, contextlib.closing(pdfium.PdfDocument(str(source))) as document:
+        for index, (old, treat) in enumerate(zip(found, treatments, strict=True)):
+            if old and old.visible and treat != "raster" and chunk[index]:
+                shown = old_text.visible_text(document, first + index)
+                if shown is not None:
+                    chunk[index] = old_text.without_lines_over(chunk[index], *shown)
+    return chunk
 
 
 def _rasters(source: Path, first: int, treatments: list[str], sizes: list, chunk: list, directory: Path) -> list:
@@ -354,6 +371,7 @@ def _rewrite_pdf(source: Path, document: Document, target: Path, lease: leases.H
                 continue
             directory = Path(layers.enter_context(tempfile.TemporaryDirectory(prefix="fleetadmin-layer-")))
             found, treatments = _old_text(pages, chunk, wanted, document.job.text_mode)
+            chunk = _beside_visible_text(source, start + 1, chunk, found, treatments, document.job.text_mode)
             _draw_layer(directory / "layer.pdf", sizes, chunk, wanted,
                         _rasters(source, start + 1, treatments, sizes, chunk, directory))  # fmt: skip
             layer = layers.enter_context(pikepdf.open(directory / "layer.pdf"))

@@ -77,6 +77,36 @@ def test_redo_keeps_visible_text_and_removes_only_the_invisible(ordinary_user):
     assert "visible footer stays" in text and "quokka" in text and "zebrafish" not in text
 
 
+@pytest.mark.skipif(not shutil.which("pdftotext"), reason="poppler-utils (bin/install test)")
+def test_redo_finds_a_born_digital_pages_text_once_not_beside_our_reading(ordinary_user, engines, tmp_path):
+    # The page's visible text stays in redo; our lines over it are left out of our layer (read
+    # again, they doubled it: 2x the words), as OCRmyPDF's redo reads only what is not text.
+    data = vector_text_pdf(LINES)
+    result = pod_reads(tmp_path, data, engines["api"])
+    own = pdftotext(data).split()
+    assert len(result["lines"]) >= len(LINES)  # the pod read every line
+
+    _, pdf = read_and_build(ordinary_user, data, result, text_mode="redo")
+
+    extracted = pdftotext(pdf).split()
+    assert len(extracted) <= 1.2 * len(own), (len(extracted), len(own))
+    assert extracted == own
+    assert text_of(pdf)[0].split() == own  # pdfium's too (it keeps a duplicate poppler drops)
+
+
+@pytest.mark.skipif(not shutil.which("pdftotext"), reason="poppler-utils (bin/install test)")
+def test_redo_keeps_our_reading_of_a_scan_beside_the_visible_line_it_carries(ordinary_user, engines, tmp_path):
+    data = _with_visible_line(pretexted_pdf(LINES, EARLIER))
+    result = pod_reads(tmp_path, data, engines["api"])
+    assert "footer" in result["text"]  # the pod read the visible line with the scan's
+
+    _, pdf = read_and_build(ordinary_user, data, result, text_mode="redo")
+
+    (extracted,) = text_of(pdf)  # (pdfium's text: poppler's drops a duplicate drawn over its twin)
+    assert extracted.count("footer") == 1  # the page's own, not ours beside it
+    assert "authority" in extracted and "zebrafish" not in extracted  # the scan's lines are ours
+
+
 def test_force_gives_our_text_only_and_the_page_looks_the_same(ordinary_user, tmp_path):
     data = vector_text_pdf(LINES)
 
