@@ -5,6 +5,8 @@
 //   ocrjobs/live.py) gets the page's token, the one htmx sends (<body hx-headers>).
 // - An element with data-width (a percent) or data-aspect ("width / height") gets that size, in
 //   the first render and in every part htmx swaps in later (a poll, a websocket push).
+// - The job form's submit waits while its forecast shows an error (the submit would be refused
+//   for it, and says why); any change to the form lets it be sent again.
 (function () {
   document.addEventListener("submit", function (event) {
     var form = event.target;
@@ -45,4 +47,30 @@
     childList: true, subtree: true, attributes: true, attributeFilter: ["data-width", "data-aspect"],
   });
   size(document);
+
+  function submitFollowsForecast() {
+    var forecast = document.getElementById("forecast");
+    var form = forecast && forecast.closest("form");
+    var submit = form && form.querySelector("button[type=submit]");
+    if (!submit) return;
+    var error = forecast.querySelector(".error");
+    submit.disabled = Boolean(error);
+    if (error) {
+      error.id = "forecast-error";
+      submit.setAttribute("aria-describedby", "forecast-error");
+    } else {
+      submit.removeAttribute("aria-describedby");
+    }
+  }
+  document.addEventListener("htmx:afterSettle", submitFollowsForecast);
+  ["input", "change"].forEach(function (kind) {
+    document.addEventListener(kind, function (event) {
+      var form = event.target.form;
+      var submit = form && form.querySelector("#forecast") && form.querySelector("button[type=submit]");
+      if (!submit) return;
+      submit.disabled = false;
+      submit.removeAttribute("aria-describedby");
+    });
+  });
+  submitFollowsForecast();
 })();
