@@ -244,7 +244,7 @@ def _download(request: HttpRequest, job: Job, lines: Iterator[str], *, content_t
     if isinstance(request, ASGIRequest):  # (WSGI and the test client iterate the lines as they are)
         lines = _in_chunks(lines)
     response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="job-{job.pk}.{suffix}"'
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.{suffix}"'
     return response
 
 

@@ -63,12 +63,11 @@ async def _async(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def _stream(request, parts: Iterable[str | bytes], *, content_type: str, filename: str, attachment: bool = True):
+def _stream(request, parts: Iterable[str | bytes], *, content_type: str, filename: str):
     chunks = _as_bytes(parts)
     body = _async(chunks) if isinstance(request, ASGIRequest) else chunks
     response = StreamingHttpResponse(body, content_type=content_type)
-    disposition = "attachment" if attachment else "inline"
-    response["Content-Disposition"] = f'{disposition}; filename="{_ascii(filename)}"'
+    response["Content-Disposition"] = f'attachment; filename="{_ascii(filename)}"'
     return response
 
 
@@ -80,7 +79,7 @@ def _ascii(name: str) -> str:
 def job_result_md(request: HttpRequest, job_id: int) -> StreamingHttpResponse:
     job = _job_for(request, job_id)
     return _stream(request, outputs.job_result_md(job), content_type="text/markdown; charset=utf-8",
-                   filename=f"job-{job.pk}.md", attachment=False)  # fmt: skip
+                   filename=f"job-{job.pk}.md")  # fmt: skip
 
 
 def _document_stem(document: Document) -> str:

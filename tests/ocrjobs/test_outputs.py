@@ -327,6 +327,21 @@ def test_each_documents_downloads(client, submit_token, own_pdf_job):
     assert b"".join(job_md.streaming_content).decode().startswith("# report.pdf\n\n<!-- page 1 -->")
 
 
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [("result.txt", "job-{job}.txt"), ("result.md", "job-{job}.md"), ("result.jsonl", "job-{job}.jsonl"),
+     ("documents/{document}/result.txt", "report.txt"), ("documents/{document}/result.md", "report.md"),
+     ("documents/{document}/result.jsonl", "report.jsonl")],
+)  # fmt: skip
+def test_every_text_download_is_a_file_the_browser_saves(client, submit_token, own_pdf_job, path, name):
+    # A job's downloads opened in the tab while a document's were saved (UI review item 8).
+    document = own_pdf_job.documents.get()
+
+    response = client.get(f"/v1/jobs/{own_pdf_job.pk}/" + path.format(document=document.pk), headers=auth(submit_token))
+
+    assert response["Content-Disposition"] == f'attachment; filename="{name.format(job=own_pdf_job.pk)}"'
+
+
 def test_the_pdf_is_202_until_it_is_built(client, submit_token, own_pdf_job):
     document = own_pdf_job.documents.get()
     response = client.get(f"/v1/jobs/{own_pdf_job.pk}/documents/{document.pk}/result.pdf", headers=auth(submit_token))
