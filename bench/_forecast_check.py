@@ -3,7 +3,7 @@
 Each job's forecast is the one the product made at its submission (``Job.forecast``, written by
 ``job_submit``; the stored-pages mode makes it the same way, ``record_forecasts``, before any
 work), read for the job's priority as the job page shows it beside the actual figures
-(``ocrjobs.views._forecast_vs_actual``). The actual figures are that page's: minutes from the
+(``ocrjobs.live.forecast_vs_actual``). The actual figures are that page's: minutes from the
 job's creation to its end (the database's clock: the simulator's boots and pages take real
 seconds) and dollars from the spend accounting (``pods.spend.jobs_spend``: the job's share of its
 pods, price per lane-second × the seconds its pages held a lane). The error is forecast ÷ actual
@@ -114,8 +114,8 @@ def _error(forecast: float | None, actual: float | None) -> float | None:
 def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
     """Per job: the forecast (its priority's sizing), the actual pods, minutes and dollars, and
     each error; then the worst errors and the storm's whole spend against the forecasts' sum."""
+    from ocrjobs.live import forecast_vs_actual
     from ocrjobs.models import Job
-    from ocrjobs.views import _forecast_vs_actual
     from pods.services import forecast as forecasts
     from pods.spend import jobs_spend
 
@@ -127,7 +127,7 @@ def forecast_vs_bill(job_ids: list[int], *, spend_total: float) -> dict:
     overhead = spend_total / sum(shares.values()) if sum(shares.values()) else None
     jobs = []
     for job in Job.objects.filter(pk__in=job_ids).select_related("pool").order_by("pk"):
-        shown = _forecast_vs_actual(job, job.page_counts()) or {}
+        shown = forecast_vs_actual(job, job.page_counts()) or {}
         forecast = shown.get("forecast") or {}
         bill = round(shares.get(job.pk, 0.0) * overhead, 4) if overhead is not None else None
         based = ((job.forecast or {}).get("pools") or [{}])[0].get("based_on", {})

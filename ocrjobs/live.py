@@ -59,7 +59,7 @@ def group_for_job(job_id: int) -> str:
 # --- what the page shows ---------------------------------------------------------------------------
 
 
-def _forecast_vs_actual(job: Job, counts: dict) -> dict | None:
+def forecast_vs_actual(job: Job, counts: dict) -> dict | None:
     """The job's pool's forecast for its priority next to what it has taken so far."""
     pools = (job.forecast or {}).get("pools") or []
     if not pools:
@@ -93,12 +93,12 @@ def job_context(job: Job, *, sections: tuple[str, ...] = GROUP_SECTIONS, counts:
     context = {"job": job, "progress": progress, "counts": counts, "documents": documents,
                "outputs_statuses": WITH_OUTPUTS, "viewer_counts": {"total": counts["total"], "to_check": counts["to_check"]}}  # fmt: skip
     if "progress" in sections:
-        context["forecast_vs_actual"] = _forecast_vs_actual(job, counts)
+        context["forecast_vs_actual"] = forecast_vs_actual(job, counts)
     if "escalations" in sections:
         context["escalated_count"], context["escalations"] = selectors.job_escalations(job)
     if "events" in sections:
-        context["timeline"] = job_timeline(job)
         context["deliveries"] = list(job.webhook_deliveries.all())
+        context["timeline"] = job_timeline(job, deliveries=context["deliveries"])
     return context
 
 

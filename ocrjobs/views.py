@@ -27,7 +27,7 @@ from pods.models import AuditEntry
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
-    job = selectors.jobs_visible_to(request.user).filter(pk=job_id).first()
+    job = selectors.jobs_visible_to(request.user).select_related("owner").filter(pk=job_id).first()
     if job is None:
         raise Http404("no such job")
     return job

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, Sum
 from django.utils.dateparse import parse_datetime
 
-from ocrjobs.models import Job, SearchablePdf
+from ocrjobs.models import Job, Page, SearchablePdf
 
 ACTIONS = {"cancel": "Cancelled", "retry": "Retried", "rebuild": "Searchable PDFs asked for again"}
 AUDIT_SHOWN = 50
@@ -26,20 +26,22 @@ class Event:
     level: str = ""  # "", "error": how the page shows it
 
 
-def job_timeline(job: Job) -> list[Event]:
-    """The job's events, oldest first."""
+def job_timeline(job: Job, *, deliveries: list | None = None) -> list[Event]:
+    """The job's events, oldest first (``deliveries``: its webhook deliveries, read already)."""
     owner = job.owner.get_username() if job.owner_id else "a deleted user"
     events = [Event(job.created_at, "submitted", f"Submitted by {owner}")]
 
-    split = job.documents.exclude(split_at=None).aggregate(n=Count("id"), first=Min("split_at"), last=Max("split_at"))
+    split = job.documents.exclude(split_at=None).aggregate(n=Count("id"), last=Max("split_at"), pages=Sum("page_count"))
     if split["n"]:
-        pages = sum(job.documents.exclude(split_at=None).values_list("page_count", flat=True))
+        pages = split["pages"] or 0
         documents = f"{split['n']} document{'s' if split['n'] != 1 else ''}"
         events.append(Event(split["last"], "split", f"Split: {documents} into {pages} page{'s' if pages != 1 else ''}"))
 
-    # The pods that read its pages (those whose results are stored: a page sent again keeps its last pod).
+    # The pods that read its pages (those whose results are stored: a page sent again keeps its last
+    # pod). By status too: SQLite's planner, given the statistics of a long history, scanned the
+    # whole page table for the job's pages alone (bench/status_history.py); (job, status) it seeks.
     on_pods = (
-        job.pages.exclude(pod=None).order_by().values("pod__name", "pod__gpu_type")
+        job.pages.filter(status=Page.Status.DONE).exclude(pod=None).order_by().values("pod__name", "pod__gpu_type")
         .annotate(first=Min("started_at"), pages=Count("id"))[:PODS_SHOWN]
     )  # fmt: skip
     for row in on_pods:
@@ -62,7 +64,7 @@ def job_timeline(job: Job) -> list[Event]:
             level = "error" if row["status"] == SearchablePdf.Status.FAILED else ""
             events.append(Event(row["last"], "build", f"Searchable PDFs {row['status']}: {row['n']}", level))
 
-    for delivery in job.webhook_deliveries.all():
+    for delivery in job.webhook_deliveries.all() if deliveries is None else deliveries:
         for attempt in delivery.attempts[-3:]:
             at = _parse(attempt.get("at"))
             if at is None:

@@ -213,8 +213,8 @@ def test_every_console_page_works_under_the_policy_with_no_violation(front, brow
     upload = tmp_path / "one.pdf"
     upload.write_bytes(pdf_bytes(PAGES_TRUTH[:1]))
     page.set_input_files("#id_files", str(upload))
-    page.wait_for_selector("#forecast h3")
-    assert "1 pages" in page.inner_text("#forecast")
+    page.wait_for_selector("#forecast h2")
+    assert "1 page." in page.inner_text("#forecast")
     # Submitting posts the form to our own origin (form-action 'self'), which answers with the job.
     page.click("main form button[type=submit]")
     page.wait_for_url(re.compile(rf"{front}/jobs/\d+$"))

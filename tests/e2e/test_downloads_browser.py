@@ -23,9 +23,9 @@ from tools.processes import child_env, start_front
 
 pytestmark = pytest.mark.e2e
 
-SUFFIXES = ("txt", "md", "jsonl", "pdf")
+SUFFIXES = ("txt", "md", "jsonl", "hocr", "alto.xml", "pdf")
 # what each link's file is saved as: the searchable PDF apart from the original it was made from
-SAVED_AS = {"txt": "txt", "md": "md", "jsonl": "jsonl", "pdf": "ocr.pdf"}
+SAVED_AS = {"txt": "txt", "md": "md", "jsonl": "jsonl", "hocr": "hocr", "alto.xml": "alto.xml", "pdf": "ocr.pdf"}
 DOCUMENTS = {"report.pdf": pdf_bytes(PAGES_TRUTH[:2]), "note.png": image_bytes(["A photographed note."])}
 
 
@@ -120,7 +120,7 @@ def test_the_job_page_downloads_each_documents_outputs_and_the_jobs_zip(
     assert members == ["result.txt", "result.md", "result.jsonl", *documents]
     for member in documents:
         assert zipped[member] == files[member.removeprefix("documents/")], member
-    # result.txt and result.jsonl open in the browser (inline): the zip's are the same bytes.
+    # The job's result.txt and result.jsonl, linked on the page: the zip's are the same bytes.
     for member in ("result.txt", "result.jsonl"):
         assert zipped[member] == linked(context, page, front, member), member
     assert "Water levels rose" in zipped["result.txt"].decode()
