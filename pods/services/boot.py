@@ -378,8 +378,7 @@ def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     pod.host = _host_of(pod)
     fields.append("host")
     if offer is not None:
-        pod.gpu_type, pod.cloud_type = offer.gpu_type, offer.cloud_type
-        pod.data_center = created.data_center or offer.data_center  # where it went, else where it was asked
+        pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
         pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr  # an interruptible pod's: its bid
         pod.interruptible = offer.interruptible
         fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr", "interruptible"]
