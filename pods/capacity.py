@@ -69,7 +69,11 @@ def probe_acquire(key: str) -> str | None:
     if unblocked.filter(open_until__gt=now).exists():
         took = unblocked.filter(open_until__gt=now, open_slots__gt=0).update(open_slots=F("open_slots") - 1)
         return OPEN if took == 1 else None
-    taken = unblocked.filter(Q(probing_until__isnull=True) | Q(probing_until__lt=now)).update(
+    # Not open either: a probe that ended with a pod between the read above and this write opened
+    # it, and a second boot probing it now beside the one in its slot is one create too many
+    # (bench/boot_storm.py: a candidate with room for one pod refused two boots).
+    closed = Q(open_until__isnull=True) | Q(open_until__lte=now)
+    taken = unblocked.filter(closed, Q(probing_until__isnull=True) | Q(probing_until__lt=now)).update(
         probing_until=now + timedelta(seconds=PROBE_LOCK_SECONDS)
     )
     return PROBE if taken == 1 else None

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django.db.models import QuerySet
 
 from pods import capacity, podclient
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
@@ -90,6 +91,21 @@ def test_a_candidate_that_just_gave_a_pod_lets_boots_create_on_it_side_by_side(s
     capacity.probe_finish(key, how=capacity.OPEN, blocked_for=60, reason="no capacity")
     assert capacity.probe_acquire(key) is None
     assert CapacityVerdict.objects.get(key=key).to_dict()["open"] is False
+
+
+def test_a_boot_that_read_the_candidate_closed_does_not_probe_it_once_a_probe_opened_it(sim, pool, monkeypatch):
+    """CI's boot storm: a candidate with room for one pod refused two boots. One boot read the
+    candidate not open, the probe then ended with a pod (open, one slot, no probe lock), and the
+    boot's probe write found no lock and probed it beside the boot that took the slot."""
+    key = f"runpod|{GOOD}|SECURE|EU-RO-1"
+    assert capacity.probe_acquire(key) == capacity.PROBE
+    capacity.probe_finish(key, created=True)  # open, one slot
+    assert capacity.probe_acquire(key) == capacity.OPEN  # the slot is out
+    real_exists = QuerySet.exists
+    # The read of "open" before the probe's success was written, the write after it.
+    monkeypatch.setattr(QuerySet, "exists", lambda qs: False if qs.model is CapacityVerdict else real_exists(qs))
+    assert capacity.probe_acquire(key) is None
+    assert CapacityVerdict.objects.get(key=key).probing_until is None
 
 
 def test_an_open_candidate_lets_out_only_the_creates_its_successes_earned(sim, pool):
