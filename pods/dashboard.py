@@ -91,7 +91,7 @@ def pod_page(*, page: int, now: datetime | None = None) -> dict:
             "pool": pod.pool.key,
             "gpu_type": pod.gpu_type,
             "cloud_type": pod.cloud_type,
-            "data_center": pod.data_center,
+            "data_center": pod.location,
             "state": pod.state,
             "uptime_s": (now - (pod.billed_from or pod.created_at)).total_seconds(),
             "inflight": inflight.get(pod.pk, 0),

@@ -186,7 +186,10 @@ class Pod(TaskLeased):
     lanes = models.PositiveIntegerField(default=1)
     gpu_type = models.CharField(max_length=100, blank=True)
     cloud_type = models.CharField(max_length=20, blank=True)
-    data_center = models.CharField(max_length=40, blank=True)
+    data_center = models.CharField(max_length=40, blank=True)  # the candidate's: part of its key
+    # Where the provider placed it, when it said: a candidate may name no data centre and let
+    # RunPod choose. Apart from data_center, which names the candidate a preemption blocks.
+    placed_in = models.CharField(max_length=40, blank=True, help_text="the data centre the provider placed it in")
     cost_per_hr = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
     interruptible = models.BooleanField(default=False, help_text="rented at a bid: the provider may preempt it")
     preempted_at = models.DateTimeField(null=True, blank=True, help_text="when the provider took it back")
@@ -248,6 +251,11 @@ class Pod(TaskLeased):
     def is_alive(self) -> bool:
         return self.state in self.ALIVE_STATES
 
+    @property
+    def location(self) -> str:
+        """The data centre it runs in: where the provider placed it, else the one it was asked for."""
+        return self.placed_in or self.data_center
+
     def spend(self, *, at: datetime | None = None) -> Decimal:
         """Dollars billed so far: from the provider's create until the pod ended (or now)."""
         if self.billed_from is None:
@@ -286,7 +294,7 @@ class Pod(TaskLeased):
             "provider_id": self.provider_id,
             "lanes": self.lanes,
             "gpu_type": self.gpu_type,
-            "data_center": self.data_center,
+            "data_center": self.location,
             "cost_per_hr": float(self.cost_per_hr),
             "spend": float(self.spend()),
             "created_at": self.created_at.isoformat(),

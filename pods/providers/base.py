@@ -99,6 +99,7 @@ class ProviderPod:
     stopped: bool = False  # the provider stopped it (why: ``stop_cause``)
     stop_cause: str = ""  # a StopCause when stopped
     gone: bool = False  # terminated (still listed for a while, or vanished with an outbid)
+    data_center: str = ""  # where the provider placed it, when it says (RunPod: machine.dataCenterId)
 
 
 class StopCause:

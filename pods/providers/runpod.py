@@ -91,7 +91,8 @@ query GpuTypes {
 """
 
 # What a create selects: the rate RunPod charges (costPerHr) is read back into the pod's.
-CREATED_FIELDS = "id imageName machineId costPerHr"
+# machine { dataCenterId }: where RunPod placed the pod (a candidate may name no data centre).
+CREATED_FIELDS = "id imageName machineId costPerHr machine { dataCenterId }"
 MAX_BID_PER_GPU = Decimal("1000")
 DEFAULT_CONTAINER_DISK_GB = 10  # the SDK's own default for on-demand pods, for spot pods too
 
@@ -407,6 +408,7 @@ class RunPodProvider:
             running=False,
             # The rate RunPod charges, read back (an interruptible pod's: its bid, review row 15).
             cost_per_hr=_decimal(created.get("costPerHr")) or spec.offer.cost_per_hr,
+            data_center=str((created.get("machine") or {}).get("dataCenterId") or ""),
         )
 
     def _create_interruptible(self, spec: PodSpec, query: str, seconds: float) -> dict[str, Any] | None:

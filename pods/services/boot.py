@@ -379,9 +379,10 @@ def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     fields.append("host")
     if offer is not None:
         pod.gpu_type, pod.cloud_type, pod.data_center = offer.gpu_type, offer.cloud_type, offer.data_center
+        pod.placed_in = created.data_center  # where it went (the candidate may have named none)
         pod.cost_per_hr = created.cost_per_hr or offer.cost_per_hr  # an interruptible pod's: its bid
         pod.interruptible = offer.interruptible
-        fields += ["gpu_type", "cloud_type", "data_center", "cost_per_hr", "interruptible"]
+        fields += ["gpu_type", "cloud_type", "data_center", "placed_in", "cost_per_hr", "interruptible"]
     pod.save(update_fields=fields)
 
 

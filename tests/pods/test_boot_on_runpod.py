@@ -13,10 +13,11 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from pods import capacity, podclient
+from pods.dashboard import pod_page
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
 from pods.services import boot, lifecycle, passes, reconcile, scaler
 from runpodsim import SimConfig, SimulatorThread
@@ -41,6 +42,21 @@ def test_a_boot_skips_candidates_without_capacity_and_joins_on_the_next(sim, poo
         (f"runpod|{GOOD}|SECURE|EU-RO-1", "created"),
     ]
     assert float(pod.cost_per_hr) == pytest.approx(0.30)
+
+
+def test_a_pod_booted_on_a_candidate_naming_no_data_centre_records_where_runpod_placed_it(sim, pool):
+    # The candidate lets RunPod choose; the create's answer says where (machine.dataCenterId), and
+    # the dashboard shows it rather than "—" (issue 42, item 9). The candidate's own data centre
+    # stays: it names the candidate a preemption blocks.
+    Pool.objects.filter(pk=pool.pk).update(config={**pool.config, "candidates": [{"gpu_types": [GOOD]}]})
+
+    pod = boot_until_settled(new_pod(pool).pk)
+
+    assert pod.state == Pod.State.READY, pod.error
+    assert (pod.gpu_type, pod.data_center, pod.placed_in, pod.location) == (GOOD, "", "EU-RO-1", "EU-RO-1")
+    assert BootAttempt.objects.get().candidate == f"runpod|{GOOD}|SECURE|*"  # any data centre
+    assert pod.to_dict()["data_center"] == "EU-RO-1"
+    assert [row["data_center"] for row in pod_page(page=1)["pods"]] == ["EU-RO-1"]
 
 
 def test_every_later_boot_skips_a_candidate_that_said_no_capacity(sim, pool):
