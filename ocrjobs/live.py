@@ -26,7 +26,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from ocrjobs import selectors
-from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.models import Document, Job, Page, SearchablePdf, page_status_filters
 from ocrjobs.selectors import JobProgress
 from ocrjobs.selectors.timeline import job_timeline
 from ocrjobs.services.outputs import WITH_OUTPUTS
@@ -114,10 +114,10 @@ def render_actions(context: dict, *, user_id: int) -> str:
 
 
 def _pages_summed(job: Job) -> dict:
-    """The job's pages in one aggregate: by status, with warnings, to check, and attempts."""
-    statuses = [str(s) for s in Page.Status]
+    """The job's pages in one aggregate: by status (``page_status_filters``: a page claimed ahead
+    waits), with warnings, to check, and attempts."""
     return job.pages.order_by().aggregate(
-        total=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in statuses},
+        total=Count("id"), **{s: Count("id", filter=q) for s, q in page_status_filters().items()},
         warnings=Count("id", filter=Q(status=Page.Status.DONE, warnings__gt=0)), attempts=Sum("attempts"),
         to_check=Count("id", filter=Q(status=Page.Status.DONE, confidence__lt=settings.VIEWER_CONFIDENCE_THRESHOLD)),
     )  # fmt: skip

@@ -100,11 +100,7 @@ class Job(models.Model):
     def page_counts(self) -> dict[str, int]:
         counts = self.pages.aggregate(
             total=Count("id"),
-            pending=Count("id", filter=Q(status=Page.Status.PENDING)),
-            running=Count("id", filter=Q(status=Page.Status.RUNNING)),
-            done=Count("id", filter=Q(status=Page.Status.DONE)),
-            failed=Count("id", filter=Q(status=Page.Status.FAILED)),
-            cancelled=Count("id", filter=Q(status=Page.Status.CANCELLED)),
+            **{status: Count("id", filter=q) for status, q in page_status_filters().items()},
             warnings=Count("id", filter=Q(status=Page.Status.DONE, warnings__gt=0)),
         )
         return counts
@@ -320,6 +316,16 @@ def lowest_line_confidence(result) -> float | None:
         if isinstance(confidence, int | float) and not isinstance(confidence, bool):
             lowest = float(confidence) if lowest is None else min(lowest, float(confidence))
     return lowest
+
+
+def page_status_filters() -> dict[str, Q]:
+    """The page counts by status that people are shown: a page runs while it is out at a pod; one
+    a dispatcher claimed ahead for a lane (running, no pod yet) waits, as the dashboard's lanes
+    count it (``ocrjobs.selectors.pages_at_pods``)."""
+    filters = {str(status): Q(status=status) for status in Page.Status}
+    filters[str(Page.Status.RUNNING)] = Q(status=Page.Status.RUNNING, pod__isnull=False)
+    filters[str(Page.Status.PENDING)] = Q(status=Page.Status.PENDING) | Q(status=Page.Status.RUNNING, pod__isnull=True)
+    return filters
 
 
 class PageQuerySet(models.QuerySet):

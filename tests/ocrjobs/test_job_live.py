@@ -15,6 +15,7 @@ from ocrjobs import live
 from ocrjobs.consumers import CLOSE_FORBIDDEN
 from ocrjobs.models import Job, Page
 from pods import broadcast
+from pods.models import Pod
 from tests.ocrjobs.helpers import job_with_pages
 from tests.pods.test_consumers import GUARD, ORIGIN, WEBSOCKETS, closed_with, log_out, run, session_cookie
 
@@ -203,3 +204,18 @@ def test_a_report_is_read_strictly():
     assert live.parse_report("not json") is None
     assert live.parse_report('["pages"]') is None
     assert live.parse_report("x" * (live.MESSAGE_BYTES_MAX + 1)) is None
+
+
+def test_a_page_a_dispatcher_claimed_ahead_waits_and_one_out_at_a_pod_runs(ordinary_user, local_pool):
+    # A dispatcher claims a page ahead for each lane; until it is sent the page has no pod. The job
+    # page counted it as running: "2 running" beside a pool with no pod (issue 42, item 2).
+    job = job_with_pages(ordinary_user, local_pool, status=Job.Status.RUNNING, pages={"running": 2, "pending": 1})
+    at_pod, ahead = job.pages.filter(status=Page.Status.RUNNING).order_by("number")
+    pod = Pod.objects.create(pool=local_pool, name="p", state=Pod.State.READY, lanes=1)
+    Page.objects.filter(pk=at_pod.pk).update(pod=pod)
+
+    counts = live.page_counts(job)
+
+    assert (counts["running"], counts["pending"], counts["total"]) == (1, 2, 3)
+    assert live.job_context(job, counts=counts)["progress"].running == 1
+    assert {key: job.page_counts()[key] for key in ("running", "pending")} == {"running": 1, "pending": 2}  # the API's
