@@ -16,10 +16,11 @@ from dataclasses import replace
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from fleetadmin.api import ApiError
 from ocrjobs.models import Job
-from ocrjobs.selectors.budgets import daily_budgets, days_spent
+from ocrjobs.selectors.budgets import days_spent, users_daily_budget
 from ocrjobs.services.schedule import Schedule
 from pods.spend import jobs_spend
 
@@ -28,7 +29,7 @@ def daily_budget(owner) -> Decimal | None:
     """The owner's dollars per day, or None for no limit (the command line, staff by default)."""
     if owner is None or not owner.is_authenticated:
         return None
-    return daily_budgets([owner.pk]).get(owner.pk)
+    return users_daily_budget(owner)
 
 
 def budget_left(owner, *, lock: bool = False) -> tuple[Decimal, Decimal] | None:
@@ -37,7 +38,7 @@ def budget_left(owner, *, lock: bool = False) -> tuple[Decimal, Decimal] | None:
     budget = daily_budget(owner)
     if budget is None:
         return None
-    if lock:
+    if lock and connection.features.has_select_for_update:  # SQLite: one writer, no row locks
         get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
     return budget, budget - days_spent([owner.pk])[owner.pk]
 

@@ -342,3 +342,37 @@ def _numbers(sql: str) -> list[str]:
     import re
 
     return re.findall(r"\d+", sql)
+
+
+def test_a_users_day_is_what_their_window_jobs_cost_as_each_jobs_spend_counts_it(ordinary_user, local_pool):
+    # days_spent is one statement of our own SQL; each job's spend (pods.spend.jobs_spend) is read
+    # through querysets. The day must be the sum of its jobs' spends to the micro-dollar: entries of
+    # ended pods, shares of live ones, a first reading on a live pod of a page escalated since, and
+    # neither a free pod, an ended pod's pages, nor a job that finished before the window.
+    from datetime import timedelta
+
+    from ocrjobs.models import Page
+    from ocrjobs.selectors.budgets import days_spent
+    from pods.spend import jobs_spend
+    from tests.factories import image_bytes
+    from tests.ocrjobs.helpers import split, submit
+
+    priced = [Pod.objects.create(pool=local_pool, name=f"fa-p{n}", state=state, cost_per_hr=Decimal(price), lanes=lanes)
+              for n, (state, price, lanes) in enumerate([(Pod.State.READY, "0.37", 3), (Pod.State.DRAINING, "1.1", 1),
+                                                         (Pod.State.READY, "0", 2), (Pod.State.TERMINATED, "2", 1)])]  # fmt: skip
+    jobs = [submit(ordinary_user, {f"{n}.png": image_bytes(["a line"]), f"{n}b.png": image_bytes(["b"])})
+            for n in range(4)]  # fmt: skip
+    for n, job in enumerate(jobs):
+        split(job)
+        first, second = Page.objects.filter(job=job).order_by("number")
+        Page.objects.filter(pk=first.pk).update(status=Page.Status.DONE, pod=priced[n % 4], seconds=13.7 * (n + 1),
+                                                finished_at=timezone.now())  # fmt: skip
+        Page.objects.filter(pk=second.pk).update(first_pod=priced[(n + 1) % 4], first_seconds=4.1 * (n + 1))
+        _spent(job, f"0.{n + 1}3")
+    Job.objects.filter(pk=jobs[3].pk).update(status=Job.Status.DONE, started_at=timezone.now() - timedelta(days=2))
+
+    window = jobs[:3]
+    expected = sum(jobs_spend([job.pk for job in window]).values(), Decimal(0))
+
+    assert days_spent([ordinary_user.pk]) == {ordinary_user.pk: expected}
+    assert expected > Decimal("0.39")  # the three entries and some live shares

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ocrjobs import selectors
-from ocrjobs.models import Job, Page
+from ocrjobs.models import Document, Job, Page
 from pods.models import Pod, Pool
 from pods.services.forecast import job_forecast, pool_forecast
 from tests.factories import pdf_bytes
@@ -71,6 +71,11 @@ def test_pages_ahead_of_many_pools_are_each_pools_backlog_and_pages_not_split(or
     split(cancelled)
     Job.objects.filter(pk=cancelled.pk).update(status=Job.Status.CANCELLED)  # (its pages left pending)
     submit(ordinary_user, {"c.pdf": pdf_bytes([["three"]] * 3)}, pool_key="other")  # not split yet
+    halfway = submit(ordinary_user, {"d.pdf": pdf_bytes([["four"]] * 4)}, pool_key="other")
+    split(halfway)  # then as if its split had made only its first page so far
+    Page.objects.filter(job=halfway, number__gt=1).delete()
+    Document.objects.filter(job=halfway).update(status=Document.Status.PENDING)
+    Job.objects.filter(pk=halfway.pk).update(status=Job.Status.QUEUED)
 
     ahead = selectors.pools_pages_ahead([local_pool.pk, other.pk, idle.pk])
 
@@ -83,7 +88,7 @@ def test_pages_ahead_of_many_pools_are_each_pools_backlog_and_pages_not_split(or
         == {pool.pk: one_by_one(pool) for pool in (local_pool, other, idle)}
         == {
             local_pool.pk: 4,  # two pending, one running, one whose claim expired; not the cancelled job's
-            other.pk: 3,
+            other.pk: 3 + 4,  # c's three; d's page made (pending) and the three still to make
             idle.pk: 0,
         }
     )
@@ -103,4 +108,4 @@ def test_a_forecast_reads_what_moves_fast_in_the_same_statements_however_many_po
     # submission's forecast was a fifth of the front's CPU on bench/ingest.py.
     settings.FORECAST_BASIS_SECONDS = 3600
 
-    assert _statements_of_a_forecast(1) == _statements_of_a_forecast(6) == 4  # the pools, then three
+    assert _statements_of_a_forecast(1) == _statements_of_a_forecast(6) == 3  # the pools, pages ahead, ready pods
