@@ -64,6 +64,7 @@ from reportlab.pdfgen import canvas
 from fleetadmin import leases
 from ocrjobs import storage
 from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.results import StoredResult
 from ocrjobs.services import old_text, pdf_update
 from ocrjobs.services.submission import PDFIUM_LOCK
 
@@ -185,7 +186,7 @@ class _Results:
         self._rows = pages.iterator(chunk_size=500)
         self._next: tuple[int, str, str] | None = next(self._rows, None)
 
-    def get(self, number: int) -> dict | None:
+    def get(self, number: int) -> StoredResult | None:
         """Page ``number``'s result (None: not done, or no such page); numbers asked in order."""
         self._lease.keep()
         while self._next is not None and self._next[0] < number:
@@ -193,7 +194,7 @@ class _Results:
         if self._next is None or self._next[0] != number:
             return None
         _, status, result = self._next
-        return Page(result=result).read_result() if status == Page.Status.DONE and result else None
+        return StoredResult.from_json(result) if status == Page.Status.DONE else None
 
 
 def _overlay_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
@@ -397,9 +398,9 @@ def _shown_size(page: pikepdf.Page) -> tuple[float, float]:
     return (height, width) if rotate in (90, 270) else (width, height)
 
 
-def _wants_layer(result: dict | None) -> bool:
+def _wants_layer(result: StoredResult | None) -> bool:
     """A page gets a text layer when the pod read it (a page that kept its own is left alone)."""
-    return bool(result) and result.get("source") != "text layer" and bool(result.get("text", "").strip())
+    return result is not None and result.source != "text layer" and bool(result.text.strip())
 
 
 def _image_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
@@ -445,15 +446,12 @@ def _upright(image: Image.Image) -> Image.Image:
     return frame
 
 
-def _as_read(frame: Image.Image, result: dict | None) -> Image.Image:
+def _as_read(frame: Image.Image, result: StoredResult | None) -> Image.Image:
     """The frame at the size the pod read it, never larger (review N2: a 100-megapixel frame drawn
     whole was 3.8 s and 1.3 GB); a frame no pod read (its job cancelled, its page failed) at
     UNREAD_FRAME_PIXELS at most. The page keeps its size in points: only its pixels are fewer."""
     width, height = frame.size
-    try:
-        bound = (int(result["width"]), int(result["height"])) if result else None
-    except (KeyError, TypeError, ValueError):
-        bound = None
+    bound = (int(result.width), int(result.height)) if result and result.width and result.height else None
     if not bound or min(bound) < 1:
         scale = min(1.0, (UNREAD_FRAME_PIXELS / (width * height)) ** 0.5)
         bound = (max(1, int(width * scale)), max(1, int(height * scale)))
@@ -477,15 +475,13 @@ def _image_page_size(image: Image.Image) -> tuple[float, float]:
 # --- the text layer ------------------------------------------------------------------------------
 
 
-def _draw_text(page_canvas: canvas.Canvas, result: dict, size: tuple[float, float]) -> None:
+def _draw_text(page_canvas: canvas.Canvas, result: StoredResult, size: tuple[float, float]) -> None:
     """The page's lines as invisible text, each stretched over its box, in the engine's order
     (its reading order: that is the order search and copy give)."""
     font = _text_font()
     page_width, page_height = size
-    lines = [line for line in result.get("lines") or [] if str(line.get("text", "")).strip()]
-    if not lines:
-        lines = [{"text": text} for text in str(result.get("text", "")).splitlines() if text.strip()]
-    width, height = result.get("width"), result.get("height")
+    lines = result.lines_or_text()
+    width, height = result.width, result.height
     ascent, descent = font.face.ascent / 1000, -font.face.descent / 1000  # (descent is negative)
     for index, line in enumerate(lines):
         text = str(line["text"]).strip()
