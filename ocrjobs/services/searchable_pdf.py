@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pikepdf
 import pypdfium2 as pdfium
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 from PIL import Image, ImageOps
 from reportlab.lib.utils import ImageReader
@@ -122,15 +122,43 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         return None
     SearchablePdf.objects.get_or_create(document=document)
     rows = SearchablePdf.objects.filter(pk=document.pk)
+    row, token, generation = _build_start(rows)
+    if token is None:  # another copy of this task holds the row and builds it
+        return row
+    try:
+        name, size = _build_file(document, leases.Hold(rows, token))  # renewed as it reads pages
+    except leases.LeaseLost:  # a later build (a rebuild, the tick's resend) took the row: it stores
+        log.info("document %s: the searchable PDF's build was taken over", document.pk)
+        return rows.get()
+    except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
+        log.exception("document %s: the searchable PDF failed", document.pk)
+        rows.filter(generation=generation, task_lease_token=token).update(
+            status=SearchablePdf.Status.FAILED,
+            error=f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS],
+            updated_at=timezone.now(),
+            task_lease_until=None,
+            attempts=0,  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
+        )
+        return rows.get()
+    return _build_stored(rows, document, generation=generation, token=token, name=name, size=size)
+
+
+def _build_start(rows: models.QuerySet[SearchablePdf]) -> tuple[SearchablePdf, str | None, int]:
+    """(the row, the build's lease token, the generation it builds); no token when another build
+    holds the row."""
     with transaction.atomic():
         row = rows.select_for_update().get()
         token = leases.acquire(rows)
-        if token is None:  # another copy of this task holds the row and builds it
-            return row
+        if token is None:
+            return row, None, row.generation
         generation, row.attempts = row.generation, row.attempts + 1
         row.status, row.builds, row.updated_at = SearchablePdf.Status.BUILDING, row.builds + 1, timezone.now()
         row.save(update_fields=["status", "builds", "attempts", "updated_at"])
-    lease = leases.Hold(rows, token)  # renewed as the build reads its pages (_Results)
+    return row, token, generation
+
+
+def _build_file(document: Document, lease: leases.Hold) -> tuple[str, int]:
+    """The document's searchable PDF built and put in the storage: (its name there, its size)."""
     fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
     os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
     try:
@@ -142,22 +170,17 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         size = Path(temporary).stat().st_size
         name = storage.document_store(f"outputs/job-{document.job_id}/{document.pk}-{uuid.uuid4().hex[:8]}.pdf",
                                       Path(temporary))  # fmt: skip
-    except leases.LeaseLost:  # a later build (a rebuild, the tick's resend) took the row: it stores
+    except Exception:
         Path(temporary).unlink(missing_ok=True)
-        log.info("document %s: the searchable PDF's build was taken over", document.pk)
-        return rows.get()
-    except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
-        Path(temporary).unlink(missing_ok=True)
-        log.exception("document %s: the searchable PDF failed", document.pk)
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-        rows.filter(generation=generation, task_lease_token=token).update(
-            status=SearchablePdf.Status.FAILED,
-            error=error,
-            updated_at=timezone.now(),
-            task_lease_until=None,
-            attempts=0,  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
-        )
-        return rows.get()
+        raise
+    return name, size
+
+
+def _build_stored(
+    rows: models.QuerySet[SearchablePdf], document: Document, *, generation: int, token: str, name: str, size: int
+) -> SearchablePdf:
+    """The built file recorded on the row, unless a later build overtook this one (then it is
+    removed); the row's previous file removed."""
     missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
     with transaction.atomic():
         row = rows.select_for_update().get()
