@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleetadmin.leases import TaskLeased
+from ocrjobs.results import StoredResult
 from ocrjobs.storage import documents
 from pods.models import Pod, Pool
 
@@ -427,29 +428,27 @@ class Page(models.Model):
         """One line of result.jsonl. ``dpi``, ``width`` and ``height`` are as the pod reported them:
         the DPI a PDF's page was rendered at (None for an image, read as it is) and the pixel size
         it read, which each line's ``bbox`` is in."""
-        result = self.read_result() or {}
+        result = StoredResult.from_json(self.result) or StoredResult()
         record = {
             "document": self.document.name,
             "document_id": self.document_id,
             "page": self.number,
             "status": self.status,
-            "text": result.get("text", ""),
-            "lines": result.get("lines", []),
-            "confidence": result.get("confidence"),
-            "width": result.get("width"),
-            "height": result.get("height"),
-            "dpi": result.get("dpi"),
-            "rotation": result.get("rotation"),
-            "skew": result.get("skew"),
-            "warnings": result.get("warnings", []),
+            "text": result.text,
+            "lines": result.lines,
+            "confidence": result.confidence,
+            "width": result.width,
+            "height": result.height,
+            "dpi": result.dpi,
+            "rotation": result.rotation,
+            "skew": result.skew,
+            "warnings": result.warnings,
             "error": self.error,
         }
-        if "engine_text" in result:  # corrected lines (LineCorrection): each keeps its engine_text too
-            record.update(engine_text=result["engine_text"], corrected_lines=result.get("corrected_lines", 0))
-        if "cascade" in result:  # a page of a pool that escalates: each stage's engine and confidence
-            record.update(
-                engine=result.get("engine"), escalated=bool(result.get("escalated")), cascade=result["cascade"]
-            )
+        if result.engine_text is not None:  # corrected lines (LineCorrection): each keeps its engine_text too
+            record.update(engine_text=result.engine_text, corrected_lines=result.corrected_lines)
+        if result.cascade is not None:  # a page of a pool that escalates: each stage's engine and confidence
+            record.update(engine=result.engine, escalated=result.escalated, cascade=result.cascade)
         return record
 
 

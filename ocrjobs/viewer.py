@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from django.db.models import Case, Count, Q, QuerySet, Value, When
 
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.results import StoredResult
 
 VIEWER_BATCH = 25
 # Images a browser shows as they are; a TIFF (or anything else) gets its text without the page.
@@ -57,6 +58,7 @@ class ViewerPage:
     height: int | None = None
     dpi: int | None = None
     engine: str = ""
+    markdown: bool = False  # its text is Markdown (tables as HTML, equations as LaTeX): its answer said so
     source: str = ""  # "pdf", "image" (shown as it is) or "" (nothing a browser shows)
     escalated: bool = False  # read again in an escalation pool, or waiting there
     stages: list[dict] = field(default_factory=list)  # a cascade's: pool, engine, confidence, why not read
@@ -81,11 +83,6 @@ class ViewerPage:
         """The lines for the browser (a json_script): it builds their boxes and list once the page
         comes into view, as cheap as a template is not (40 lines of 25 pages: 210 ms of templates)."""
         return [line.to_dict() for line in self.lines]
-
-    @property
-    def markdown(self) -> bool:
-        """The page's text is Markdown (the vlm engine's: tables as HTML, equations as LaTeX)."""
-        return self.engine == "vlm"
 
 
 def confidence_band(confidence: float | None, threshold: float) -> str:
@@ -130,8 +127,8 @@ def viewer_lines_to_check(job: Job, *, threshold: float) -> int:
     rows = job.pages.filter(_to_check(threshold)).order_by().values_list("result", flat=True)
     lines = 0
     for result in rows.iterator(chunk_size=200):
-        for line in (Page(result=result).read_result() or {}).get("lines") or []:
-            confidence = line.get("confidence") if isinstance(line, dict) else None
+        for line in (StoredResult.from_json(result) or StoredResult()).lines:
+            confidence = line.get("confidence")
             if isinstance(confidence, int | float) and confidence < threshold and "engine_text" not in line:
                 lines += 1
     return lines
@@ -187,12 +184,9 @@ def image_type(document: Document) -> str | None:
     return BROWSER_IMAGES.get(name[name.rfind(".") :].lower()) if "." in name else None
 
 
-def cascade_stages(result: dict) -> list[dict]:
+def cascade_stages(result: StoredResult) -> list[dict]:
     """The stages of a page read in a cascade (issue 26), as the viewer shows them: each pool, its
     engine and confidence, or why it gave no reading (an error, or the job's budget spent)."""
-    stages = result.get("cascade")
-    if not isinstance(stages, list):
-        return []
     return [
         {
             "pool": str(stage.get("pool") or ""),
@@ -200,8 +194,7 @@ def cascade_stages(result: dict) -> list[dict]:
             "confidence": stage.get("confidence") if isinstance(stage.get("confidence"), int | float) else None,
             "unread": str(stage.get("skipped") or stage.get("error") or ""),
         }
-        for stage in stages
-        if isinstance(stage, dict)
+        for stage in result.cascade or []
     ]
 
 
@@ -209,23 +202,22 @@ def viewer_page(page: Page, *, threshold: float) -> ViewerPage:
     item = ViewerPage(
         page=page, to_check=page_to_check(page, threshold), text="", source=document_source(page.document)
     )
-    result = page.read_result() if page.status == Page.Status.DONE else None
-    item.escalated = bool(result.get("escalated")) if result else page.escalated_from_id is not None
+    result = StoredResult.from_row(page)
+    item.escalated = result.escalated if result else page.escalated_from_id is not None
     if not result:
         return item
     item.stages = cascade_stages(result)
-    item.text = str(result.get("text") or "")
-    item.engine = str(result.get("engine") or "")
-    item.width, item.height = _positive_int(result.get("width")), _positive_int(result.get("height"))
-    item.dpi = _positive_int(result.get("dpi"))
-    item.warnings = [str(w) for w in result.get("warnings") or [] if isinstance(w, str)]
-    item.rotation = result.get("rotation") if result.get("rotation") in (90, 180, 270) else 0
-    item.skew = float(result["skew"]) if isinstance(result.get("skew"), int | float) else 0.0
+    item.text = result.text
+    item.engine = result.engine or ""
+    item.markdown = result.markdown
+    item.width, item.height = _positive_int(result.width), _positive_int(result.height)
+    item.dpi = _positive_int(result.dpi)
+    item.warnings = result.warnings
+    item.rotation = result.rotation if result.rotation in (90, 180, 270) else 0
+    item.skew = float(result.skew) if result.skew is not None else 0.0
     if page.document.kind == Document.Kind.IMAGE and page.number > 1:
         item.source = ""  # a frame past the first (TIFF): the browser shows only the first
-    for number, line in enumerate(result.get("lines") or []):
-        if not isinstance(line, dict):
-            continue
+    for number, line in enumerate(result.lines):
         confidence = line.get("confidence")
         confidence = float(confidence) if isinstance(confidence, int | float) else None
         box = _box(line.get("bbox"), item.width, item.height) if item.width and item.height else None

@@ -41,6 +41,7 @@ class PageAnswer(BaseModel):
     width: int | None = None  # the page's pixels, which the boxes are in
     height: int | None = None
     engine: str | None = None
+    markdown: bool = False  # the text is Markdown (Engine.gives_markdown): shown and exported as it is
     seconds: float | None = None  # the engine's time
     render_seconds: float | None = None  # a cached document's page: its render
     dpi: int | None = None  # a PDF page: the DPI it was rendered at (an image has none)
@@ -71,6 +72,7 @@ class PodModels(BaseModel):
     device: str
     model: str
     languages: list[str]
+    gives: list[str] = []  # of markdown, boxes, confidence (Engine.gives)
     lanes: int
     busy: int
     ready: bool

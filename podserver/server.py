@@ -326,6 +326,7 @@ class PodServer:
             device=engine.device,
             model=engine.model,
             languages=engine.languages,
+            gives=engine.gives(),
             lanes=self.lane_count,
             busy=self.busy,
             ready=self.state == READY,

@@ -375,6 +375,7 @@ async def pod_models(request: web.Request) -> web.Response:
             "engine": ENGINE,
             "version": "sim-1" if ready else "",
             "languages": list(farm.config.languages) if ready else [],
+            "gives": ["boxes", "confidence"],
             "lanes": pod.lanes,
             "busy": pod.busy,
             "ready": ready,
@@ -573,5 +574,6 @@ def _page_result(body: bytes, seconds: float) -> dict[str, Any]:
         "width": 0,
         "height": 0,
         "engine": ENGINE,
+        "markdown": False,
         "seconds": round(seconds, 3),
     }

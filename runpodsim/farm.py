@@ -415,6 +415,29 @@ class Farm:
         if not spec.get("imageName") and not spec.get("templateId"):
             raise graphql.GraphQLError("imageName or templateId is required.")
         gpu_count = spec.get("gpuCount") or 1
+        price, cloud, dc = self._cheapest_place(spec, gpu, gpu_count)
+        cost = round((price if bid is None else bid) * gpu_count, 4)
+        if self.balance_empty:
+            raise graphql.GraphQLError(INSUFFICIENT_BALANCE_MESSAGE, "INSUFFICIENT_BALANCE")
+        limit = self.config.spending_limit_per_hr
+        if limit is not None and self.spending_per_hr() + cost > limit + 1e-9:
+            self.stats["spending_limit_refusals"] += 1
+            raise graphql.GraphQLError(SPENDING_LIMIT_MESSAGE, "INSUFFICIENT_BALANCE")
+        image = spec.get("imageName") or ""
+        private = any(image.startswith(prefix) for prefix in self.config.private_images)
+        pull_refused = private and spec.get("containerRegistryAuthId") not in self.config.registry_auth_ids
+        self.free[(gpu.id, cloud, dc)] -= gpu_count
+        pod = self._new_pod(spec, gpu, cloud, dc, gpu_count, cost, bid=bid, pull_refused=pull_refused)
+        self._plan_exit(pod, pull_refused=pull_refused)
+        if bid is not None and self.config.preempt_rate_per_hour > 0:
+            pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
+        self.pods[pod.id] = pod
+        self.stats["pods_created"] += 1
+        return self.pod_dict(pod)
+
+    def _cheapest_place(self, spec: dict[str, Any], gpu: GpuTypeConfig, gpu_count: int) -> tuple[float, str, str]:
+        """(price, cloud, data centre) of the cheapest place with ``gpu_count`` GPUs free that the
+        spec allows; RunPod's no-capacity error (in one of its wordings) when there is none."""
         cloud_type = spec.get("cloudType") or "ALL"
         clouds = ("SECURE", "COMMUNITY") if cloud_type == "ALL" else (cloud_type,)
         wanted_dc = spec.get("dataCenterId")
@@ -433,18 +456,21 @@ class Farm:
             wording = next((f.wording for f in self.faults if isinstance(f, CapacityWordingFault) and f.fires()), None)
             message, code = CAPACITY_WORDINGS[wording or "on_demand"]
             raise graphql.GraphQLError(message, code)
-        price, cloud, dc = min(places, key=lambda place: place[0])
-        cost = round((price if bid is None else bid) * gpu_count, 4)
-        if self.balance_empty:
-            raise graphql.GraphQLError(INSUFFICIENT_BALANCE_MESSAGE, "INSUFFICIENT_BALANCE")
-        limit = self.config.spending_limit_per_hr
-        if limit is not None and self.spending_per_hr() + cost > limit + 1e-9:
-            self.stats["spending_limit_refusals"] += 1
-            raise graphql.GraphQLError(SPENDING_LIMIT_MESSAGE, "INSUFFICIENT_BALANCE")
-        image = spec.get("imageName") or ""
-        private = any(image.startswith(prefix) for prefix in self.config.private_images)
-        pull_refused = private and spec.get("containerRegistryAuthId") not in self.config.registry_auth_ids
-        self.free[(gpu.id, cloud, dc)] -= gpu_count
+        return min(places, key=lambda place: place[0])
+
+    def _new_pod(
+        self,
+        spec: dict[str, Any],
+        gpu: GpuTypeConfig,
+        cloud: str,
+        dc: str,
+        gpu_count: int,
+        cost: float,
+        *,
+        bid: float | None,
+        pull_refused: bool,
+    ) -> VirtualPod:
+        """The pod the spec asks for, placed, with the faults it draws at creation."""
         env = {item["key"]: item.get("value") or "" for item in spec.get("env") or []}
         now_wall = self.wall_clock()
         pod = VirtualPod(
@@ -475,6 +501,11 @@ class Farm:
             created_at=self.clock(),
         )
         pod.autostop_s, pod.last_contact = _autostop_seconds(env), pod.started_at
+        return pod
+
+    def _plan_exit(self, pod: VirtualPod, *, pull_refused: bool) -> None:
+        """When and why a new pod exits on its own, if it does: an image it may not pull, an exit
+        fault, a pull that fails at its end (an image fault, never a preemption)."""
         exit_fault = next((f for f in self.faults if isinstance(f, PodExitFault) and f.fires()), None)
         pull = next((f for f in self.faults if isinstance(f, ImagePullFault) and f.fires()), None)
         if pull is not None:  # RUNNING, runtime null, billed, for the pull's minutes
@@ -488,14 +519,9 @@ class Farm:
             pod.exit_event = (
                 "Exited by RunPod: Insufficient balance" if exit_fault.cause == "balance" else "Exited by Runpod"
             )
-        elif pull is not None and pull.fails:  # the pull fails at its end: an image fault, never a preemption
+        elif pull is not None and pull.fails:
             pod.stuck = True
             pod.exit_at, pod.exit_event = pod.created_at + pull.pull_s, "Exited by Runpod"
-        if bid is not None and self.config.preempt_rate_per_hour > 0:
-            pod.preempt_at = pod.started_at + self.preemptions.expovariate(self.config.preempt_rate_per_hour) * 3600
-        self.pods[pod.id] = pod
-        self.stats["pods_created"] += 1
-        return self.pod_dict(pod)
 
     def _new_id(self) -> str:
         while True:

@@ -11,6 +11,7 @@ from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
 from ocrjobs.models import Document, Job, Page
+from ocrjobs.results import StoredResult
 from ocrjobs.selectors.dashboard import job_rows_read
 
 
@@ -29,8 +30,8 @@ def document_text(document: Document) -> str:
     """The text of a document's pages, a form feed between pages (as pdftotext does)."""
     parts = []
     for page in document.pages.order_by("number"):
-        result = page.read_result() if page.status == Page.Status.DONE else None
-        parts.append(result["text"] if result else "")
+        result = StoredResult.from_row(page)
+        parts.append(result.text if result else "")
     return "\f".join(parts)
 
 
@@ -46,7 +47,7 @@ def job_result_txt(job: Job) -> Iterator[str]:
             continue
         for page in document.pages.order_by("number").iterator(chunk_size=RESULT_ROWS_PER_QUERY):
             if page.status == Page.Status.DONE:
-                yield (page.read_result() or {}).get("text", "").rstrip("\n") + "\n"
+                yield (StoredResult.from_row(page) or StoredResult()).text.rstrip("\n") + "\n"
             else:
                 yield f"[page {page.number}: {page.status}{': ' + page.error if page.error else ''}]\n"
             yield "\f\n"
@@ -71,18 +72,18 @@ def job_escalations(job: Job, *, limit: int = JOB_ESCALATIONS_SHOWN) -> tuple[in
     escalated = job.pages.exclude(escalated_from=None)
     rows = []
     for page in escalated.select_related("document", "escalated_from", "pool").order_by("id")[:limit]:
-        cascade = (page.read_result() or {}).get("cascade") if page.status == Page.Status.DONE else None
+        cascade = (StoredResult.from_row(page) or StoredResult()).cascade
         try:
-            first = json.loads(page.first_result) if page.first_result else {}
+            first = StoredResult.from_json(page.first_result) or StoredResult()
         except ValueError:
-            first = {}
+            first = StoredResult()
         second = cascade[1] if cascade and len(cascade) > 1 else {}
         rows.append(
             {
                 "document": page.document.name,
                 "page": page.number,
                 "status": page.status,
-                "first": {"pool": page.escalated_from.key, "engine": first.get("engine"),
+                "first": {"pool": page.escalated_from.key, "engine": first.engine,
                           "confidence": page.first_confidence},
                 "second": {"pool": page.pool.key, "engine": second.get("engine"), "confidence": second.get("confidence"),
                            "error": second.get("error", "")},

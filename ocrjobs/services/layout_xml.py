@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from xml.sax.saxutils import XMLGenerator
 
 from ocrjobs.models import Document, Page
+from ocrjobs.results import StoredResult
 from ocrjobs.services.outputs import ROWS_PER_QUERY
 
 ALTO_NS = "http://www.loc.gov/standards/alto/ns-v4#"
@@ -33,18 +34,18 @@ Box = tuple[int, int, int, int]
 # --- the page's lines and words, in pixels -------------------------------------------------------
 
 
-def _pages(document: Document) -> Iterator[tuple[int, dict]]:
+def _pages(document: Document) -> Iterator[tuple[int, StoredResult]]:
     """(number, result) of each page in order; a page not read has an empty result."""
     rows = document.pages.order_by("number").values_list("number", "status", "result")
     for number, status, result in rows.iterator(chunk_size=ROWS_PER_QUERY):
-        yield number, (Page(result=result).read_result() or {}) if status == Page.Status.DONE else {}
+        read = StoredResult.from_json(result) if status == Page.Status.DONE else None
+        yield number, read or StoredResult()
 
 
-def _size(result: dict) -> tuple[int, int] | None:
-    try:
-        width, height = int(result["width"]), int(result["height"])
-    except (KeyError, TypeError, ValueError):
+def _size(result: StoredResult) -> tuple[int, int] | None:
+    if result.width is None or result.height is None:
         return None
+    width, height = int(result.width), int(result.height)
     return (width, height) if width > 0 and height > 0 else None
 
 
@@ -89,13 +90,11 @@ def _word_boxes(text: str, box: Box, direction: int) -> Iterator[tuple[str, Box]
             yield word, (x0, y0 + round(a * (y1 - y0)), x1, max(y0 + round(b * (y1 - y0)), y0 + 1))
 
 
-def _lines(result: dict, size: tuple[int, int]) -> list[tuple[dict, Box, float | None]]:
-    lines = [line for line in result.get("lines") or [] if str(line.get("text", "")).strip()]
-    if not lines:
-        lines = [{"text": text} for text in str(result.get("text", "")).splitlines() if text.strip()]
+def _lines(result: StoredResult, size: tuple[int, int]) -> list[tuple[dict, Box, float | None]]:
+    lines = result.lines_or_text()
     read = []
     for index, line in enumerate(lines):
-        confidence = line.get("confidence", result.get("confidence"))
+        confidence = line.get("confidence", result.confidence)
         try:
             confidence = min(100.0, max(0.0, float(confidence)))
         except (TypeError, ValueError):
@@ -239,8 +238,8 @@ def document_alto(document: Document) -> Iterator[str]:
             yield out.take() + "\n"
             continue
         lines = _lines(result, size)
-        confidence = result.get("confidence")
-        if isinstance(confidence, int | float):
+        confidence = result.confidence
+        if confidence is not None:
             page["PC"] = f"{min(1.0, max(0.0, confidence / 100)):.2f}"
         out.start("Page", **page, WIDTH=size[0], HEIGHT=size[1])
         out.start("PrintSpace", **_position((0, 0, *size)))

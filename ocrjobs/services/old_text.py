@@ -28,6 +28,7 @@ import pikepdf
 import pypdfium2 as pdfium
 from PIL import Image
 
+from ocrjobs.results import StoredResult
 from ocrjobs.services.pdf_update import inherited
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,9 @@ class Found:
     forms: dict[tuple[int, int], tuple[pikepdf.Stream, bytes]] = field(default_factory=dict)
 
 
-def treatment(found: Found, *, mode: str, result: dict | None) -> str:
+def treatment(found: Found, *, mode: str, result: StoredResult | None) -> str:
     """keep, strip or raster (the module's docstring)."""
-    unusable = bool(result) and result.get("text_layer") == "unusable"
+    unusable = result is not None and result.text_layer == "unusable"
     if found.visible and (mode == "force" or unusable):
         return "raster"
     if found.invisible and (mode in ("redo", "force") or unusable):
@@ -144,11 +145,11 @@ def _moves_only(operator: str, operands) -> list:
     return []
 
 
-def raster(document: pdfium.PdfDocument, number: int, size: tuple[float, float], result: dict | None) -> bytes:
+def raster(document: pdfium.PdfDocument, number: int, size: tuple[float, float], result: StoredResult | None) -> bytes:
     """Page ``number`` drawn as a JPEG as a reader shows it, at the pixels the pod read it at
     (at most RASTER_DPI_MAX), for a page whose text is replaced by ours. The caller holds pdfium's
     lock."""
-    width = (result or {}).get("width")
+    width = result.width if result else None
     scale = min(RASTER_DPI_MAX / 72, float(width) / size[0]) if width else 200 / 72
     with contextlib.closing(document[number - 1]) as page:
         image: Image.Image = page.render(scale=scale).to_pil()
@@ -171,19 +172,18 @@ def visible_text(document: pdfium.PdfDocument, number: int) -> tuple[list[Rect],
         return shown, page.get_cropbox()
 
 
-def without_lines_over(result: dict, rects: list[Rect], crop: Rect) -> dict:
+def without_lines_over(result: StoredResult, rects: list[Rect], crop: Rect) -> StoredResult:
     """The reading without its lines that lie mostly (COVERED_SHARE) over the page's visible text:
     that text stays on the page and is found there. A reading turned upright or without boxes is
     left whole."""
-    width, height = result.get("width"), result.get("height")
-    lines = result.get("lines") or []
-    if not rects or not width or not height or result.get("rotation"):
+    width, height, lines = result.width, result.height, result.lines
+    if not rects or not width or not height or result.rotation:
         return result
     left, bottom, right, top = crop
     scale_x, scale_y = (right - left) / width, (top - bottom) / height
     kept = []
     for line in lines:
-        box = line.get("bbox") if isinstance(line, dict) else None
+        box = line.get("bbox")
         if isinstance(box, list | tuple) and len(box) == 4:
             x0, y0, x1, y1 = (float(v) for v in box)
             points = (left + x0 * scale_x, top - y1 * scale_y, left + x1 * scale_x, top - y0 * scale_y)
@@ -192,7 +192,7 @@ def without_lines_over(result: dict, rects: list[Rect], crop: Rect) -> dict:
         kept.append(line)
     if len(kept) == len(lines):
         return result
-    return {**result, "lines": kept, "text": "\n".join(str(line.get("text", "")) for line in kept)}
+    return result.with_lines(kept)
 
 
 def _covered(box: Rect, rects: list[Rect]) -> float:

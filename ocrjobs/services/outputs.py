@@ -21,6 +21,7 @@ from fleetadmin.api import ApiError
 from ocrjobs import storage
 from ocrjobs.enqueue import enqueue_searchable_pdfs
 from ocrjobs.models import Document, Job, OutputRebuild, Page, SearchablePdf
+from ocrjobs.results import StoredResult
 from pods.audit import Actor, audit_record
 from pods.models import AuditEntry
 
@@ -141,12 +142,12 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
 _BLOCK_START = re.compile(r"^(\s*)(\d*)([-+=.)])")  # a list item, a rule or an underline
 
 
-def page_markdown(result: dict) -> str:
-    """A page as Markdown: the ``vlm`` engine's as the model wrote it; any other engine's text
-    as paragraphs (its blank lines part them, the lines of one are joined), escaped so that it
-    reads as the text it is."""
-    text = str(result.get("text", ""))
-    if result.get("engine") == "vlm":
+def page_markdown(result: StoredResult) -> str:
+    """A page as Markdown: an engine's that writes Markdown (its answer says so: vlm) as it wrote
+    it; any other's text as paragraphs (its blank lines part them, the lines of one are joined),
+    escaped so that it reads as the text it is."""
+    text = result.text
+    if result.markdown:
         return text.strip("\n")
     paragraphs = []
     for block in re.split(r"\n\s*\n", text):
@@ -171,7 +172,7 @@ def document_markdown(document: Document) -> Iterator[str]:
         yield ("" if first else "\n") + _comment(f"page {page.number}") + "\n\n"
         first = False
         if page.status == Page.Status.DONE:
-            markdown = page_markdown(page.read_result() or {})
+            markdown = page_markdown(StoredResult.from_row(page) or StoredResult())
             yield markdown + "\n" if markdown else ""
         else:
             yield _comment(f"page {page.number}: {page.status}{': ' + page.error if page.error else ''}") + "\n"
@@ -194,7 +195,8 @@ def _document_pages(document: Document):
 def document_result_txt(document: Document) -> Iterator[str]:
     """The document's text, a form feed between pages (as pdftotext and the ocr command write it)."""
     for index, page in enumerate(_document_pages(document)):
-        text = (page.read_result() or {}).get("text", "") if page.status == Page.Status.DONE else ""
+        result = StoredResult.from_row(page)
+        text = result.text if result else ""
         yield ("\f" if index else "") + text
 
 

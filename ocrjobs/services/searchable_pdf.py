@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pikepdf
 import pypdfium2 as pdfium
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 from PIL import Image, ImageOps
 from reportlab.lib.utils import ImageReader
@@ -64,6 +64,7 @@ from reportlab.pdfgen import canvas
 from fleetadmin import leases
 from ocrjobs import storage
 from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.results import StoredResult
 from ocrjobs.services import old_text, pdf_update
 from ocrjobs.services.submission import PDFIUM_LOCK
 
@@ -121,15 +122,43 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         return None
     SearchablePdf.objects.get_or_create(document=document)
     rows = SearchablePdf.objects.filter(pk=document.pk)
+    row, token, generation = _build_start(rows)
+    if token is None:  # another copy of this task holds the row and builds it
+        return row
+    try:
+        name, size = _build_file(document, leases.Hold(rows, token))  # renewed as it reads pages
+    except leases.LeaseLost:  # a later build (a rebuild, the tick's resend) took the row: it stores
+        log.info("document %s: the searchable PDF's build was taken over", document.pk)
+        return rows.get()
+    except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
+        log.exception("document %s: the searchable PDF failed", document.pk)
+        rows.filter(generation=generation, task_lease_token=token).update(
+            status=SearchablePdf.Status.FAILED,
+            error=f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS],
+            updated_at=timezone.now(),
+            task_lease_until=None,
+            attempts=0,  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
+        )
+        return rows.get()
+    return _build_stored(rows, document, generation=generation, token=token, name=name, size=size)
+
+
+def _build_start(rows: models.QuerySet[SearchablePdf]) -> tuple[SearchablePdf, str | None, int]:
+    """(the row, the build's lease token, the generation it builds); no token when another build
+    holds the row."""
     with transaction.atomic():
         row = rows.select_for_update().get()
         token = leases.acquire(rows)
-        if token is None:  # another copy of this task holds the row and builds it
-            return row
+        if token is None:
+            return row, None, row.generation
         generation, row.attempts = row.generation, row.attempts + 1
         row.status, row.builds, row.updated_at = SearchablePdf.Status.BUILDING, row.builds + 1, timezone.now()
         row.save(update_fields=["status", "builds", "attempts", "updated_at"])
-    lease = leases.Hold(rows, token)  # renewed as the build reads its pages (_Results)
+    return row, token, generation
+
+
+def _build_file(document: Document, lease: leases.Hold) -> tuple[str, int]:
+    """The document's searchable PDF built and put in the storage: (its name there, its size)."""
     fd, temporary = tempfile.mkstemp(prefix="fleetadmin-searchable-", suffix=".pdf")
     os.close(fd)  # (pikepdf writes it anew; document_store moves it into the storage)
     try:
@@ -141,22 +170,17 @@ def searchable_pdf_build(*, document_id: int) -> SearchablePdf | None:
         size = Path(temporary).stat().st_size
         name = storage.document_store(f"outputs/job-{document.job_id}/{document.pk}-{uuid.uuid4().hex[:8]}.pdf",
                                       Path(temporary))  # fmt: skip
-    except leases.LeaseLost:  # a later build (a rebuild, the tick's resend) took the row: it stores
+    except Exception:
         Path(temporary).unlink(missing_ok=True)
-        log.info("document %s: the searchable PDF's build was taken over", document.pk)
-        return rows.get()
-    except Exception as exc:  # a document we cannot rebuild is shown as such, never fails the job
-        Path(temporary).unlink(missing_ok=True)
-        log.exception("document %s: the searchable PDF failed", document.pk)
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-        rows.filter(generation=generation, task_lease_token=token).update(
-            status=SearchablePdf.Status.FAILED,
-            error=error,
-            updated_at=timezone.now(),
-            task_lease_until=None,
-            attempts=0,  # it ended: only builds whose workers died count towards PDF_BUILD_ATTEMPTS
-        )
-        return rows.get()
+        raise
+    return name, size
+
+
+def _build_stored(
+    rows: models.QuerySet[SearchablePdf], document: Document, *, generation: int, token: str, name: str, size: int
+) -> SearchablePdf:
+    """The built file recorded on the row, unless a later build overtook this one (then it is
+    removed); the row's previous file removed."""
     missing = Page.objects.filter(document=document).exclude(status=Page.Status.DONE).count()
     with transaction.atomic():
         row = rows.select_for_update().get()
@@ -185,7 +209,7 @@ class _Results:
         self._rows = pages.iterator(chunk_size=500)
         self._next: tuple[int, str, str] | None = next(self._rows, None)
 
-    def get(self, number: int) -> dict | None:
+    def get(self, number: int) -> StoredResult | None:
         """Page ``number``'s result (None: not done, or no such page); numbers asked in order."""
         self._lease.keep()
         while self._next is not None and self._next[0] < number:
@@ -193,7 +217,7 @@ class _Results:
         if self._next is None or self._next[0] != number:
             return None
         _, status, result = self._next
-        return Page(result=result).read_result() if status == Page.Status.DONE and result else None
+        return StoredResult.from_json(result) if status == Page.Status.DONE else None
 
 
 def _overlay_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
@@ -397,9 +421,9 @@ def _shown_size(page: pikepdf.Page) -> tuple[float, float]:
     return (height, width) if rotate in (90, 270) else (width, height)
 
 
-def _wants_layer(result: dict | None) -> bool:
+def _wants_layer(result: StoredResult | None) -> bool:
     """A page gets a text layer when the pod read it (a page that kept its own is left alone)."""
-    return bool(result) and result.get("source") != "text layer" and bool(result.get("text", "").strip())
+    return result is not None and result.source != "text layer" and bool(result.text.strip())
 
 
 def _image_pdf(source: Path, document: Document, target: Path, lease: leases.Hold) -> None:
@@ -445,15 +469,12 @@ def _upright(image: Image.Image) -> Image.Image:
     return frame
 
 
-def _as_read(frame: Image.Image, result: dict | None) -> Image.Image:
+def _as_read(frame: Image.Image, result: StoredResult | None) -> Image.Image:
     """The frame at the size the pod read it, never larger (review N2: a 100-megapixel frame drawn
     whole was 3.8 s and 1.3 GB); a frame no pod read (its job cancelled, its page failed) at
     UNREAD_FRAME_PIXELS at most. The page keeps its size in points: only its pixels are fewer."""
     width, height = frame.size
-    try:
-        bound = (int(result["width"]), int(result["height"])) if result else None
-    except (KeyError, TypeError, ValueError):
-        bound = None
+    bound = (int(result.width), int(result.height)) if result and result.width and result.height else None
     if not bound or min(bound) < 1:
         scale = min(1.0, (UNREAD_FRAME_PIXELS / (width * height)) ** 0.5)
         bound = (max(1, int(width * scale)), max(1, int(height * scale)))
@@ -477,15 +498,13 @@ def _image_page_size(image: Image.Image) -> tuple[float, float]:
 # --- the text layer ------------------------------------------------------------------------------
 
 
-def _draw_text(page_canvas: canvas.Canvas, result: dict, size: tuple[float, float]) -> None:
+def _draw_text(page_canvas: canvas.Canvas, result: StoredResult, size: tuple[float, float]) -> None:
     """The page's lines as invisible text, each stretched over its box, in the engine's order
     (its reading order: that is the order search and copy give)."""
     font = _text_font()
     page_width, page_height = size
-    lines = [line for line in result.get("lines") or [] if str(line.get("text", "")).strip()]
-    if not lines:
-        lines = [{"text": text} for text in str(result.get("text", "")).splitlines() if text.strip()]
-    width, height = result.get("width"), result.get("height")
+    lines = result.lines_or_text()
+    width, height = result.width, result.height
     ascent, descent = font.face.ascent / 1000, -font.face.descent / 1000  # (descent is negative)
     for index, line in enumerate(lines):
         text = str(line["text"]).strip()

@@ -26,6 +26,9 @@ CUDA = "CUDAExecutionProvider"
 
 class RapidOcrEngine(Engine):
     name = "rapidocr"
+    gives_markdown = False
+    gives_boxes = True
+    gives_confidence = True
 
     def load(self) -> None:
         import onnxruntime
@@ -96,7 +99,7 @@ class RapidOcrEngine(Engine):
         lines.sort(key=lambda line: (line["bbox"][1], line["bbox"][0]))  # top to bottom, as tesseract
         confidence = sum(line["confidence"] for line in lines) / len(lines) if lines else 0.0
         text = "\n".join(line["text"] for line in lines)
-        return page_result(self.name, img, text, lines, confidence, started)
+        return page_result(self, img, text, lines, confidence, started)
 
 
 def _bgr(img: Image.Image) -> np.ndarray:

@@ -36,6 +36,9 @@ TSV_INTS = ("level", "page_num", "block_num", "par_num", "line_num", "word_num",
 
 class TesseractEngine(Engine):
     name = "tesseract"
+    gives_markdown = False
+    gives_boxes = True
+    gives_confidence = True
 
     def load(self) -> None:
         """Check the tesseract binary answers; note its version and installed languages."""
@@ -106,9 +109,7 @@ class TesseractEngine(Engine):
         warnings = []
         if unknown and confidence < ORIENTATION_CHECK_BELOW:
             warnings.append("orientation unknown: too little text to tell which way up the page is")
-        return page_result(
-            self.name, img, text, lines, confidence, started, rotation=rotation, skew=skew, warnings=warnings
-        )
+        return page_result(self, img, text, lines, confidence, started, rotation=rotation, skew=skew, warnings=warnings)
 
     def _read(self, img: Image.Image, lang: str, timeout: float) -> tuple[str, list[dict[str, Any]], float]:
         if self.api is not None:

@@ -52,6 +52,9 @@ class VlmError(RuntimeError):
 
 class VlmEngine(Engine):
     name = "vlm"
+    gives_markdown = True
+    gives_boxes = False
+    gives_confidence = False
 
     def load(self) -> None:
         self.url = self.environ.get("VLM_URL", DEFAULT_URL).rstrip("/")
@@ -95,7 +98,7 @@ class VlmEngine(Engine):
             if line.strip()
         ]
         return page_result(
-            self.name,
+            self,
             img,
             answer.text,
             lines,

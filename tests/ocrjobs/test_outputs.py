@@ -19,6 +19,7 @@ from fleetadmin.clusters import OUTPUTS, SHORT
 from ocrjobs import downloads
 from ocrjobs.models import Job, Page, SearchablePdf
 from ocrjobs.output_tasks import request_searchable_pdfs
+from ocrjobs.results import StoredResult
 from ocrjobs.services import searchable_pdf
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.outputs import document_pdf_request, page_markdown
@@ -293,12 +294,18 @@ def test_a_job_that_ends_again_has_its_pdf_built_again(own_pdf_job, django_captu
 # --- Markdown ----------------------------------------------------------------------------------
 
 
-def test_markdown_keeps_the_vlms_as_written_and_escapes_other_engines_text():
-    vlm = {"engine": "vlm", "text": "# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n$x^2$\n"}
-    assert page_markdown(vlm) == vlm["text"].strip("\n")
+@pytest.mark.parametrize("engine", ["vlm", "scribe"])
+def test_markdown_keeps_as_written_the_text_of_any_engine_whose_answer_says_it_is_markdown(engine):
+    text = "# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n$x^2$\n"
+    written = StoredResult.from_dict({"engine": engine, "markdown": True, "text": text})
+    assert page_markdown(written) == text.strip("\n")
 
-    tesseract = {"engine": "tesseract", "text": "# not a heading\nsame paragraph *x*\n\n1. not a list\n- nor this"}
-    assert page_markdown(tesseract) == "\\# not a heading same paragraph \\*x\\*\n\n1\\. not a list - nor this"
+
+def test_markdown_escapes_the_text_of_an_engine_whose_answer_does_not_say_it_is_markdown():
+    text = "# not a heading\nsame paragraph *x*\n\n1. not a list\n- nor this"
+    escaped = "\\# not a heading same paragraph \\*x\\*\n\n1\\. not a list - nor this"
+    assert page_markdown(StoredResult.from_dict({"engine": "tesseract", "text": text})) == escaped
+    assert page_markdown(StoredResult.from_dict({"engine": "vlm", "markdown": False, "text": text})) == escaped
 
 
 # --- downloads -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from accounts.models import ApiToken
 from ocrjobs.models import Job, Page
+from ocrjobs.results import StoredResult
 from tests.factories import pdf_bytes
 from tests.helpers import auth
 from tests.ocrjobs.helpers import complete_all, split, submit, tiff_bytes
@@ -123,8 +124,8 @@ def test_another_users_job_pages_are_not_found(client, outsider, long_job):
 def test_the_job_page_shows_one_batch_of_pages_and_reads_only_their_results(client, ordinary_user, long_job,
                                                                            monkeypatch):  # fmt: skip
     read = []
-    real = Page.read_result
-    monkeypatch.setattr(Page, "read_result", lambda page: read.append(page.number) or real(page))
+    real = StoredResult.from_row
+    monkeypatch.setattr(StoredResult, "from_row", lambda page: read.append(page.number) or real(page))
     client.force_login(ordinary_user)
 
     first = client.get(f"/jobs/{long_job.pk}").content.decode()

@@ -137,11 +137,13 @@ def test_the_bands_are_under_the_threshold_halfway_to_100_and_above():
     ]  # fmt: skip
 
 
-def test_a_vlm_pages_markdown_is_left_for_the_browser_to_render_and_escaped(client, ordinary_user, local_pool):
+@pytest.mark.parametrize("engine", ["vlm", "scribe"])  # the answer says Markdown: the name is not asked
+def test_a_markdown_pages_text_is_left_for_the_browser_to_render_and_escaped(client, ordinary_user, local_pool,
+                                                                              engine):  # fmt: skip
     job = submit(ordinary_user, {"note.png": image_bytes(["a table"])})
     split(job)
     markdown = "# Results\n\n<table><tr><td>4</td></tr></table>\n<script>alert(1)</script>"
-    complete_all(job, results={(0, 1): result(88.0, text=markdown, engine="vlm", dpi=None,
+    complete_all(job, results={(0, 1): result(88.0, text=markdown, engine=engine, markdown=True, dpi=None,
                                          lines=[{"text": markdown, "bbox": None, "confidence": 88.0}])})  # fmt: skip
     client.force_login(ordinary_user)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ocrjobs.results import StoredResult
 from ocrjobs.services.pages import PageResult, pages_claim, pages_complete
 from ocrjobs.viewer import cascade_stages
 from podserver.answers import PageAnswer
@@ -48,8 +49,9 @@ def test_a_stage_that_gave_no_reading_says_why():
         {"pool": "cheap", "engine": "tesseract", "confidence": 40.0, "seconds": 0.5},
         {"pool": "strong", "skipped": "the job's budget of $0.05 is spent ($0.0600)"},
     ]}  # fmt: skip
-    assert cascade_stages(result) == [
+    assert cascade_stages(StoredResult.from_dict(result)) == [
         {"pool": "cheap", "engine": "tesseract", "confidence": 40.0, "unread": ""},
         {"pool": "strong", "engine": "", "confidence": None, "unread": "the job's budget of $0.05 is spent ($0.0600)"},
     ]
-    assert cascade_stages({"engine": "tesseract"}) == [] and cascade_stages({"cascade": "junk"}) == []
+    assert cascade_stages(StoredResult.from_dict({"engine": "tesseract"})) == []
+    assert cascade_stages(StoredResult.from_dict({"cascade": "junk"})) == []

@@ -67,6 +67,7 @@ def test_models(pod: Pod) -> None:
         "device",
         "model",
         "languages",
+        "gives",
         "lanes",
         "busy",
         "ready",
@@ -76,6 +77,7 @@ def test_models(pod: Pod) -> None:
         "documents",
     }
     assert body["engine"] == "tesseract"
+    assert body["gives"] == ["boxes", "confidence"]  # no Markdown: its text is escaped in result.md
     assert body["device"] == "cpu"
     assert set(body["documents"]) == {"count", "bytes", "capacity_bytes"}
     assert body["documents"]["capacity_bytes"] == 2 * 1024**3

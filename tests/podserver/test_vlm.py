@@ -47,6 +47,7 @@ def test_it_sends_olmocrs_prompt_and_the_page_and_returns_the_text(vlm_pod, stan
     assert accuracy(body["text"], "\n".join(PAGE_LINES)) >= 0.95, body["text"]
     assert "---" not in body["text"] and "primary_language" not in body["text"]
     assert body["engine"] == "vlm"
+    assert body["markdown"] is True  # what the control plane shows as Markdown, never by the name
     assert body["language"] == "en"
     assert body["confidence"] == pytest.approx(90.0)  # the text's tokens only, not the certain front matter
     assert [line["text"] for line in body["lines"]] == body["text"].splitlines()
@@ -71,6 +72,7 @@ def test_models_reports_the_vlm(vlm_pod) -> None:
         "cuda",
         "vllm 0.0-standin",
     )
+    assert body["gives"] == ["markdown"]  # no boxes, the page's confidence on each line
 
 
 def test_a_page_the_model_calls_rotated_is_turned_and_read_again(vlm_pod, standin: StandIn, page_png: bytes) -> None:

@@ -28,6 +28,7 @@ from django.db import connections
 from fleetadmin.api import ApiError
 from ocrjobs import selectors
 from ocrjobs.models import Document, Job, Page, SearchablePdf
+from ocrjobs.results import StoredResult
 from ocrjobs.schemas import SubmissionFields, job_submit_arguments, submission_from_values
 from ocrjobs.services import layout_xml, outputs
 from ocrjobs.services.submission import Upload, job_submit
@@ -131,7 +132,7 @@ class Command(BaseCommand):
             return
         pages = job.pages.filter(status=Page.Status.DONE, warnings__gt=0).select_related("document")
         for page in pages.order_by("document__position", "number")[:WARNINGS_SHOWN]:
-            for warning in (page.read_result() or {}).get("warnings") or []:
+            for warning in (StoredResult.from_row(page) or StoredResult()).warnings:
                 self.stderr.write(f"ocr: warning: {page.document.name} page {page.number}: {warning}")
         if count > WARNINGS_SHOWN:
             self.stderr.write(f"ocr: warning: {count - WARNINGS_SHOWN} more pages with warnings (result.jsonl)")
