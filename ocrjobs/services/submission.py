@@ -33,7 +33,16 @@ from django.utils import timezone
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    TooLarge,
+    Unprocessable,
+    UnsupportedType,
+)
 from ocrjobs.enqueue import enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services import fetch_turns
@@ -144,7 +153,7 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
             while chunk := upload.file.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+                    raise TooLarge(f"{name}: the file is larger than the limit of {limit} bytes")
                 digest.update(chunk)
                 out.write(chunk)
     with open(path, "rb") as f:
@@ -154,26 +163,26 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
 
 
 def _checked(name: str, size: int, file: IO[bytes]) -> tuple[str, str, int]:
-    """(kind, file name suffix, page count) of a document that passes the checks; ApiError if not."""
+    """(kind, file name suffix, page count) of a document that passes the checks; a DomainError if not."""
     if size == 0:
-        raise ApiError(f"{name}: the file is empty")
+        raise Invalid(f"{name}: the file is empty")
     sniffed = _sniff(file.read(8))
     if sniffed is None:
-        raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+        raise UnsupportedType(f"{name}: not a PDF, PNG, JPEG or TIFF file")
     kind, suffix = sniffed
     return kind, suffix, document_pages(name, kind, file)
 
 
 def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     """A document's page count, once it passes the limits: pages per document, pixels per page
-    (a PDF page's at the render DPI, from its size: nothing is rendered), no encryption. ApiError
+    (a PDF page's at the render DPI, from its size: nothing is rendered), no encryption. A DomainError
     says what is wrong. Checked by the front as a document arrives, and by the split."""
     pages = _count_pdf_pages(name, file) if kind == Document.Kind.PDF else _count_image_frames(name, file)
     if pages == 0:
-        raise ApiError(f"{name}: the document has no pages")
+        raise Invalid(f"{name}: the document has no pages")
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-        raise ApiError(
-            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413
+        raise TooLarge(
+            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document",
         )
     return pages
 
@@ -207,9 +216,9 @@ def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
         # PDFium also answers "incorrect password" for a PDF with no pages;
         # only a file with an encryption dictionary is really encrypted.
         if _has_encrypt_entry(file):
-            raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
-        raise ApiError(f"{name}: the document has no pages") from None
-    raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
+            raise Invalid(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+        raise Invalid(f"{name}: the document has no pages") from None
+    raise Invalid(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
 
 
 def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
@@ -220,10 +229,9 @@ def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
     if pdf.get_formtype() == pdfium_c.FORMTYPE_XFA_FULL:
         # A dynamic XFA form's pages are made by the form's software as it opens; the PDF's own
         # pages hold only a placeholder ("Please wait..."), read as nothing.
-        raise ApiError(
+        raise Unprocessable(
             f"{name}: a dynamic XFA form: its pages are drawn by the form software (Adobe Reader) when it "
             "opens, and the PDF holds no page to read; print it to a PDF, or flatten it, and submit that",
-            422,
         )
     pages = len(pdf)
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
@@ -252,8 +260,8 @@ def _has_encrypt_entry(file: IO[bytes]) -> bool:
 def _check_pixels(name: str, image: Image.Image) -> None:
     width, height = image.size
     if width * height > settings.OCR_MAX_IMAGE_PIXELS:
-        raise ApiError(
-            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels", 413
+        raise TooLarge(
+            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
         )
 
 
@@ -261,10 +269,9 @@ def _check_document_pixels(name: str, total: int, pages: int, what: str) -> None
     """Pixels summed over a document's pages or frames (review N2: 3,000 blank 100-megapixel
     frames are 10 MB of Group 4 TIFF and hours of drawing) against OCR_MAX_DOCUMENT_PIXELS."""
     if total > settings.OCR_MAX_DOCUMENT_PIXELS:
-        raise ApiError(
+        raise TooLarge(
             f"{name}: its {pages} {what} {total:,} pixels in all, over the limit of "
             f"{settings.OCR_MAX_DOCUMENT_PIXELS:,} pixels a document",
-            413,
         )
 
 
@@ -288,10 +295,10 @@ def _count_image_frames(name: str, file: IO[bytes]) -> int:
                 else:  # frames of one size
                     total *= frames
         _check_document_pixels(name, total, frames, "frames are")
-    except ApiError:
+    except DomainError:
         raise
     except Exception as exc:  # Pillow raises many types for a broken file
-        raise ApiError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
+        raise Invalid(f"{name}: the image is corrupt and cannot be read ({exc})") from None
     return frames
 
 
@@ -303,14 +310,14 @@ def resolve_pool(key: str | None, owner=None) -> Pool:
         pool = open_pools.order_by("pk").first()
         if pool is None:
             if Pool.objects.exists():
-                raise ApiError("no pool is open to you: ask an administrator", 403)
-            raise ApiError("no pool is configured", 409)
+                raise Forbidden("no pool is open to you: ask an administrator")
+            raise Conflict("no pool is configured")
         return pool
     pool = Pool.objects.filter(key=key).first()
     if pool is None:
-        raise ApiError(f"unknown pool {key!r}", 404)
+        raise NotFound(f"unknown pool {key!r}")
     if not open_pools.filter(pk=pool.pk).exists():
-        raise ApiError(f"pool {key!r} is not open to you", 403)
+        raise Forbidden(f"pool {key!r} is not open to you")
     return pool
 
 
@@ -319,11 +326,11 @@ def resolve_languages(value: str | None) -> str:
     else must be codes joined by ``+`` and each one installed. Never trimmed into something else."""
     value = "eng" if value is None else value.strip()
     if not LANGUAGE_RE.fullmatch(value):
-        raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
+        raise Invalid(f"languages must look like 'eng' or 'eng+deu', not {value!r}", field="languages")
     unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
     if unknown:
         available = ", ".join(settings.OCR_LANGUAGES)
-        raise ApiError(f"language {unknown[0]!r} is not available (available: {available})")
+        raise Invalid(f"language {unknown[0]!r} is not available (available: {available})", field="languages")
     return value
 
 
@@ -351,16 +358,16 @@ def job_submit(
     ``skip_text_pages``: ``text_mode`` skip, by its older name.
     """
     if text_mode not in Job.TextMode.values:
-        raise ApiError(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}")
+        raise Invalid(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}", field="text_mode")
     pool = resolve_pool(pool_key, owner)  # named, or the first open one until the forecast chooses
     languages = resolve_languages(languages)
     schedule = schedule_within_budget(owner, schedule or Schedule())
     urls = [check_url(url) for url in (urls or []) if url.strip()]
     if not uploads and not urls:
-        raise ApiError("no files: send at least one PDF or image, or a URL of one")
+        raise Invalid("no files: send at least one PDF or image, or a URL of one")
     if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
         count = len(uploads) + len(urls)
-        raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
+        raise TooLarge(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job")
     staging = None  # a local directory, made for the first upload
     stored: list[str] = []
     try:
