@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_POST
 from fleetadmin.api import status_for
 from fleetadmin.errors import DomainError
 from ocrjobs import selectors, storage
-from ocrjobs.api import correction_dict
 from ocrjobs.models import Job
+from ocrjobs.serializers import correction_dict
 from ocrjobs.services.corrections import line_correct, may_correct
 from ocrjobs.viewer import (
     VIEWER_BATCH,
