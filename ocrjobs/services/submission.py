@@ -357,26 +357,14 @@ def job_submit(
     checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     ``skip_text_pages``: ``text_mode`` skip, by its older name.
     """
-    if text_mode not in Job.TextMode.values:
-        raise Invalid(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}", field="text_mode")
-    pool = resolve_pool(pool_key, owner)  # named, or the first open one until the forecast chooses
-    languages = resolve_languages(languages)
-    schedule = schedule_within_budget(owner, schedule or Schedule())
-    urls = [check_url(url) for url in (urls or []) if url.strip()]
-    if not uploads and not urls:
-        raise Invalid("no files: send at least one PDF or image, or a URL of one")
-    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
-        count = len(uploads) + len(urls)
-        raise TooLarge(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job")
-    staging = None  # a local directory, made for the first upload
+    pool, languages, schedule, urls = _checked_request(
+        owner=owner, uploads=uploads, pool_key=pool_key, languages=languages, urls=urls, text_mode=text_mode,
+        schedule=schedule,
+    )  # fmt: skip
+    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex if uploads else None
     stored: list[str] = []
     try:
-        staged = []
-        for i, upload in enumerate(uploads):
-            if staging is None:
-                staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
-                staging.mkdir(parents=True)
-            staged.append(_stage(upload, staging, i))
+        staged = _staged_uploads(uploads, staging)
         forecast = _forecast(staged, urls, pool if pool_key else None, owner, schedule)
         if not pool_key:
             pool = Pool.objects.get(key=forecast["chosen"]["pool"])
@@ -387,33 +375,11 @@ def job_submit(
         for item in staged:
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
             stored.append(document_store(name, item.path))
-        with transaction.atomic():
-            schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
-            job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages,
-                                     text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode,
-                                     searchable_pdf=searchable_pdf,
-                                     max_dollars=schedule.max_dollars, deadline=schedule.deadline,
-                                     priority=schedule.priority, forecast=forecast,
-                                     callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
-            documents = []
-            for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
-                documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
-                                          size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
-                                          **leases.queued()))  # fmt: skip
-            for offset, url in enumerate(urls):
-                documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
-                                          kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
-                                          **fetch_turns.waiting()))  # fmt: skip
-            Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
-            if submission_key is not None:
-                key, fingerprint = submission_key
-                SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
-            split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
-            transaction.on_commit(lambda: enqueue_splits(split_ids))
-            if urls:  # their fetches wait for a slot, in turn by owner
-                transaction.on_commit(fetch_turns.fetches_start)
-            job.submitted_documents = documents
+        job = Job(owner=owner if owner and owner.is_authenticated else None, pool=pool, languages=languages,
+                  text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode, searchable_pdf=searchable_pdf,
+                  forecast=forecast, callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
+        _job_store(job, owner=owner, schedule=schedule, staged=staged, stored=stored, urls=urls,
+                   submission_key=submission_key)  # fmt: skip
     except BaseException:
         for name in stored:
             document_delete(name)
@@ -423,6 +389,65 @@ def job_submit(
             shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+def _checked_request(
+    *, owner, uploads: list[Upload], pool_key: str | None, languages: str | None, urls: list[str] | None,
+    text_mode: str, schedule: Schedule | None,
+) -> tuple[Pool, str, Schedule, list[str]]:  # fmt: skip
+    """What a submission asks, checked before any file is read: (the pool named, or the first
+    one open to the owner until the forecast chooses; the languages; the schedule within the
+    owner's budget; the URLs, each in a form we fetch)."""
+    if text_mode not in Job.TextMode.values:
+        raise Invalid(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}", field="text_mode")
+    pool = resolve_pool(pool_key, owner)
+    languages = resolve_languages(languages)
+    schedule = schedule_within_budget(owner, schedule or Schedule())
+    urls = [check_url(url) for url in (urls or []) if url.strip()]
+    if not uploads and not urls:
+        raise Invalid("no files: send at least one PDF or image, or a URL of one")
+    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
+        count = len(uploads) + len(urls)
+        raise TooLarge(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job")
+    return pool, languages, schedule, urls
+
+
+def _staged_uploads(uploads: list[Upload], staging: Path | None) -> list[_Staged]:
+    """Every upload staged in ``staging`` (made here) and checked, in order; the first that
+    fails the checks refuses the submission."""
+    if staging is not None:
+        staging.mkdir(parents=True)
+    return [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+
+
+def _job_store(
+    job: Job, *, owner, schedule: Schedule, staged: list[_Staged], stored: list[str], urls: list[str],
+    submission_key: tuple[str, str] | None,
+) -> None:  # fmt: skip
+    """Store ``job`` (not saved yet) and its documents in one transaction, with its key; its
+    splits and fetches start once it is committed. ``job.submitted_documents``: the documents."""
+    with transaction.atomic():
+        schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
+        job.max_dollars, job.deadline, job.priority = schedule.max_dollars, schedule.deadline, schedule.priority
+        job.save(force_insert=True)
+        documents = []
+        for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
+            documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
+                                      size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
+                                      **leases.queued()))  # fmt: skip
+        for offset, url in enumerate(urls):
+            documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
+                                      kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
+                                      **fetch_turns.waiting()))  # fmt: skip
+        Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
+        if submission_key is not None:
+            key, fingerprint = submission_key
+            SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
+        split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
+        transaction.on_commit(lambda: enqueue_splits(split_ids))
+        if urls:  # their fetches wait for a slot, in turn by owner
+            transaction.on_commit(fetch_turns.fetches_start)
+        job.submitted_documents = documents
 
 
 def _forecast(staged: list[_Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
