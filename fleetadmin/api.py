@@ -1,5 +1,8 @@
 """The JSON API's shared parts: one error shape, one auth decorator, one JSON body parser.
 
+HTTP statuses are chosen here and in the API views only: services raise domain errors
+(fleetadmin/errors.py), and ``STATUS_FOR`` maps each kind to its status in one table.
+
 A caller is a bearer token (``Authorization: Bearer fa_…``) with scopes, or
 the browser's session: staff get every scope, other users read and submit.
 """
@@ -30,6 +33,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
 from accounts.models import SCOPES, ApiToken, hash_token
+from fleetadmin import errors
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +48,44 @@ def error(message: str, status: int = 400) -> JsonResponse:
 
 
 class ApiError(Exception):
-    """Bad input or a refusal: a message for a person and the HTTP status that fits it.
-
-    Raised by the API views and by the services they call (a submission's checks);
-    ``api_view`` answers it as ``{"error": message}``, the job form shows the message.
-    This module imports nothing of the apps' services, so any of them may raise it.
-    """
+    """A refusal of the API layer itself (a request's shape, its caller): a message for a person
+    and the HTTP status that fits it. ``api_view`` answers it as ``{"error": message}``.
+    Services never raise it: they raise domain errors (fleetadmin/errors.py)."""
 
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+# The one table from a domain error's kind to the status the API answers it with.
+STATUS_FOR: dict[type[errors.DomainError], int] = {
+    errors.Invalid: 400,
+    errors.RemoteFailed: 400,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.TooLarge: 413,
+    errors.UnsupportedType: 415,
+    errors.Unprocessable: 422,
+    errors.QuotaExceeded: 429,
+}
+
+
+def status_for(exc: errors.DomainError) -> int:
+    """The status of a domain error: its kind's, or the nearest kind it derives from."""
+    return kind_status(type(exc))
+
+
+def kind_status(kind: type[errors.DomainError]) -> int:
+    for ancestor in kind.__mro__:
+        if ancestor in STATUS_FOR:
+            return STATUS_FOR[ancestor]
+    raise TypeError(f"{kind.__name__} has no status in fleetadmin.api.STATUS_FOR")
+
+
+def as_api_error(exc: errors.DomainError) -> ApiError:
+    return ApiError(exc.message, status_for(exc))
 
 
 def parse_json(request: HttpRequest, model: type[Model], *, max_bytes: int = MAX_JSON_BYTES) -> Model:
@@ -224,7 +255,8 @@ def _too_big(exc: Exception) -> ApiError:
 
 
 def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
-    """Check method, caller and scope; answer errors as ``{"error": ...}``.
+    """Check method, caller and scope; answer errors as ``{"error": ...}``: an ApiError with its
+    status, a domain error with its kind's (``STATUS_FOR``).
 
     Works on sync views and on async ones (which wait on the loop, holding no thread).
     """
@@ -240,6 +272,8 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                     return await view(request, *args, **kwargs)
                 except ApiError as exc:
                     return _error_response(exc, methods)
+                except errors.DomainError as exc:
+                    return _error_response(as_api_error(exc), methods)
                 except _TOO_BIG as exc:
                     return _error_response(_too_big(exc), methods)
 
@@ -255,6 +289,8 @@ def api_view(*, scope: str, methods: tuple[str, ...] = ("GET",)):
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return _error_response(exc, methods)
+            except errors.DomainError as exc:
+                return _error_response(as_api_error(exc), methods)
             except _TOO_BIG as exc:
                 return _error_response(_too_big(exc), methods)
 

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services import jobs as job_services
 from pods.audit import Actor
@@ -34,7 +34,7 @@ class JobAdmin(admin.ModelAdmin):
         for job in queryset.filter(status__in=[Job.Status.PARTIAL, Job.Status.FAILED]):
             try:
                 pages, documents = job_services.job_retry(job=job, actor=actor)
-            except ApiError as exc:
+            except DomainError as exc:
                 self.message_user(request, f"Job {job.pk}: {exc.message}", messages.ERROR)
             else:
                 self.message_user(request, f"Job {job.pk}: {pages} pages and {documents} documents queued again.")

@@ -12,7 +12,6 @@ from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
-from django.utils import timezone
 
 from fleetadmin.api import ApiError, Cursor, api_view, parse_json
 from ocrjobs import selectors
@@ -24,6 +23,7 @@ from ocrjobs.schemas import (
     job_submit_arguments,
     submission_from_form,
 )
+from ocrjobs.serializers import correction_dict, job_dict, secret_dict, webhook_delivery_dict
 from ocrjobs.services import jobs as job_services
 from ocrjobs.services import outputs
 from ocrjobs.services.corrections import line_correct
@@ -48,7 +48,7 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
     if dollars is None:
         dollars = jobs_spend([job.pk])[job.pk]
     documents = list(job.documents.select_related("searchable_pdf"))
-    body = job.to_dict(documents=documents)
+    body = job_dict(job, documents=documents)
     for shown, document in zip(body["documents"], documents, strict=True):
         shown["outputs"] = outputs.document_outputs_dict(job, document)
     return {
@@ -56,7 +56,7 @@ def _job_dict(job: Job, *, dollars: Decimal | None = None) -> dict:
         # The forecast made at submission on a guess (a fresh pool), made again on what the pool has
         # measured since (null when the one made at submission was measured already).
         "forecast_again": job_forecast_again(job),
-        "webhook_deliveries": [delivery.to_dict() for delivery in job.webhook_deliveries.all()],
+        "webhook_deliveries": [webhook_delivery_dict(delivery) for delivery in job.webhook_deliveries.all()],
         **_job_links(job, dollars),
     }
 
@@ -66,7 +66,7 @@ def _submitted_job_dict(job: Job) -> dict:
     documents, and no pages, spend or webhook deliveries yet (its split starts once it is
     committed). Five queries fewer on every submission."""
     counts = dict.fromkeys(Job.PAGE_COUNTS, 0)
-    body = job.to_dict(documents=job.submitted_documents, page_counts=counts)
+    body = job_dict(job, documents=job.submitted_documents, page_counts=counts)
     for shown, document in zip(body["documents"], job.submitted_documents, strict=True):
         shown["outputs"] = outputs.document_outputs_dict(job, document, submitted=True)
     return {
@@ -208,24 +208,17 @@ def job_pages(request: HttpRequest, job_id: int) -> JsonResponse:
     )
 
 
-def _secret_dict(row) -> dict:
-    previous = row.previous_until if row.previous_secret and row.previous_until else None
-    return {"secret": row.secret, "algorithm": "HMAC-SHA256", "signed": "<X-Fleetadmin-Timestamp>.<body>",
-            "created_at": row.created_at.isoformat(),
-            "previous_signs_until": previous.isoformat() if previous and previous > timezone.now() else None}  # fmt: skip
-
-
 @api_view(scope="webhooks")
 def webhook_secret(request: HttpRequest) -> JsonResponse:
     """The caller's key for checking the signature of its jobs' events (made on first ask). Its
     own scope: a read token (a monitoring scraper's) cannot learn it and forge events."""
-    return JsonResponse(_secret_dict(webhook_secret_row(request.api_user)))
+    return JsonResponse(secret_dict(webhook_secret_row(request.api_user)))
 
 
 @api_view(scope="webhooks", methods=("POST",))
 def webhook_secret_rotate_view(request: HttpRequest) -> JsonResponse:
     """A new secret; the one before still signs events (a second signature) for a grace period."""
-    return JsonResponse(_secret_dict(webhook_secret_rotate(request.api_user)))
+    return JsonResponse(secret_dict(webhook_secret_rotate(request.api_user)))
 
 
 RESULT_LINES_PER_CHUNK = 200
@@ -297,9 +290,3 @@ def job_line_correct(request: HttpRequest, job_id: int, page_id: int, line: int)
         raise ApiError(f"no job {job_id}", 404)
     correction = line_correct(job=job, page_id=page_id, line=line, text=body.text, user=request.api_user)
     return JsonResponse(correction_dict(correction))
-
-
-def correction_dict(correction) -> dict:
-    return {"page": correction.page_id, "line": correction.line, "text": correction.text,
-            "engine_text": correction.engine_text, "by": correction.by.get_username() if correction.by else None,
-            "at": correction.at.isoformat()}  # fmt: skip

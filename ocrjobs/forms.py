@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from pydantic.fields import FieldInfo
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs.models import Document, Job
 from ocrjobs.schemas import SubmissionFields, SubmissionInvalid, submission_from_form
 from ocrjobs.services.webhooks import check_callback_url
@@ -158,7 +158,7 @@ class JobForm(forms.Form):
             return cleaned
         try:  # (checked again on submission; here it is shown beside its input)
             check_callback_url(submission.callback_url)
-        except ApiError as exc:
+        except DomainError as exc:
             self.add_error("callback_url", exc.message)
         return cleaned
 

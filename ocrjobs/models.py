@@ -114,30 +114,6 @@ class Job(models.Model):
     def labels_stored(labels: list[str]) -> str:
         return f",{','.join(labels)}," if labels else ""
 
-    def to_dict(self, *, documents: list | None = None, page_counts: dict[str, int] | None = None) -> dict:
-        """The job as the API shows it; ``documents`` and ``page_counts``: known already (a job
-        just submitted has the documents it was made with, and no pages yet), not read again."""
-        documents = list(self.documents.all()) if documents is None else documents
-        return {
-            "id": self.pk,
-            "status": self.status,
-            "pool": self.pool.key,
-            "languages": self.languages,
-            "text_mode": self.text_mode,
-            "skip_text_pages": self.text_mode == Job.TextMode.SKIP,  # (the field's older name)
-            "searchable_pdf": self.searchable_pdf,
-            "max_dollars": float(self.max_dollars) if self.max_dollars is not None else None,
-            "deadline": self.deadline.isoformat() if self.deadline else None,
-            "priority": self.priority,
-            "forecast": self.forecast,
-            "callback_url": self.callback_url,
-            "labels": self.label_list,
-            "created_at": self.created_at.isoformat(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "pages": self.page_counts() if page_counts is None else page_counts,
-            "documents": [d.to_dict() for d in documents],
-        }
-
 
 class PoolPageTally(models.Model):
     """Pages done and failed in the pool's finished jobs, maintained as each job finishes (in the
@@ -204,18 +180,6 @@ class WebhookDelivery(TaskLeased):
 
     def __str__(self) -> str:
         return f"{self.event} of job {self.job_id} to {self.url}"
-
-    def to_dict(self) -> dict:
-        return {
-            "id": self.pk,
-            "event": self.event,
-            "url": self.url,
-            "state": self.state,
-            "attempts": self.attempts,
-            "next_attempt_at": self.next_attempt_at.isoformat() if self.next_attempt_at else None,
-            "created_at": self.created_at.isoformat(),
-            "delivered_at": self.delivered_at.isoformat() if self.delivered_at else None,
-        }
 
 
 class SubmissionKey(models.Model):
@@ -287,18 +251,6 @@ class Document(TaskLeased):
     @property
     def searchable_pdf_or_none(self) -> SearchablePdf | None:
         return getattr(self, "searchable_pdf", None)  # (None when the reverse one-to-one has no row)
-
-    def to_dict(self) -> dict:
-        return {
-            "id": self.pk,
-            "name": self.name,
-            "kind": self.kind,
-            "url": self.url,
-            "size_bytes": self.size_bytes,
-            "page_count": self.page_count,
-            "status": self.status,
-            "error": self.error,
-        }
 
 
 def lowest_line_confidence(result) -> float | None:

@@ -19,7 +19,7 @@ from typing import Literal
 from django.http import QueryDict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Invalid
 from ocrjobs.services.schedule import resolve_schedule
 from ocrjobs.services.webhooks import check_callback_url
 
@@ -106,13 +106,13 @@ class JobSubmission(SubmissionFields):
     )  # fmt: skip
 
 
-class SubmissionInvalid(ApiError):
+class SubmissionInvalid(Invalid):
     """Fields that do not parse: ``errors`` has (field, message) for each, in field order;
     the API answers the first."""
 
     def __init__(self, errors: list[tuple[str, str]]):
         field, message = errors[0]
-        super().__init__(f"{field}: {message}", 400)
+        super().__init__(f"{field}: {message}", field=field)
         self.errors = errors
 
 

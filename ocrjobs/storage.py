@@ -27,7 +27,7 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, Storage, storages
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs.services import remote
 
 CHUNK = 1024 * 1024
@@ -158,7 +158,7 @@ def _s3_exchange(method: str, storage, name: str, *, deadline: remote.Deadline, 
         with remote.exchange(method, url, deadline=deadline, max_bytes=max_bytes, headers=headers,
                              any_address=True) as answer:  # fmt: skip
             yield answer
-    except ApiError as exc:
+    except DomainError as exc:
         raise StorageError(f"the documents' storage, reading {name}: {exc.message}") from None
 
 

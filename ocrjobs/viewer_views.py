@@ -14,10 +14,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, Stream
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from fleetadmin.api import ApiError
+from fleetadmin.api import status_for
+from fleetadmin.errors import DomainError
 from ocrjobs import selectors, storage
-from ocrjobs.api import correction_dict
 from ocrjobs.models import Job
+from ocrjobs.serializers import correction_dict
 from ocrjobs.services.corrections import line_correct, may_correct
 from ocrjobs.viewer import (
     VIEWER_BATCH,
@@ -152,6 +153,6 @@ def job_line_correct(request: HttpRequest, job_id: int, page_id: int, line: int)
         return JsonResponse({"error": "no such job"}, status=404)
     try:
         correction = line_correct(job=job, page_id=page_id, line=line, text=request.POST.get("text"), user=request.user)
-    except ApiError as exc:
-        return JsonResponse({"error": exc.message}, status=exc.status)
+    except DomainError as exc:
+        return JsonResponse({"error": exc.message}, status=status_for(exc))
     return JsonResponse(correction_dict(correction))

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs import live, selectors
 from ocrjobs.forms import JobForm, JobListFilters
 from ocrjobs.models import Job, KeptUpload
@@ -75,7 +75,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             try:
                 arguments = job_submit_arguments(form.cleaned_data["submission"])
                 job = job_submit(owner=request.user, uploads=kept_uploads.uploads_of(kept), **arguments)
-            except ApiError as exc:
+            except DomainError as exc:
                 form.add_error(None, exc.message)
             else:
                 kept_uploads.uploads_drop(kept)
@@ -101,7 +101,7 @@ def job_forecast(request: HttpRequest) -> HttpResponse:
         try:
             arguments = job_submit_arguments(form.cleaned_data["submission"])
             context["forecast"] = job_submit(owner=request.user, uploads=uploads, dry_run=True, **arguments)
-        except ApiError as exc:
+        except DomainError as exc:
             context["forecast_error"] = exc.message
     return render(request, "partials/job_forecast.html", context)
 
@@ -149,7 +149,7 @@ def job_outputs_rebuild(request: HttpRequest, job_id: int) -> HttpResponse:
         raise PermissionDenied("only the job's owner may rebuild its outputs")
     try:
         documents = outputs.job_outputs_rebuild(job=job, user=request.user)
-    except ApiError as exc:
+    except DomainError as exc:
         messages.error(request, exc.message)
     else:
         messages.info(request, f"The searchable PDFs of {documents} documents are being built.")
@@ -162,7 +162,7 @@ def job_retry(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
     try:
         pages, documents = job_services.job_retry(job=job, actor=_actor(request))
-    except ApiError as exc:  # the owner's daily budget is used
+    except DomainError as exc:  # the owner's daily budget is used
         messages.error(request, exc.message)
         return redirect(job)
     messages.info(request, f"{pages} failed pages and {documents} failed documents queued again.")

@@ -118,12 +118,9 @@ async def scale(request: HttpRequest) -> JsonResponse:
     pool = await Pool.objects.filter(key=body.pool).afirst()
     if pool is None:
         raise ApiError(f"unknown pool {body.pool!r}", 404)
-    try:
-        scale_request = await sync_to_async(scale_requests.scale_request_create)(
-            pool=pool, pods=body.pods, delta=body.delta, by=str(request.api_user)
-        )
-    except ValueError as exc:
-        raise ApiError(str(exc), 400) from None
+    scale_request = await sync_to_async(scale_requests.scale_request_create)(
+        pool=pool, pods=body.pods, delta=body.delta, by=str(request.api_user)
+    )  # (an Invalid size: 400, fleetadmin.api.STATUS_FOR)
     deadline = asyncio.get_running_loop().time() + body.wait_s
     while scale_request.state == ScaleRequest.State.PENDING and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.2)

@@ -226,36 +226,65 @@ class JobProgress:
 def job_progress(jobs: list[Job], *, now: datetime | None = None, serving: set[int] | None = None) -> list[JobProgress]:
     """Progress, rate and ETA of each job, in three queries whatever the number of jobs (one for
     jobs_for_dashboard's and the job list's, which carry the pages their documents hold and their
-    failed documents); with the
-    seconds its done pages held each pod and that pod's state and price (``busy_on_pods``), so
-    that what it cost so far needs no read of the pages of its own (pods.spend.jobs_spend).
-    ``serving``: the pods the dashboard's fleet snapshot shows; a page counts as running only
-    while it is out at one of them, else as waiting (one a dispatcher holds for a lane, one
-    whose pod was released a moment ago)."""
+    failed documents); with the seconds its done pages held each pod and that pod's state and
+    price (``busy_on_pods``), so that what it cost so far needs no read of the pages of its own
+    (pods.spend.jobs_spend). ``serving``: the pods the dashboard's fleet snapshot shows; a page
+    counts as running only while it is out at one of them, else as waiting (one a dispatcher
+    holds for a lane, one whose pod was released a moment ago)."""
     now = now or timezone.now()
     ids = [job.pk for job in jobs]
     if not ids:
         return []
-    since = now - timedelta(seconds=JOB_RATE_WINDOW_SECONDS)
-    if all(hasattr(job, "expected_pages") for job in jobs):  # as jobs_for_dashboard reads them
-        expected = {job.pk: job.expected_pages for job in jobs}
-    else:
-        expected = dict(
-            Document.objects.filter(job_id__in=ids)
-            .values("job_id")
-            .annotate(n=Sum("page_count"))
-            .values_list("job_id", "n")
+    expected = _expected_pages(jobs, ids)
+    failed_documents = _failed_documents(jobs, ids)
+    rows = _pages_of_jobs(job_ids=ids, since=now - timedelta(seconds=JOB_RATE_WINDOW_SECONDS))
+    counts, busy_on_pods = _page_tallies(rows, serving)
+    return [
+        JobProgress(
+            job=job,
+            expected=expected.get(job.pk) or 0,
+            done=counts[job.pk][Page.Status.DONE],
+            failed=counts[job.pk][Page.Status.FAILED],
+            cancelled=counts[job.pk][Page.Status.CANCELLED],
+            running=counts[job.pk][Page.Status.RUNNING],
+            pending=counts[job.pk][Page.Status.PENDING],
+            pages_per_s=round(counts[job.pk]["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
+            busy_on_pods=busy_on_pods[job.pk],
+            failed_documents=failed_documents.get(job.pk, 0),
+            reading=None if serving is None else counts[job.pk][Page.Status.RUNNING] > 0,
         )
+        for job in jobs
+    ]
+
+
+def _expected_pages(jobs: list[Job], ids: list[int]) -> dict[int, int]:
+    """The pages each job's documents hold: as jobs_for_dashboard read them, or one query."""
+    if all(hasattr(job, "expected_pages") for job in jobs):
+        return {job.pk: job.expected_pages for job in jobs}
+    return dict(
+        Document.objects.filter(job_id__in=ids)
+        .values("job_id")
+        .annotate(n=Sum("page_count"))
+        .values_list("job_id", "n")
+    )
+
+
+def _failed_documents(jobs: list[Job], ids: list[int]) -> dict[int, int]:
+    """Each job's failed documents: as jobs_for_dashboard read them, or one query."""
     if all(hasattr(job, "failed_documents") for job in jobs):
-        failed_documents = {job.pk: job.failed_documents for job in jobs}
-    else:
-        failed_documents = dict(
-            Document.objects.filter(job_id__in=ids, status=Document.Status.FAILED)
-            .values("job_id")
-            .annotate(n=Count("id"))
-            .values_list("job_id", "n")
-        )
-    rows = _pages_of_jobs(job_ids=ids, since=since)
+        return {job.pk: job.failed_documents for job in jobs}
+    return dict(
+        Document.objects.filter(job_id__in=ids, status=Document.Status.FAILED)
+        .values("job_id")
+        .annotate(n=Count("id"))
+        .values_list("job_id", "n")
+    )
+
+
+def _page_tallies(rows, serving: set[int] | None) -> tuple[dict, dict]:
+    """From ``_pages_of_jobs``' rows: each job's pages by status (``recent``: done within the
+    rate window) and, for its done pages, the seconds they held each pod with that pod's state,
+    price and lanes. A page out at a pod not ``serving`` counts as waiting."""
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     busy_on_pods: dict[int, dict[int, tuple]] = defaultdict(dict)
     for job_id, status, pod_id, state, cost_per_hr, lanes, n, recent, busy in rows:
@@ -266,25 +295,7 @@ def job_progress(jobs: list[Job], *, now: datetime | None = None, serving: set[i
             counts[job_id]["recent"] += recent
             if pod_id is not None and busy is not None:
                 busy_on_pods[job_id][pod_id] = (busy, state, cost_per_hr, lanes)
-    result = []
-    for job in jobs:
-        c = counts[job.pk]
-        result.append(
-            JobProgress(
-                job=job,
-                expected=expected.get(job.pk) or 0,
-                done=c[Page.Status.DONE],
-                failed=c[Page.Status.FAILED],
-                cancelled=c[Page.Status.CANCELLED],
-                running=c[Page.Status.RUNNING],
-                pending=c[Page.Status.PENDING],
-                pages_per_s=round(c["recent"] / JOB_RATE_WINDOW_SECONDS, 2),
-                busy_on_pods=busy_on_pods[job.pk],
-                failed_documents=failed_documents.get(job.pk, 0),
-                reading=None if serving is None else c[Page.Status.RUNNING] > 0,
-            )
-        )
-    return result
+    return counts, busy_on_pods
 
 
 def _pages_of_jobs(job_ids, since):

@@ -18,7 +18,7 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import QuotaExceeded
 from ocrjobs.models import Job
 from ocrjobs.selectors.budgets import days_spent, users_daily_budget
 from ocrjobs.services.schedule import Schedule
@@ -44,7 +44,7 @@ def budget_left(owner, *, lock: bool = False) -> tuple[Decimal, Decimal] | None:
 
 
 def schedule_within_budget(owner, schedule: Schedule, *, lock: bool = False) -> Schedule:
-    """The schedule with a job budget of at most what is left of the owner's day; ApiError 429
+    """The schedule with a job budget of at most what is left of the owner's day; QuotaExceeded
     when nothing is left."""
     remaining = _left_or_refuse(owner, lock=lock, doing="submit")
     if remaining is not None and (schedule.max_dollars is None or schedule.max_dollars > remaining):
@@ -54,7 +54,7 @@ def schedule_within_budget(owner, schedule: Schedule, *, lock: bool = False) -> 
 
 def retry_within_budget(job: Job) -> Decimal | None:
     """A retried job's budget (``max_dollars``): what it has cost plus what is left of its owner's
-    day, within its own; None when its owner has no limit (nor the job). ApiError 429 when nothing
+    day, within its own; None when its owner has no limit (nor the job). QuotaExceeded when nothing
     is left. Inside the retry's transaction: the owner's row is locked as a submission's."""
     remaining = _left_or_refuse(job.owner, lock=True, doing="retry")
     if remaining is None:
@@ -71,9 +71,8 @@ def _left_or_refuse(owner, *, lock: bool, doing: str) -> Decimal | None:
     budget, remaining = left
     remaining = remaining.quantize(Decimal("0.01"))
     if remaining < Decimal("0.01"):
-        raise ApiError(
+        raise QuotaExceeded(
             f"your daily budget of ${budget} is spent by your jobs of the last 24 hours: {doing} again once it "
             f"frees up, or ask for a larger budget",
-            429,
         )
     return remaining

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Conflict, Forbidden, Invalid, NotFound
 from ocrjobs.models import Job, LineCorrection, Page, lowest_line_confidence
 from ocrjobs.services.outputs import document_pdf_outdated
 from ocrjobs.services.pages import result_json
@@ -19,16 +19,16 @@ MAX_LINE_CHARS = 2000
 
 
 def line_text_checked(text) -> str:
-    """A corrected line as stored, or ApiError 400: one line of text, at most MAX_LINE_CHARS."""
+    """A corrected line as stored, or Invalid: one line of text, at most MAX_LINE_CHARS."""
     if not isinstance(text, str):
-        raise ApiError("text: send the line's corrected text as a string", 400)
+        raise Invalid("text: send the line's corrected text as a string", field="text")
     text = text.strip()
     if not text:
-        raise ApiError("text: a corrected line cannot be empty", 400)
+        raise Invalid("text: a corrected line cannot be empty", field="text")
     if "\n" in text or "\r" in text or "\f" in text:
-        raise ApiError("text: a line is one line: no line breaks", 400)
+        raise Invalid("text: a line is one line: no line breaks", field="text")
     if len(text) > MAX_LINE_CHARS:
-        raise ApiError(f"text: at most {MAX_LINE_CHARS} characters a line ({len(text)} sent)", 400)
+        raise Invalid(f"text: at most {MAX_LINE_CHARS} characters a line ({len(text)} sent)", field="text")
     return text
 
 
@@ -57,23 +57,23 @@ def page_text_with_line(text: str, lines: list, index: int, new: str) -> str:
 
 
 def line_correct(*, job: Job, page_id: int, line: int, text: str, user) -> LineCorrection:
-    """Store ``user``'s reading of line ``line`` of the job's page ``page_id``. ApiError: 403 for
-    anyone but the job's owner or staff, 404 for a page or line the job does not have, 409 for a
-    page not read (nothing to correct), 400 for bad text. A searchable PDF built from the text
-    before is asked for again (outputs workers)."""
+    """Store ``user``'s reading of line ``line`` of the job's page ``page_id``. Forbidden for
+    anyone but the job's owner or staff, NotFound for a page or line the job does not have,
+    Conflict for a page not read (nothing to correct), Invalid for bad text. A searchable PDF
+    built from the text before is asked for again (outputs workers)."""
     if not may_correct(user, job):
-        raise ApiError(f"only the owner of job {job.pk} or staff may correct its pages", 403)
+        raise Forbidden(f"only the owner of job {job.pk} or staff may correct its pages")
     text = line_text_checked(text)
     with transaction.atomic():
         page = Page.objects.select_for_update().select_related("document").filter(job=job, pk=page_id).first()
         if page is None:
-            raise ApiError(f"job {job.pk} has no page {page_id}", 404)
+            raise NotFound(f"job {job.pk} has no page {page_id}")
         result = page.read_result() if page.status == Page.Status.DONE else None
         if not result:
-            raise ApiError(f"page {page_id} is {page.status}: only a page read has lines to correct", 409)
+            raise Conflict(f"page {page_id} is {page.status}: only a page read has lines to correct")
         lines = result.get("lines")
         if not isinstance(lines, list) or not 0 <= line < len(lines) or not isinstance(lines[line], dict):
-            raise ApiError(f"page {page_id} has no line {line}", 404)
+            raise NotFound(f"page {page_id} has no line {line}")
         engine_line = str(lines[line].get("engine_text", lines[line].get("text") or ""))
         page_text = str(result.get("text") or "")
         result.setdefault("engine_text", page_text)

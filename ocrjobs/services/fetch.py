@@ -20,7 +20,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from fleetadmin import leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError, RemoteFailed, TooLarge
 from ocrjobs.models import Document, Job
 from ocrjobs.services import remote
 from ocrjobs.services.fetch_turns import fetches_start
@@ -147,7 +147,7 @@ def _fetch_and_split(document: Document, row, lease: str) -> Document:
         staged = _fetch_to(document.url, staging, renewal)
         renewal(now=True)
         source = document_store(f"documents/{uuid.uuid4().hex}/source{staged.suffix}", staged.path)
-    except ApiError as exc:
+    except DomainError as exc:
         log.info("document %s not fetched: %s", document.pk, exc.message)
         return _fetch_failed(document, row, lease, exc.message)
     finally:
@@ -182,12 +182,11 @@ def _fetch_to(url: str, staging: Path, progress) -> _Staged:
                 url = urllib.parse.urljoin(url, answer.header("location"))
                 continue
             if answer.status != 200:
-                raise ApiError(f"{remote.shown(url)}: the server answered HTTP {answer.status}")
+                raise RemoteFailed(f"{remote.shown(url)}: the server answered HTTP {answer.status}")
             length = int(answer.header("content-length") or 0)
             if length > settings.OCR_MAX_FILE_BYTES:
-                raise ApiError(
+                raise TooLarge(
                     f"{remote.shown(url)}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
-                    413,
                 )
             return _stage(Upload(name=name_from_url(url), file=_Response(answer.chunks)), staging, 0)
-    raise ApiError(f"{remote.shown(url)}: too many redirects")
+    raise RemoteFailed(f"{remote.shown(url)}: too many redirects")

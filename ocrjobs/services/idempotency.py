@@ -9,7 +9,7 @@ import re
 
 from django.db import IntegrityError
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Invalid, Unprocessable
 from ocrjobs.models import Job, SubmissionKey
 from ocrjobs.services.submission import CHUNK, Upload, job_submit
 
@@ -43,10 +43,9 @@ def submission_key_job(*, owner, key: str, fingerprint: str) -> Job | None:
         SubmissionKey.objects.filter(pk=row.pk).delete()
         return None
     if row.fingerprint != fingerprint:
-        raise ApiError(
+        raise Unprocessable(
             f"the Idempotency-Key {key[:60]!r} was used for a different submission (job {row.job_id}); "
             "send a new key for a new submission",
-            422,
         )
     return row.job
 
@@ -58,7 +57,7 @@ def job_submit_once(*, owner, key: str, fields: dict, uploads: list[Upload], **s
     on one key both pass the look-up; the unique constraint fails the second's insert, its
     whole submission rolls back (no rows, no files), and it answers with the first's job."""
     if not IDEMPOTENCY_KEY_RE.fullmatch(key):
-        raise ApiError("the Idempotency-Key header must be 1 to 255 visible ASCII characters")
+        raise Invalid("the Idempotency-Key header must be 1 to 255 visible ASCII characters")
     fingerprint = submission_fingerprint(fields=fields, uploads=uploads)
     job = submission_key_job(owner=owner, key=key, fingerprint=fingerprint)
     if job is not None:

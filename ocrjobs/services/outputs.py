@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from fleetadmin import leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Conflict, QuotaExceeded
 from ocrjobs import storage
 from ocrjobs.enqueue import enqueue_searchable_pdfs
 from ocrjobs.models import Document, Job, OutputRebuild, Page, SearchablePdf
@@ -50,8 +50,8 @@ def job_outputs_request(*, jobs: list[Job]) -> None:
 def job_outputs_rebuild(*, job: Job, user, door: str = AuditEntry.Door.PAGE) -> int:
     """Build the job's searchable PDFs again (the job page's button, ``POST
     /v1/jobs/{id}/outputs/rebuild``), asked by ``user``, its owner: the number of documents asked
-    for. A build still running is overtaken: it stores nothing (searchable_pdf_build). ApiError
-    409 for a job that has not ended or has no page read; 429 past the user's
+    for. A build still running is overtaken: it stores nothing (searchable_pdf_build). Conflict
+    for a job that has not ended or has no page read; QuotaExceeded past the user's
     OUTPUT_REBUILDS_PER_HOUR (each rebuild may hold the outputs workers for a build's time limit).
     A document's builds whose workers died are still counted (``attempts``): a rebuild gives a
     document that kills its worker one more try, not PDF_BUILD_ATTEMPTS more. ``door``: where
@@ -60,15 +60,15 @@ def job_outputs_rebuild(*, job: Job, user, door: str = AuditEntry.Door.PAGE) -> 
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # a user's rebuilds in turn
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status not in WITH_OUTPUTS:
-            raise ApiError(
-                f"job {job.pk} is {job.status}: outputs are built once it is done, partial or cancelled", 409
+            raise Conflict(
+                f"job {job.pk} is {job.status}: outputs are built once it is done, partial or cancelled",
             )
         if not job.pages.filter(status=Page.Status.DONE).exists():
-            raise ApiError(f"job {job.pk} has no page read: there is no text to build its searchable PDFs from", 409)
+            raise Conflict(f"job {job.pk} has no page read: there is no text to build its searchable PDFs from")
         hour_ago = timezone.now() - timezone.timedelta(hours=1)
         if OutputRebuild.objects.filter(owner=user, at__gte=hour_ago).count() >= settings.OUTPUT_REBUILDS_PER_HOUR:
-            raise ApiError(f"you asked for {settings.OUTPUT_REBUILDS_PER_HOUR} rebuilds in the last hour "
-                           "(OUTPUT_REBUILDS_PER_HOUR): ask again later", 429)  # fmt: skip
+            raise QuotaExceeded(f"you asked for {settings.OUTPUT_REBUILDS_PER_HOUR} rebuilds in the last hour "
+                           "(OUTPUT_REBUILDS_PER_HOUR): ask again later")  # fmt: skip
         documents = _request_builds([job.pk])
         OutputRebuild.objects.create(owner=user, job=job, documents=documents)
         audit_record(actor=Actor(user=user, door=door), action=AuditEntry.Action.REBUILD, job=job,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Invalid, RemoteFailed, TooLarge
 from ocrjobs.services.urls import address_allowed, check_url
 
 # Each phase's own limit, and never more than what is left of the total.
@@ -103,7 +103,7 @@ class _Backend(httpcore.NetworkBackend):
         return _Stream(stream, self.deadline, self.progress)
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
-        raise ApiError("no unix sockets")
+        raise Invalid("no unix sockets")
 
     def sleep(self, seconds: float) -> None:
         time.sleep(min(seconds, self.deadline.left()))
@@ -132,10 +132,10 @@ def resolve(url: str, deadline: Deadline, *, any_address: bool = False) -> list[
         raise DeadlinePassed
     if "error" in answer:
         reason = getattr(answer["error"], "strerror", None) or answer["error"]
-        raise ApiError(f"{parts.hostname}: the name does not resolve ({reason})")
+        raise RemoteFailed(f"{parts.hostname}: the name does not resolve ({reason})")
     addresses = [info[4][0] for info in answer["infos"]]
     if not addresses or not (any_address or all(address_allowed(address) for address in addresses)):
-        raise ApiError(f"{parts.hostname}: resolves to a private or loopback address; refused")
+        raise Invalid(f"{parts.hostname}: resolves to a private or loopback address; refused")
     return addresses
 
 
@@ -181,7 +181,8 @@ def exchange(method: str, url: str, *, deadline: Deadline, max_bytes: int, heade
     network (headers and body): a caller renews its lease there. ``any_address``: a server the
     operator configured (the documents' storage, ocrjobs/storage.py), not one a user named, may
     be private or loopback; its deadline and size cap hold the same. Every failure, the
-    deadline's included, is an ApiError that says what happened."""
+    deadline's included, is a domain error that says what happened
+    (RemoteFailed; TooLarge past the cap)."""
     what = shown(url)
     try:
         target, pinning = pinned(url, resolve(url, deadline, any_address=any_address)[0])
@@ -202,13 +203,13 @@ def exchange(method: str, url: str, *, deadline: Deadline, max_bytes: int, heade
             chunks = _capped(response.iter_stream(), deadline, max_bytes, what, headers.get("content-encoding", ""))
             yield Answer(status=response.status, headers=headers, chunks=chunks)
     except DeadlinePassed:
-        raise ApiError(f"{what}: no complete answer within {deadline.seconds:g} s") from None
+        raise RemoteFailed(f"{what}: no complete answer within {deadline.seconds:g} s") from None
     except httpcore.TimeoutException as exc:
         if deadline.cut:  # the operation timed out at the total deadline, not its own limit
-            raise ApiError(f"{what}: no complete answer within {deadline.seconds:g} s") from None
-        raise ApiError(f"{what}: timed out ({exc.__class__.__name__})") from None
+            raise RemoteFailed(f"{what}: no complete answer within {deadline.seconds:g} s") from None
+        raise RemoteFailed(f"{what}: timed out ({exc.__class__.__name__})") from None
     except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol, ssl.SSLError) as exc:
-        raise ApiError(f"{what}: the connection failed ({exc.__class__.__name__}: {exc})") from None
+        raise RemoteFailed(f"{what}: the connection failed ({exc.__class__.__name__}: {exc})") from None
 
 
 def _capped(chunks: Iterator[bytes], deadline: Deadline, max_bytes: int, what: str,
@@ -216,11 +217,11 @@ def _capped(chunks: Iterator[bytes], deadline: Deadline, max_bytes: int, what: s
     """The body as it comes, never decoded: a compressed one is refused before its first byte is read."""
     encoding = encoding.strip().lower()
     if encoding not in ("", "identity"):
-        raise ApiError(f"{what}: the server answered Content-Encoding: {encoding[:40]}, which was not asked for")
+        raise RemoteFailed(f"{what}: the server answered Content-Encoding: {encoding[:40]}, which was not asked for")
     size = 0
     for chunk in chunks:
         deadline.left()
         size += len(chunk)
         if size > max_bytes:
-            raise ApiError(f"{what}: the answer is larger than the limit of {max_bytes} bytes", 413)
+            raise TooLarge(f"{what}: the answer is larger than the limit of {max_bytes} bytes")
         yield chunk

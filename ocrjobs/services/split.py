@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleetadmin import leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.dispatchers import dispatch_ensure
 from ocrjobs.services.jobs import _nudge, job_refresh
@@ -80,7 +80,7 @@ def _split_from(document: Document, row, lease: str, source: IO[bytes], existing
     try:
         page_count = document_pages(document.name, document.kind, source)
         text_layers = _TextLayers(source) if document.job.text_mode == Job.TextMode.SKIP else None
-    except ApiError as exc:
+    except DomainError as exc:
         return _split_failed(document, exc.message)
     except Exception as exc:
         return _split_failed(document, f"cannot be read: {exc}")
@@ -200,7 +200,7 @@ def _count_and_make(document: Document, existing: set[int], token: str) -> tuple
                 page_count = page_count or document_pages(document.name, document.kind, source)
                 if skip:
                     text_layers = stack.enter_context(contextlib.closing(_TextLayers(source)))
-        except ApiError as exc:
+        except DomainError as exc:
             return _split_failed(document, exc.message)
         except Exception as exc:
             return _split_failed(document, f"cannot be read: {exc}")

@@ -33,7 +33,16 @@ from django.utils import timezone
 from PIL import Image, JpegImagePlugin, PngImagePlugin, TiffImagePlugin
 
 from fleetadmin import leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    TooLarge,
+    Unprocessable,
+    UnsupportedType,
+)
 from ocrjobs.enqueue import enqueue_splits
 from ocrjobs.models import Document, Job, SubmissionKey
 from ocrjobs.services import fetch_turns
@@ -144,7 +153,7 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
             while chunk := upload.file.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise ApiError(f"{name}: the file is larger than the limit of {limit} bytes", 413)
+                    raise TooLarge(f"{name}: the file is larger than the limit of {limit} bytes")
                 digest.update(chunk)
                 out.write(chunk)
     with open(path, "rb") as f:
@@ -154,26 +163,26 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
 
 
 def _checked(name: str, size: int, file: IO[bytes]) -> tuple[str, str, int]:
-    """(kind, file name suffix, page count) of a document that passes the checks; ApiError if not."""
+    """(kind, file name suffix, page count) of a document that passes the checks; a DomainError if not."""
     if size == 0:
-        raise ApiError(f"{name}: the file is empty")
+        raise Invalid(f"{name}: the file is empty")
     sniffed = _sniff(file.read(8))
     if sniffed is None:
-        raise ApiError(f"{name}: not a PDF, PNG, JPEG or TIFF file", 415)
+        raise UnsupportedType(f"{name}: not a PDF, PNG, JPEG or TIFF file")
     kind, suffix = sniffed
     return kind, suffix, document_pages(name, kind, file)
 
 
 def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
     """A document's page count, once it passes the limits: pages per document, pixels per page
-    (a PDF page's at the render DPI, from its size: nothing is rendered), no encryption. ApiError
+    (a PDF page's at the render DPI, from its size: nothing is rendered), no encryption. A DomainError
     says what is wrong. Checked by the front as a document arrives, and by the split."""
     pages = _count_pdf_pages(name, file) if kind == Document.Kind.PDF else _count_image_frames(name, file)
     if pages == 0:
-        raise ApiError(f"{name}: the document has no pages")
+        raise Invalid(f"{name}: the document has no pages")
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
-        raise ApiError(
-            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document", 413
+        raise TooLarge(
+            f"{name}: {pages} pages; the limit is {settings.OCR_MAX_PAGES_PER_DOCUMENT} pages per document",
         )
     return pages
 
@@ -207,9 +216,9 @@ def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
         # PDFium also answers "incorrect password" for a PDF with no pages;
         # only a file with an encryption dictionary is really encrypted.
         if _has_encrypt_entry(file):
-            raise ApiError(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
-        raise ApiError(f"{name}: the document has no pages") from None
-    raise ApiError(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
+            raise Invalid(f"{name}: the PDF is encrypted; remove its password and submit it again") from None
+        raise Invalid(f"{name}: the document has no pages") from None
+    raise Invalid(f"{name}: the PDF is corrupt and cannot be read ({error})") from None
 
 
 def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
@@ -220,10 +229,9 @@ def _checked_pdf_pages(name: str, pdf: pdfium.PdfDocument) -> int:
     if pdf.get_formtype() == pdfium_c.FORMTYPE_XFA_FULL:
         # A dynamic XFA form's pages are made by the form's software as it opens; the PDF's own
         # pages hold only a placeholder ("Please wait..."), read as nothing.
-        raise ApiError(
+        raise Unprocessable(
             f"{name}: a dynamic XFA form: its pages are drawn by the form software (Adobe Reader) when it "
             "opens, and the PDF holds no page to read; print it to a PDF, or flatten it, and submit that",
-            422,
         )
     pages = len(pdf)
     if pages > settings.OCR_MAX_PAGES_PER_DOCUMENT:
@@ -252,8 +260,8 @@ def _has_encrypt_entry(file: IO[bytes]) -> bool:
 def _check_pixels(name: str, image: Image.Image) -> None:
     width, height = image.size
     if width * height > settings.OCR_MAX_IMAGE_PIXELS:
-        raise ApiError(
-            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels", 413
+        raise TooLarge(
+            f"{name}: {width}×{height} pixels is over the limit of {settings.OCR_MAX_IMAGE_PIXELS} pixels",
         )
 
 
@@ -261,10 +269,9 @@ def _check_document_pixels(name: str, total: int, pages: int, what: str) -> None
     """Pixels summed over a document's pages or frames (review N2: 3,000 blank 100-megapixel
     frames are 10 MB of Group 4 TIFF and hours of drawing) against OCR_MAX_DOCUMENT_PIXELS."""
     if total > settings.OCR_MAX_DOCUMENT_PIXELS:
-        raise ApiError(
+        raise TooLarge(
             f"{name}: its {pages} {what} {total:,} pixels in all, over the limit of "
             f"{settings.OCR_MAX_DOCUMENT_PIXELS:,} pixels a document",
-            413,
         )
 
 
@@ -288,10 +295,10 @@ def _count_image_frames(name: str, file: IO[bytes]) -> int:
                 else:  # frames of one size
                     total *= frames
         _check_document_pixels(name, total, frames, "frames are")
-    except ApiError:
+    except DomainError:
         raise
     except Exception as exc:  # Pillow raises many types for a broken file
-        raise ApiError(f"{name}: the image is corrupt and cannot be read ({exc})") from None
+        raise Invalid(f"{name}: the image is corrupt and cannot be read ({exc})") from None
     return frames
 
 
@@ -303,14 +310,14 @@ def resolve_pool(key: str | None, owner=None) -> Pool:
         pool = open_pools.order_by("pk").first()
         if pool is None:
             if Pool.objects.exists():
-                raise ApiError("no pool is open to you: ask an administrator", 403)
-            raise ApiError("no pool is configured", 409)
+                raise Forbidden("no pool is open to you: ask an administrator")
+            raise Conflict("no pool is configured")
         return pool
     pool = Pool.objects.filter(key=key).first()
     if pool is None:
-        raise ApiError(f"unknown pool {key!r}", 404)
+        raise NotFound(f"unknown pool {key!r}")
     if not open_pools.filter(pk=pool.pk).exists():
-        raise ApiError(f"pool {key!r} is not open to you", 403)
+        raise Forbidden(f"pool {key!r} is not open to you")
     return pool
 
 
@@ -319,11 +326,11 @@ def resolve_languages(value: str | None) -> str:
     else must be codes joined by ``+`` and each one installed. Never trimmed into something else."""
     value = "eng" if value is None else value.strip()
     if not LANGUAGE_RE.fullmatch(value):
-        raise ApiError(f"languages must look like 'eng' or 'eng+deu', not {value!r}")
+        raise Invalid(f"languages must look like 'eng' or 'eng+deu', not {value!r}", field="languages")
     unknown = [lang for lang in value.split("+") if lang not in settings.OCR_LANGUAGES]
     if unknown:
         available = ", ".join(settings.OCR_LANGUAGES)
-        raise ApiError(f"language {unknown[0]!r} is not available (available: {available})")
+        raise Invalid(f"language {unknown[0]!r} is not available (available: {available})", field="languages")
     return value
 
 
@@ -350,26 +357,14 @@ def job_submit(
     checks, then the forecast (pods/services/forecast.py) instead of a job; nothing is stored.
     ``skip_text_pages``: ``text_mode`` skip, by its older name.
     """
-    if text_mode not in Job.TextMode.values:
-        raise ApiError(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}")
-    pool = resolve_pool(pool_key, owner)  # named, or the first open one until the forecast chooses
-    languages = resolve_languages(languages)
-    schedule = schedule_within_budget(owner, schedule or Schedule())
-    urls = [check_url(url) for url in (urls or []) if url.strip()]
-    if not uploads and not urls:
-        raise ApiError("no files: send at least one PDF or image, or a URL of one")
-    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
-        count = len(uploads) + len(urls)
-        raise ApiError(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job", 413)
-    staging = None  # a local directory, made for the first upload
+    pool, languages, schedule, urls = _checked_request(
+        owner=owner, uploads=uploads, pool_key=pool_key, languages=languages, urls=urls, text_mode=text_mode,
+        schedule=schedule,
+    )  # fmt: skip
+    staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex if uploads else None
     stored: list[str] = []
     try:
-        staged = []
-        for i, upload in enumerate(uploads):
-            if staging is None:
-                staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
-                staging.mkdir(parents=True)
-            staged.append(_stage(upload, staging, i))
+        staged = _staged_uploads(uploads, staging)
         forecast = _forecast(staged, urls, pool if pool_key else None, owner, schedule)
         if not pool_key:
             pool = Pool.objects.get(key=forecast["chosen"]["pool"])
@@ -380,33 +375,11 @@ def job_submit(
         for item in staged:
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
             stored.append(document_store(name, item.path))
-        with transaction.atomic():
-            schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
-            job = Job.objects.create(owner=owner if owner and owner.is_authenticated else None, pool=pool,
-                                     languages=languages,
-                                     text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode,
-                                     searchable_pdf=searchable_pdf,
-                                     max_dollars=schedule.max_dollars, deadline=schedule.deadline,
-                                     priority=schedule.priority, forecast=forecast,
-                                     callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
-            documents = []
-            for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
-                documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
-                                          size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
-                                          **leases.queued()))  # fmt: skip
-            for offset, url in enumerate(urls):
-                documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
-                                          kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
-                                          **fetch_turns.waiting()))  # fmt: skip
-            Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
-            if submission_key is not None:
-                key, fingerprint = submission_key
-                SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
-            split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
-            transaction.on_commit(lambda: enqueue_splits(split_ids))
-            if urls:  # their fetches wait for a slot, in turn by owner
-                transaction.on_commit(fetch_turns.fetches_start)
-            job.submitted_documents = documents
+        job = Job(owner=owner if owner and owner.is_authenticated else None, pool=pool, languages=languages,
+                  text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode, searchable_pdf=searchable_pdf,
+                  forecast=forecast, callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip
+        _job_store(job, owner=owner, schedule=schedule, staged=staged, stored=stored, urls=urls,
+                   submission_key=submission_key)  # fmt: skip
     except BaseException:
         for name in stored:
             document_delete(name)
@@ -416,6 +389,65 @@ def job_submit(
             shutil.rmtree(staging, ignore_errors=True)
     log.info("job %s submitted: %d documents, %d pages", job.pk, len(staged), sum(s.page_count for s in staged))
     return job
+
+
+def _checked_request(
+    *, owner, uploads: list[Upload], pool_key: str | None, languages: str | None, urls: list[str] | None,
+    text_mode: str, schedule: Schedule | None,
+) -> tuple[Pool, str, Schedule, list[str]]:  # fmt: skip
+    """What a submission asks, checked before any file is read: (the pool named, or the first
+    one open to the owner until the forecast chooses; the languages; the schedule within the
+    owner's budget; the URLs, each in a form we fetch)."""
+    if text_mode not in Job.TextMode.values:
+        raise Invalid(f"text_mode takes {', '.join(Job.TextMode.values)}, not {text_mode!r}", field="text_mode")
+    pool = resolve_pool(pool_key, owner)
+    languages = resolve_languages(languages)
+    schedule = schedule_within_budget(owner, schedule or Schedule())
+    urls = [check_url(url) for url in (urls or []) if url.strip()]
+    if not uploads and not urls:
+        raise Invalid("no files: send at least one PDF or image, or a URL of one")
+    if len(uploads) + len(urls) > settings.OCR_MAX_FILES_PER_JOB:
+        count = len(uploads) + len(urls)
+        raise TooLarge(f"{count} documents; the limit is {settings.OCR_MAX_FILES_PER_JOB} per job")
+    return pool, languages, schedule, urls
+
+
+def _staged_uploads(uploads: list[Upload], staging: Path | None) -> list[_Staged]:
+    """Every upload staged in ``staging`` (made here) and checked, in order; the first that
+    fails the checks refuses the submission."""
+    if staging is not None:
+        staging.mkdir(parents=True)
+    return [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+
+
+def _job_store(
+    job: Job, *, owner, schedule: Schedule, staged: list[_Staged], stored: list[str], urls: list[str],
+    submission_key: tuple[str, str] | None,
+) -> None:  # fmt: skip
+    """Store ``job`` (not saved yet) and its documents in one transaction, with its key; its
+    splits and fetches start once it is committed. ``job.submitted_documents``: the documents."""
+    with transaction.atomic():
+        schedule = schedule_within_budget(owner, schedule, lock=True)  # (again, in turn with their others)
+        job.max_dollars, job.deadline, job.priority = schedule.max_dollars, schedule.deadline, schedule.priority
+        job.save(force_insert=True)
+        documents = []
+        for position, (item, source) in enumerate(zip(staged, stored, strict=True)):
+            documents.append(Document(job=job, position=position, name=item.name, kind=item.kind, source=source,
+                                      size_bytes=item.size, page_count=item.page_count, sha256=item.sha256,
+                                      **leases.queued()))  # fmt: skip
+        for offset, url in enumerate(urls):
+            documents.append(Document(job=job, position=len(staged) + offset, name=name_from_url(url),
+                                      kind=Document.Kind.URL, url=url, source="", size_bytes=0, page_count=0,
+                                      **fetch_turns.waiting()))  # fmt: skip
+        Document.objects.bulk_create(documents)  # their ids set (SQLite and PostgreSQL return them)
+        if submission_key is not None:
+            key, fingerprint = submission_key
+            SubmissionKey.objects.create(owner=job.owner, key=key, fingerprint=fingerprint, job=job)
+        split_ids = [d.pk for d in documents if d.kind != Document.Kind.URL]
+        transaction.on_commit(lambda: enqueue_splits(split_ids))
+        if urls:  # their fetches wait for a slot, in turn by owner
+            transaction.on_commit(fetch_turns.fetches_start)
+        job.submitted_documents = documents
 
 
 def _forecast(staged: list[_Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:

@@ -9,7 +9,7 @@ import urllib.parse
 
 from django.conf import settings
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Invalid
 
 # IPv6 prefixes that carry an IPv4 address a gateway translates to, which ``is_global`` calls
 # public whatever IPv4 address they hold: NAT64's well-known prefix (RFC 6052), whose /96 holds
@@ -50,25 +50,25 @@ def check_url(url: str) -> str:
     http(s) only, a host, no literal private or loopback address."""
     url = url.strip()
     if len(url) > 2000:
-        raise ApiError("a URL is longer than 2,000 characters")
+        raise Invalid("a URL is longer than 2,000 characters")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise ApiError(f"{url[:100]}: only http and https URLs can be fetched")
+        raise Invalid(f"{url[:100]}: only http and https URLs can be fetched")
     host = parts.hostname
     if not host:
-        raise ApiError(f"{url[:100]}: the URL has no host")
+        raise Invalid(f"{url[:100]}: the URL has no host")
     try:
         parts.port  # noqa: B018 (raises on a bad port)
     except ValueError:
-        raise ApiError(f"{url[:100]}: the port is not a number") from None
+        raise Invalid(f"{url[:100]}: the port is not a number") from None
     if settings.URL_FETCH_ALLOW_PRIVATE:
         return url
     if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
-        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
+        raise Invalid(f"{url[:100]}: private and loopback addresses are refused")
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
         return url  # a name: resolved and checked by the worker that fetches it
     if not address_allowed(str(literal)):
-        raise ApiError(f"{url[:100]}: private and loopback addresses are refused")
+        raise Invalid(f"{url[:100]}: private and loopback addresses are refused")
     return url

@@ -35,7 +35,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin import fairshare, leases
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Conflict, DomainError
 from ocrjobs.enqueue import enqueue_delivery
 from ocrjobs.models import Job, OwnerTurn, WebhookDelivery, WebhookSecret
 from ocrjobs.services import remote, turns
@@ -96,8 +96,8 @@ def check_callback_url(url: str | None) -> str:
         return ""
     try:
         return check_url(url)
-    except ApiError as exc:
-        raise ApiError(f"callback_url: {exc.message}", exc.status) from None
+    except DomainError as exc:
+        raise type(exc)(f"callback_url: {exc.message}", field="callback_url") from None
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -196,7 +196,7 @@ def delivery_attempt(*, delivery_id: int, lease: str) -> str:
     try:
         status = _post(delivery)
         attempts[-1]["status"] = status
-    except ApiError as exc:
+    except DomainError as exc:
         status = None
         attempts[-1]["error"] = exc.message[:500]
     attempts[-1]["seconds"] = round(time.monotonic() - started, 3)
@@ -224,7 +224,7 @@ def _post(delivery: WebhookDelivery) -> int:
     all; the HTTP status (redirects are not followed: a receiver answers where it was told to be;
     its body is never read)."""
     if delivery.job.owner is None:
-        raise ApiError("the job has no owner whose secret could sign the event")
+        raise Conflict("the job has no owner whose secret could sign the event")
     # The delivery's id inside the signed body (the header alone could be changed in transit).
     body = json.dumps({"delivery": str(delivery.pk), **json.loads(delivery.body)}).encode()
     timestamp = int(time.time())

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleetadmin.errors import Invalid
 from pods.enqueue import enqueue_scale
 from pods.models import Pod, Pool, ScaleRequest
 from pods.services import passes
@@ -36,13 +37,13 @@ def scale_request_create(*, pool: Pool, pods: int | None = None, delta: int | No
     """Check a request to set the pool's size, store it (superseding the pool's older pending
     ones: two requests never fight over the warm floor) and have a worker start it."""
     if (pods is None) == (delta is None):
-        raise ValueError("give exactly one of 'pods' (a number of pods) or 'delta' (a change)")
+        raise Invalid("give exactly one of 'pods' (a number of pods) or 'delta' (a change)")
     if pods is None:
         pods = sum(_pods_of(pool)) + delta
     if pods < 0:
-        raise ValueError(f"a pool cannot have {pods} pods")
+        raise Invalid(f"a pool cannot have {pods} pods", field="pods")
     if pods > pool.max_pods:
-        raise ValueError(f"pool {pool.key} allows at most {pool.max_pods} pods; asked for {pods}")
+        raise Invalid(f"pool {pool.key} allows at most {pool.max_pods} pods; asked for {pods}")
     with transaction.atomic():
         now = timezone.now()
         request = ScaleRequest.objects.create(

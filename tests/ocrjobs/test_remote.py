@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError, TooLarge
 from ocrjobs.services import remote
 from tests import hostile
 from tests.hostile import in_a_thread
@@ -28,7 +28,7 @@ def test_a_peer_that_trickles_or_stalls_is_cut_off_at_the_total_deadline(hostile
 
     # The peer would go on for ever (a byte every 0.5 s resets any per-read timeout): only the
     # total deadline can have ended it.
-    assert isinstance(outcome, ApiError), outcome
+    assert isinstance(outcome, DomainError), outcome
     assert f"within {DEADLINE:g} s" in outcome.message
     assert server.sent < 1000
 
@@ -39,7 +39,7 @@ def test_a_compressed_bomb_is_refused_unread_and_identity_was_asked_for(hostile_
 
     [outcome] = in_a_thread(lambda: _get(server.url("/x.pdf")))
 
-    assert isinstance(outcome, ApiError) and f"Content-Encoding: {encoding}" in outcome.message
+    assert isinstance(outcome, DomainError) and f"Content-Encoding: {encoding}" in outcome.message
     assert server.header("Accept-Encoding") == "identity"
 
 
@@ -48,7 +48,7 @@ def test_a_body_past_the_cap_is_refused_as_it_streams(hostile_peer):
 
     [outcome] = in_a_thread(lambda: _get(server.url("/x.pdf"), max_bytes=1_000_000, seconds=60))
 
-    assert isinstance(outcome, ApiError) and outcome.status == 413 and "1000000 bytes" in outcome.message
+    assert isinstance(outcome, TooLarge) and "1000000 bytes" in outcome.message
 
 
 def test_an_answer_within_its_limits_comes_whole(hostile_peer):
@@ -75,7 +75,7 @@ def test_a_name_that_does_not_answer_in_time_ends_at_the_deadline(monkeypatch, s
     finally:
         release.set()
 
-    assert isinstance(outcome, ApiError) and "within 0.5 s" in outcome.message
+    assert isinstance(outcome, DomainError) and "within 0.5 s" in outcome.message
 
 
 def test_an_error_never_shows_the_urls_credentials_or_query(hostile_peer):
@@ -84,5 +84,5 @@ def test_an_error_never_shows_the_urls_credentials_or_query(hostile_peer):
 
     [outcome] = in_a_thread(lambda: _get(url, seconds=0.5))
 
-    assert isinstance(outcome, ApiError) and f"127.0.0.1:{server.port}/x.pdf" in outcome.message
+    assert isinstance(outcome, DomainError) and f"127.0.0.1:{server.port}/x.pdf" in outcome.message
     assert "s3cr3t" not in outcome.message and "pa55" not in outcome.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError
 from ocrjobs.models import Job
 from ocrjobs.services import jobs as job_services
 from pods.audit import add_actor_argument, cli_actor
@@ -31,6 +31,6 @@ class Command(BaseCommand):
                 continue
             try:
                 pages, documents = job_services.job_retry(job=job, actor=actor)
-            except ApiError as exc:
+            except DomainError as exc:
                 raise CommandError(f"job {job.pk}: {exc.message}") from None
             self.stdout.write(f"job {job.pk}: {pages} pages and {documents} documents queued again")

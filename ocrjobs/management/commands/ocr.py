@@ -25,7 +25,7 @@ from typing import Literal
 from django.core.management.base import BaseCommand
 from django.db import connections
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import DomainError, Invalid
 from ocrjobs import selectors
 from ocrjobs.models import Document, Job, Page, SearchablePdf
 from ocrjobs.results import StoredResult
@@ -88,16 +88,16 @@ class Command(BaseCommand):
             for name in files:
                 path = Path(name)
                 if not path.is_file():
-                    raise ApiError(f"{name}: no such file")
+                    raise Invalid(f"{name}: no such file")
                 uploads.append(Upload(name=path.name, file=path.open("rb")))
             made = _missing_directories(out_dir)
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 # Found before submitting, so that no job runs whose text cannot be written.
-                raise ApiError(f"{out}: cannot create the output directory ({exc.strerror})") from None
+                raise Invalid(f"{out}: cannot create the output directory ({exc.strerror})") from None
             job = job_submit(owner=None, uploads=uploads, **job_submit_arguments(fields))
-        except ApiError as exc:
+        except DomainError as exc:
             _remove_empty(made)  # a refusal leaves nothing behind, not even an empty --out
             self.stderr.write(f"ocr: {exc.message}")
             sys.exit(EXIT_BAD_INPUT)
@@ -248,7 +248,7 @@ def _formats(value: str) -> list[str]:
     formats = [part.strip().lower() for part in value.split(",") if part.strip()]
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown or not formats:
-        raise ApiError(f"--format takes {', '.join(FORMATS)} (comma-separated), not {value!r}")
+        raise Invalid(f"--format takes {', '.join(FORMATS)} (comma-separated), not {value!r}")
     return list(dict.fromkeys(formats))
 
 

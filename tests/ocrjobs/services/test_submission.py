@@ -10,7 +10,7 @@ import re
 import pytest
 from django.db import connection
 
-from fleetadmin.api import ApiError
+from fleetadmin.errors import Invalid
 from ocrjobs.models import Job
 from ocrjobs.services.submission import Upload, job_submit
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
@@ -41,10 +41,9 @@ def test_submit_keeps_only_a_clean_file_name_and_stores_the_file_under_a_name_of
 
 
 def test_submit_checks_every_file_before_storing_any(ordinary_user, media_root):
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(Invalid) as refused:
         submit(ordinary_user, {"good.pdf": pdf_bytes(PAGES_TRUTH[:1]), "bad.pdf": b"%PDF-1.4 nonsense"})
 
-    assert refused.value.status == 400
     assert "bad.pdf" in refused.value.message
     assert Job.objects.count() == 0
     assert files_under(media_root) == []
