@@ -34,8 +34,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs import selectors
-from pods import capacity, planning
+from pods import capacity, hooks, planning
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.podclient import pod_engine_answer, reported_lanes
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, pool_offers
@@ -479,11 +478,7 @@ def _join(pod: Pod, provider: Provider, engine: dict) -> None:
         pod.save(update_fields=["engine", "boot_stage", "step_at", "lanes"])
         pod.mark_ready(base_url=pod.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.dispatchers import dispatch_ensure
-
-    if selectors.pages_waiting(pool_id=pod.pool_id):
-        dispatch_ensure(pool=pod.pool)
+    hooks.jobs().pod_ready(pod=pod)
 
 
 STEPS = {

@@ -13,8 +13,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from pods import capacity, podclient
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
