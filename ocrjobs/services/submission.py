@@ -57,7 +57,7 @@ class Upload:
 
 
 @dataclass
-class _Staged:
+class Staged:
     name: str
     path: Path  # the staged local file
     size: int
@@ -119,7 +119,7 @@ def open_image(source: Path | IO[bytes]) -> Image.Image:
     return Image.open(source)
 
 
-def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
+def stage_upload(upload: Upload, directory: Path, index: int) -> Staged:
     name = clean_filename(upload.name)
     path = directory / f"{index}"
     size = 0
@@ -149,7 +149,7 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
                 out.write(chunk)
     with open(path, "rb") as f:
         kind, suffix, pages = _checked(name, size, f)
-    return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
+    return Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
                    sha256=sha256 or digest.hexdigest())  # fmt: skip
 
 
@@ -184,7 +184,7 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
 PDFIUM_LOCK = threading.RLock()
 
 
-def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
+def pdf_input(file: IO[bytes]) -> str | IO[bytes]:
     """What PDFium opens: a local file by its path (read natively), else the file itself."""
     if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
@@ -195,7 +195,7 @@ def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
 def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
     with PDFIUM_LOCK:
         try:
-            pdf = pdfium.PdfDocument(_pdf_input(file))
+            pdf = pdfium.PdfDocument(pdf_input(file))
         except pdfium.PdfiumError as exc:
             error = exc
         else:
@@ -369,7 +369,7 @@ def job_submit(
             if staging is None:
                 staging = settings.MEDIA_ROOT / "staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
-            staged.append(_stage(upload, staging, i))
+            staged.append(stage_upload(upload, staging, i))
         forecast = _forecast(staged, urls, pool if pool_key else None, owner, schedule)
         if not pool_key:
             pool = Pool.objects.get(key=forecast["chosen"]["pool"])
@@ -418,7 +418,7 @@ def job_submit(
     return job
 
 
-def _forecast(staged: list[_Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
+def _forecast(staged: list[Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
     """The forecast of every pool open to the owner, with the pool and sizing the job takes
     (``chosen``): ``pool`` if named, else the cheapest that meets the forecast (forecast_choice),
     first in its list (what the job's page reads as its own)."""

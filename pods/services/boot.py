@@ -289,7 +289,7 @@ def _create_on(
     except BaseException:
         capacity.probe_finish(key, how=how)
         raise
-    _save_created(pod, created, offer)
+    save_created(pod, created, offer)
     _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
     capacity.probe_finish(key, how=how, created=True)
     Alert.resolve(pool=pod.pool, kind=Alert.Kind.AUTH)
@@ -370,7 +370,7 @@ def _host_of(pod: Pod) -> str:
     return settings.HOST_ID if pod.pool.provider == Pool.Provider.LOCAL else ""
 
 
-def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
+def save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     pod.provider_id = created.provider_id
     pod.billed_from = pod.billed_from or timezone.now()
     fields = ["provider_id", "billed_from"]
@@ -398,7 +398,7 @@ def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
     """A step that died after its create but before saving left a pod under this name."""
     for found in provider.list(prefix=pod.name):
         if found.name == pod.name:
-            _save_created(pod, found, None)
+            save_created(pod, found, None)
             log.warning("boot of %s: adopted %s, created by an earlier step", pod.name, found.provider_id)
             return True
     return False

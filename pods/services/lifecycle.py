@@ -165,7 +165,7 @@ def pods_mark_busy(*, pod_ids: list[int], at: datetime) -> None:
         Pod.objects.filter(pk__in=pod_ids).update(last_busy_at=at)
 
 
-def _terminate_quietly(provider: Provider, pod: Pod) -> None:
+def terminate_quietly(provider: Provider, pod: Pod) -> None:
     if not pod.provider_id:
         return
     try:

@@ -14,8 +14,8 @@ from pods.models import Pod
 from pods.providers import get_provider
 from pods.services import passes
 from pods.services.autostop import autostopped_if_expired
-from pods.services.boot import _save_created, staged
-from pods.services.lifecycle import _terminate_quietly, pod_end
+from pods.services.boot import save_created, staged
+from pods.services.lifecycle import pod_end, terminate_quietly
 from pods.services.preemption import PREEMPTED, pod_vanished, preempted_if_stopped
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         pod = known.get(provider_id)
         if pod is not None:
             if not pod.is_alive:
-                _terminate_quietly(provider, pod)
+                terminate_quietly(provider, pod)
                 result.terminated.append(seen.name)
             elif seen.stopped and autostopped_if_expired(pod):  # its end, not a failure
                 result.autostopped.append(seen.name)
@@ -79,7 +79,7 @@ def reconcile(*, provider_name: str) -> ReconcileResult:
         if row is not None and not is_this_host(row.host):
             continue  # another host's local pod (hosts that share a machine see each other's processes)
         if row is not None and row.is_alive and not row.provider_id:
-            _save_created(row, seen, None)  # the boot died between create and save
+            save_created(row, seen, None)  # the boot died between create and save
             Pod.objects.filter(pk=row.pk, state=Pod.State.BOOTING).update(**staged(Pod.BootStage.RUNNING))
             result.adopted.append(seen.name)
             continue
