@@ -265,6 +265,13 @@ def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_work
     assert len(closed) == 2 and clock.failing_since is None
 
 
+def test_the_clock_with_no_work_registered_fails_instead_of_asking_for_nothing(monkeypatch):
+    monkeypatch.setattr("fleetadmin.clusters.CLOCK_WORK", {})  # as if pods/registrations.py had not run
+    with pytest.raises(RuntimeError, match="no app registered the clock's work"):
+        PassClock()()
+    assert passes.pass_tick in CLOCK_WORK.values()  # what pods registers, back
+
+
 # --- task results kept ---------------------------------------------------------------------------
 
 
