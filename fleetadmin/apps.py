@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core import checks
 
 from fleetadmin.clusters import OUTPUTS
+from fleetadmin.deployment import check_pod_prefix
 
 # What a qcluster's workers import for their tasks. The qcluster imports it once, before it forks
 # them: the runpod SDK alone costs a worker 1.5-2 s of CPU, and 32 workers paying it on their first
@@ -48,9 +49,6 @@ class FleetadminConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # function-level: it imports models, which load only once the app registry is ready
-        from fleetadmin.deployment import check_pod_prefix
-
         checks.register(check_pod_prefix)
         # Only there: every other command and the test suite import the SDK when they use it.
         if forks_workers(sys.argv):

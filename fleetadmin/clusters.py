@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -74,13 +75,11 @@ class WorkClass:
 
 def pools_counted() -> int | None:
     """How many pools there are, or None when the database cannot say (not migrated, unreachable)."""
+    from django.apps import apps
     from django.db import DatabaseError
 
-    # function-level: the platform reads an app only when asked; fleetadmin imports no app at module level
-    from pods.models import Pool
-
     try:
-        return Pool.objects.count()
+        return apps.get_model("pods", "Pool").objects.count()  # the platform imports no app
     except DatabaseError as exc:
         log.warning("could not count the pools (%s); the dispatch cluster gets its minimum size", exc)
         return None
@@ -117,11 +116,23 @@ def task_results_prune(kept: int | None = None) -> int:
     return Success.objects.filter(pk__in=old).delete()[0] if old else 0
 
 
+# What the clock asks for on each call, registered from an AppConfig.ready() (pods/registrations.py:
+# pods.services.passes.pass_tick): the platform imports no app.
+CLOCK_WORK: dict[str, Callable[[], object]] = {}
+
+
+def register_clock_work(name: str, work: Callable[[], object]) -> None:
+    """Have ``PassClock`` call ``work`` on each call (again under the same name: replaced)."""
+    CLOCK_WORK[name] = work
+
+
 class PassClock:
     """What ``manage.py workers`` calls every ``PASS_INTERVAL_SECONDS``: this host reports that it
     is alive (every HOST_REPORT_SECONDS), and a pass is asked for while anything is due (one query
-    when nothing is). It never raises: an error is logged (once a minute
-    while it lasts) and the database connection closed, so that the next call opens a fresh one."""
+    when nothing is: ``pods.services.passes.pass_tick``, registered as clock work). It never
+    raises but when no app registered its work (a broken deployment): an error is logged (once a
+    minute while it lasts) and the database connection closed, so that the next call opens a
+    fresh one."""
 
     LOG_EVERY_SECONDS = 60.0
 
@@ -133,15 +144,17 @@ class PassClock:
     def __call__(self) -> None:
         from django.db import connections
 
-        # function-level: the workers' clock runs pods' passes; fleetadmin imports no app at module level
+        # function-level: it reads models, which load after this module (fleetadmin/apps.py imports it)
         from fleetadmin.hosts import host_report
-        from pods.services import passes
 
+        if not CLOCK_WORK:
+            raise RuntimeError("fleetadmin.clusters: no app registered the clock's work (is pods in INSTALLED_APPS?)")
         try:
             if time.monotonic() - self._reported_at >= settings.HOST_REPORT_SECONDS:
                 host_report()  # this host is alive: its local pods are its own (fleetadmin/hosts.py)
                 self._reported_at = time.monotonic()
-            passes.pass_tick()
+            for work in CLOCK_WORK.values():
+                work()
         except Exception:
             connections.close_all()
             now = time.monotonic()

@@ -18,6 +18,7 @@ import functools
 import logging
 import secrets
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.db import connections
@@ -46,8 +47,8 @@ def stored_prefix() -> str:
 
     The migration that made the table wrote it; a database without the row (tests flush tables)
     gets a fresh one here, the same for every process that asks (one row, pk 1)."""
-    # function-level: pods.models imports this module while the app registry loads the models
-    from fleetadmin.models import Deployment
+    # Looked up, not imported: pods.models imports this module while the app registry loads the models.
+    Deployment = apps.get_model("fleetadmin", "Deployment")
 
     row, _ = Deployment.objects.get_or_create(pk=Deployment.ONLY, defaults={"pod_prefix": new_prefix()})
     if row.pod_prefix == LEGACY_PREFIX and not settings.DEPLOYMENT_PREFIX:
@@ -63,8 +64,8 @@ def forget() -> None:
 def renew_prefix() -> str:
     """Give the database a fresh prefix. Hosts that run go on with the one they read until they
     restart; the pods the database has stay recognised whatever their prefix (reconcile)."""
-    # function-level: pods.models imports this module while the app registry loads the models
-    from fleetadmin.models import Deployment
+    # Looked up, not imported: pods.models imports this module while the app registry loads the models.
+    Deployment = apps.get_model("fleetadmin", "Deployment")
 
     prefix = new_prefix()
     Deployment.objects.update_or_create(pk=Deployment.ONLY, defaults={"pod_prefix": prefix})
@@ -96,8 +97,8 @@ def _legacy_warning() -> checks.Warning:
 
 
 def _stored_without_creating(alias: str) -> str:
-    # function-level: pods.models imports this module while the app registry loads the models
-    from fleetadmin.models import Deployment
+    # Looked up, not imported: pods.models imports this module while the app registry loads the models.
+    Deployment = apps.get_model("fleetadmin", "Deployment")
 
     connection = connections[alias]
     if Deployment._meta.db_table not in connection.introspection.table_names():

@@ -246,10 +246,11 @@ class LoopWatch:
 
 def write_heartbeat(snapshot: dict[str, Any], *, last: bool = False) -> None:
     """Upsert the heartbeat row of one watch (runs on the watch's own thread)."""
+    from django.apps import apps
     from django.db import IntegrityError, close_old_connections, connection
 
-    # function-level: models load with the app registry; this module is imported before it (asgi.py)
-    from fleetadmin.models import LoopHeartbeat
+    # Not imported: this module is imported before the app registry loads the models (asgi.py).
+    LoopHeartbeat = apps.get_model("fleetadmin", "LoopHeartbeat")
 
     close_old_connections()  # a connection broken by a database restart is dropped, not reused
     try:

@@ -1,7 +1,7 @@
 """Uploads: the upload handler through which every multipart body is read by
 fleetadmin.formdata.FormData, which writes each file to a temporary file of its own and hashes it
 on the way (the sha256 pods cache a document under costs no second read of its bytes:
-ocrjobs.services.submission._stage moves the file into place). It is Django's documented hook
+ocrjobs.services.submission.stage_upload moves the file into place). It is Django's documented hook
 for a parser of one's own (FILE_UPLOAD_HANDLERS, ``handle_raw_input``): a body the front read as
 it arrived is taken as it is; any other (another server, the test client) is read from the
 request's stream.

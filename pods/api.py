@@ -12,8 +12,7 @@ from django.utils.dateparse import parse_datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetadmin.api import ApiError, api_view, parse_json
-from ocrjobs.selectors import jobs_visible_to
-from pods import capacity, enqueue, selectors
+from pods import capacity, enqueue, hooks, selectors
 from pods.audit import Actor
 from pods.models import AuditEntry, Pod, Pool, ScaleRequest
 from pods.services import lifecycle, scale_requests
@@ -164,7 +163,12 @@ def spend(request: HttpRequest) -> JsonResponse:
     report = spend_report(since=since)
     if not _sees_everyone(request):  # (non-staff callers see only their own jobs)
         billed = [int(job) for job in report["by_job"]]
-        own = jobs_visible_to(request.api_user, request.api_scopes).filter(pk__in=billed).values_list("pk", flat=True)
+        own = (
+            hooks.jobs()
+            .jobs_visible_to(request.api_user, request.api_scopes)
+            .filter(pk__in=billed)
+            .values_list("pk", flat=True)
+        )
         own = {str(pk) for pk in own}
         report["by_job"] = {job: dollars for job, dollars in report["by_job"].items() if job in own}
         # Nor the pools not open to them, by name or by their pods' (review N10); the totals stay the fleet's.

@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.db import connection
 from django.utils import timezone
 
-from ocrjobs.selectors import pages_done_by_minute, pages_done_in_minutes
+from pods import hooks
 
 CHART_MINUTES = 60
 CHART_WIDTH = 600
@@ -110,7 +110,7 @@ def pages_by_minute(first: datetime, now: datetime, *, keep: bool) -> dict[datet
     broadcaster, every second), minutes settled earlier are not counted again: a push reads the
     last couple of minutes' pages, not the hour's."""
     if not keep:
-        return pages_done_by_minute(since=first)
+        return hooks.jobs().pages_done_by_minute(since=first)
     database = connection.settings_dict["NAME"]
     settled_until = now.replace(second=0, microsecond=0) - SETTLED_AFTER
     settled = []
@@ -125,9 +125,9 @@ def pages_by_minute(first: datetime, now: datetime, *, keep: bool) -> dict[datet
     while since + timedelta(minutes=len(unsettled)) <= now:
         unsettled.append(since + timedelta(minutes=len(unsettled)))
     if len(unsettled) <= COUNTED_ONE_BY_ONE:
-        counted = pages_done_in_minutes(unsettled)
+        counted = hooks.jobs().pages_done_in_minutes(unsettled)
     else:  # (the first push, or one after a pause)
-        counted = pages_done_by_minute(since=since)
+        counted = hooks.jobs().pages_done_by_minute(since=since)
     with _settled_lock:
         for m in settled:
             if m >= since:

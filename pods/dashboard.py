@@ -22,8 +22,8 @@ from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
 
 from fleetadmin.models import LoopHeartbeat
-from ocrjobs.selectors import IdsOf, JobProgress, job_progress, jobs_for_dashboard, pages_in_flight_by_pod
-from pods import sections
+from fleetadmin.sqlbatch import IdsOf
+from pods import hooks, sections
 from pods.charts import CHART_MINUTES as CHART_MINUTES  # (the tests read it here)
 from pods.charts import billed, chart_start, charts
 from pods.models import Alert, BootAttempt, Pod
@@ -83,7 +83,7 @@ def pod_page(*, page: int, now: datetime | None = None) -> dict:
     page = min(max(1, page), pages)
     start = (page - 1) * POD_PAGE_SIZE
     pods = list(alive.select_related("pool").order_by("pool__key", "created_at", "id")[start : start + POD_PAGE_SIZE])
-    inflight = pages_in_flight_by_pod([pod.pk for pod in pods], now=now)
+    inflight = hooks.jobs().pages_in_flight_by_pod([pod.pk for pod in pods], now=now)
     rows = [
         {
             "id": pod.pk,
@@ -204,7 +204,7 @@ def loop_gauges(*, now: datetime | None = None) -> list[dict]:
 
 
 # The recent boot attempts and the recent failures, in one statement: the ids of a short walk
-# down the (created_at, id) index each (ocrjobs.selectors.IdsOf), then their rows. (As
+# down the (created_at, id) index each (fleetadmin.sqlbatch.IdsOf), then their rows. (As
 # ``pk IN (…) OR pk IN (…)``, PostgreSQL filtered every attempt ever made through the two
 # walks; as two reads, each cost a round trip and a plan: 0.4-0.5 ms on PostgreSQL, for an
 # execution of 0.02 ms.)
@@ -285,11 +285,11 @@ def render_sections(names: tuple[str, ...], context: dict) -> dict[str, str]:
     return sections.render_sections(names, context)
 
 
-def jobs_with_cost(jobs: list, *, now: datetime, serving: set[int] | None = None) -> list[JobProgress]:
+def jobs_with_cost(jobs: list, *, now: datetime, serving: set[int] | None = None) -> list:
     """The jobs' progress with what each has cost so far (the spend report's figure). ``serving``:
     the pods the fleet snapshot shows ready or draining; a job's pages running are those out at
     one of them (job_progress)."""
-    progress = job_progress(jobs, now=now, serving=serving)
+    progress = hooks.jobs().job_progress(jobs, now=now, serving=serving)
     entries = None
     if all(hasattr(job, "ended_pods_dollars") for job in jobs):  # as jobs_for_dashboard reads them
         entries = {job.pk: job.ended_pods_dollars for job in jobs}
@@ -307,9 +307,9 @@ def page_context(user, *, pod_page_number: int = 1) -> dict:
     context = {**fleet, **pod_page(page=pod_page_number, now=now), "is_staff": bool(user.is_staff)}
     if user.is_staff:
         context.update(staff_snapshot(now=now, status=status))
-        jobs = jobs_for_dashboard()
+        jobs = hooks.jobs().jobs_for_dashboard()
     else:
-        jobs = jobs_for_dashboard(owner_ids=[user.pk])
+        jobs = hooks.jobs().jobs_for_dashboard(owner_ids=[user.pk])
     context["jobs"] = jobs_with_cost(jobs, now=now, serving=fleet["serving"])
     rows = sections.job_rows(context["jobs"], staff=bool(user.is_staff))
     context["job_rows"] = [mark_safe(row) for row in rows.values()]  # for the page's own includes
@@ -331,13 +331,15 @@ def render_payloads(*, staff: bool, user_ids: list[int], front: str = "") -> dic
     payloads: dict[str, dict[str, str]] = {}
     if staff:
         context = {**fleet, **staff_snapshot(now=now, status=status), "is_staff": True}
-        context["jobs"] = jobs_with_cost(jobs_for_dashboard(), now=now, serving=fleet["serving"])
+        context["jobs"] = jobs_with_cost(hooks.jobs().jobs_for_dashboard(), now=now, serving=fleet["serving"])
         payloads[STAFF] = render_sections(sections_for(staff=True), context)
     if user_ids:
         public = {**fleet, "is_staff": False}
         shared = render_sections(tuple(s for s in FLEET_SECTIONS if s != "jobs"), public)
-        by_owner: dict[int, list[JobProgress]] = defaultdict(list)
-        for progress in jobs_with_cost(jobs_for_dashboard(owner_ids=user_ids), now=now, serving=fleet["serving"]):
+        by_owner: dict[int, list] = defaultdict(list)
+        for progress in jobs_with_cost(
+            hooks.jobs().jobs_for_dashboard(owner_ids=user_ids), now=now, serving=fleet["serving"]
+        ):
             by_owner[progress.job.owner_id].append(progress)
         for user_id in user_ids:
             jobs = render_sections(("jobs",), {**public, "jobs": by_owner.get(user_id, [])})

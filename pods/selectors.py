@@ -12,8 +12,7 @@ from django.db import connections
 from django.utils import timezone
 
 from fleetadmin.snapshot import Snapshot
-from ocrjobs.selectors import dispatchers_live, pages_at_pods, pools_pages
-from pods import capacity
+from pods import capacity, hooks
 from pods.models import Alert, Pod, Pool
 
 RATE_WINDOW_SECONDS = 60
@@ -37,10 +36,10 @@ def fleet_status() -> dict:
     alive = [pod for pod in Pod.objects.alive() if pod.pool_id in pool_of]
     for pod in alive:
         pod.pool = pool_of[pod.pool_id]  # the pools just read, not one more instance per pod
-    pages = pools_pages(list(pool_of), now=now, done_since=since)
-    at_pods = pages_at_pods(now=now)
+    pages = hooks.jobs().pools_pages(list(pool_of), now=now, done_since=since)
+    at_pods = hooks.jobs().pages_at_pods(now=now)
     alerts = list(Alert.objects.filter(resolved_at__isnull=True).select_related("pool"))
-    dispatchers = dispatchers_live()
+    dispatchers = hooks.jobs().dispatchers_live()
     result = []
     for pool in pools:
         pods = [p for p in alive if p.pool_id == pool.pk]

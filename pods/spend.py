@@ -13,7 +13,7 @@ from decimal import Decimal
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
-from ocrjobs import selectors
+from pods import hooks
 from pods.models import Pod, SpendEntry
 
 MICRO = Decimal("0.000001")
@@ -23,7 +23,7 @@ def job_shares(pod: Pod, *, since: datetime | None = None) -> dict[int, tuple[De
     """{job id: (dollars, busy seconds)} of the pages this pod stored."""
     if not pod.cost_per_hr or not pod.lanes:
         return {}
-    busy = selectors.busy_seconds(pod_ids=[pod.pk], since=since)
+    busy = hooks.jobs().busy_seconds(pod_ids=[pod.pk], since=since)
     return {job_id: (_share(pod, seconds), float(seconds)) for (_, job_id), seconds in busy.items()}
 
 
@@ -134,7 +134,7 @@ def live_shares(
 
 
 def _busy_on_live_pods(job_ids: Iterable[int] | QuerySet, *, per: str = "job_id") -> dict[int, dict[int, tuple]]:
-    busy = selectors.busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=job_ids, per=per)
+    busy = hooks.jobs().busy_seconds(pod_ids=Pod.objects.alive().values("pk"), job_ids=job_ids, per=per)
     served = {pod_id for pod_id, _ in busy}
     pods = Pod.objects.filter(pk__in=served).values_list("pk", "state", "cost_per_hr", "lanes") if served else []
     about = {pk: (state, cost_per_hr, lanes) for pk, state, cost_per_hr, lanes in pods}

@@ -7,7 +7,7 @@ import logging
 
 from fleetadmin.clusters import task_results_prune
 from fleetadmin.db import retry_on_db_error
-from pods import capacity
+from pods import capacity, hooks
 from pods.models import Pool
 from pods.providers.base import ProviderError
 from pods.services import passes, reconcile, scale_requests, scaler
@@ -34,22 +34,14 @@ def scaler_tick(pool_id: int | None = None) -> list[dict]:
             reconcile.reconcile(provider_name=provider_name)
         except ProviderError as exc:
             log.warning("reconcile %s failed: %s; ticking on what the database knows", provider_name, exc)
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.recover import documents_recover
-
     for pool in pools:
         # Tasks the broker lost (a worker killed with -9 on Redis, a cluster restarted). Boots need
         # no such thing: a step whose worker died leaves a lease that lapses, and the pod is due again.
-        documents_recover(pool_id=pool.pk)
+        hooks.jobs().pool_housekeeping(pool_id=pool.pk)
     ticks = [vars(scaler.pool_tick(pool=pool)) for pool in pools]
     if pool_id is None:  # the minute's schedule, not a nudge
         task_results_prune()
-        # function-level: the minute's tick also runs ocrjobs' housekeeping; ocrjobs imports pods
-        from ocrjobs.services.recover import searchable_pdfs_recover
-        from ocrjobs.tasks import prune_staging
-
-        prune_staging()
-        searchable_pdfs_recover()
+        hooks.jobs().minute_housekeeping()  # staging, kept uploads, lost PDF builds
     try:
         passes.pass_tick()  # the clock, where plain qclusters run instead of `manage.py workers`
     except Exception:

@@ -1,10 +1,13 @@
 """The layout holds: no module imports itself back through others; imports run one way,
 fleetadmin (the platform) <- pods <- ocrjobs, but for the crossings named in CROSSINGS; pods
-reads pages only through ocrjobs' selectors; an import inside a function says why it is there;
-no product module grows past ~400 lines without saying why.
+never imports ocrjobs, even inside a function (it asks and tells it through pods/hooks.py); no
+private name is imported across modules; an import inside a function says why it is there, and
+there are at most MAX_FUNCTION_LEVEL of them; no product module grows past ~400 lines without
+saying why.
 
-Imports are read from the source (AST). An import inside a function runs when it is called,
-which is how a write that must cross apps against the direction does it.
+Imports are read from the source (AST). An import inside a function runs when it is called: it
+is for a module that cannot load earlier (models before the app registry, an SDK only some
+deployments use), never a way around the direction.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ MAX_LINES = 400
 REASON = "Length:"  # starts a paragraph of the module docstring that says why it is longer
 # An import inside a function carries this in a comment on its line or just above it (its block).
 FUNCTION_LEVEL = "function-level:"
+MAX_FUNCTION_LEVEL = 10  # imports of project modules inside functions, in every product package
 # Layers, lowest first: a module imports at module level only from its own layer or below.
 LAYERS = {"accounts": 0, "fleetadmin": 0, "pods": 1, "ocrjobs": 2}
 # (importer, imported) prefixes allowed to import upwards at module level, and why.
@@ -27,7 +31,6 @@ CROSSINGS = {
     ("fleetadmin.urls", "pods"): "the root URLconf routes to each app's views",
     ("fleetadmin.asgi", "pods"): "the ASGI entry serves pods' websockets and preloads the runpod SDK",
     ("fleetadmin.asgi", "ocrjobs"): "the ASGI entry serves the job page's websocket",
-    ("pods", "ocrjobs.selectors"): "pods reads pages and jobs through ocrjobs' selectors only",
 }
 
 
@@ -106,30 +109,80 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []
 
 
-def _is_selectors(module: str) -> bool:
-    return module == "ocrjobs.selectors" or module.startswith("ocrjobs.selectors.")
+def _pods_to_ocrjobs(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {
+        (module, target)
+        for module, targets in graph.items()
+        if module == "pods" or module.startswith("pods.")
+        for target in targets
+        if target == "ocrjobs" or target.startswith("ocrjobs.")
+    }
 
 
-def test_pods_reads_pages_only_through_the_ocrjobs_selectors_and_defers_the_writes_that_cross():
-    at_import = {
-        (module, target)
-        for module, targets in _graph().items()
-        if module.startswith("pods")
-        for target in targets
-        if target.startswith("ocrjobs") and not _is_selectors(target)
-    }
-    assert at_import == set()
-    # In a function too: a page is read through a selector, written through an ocrjobs service.
-    reads = {
-        (module, target)
-        for module, targets in _graph(deferred=True).items()
-        if module.startswith("pods")
-        for target in targets
-        if target.startswith("ocrjobs")
-        and not _is_selectors(target)
-        and not target.startswith(("ocrjobs.services", "ocrjobs.tasks"))
-    }
-    assert reads == set()
+def test_pods_never_imports_ocrjobs_even_inside_a_function():
+    assert _pods_to_ocrjobs(_graph(deferred=True)) == set()
+
+
+def test_the_pods_check_finds_an_import_of_ocrjobs_inside_a_function(tmp_path):
+    module = tmp_path / "boot.py"
+    module.write_text("import json\n\n\ndef joined():\n    from ocrjobs.services.dispatchers import dispatch_ensure\n")
+    modules = {"pods.services.boot": module, "ocrjobs.services.dispatchers": tmp_path / "d.py"}
+    graph = {"pods.services.boot": _imports(module, "pods.services.boot", modules, deferred=True)}
+    assert _pods_to_ocrjobs(graph) == {("pods.services.boot", "ocrjobs.services.dispatchers")}
+    assert _pods_to_ocrjobs({"ocrjobs.x": {"pods.y"}, "pods.y": {"fleetadmin.z"}}) == set()
+
+
+def _private_names_imported(path: Path, name: str, modules: dict[str, Path]) -> list[str]:
+    """Names with a leading underscore this module takes from another project module, by an import
+    (``from m import _x``) or off a module it imported (``m._x``): ``line: module._x`` each."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found, module_names = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    module_names.add(alias.asname or alias.name)
+                elif alias.name.startswith("_"):
+                    found.append(f"{node.lineno}: {base}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            module_names.update(alias.asname for alias in node.names if alias.asname and alias.name in modules)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module_names:
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    modules = _modules()
+    imported = [
+        f"{path.relative_to(REPO)}:{line}"
+        for name, path in modules.items()
+        for line in _private_names_imported(path, name, modules)
+    ]
+    assert imported == []
+
+
+def test_the_private_name_check_finds_an_import_and_a_read_off_a_module(tmp_path):
+    module = tmp_path / "split.py"
+    module.write_text(
+        "from ocrjobs.services.jobs import _nudge, job_refresh\nfrom ocrjobs.services import pages\n"
+        "from django.db import _private_of_a_library\n\n\ndef f():\n    from . import _helper\n"
+        "    return pages._first_reading_kept, pages.__name__\n"
+    )
+    modules = {name: module for name in ("ocrjobs.services.split", "ocrjobs.services.jobs", "ocrjobs.services.pages")}
+    assert _private_names_imported(module, "ocrjobs.services.split", modules) == [
+        "1: ocrjobs.services.jobs._nudge",
+        "7: ocrjobs.services._helper",
+        "8: pages._first_reading_kept",
+    ]
 
 
 def _lengths_unexplained(modules: dict[str, Path]) -> list[str]:
@@ -183,9 +236,21 @@ def test_imports_run_one_way_fleetadmin_then_pods_then_ocrjobs_but_for_the_named
 
 
 def test_the_direction_check_finds_an_upward_import():
-    assert _upward({"pods.x": {"ocrjobs.services.y", "ocrjobs.selectors.z"}, "ocrjobs.a": {"pods.b"}}) == {
-        ("pods.x", "ocrjobs.services.y")
-    }
+    graph = {"pods.x": {"ocrjobs.services.y", "ocrjobs.selectors.z"}, "ocrjobs.a": {"pods.b"}, "fleetadmin.urls": {"pods.views"}}  # fmt: skip
+    assert _upward(graph) == {("pods.x", "ocrjobs.services.y"), ("pods.x", "ocrjobs.selectors.z")}
+
+
+def _function_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports of project modules that are not at the top of the module (inside a function)."""
+    at_top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in at_top:
+            continue
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if getattr(node, "level", 0) or any(name.split(".")[0] in PACKAGES for name in names):
+            found.append(node)
+    return found
 
 
 def _unexplained_function_level_imports(path: Path) -> list[int]:
@@ -193,15 +258,8 @@ def _unexplained_function_level_imports(path: Path) -> list[int]:
     their line or in the comments, imports and blank lines just above them."""
     source = path.read_text()
     lines = source.splitlines()
-    tree = ast.parse(source, filename=str(path))
-    at_top = {id(node) for node in tree.body}
     found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in at_top:
-            continue
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        if not (getattr(node, "level", 0) or any(name.split(".")[0] in PACKAGES for name in names)):
-            continue
+    for node in _function_level_imports(ast.parse(source, filename=str(path))):
         block = lines[node.lineno - 1 : node.end_lineno]
         above = node.lineno - 2
         while above >= 0 and (not lines[above].strip() or lines[above].strip().startswith(("#", "from ", "import "))):
@@ -229,3 +287,21 @@ def test_the_function_level_check_finds_an_unexplained_import(tmp_path):
         "def g():\n    # function-level: a reason\n    from pods import models\n    from ocrjobs import tasks\n"
     )
     assert _unexplained_function_level_imports(module) == [3]
+
+
+def _function_level_count(paths) -> int:
+    return sum(len(_function_level_imports(ast.parse(path.read_text(), filename=str(path)))) for path in paths)
+
+
+def test_there_are_at_most_ten_imports_of_project_modules_inside_functions():
+    assert _function_level_count(_modules().values()) <= MAX_FUNCTION_LEVEL
+
+
+def test_the_function_level_count_counts_every_import_inside_a_function_and_no_other(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import json\nfrom pods import models\n\n\ndef f():\n    import json\n    from pods import models\n"
+        "    from . import sibling\n\n\nclass C:\n    def g(self):\n        import ocrjobs.tasks, pods.tasks\n"
+    )
+    assert _function_level_count([module]) == 3
+    assert _function_level_count([module] * 4) > MAX_FUNCTION_LEVEL

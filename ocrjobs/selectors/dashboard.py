@@ -30,6 +30,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from fleetadmin.sqlbatch import IdsOf
 from ocrjobs.models import Document, Job, Page
 from pods.models import SpendEntry
 
@@ -77,32 +78,6 @@ def failed_documents_of(job):
 _NEWEST_FIRST = [F("created_at").desc(), F("id").desc()]
 _LIVE_STATUSES = (Job.Status.QUEUED, Job.Status.RUNNING)
 _LIVE = Q(status__in=_LIVE_STATUSES)
-
-
-class IdsOf(Expression):
-    """The ids a few sliced querysets select, as one subquery: ``filter(pk__in=IdsOf(a, b))``.
-
-    Each part is a short walk down an index (``ORDER BY … LIMIT n``); the parts are joined with
-    UNION ALL, each wrapped in a derived table (SQLite refuses LIMIT in a compound's parts).
-    Several bounded reads become one statement, a round trip and a plan fewer, without the
-    ``pk IN (…) OR pk IN (…)`` that PostgreSQL ran by filtering every row of the table.
-    """
-
-    output_field = BigIntegerField()
-
-    def __init__(self, *parts) -> None:
-        super().__init__()
-        if not parts:
-            raise ValueError("IdsOf needs at least one queryset")
-        self.parts = [part.values("pk") for part in parts]
-
-    def as_sql(self, compiler, connection):
-        sqls, params = [], []
-        for i, part in enumerate(self.parts):
-            sql, part_params = part.query.get_compiler(connection=connection).as_sql()
-            sqls.append(f"SELECT * FROM ({sql}) ids_{i}")
-            params.extend(part_params)
-        return "(" + " UNION ALL ".join(sqls) + ")", params
 
 
 def _newest(jobs) -> list:

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from ocrjobs.enqueue import enqueue_dispatch
 from ocrjobs.models import Dispatcher
-from pods.models import Pool
+from ocrjobs.selectors import pages_waiting
+from pods.models import Pod, Pool
 
 
 def dispatch_ensure(*, pool: Pool) -> bool:
@@ -20,6 +21,12 @@ def dispatch_ensure(*, pool: Pool) -> bool:
         return False
     transaction.on_commit(lambda: enqueue_dispatch(pool))
     return True
+
+
+def dispatch_for_pod_ready(*, pod: Pod) -> bool:
+    """A pod joined (``pods.hooks`` ``pod_ready``): its pool's pages waiting get a dispatcher.
+    True if one was enqueued."""
+    return bool(pages_waiting(pool_id=pod.pool_id)) and dispatch_ensure(pool=pod.pool)
 
 
 def dispatcher_register(*, pool_id: int) -> Dispatcher | None:

@@ -14,7 +14,7 @@ from django.db import transaction
 from ocrjobs.models import Page
 from ocrjobs.selectors.budgets import daily_budgets, days_spent
 from ocrjobs.services.jobs import job_refresh
-from ocrjobs.services.pages import _first_reading_kept
+from ocrjobs.services.pages import first_reading_kept
 from pods.models import Pool
 from pods.spend import jobs_spend
 
@@ -81,7 +81,7 @@ def pages_escalated_over_budget(*, pool_id: int, job_ids: list[int], limit: int 
             claim = Page.objects.filter(
                 pk=page.pk, status=page.status, attempts=page.attempts, claim_token=page.claim_token
             )
-            if claim.update(**_first_reading_kept(page, why, key="skipped")):
+            if claim.update(**first_reading_kept(page, why, key="skipped")):
                 kept += 1
                 jobs.add(page.job_id)
         for job_id in jobs:

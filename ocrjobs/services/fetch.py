@@ -26,7 +26,7 @@ from ocrjobs.services import remote
 from ocrjobs.services.fetch_turns import fetches_start
 from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.split import document_split
-from ocrjobs.services.submission import Upload, _stage, _Staged, name_from_url
+from ocrjobs.services.submission import Staged, Upload, name_from_url, stage_upload
 from ocrjobs.storage import document_delete, document_store
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def _fetch_failed(document: Document, row, lease: str, error: str) -> Document:
     return document
 
 
-def _fetch_to(url: str, staging: Path, progress) -> _Staged:
+def _fetch_to(url: str, staging: Path, progress) -> Staged:
     """Download ``url`` (following up to three redirects, each checked) into ``staging``, all of
     it within URL_FETCH_TIMEOUT_SECONDS and OCR_MAX_FILE_BYTES."""
     deadline = remote.Deadline(settings.URL_FETCH_TIMEOUT_SECONDS)
@@ -188,5 +188,5 @@ def _fetch_to(url: str, staging: Path, progress) -> _Staged:
                 raise TooLarge(
                     f"{remote.shown(url)}: {length} bytes is larger than the limit of {settings.OCR_MAX_FILE_BYTES} bytes",
                 )
-            return _stage(Upload(name=name_from_url(url), file=_Response(answer.chunks)), staging, 0)
+            return stage_upload(Upload(name=name_from_url(url), file=_Response(answer.chunks)), staging, 0)
     raise RemoteFailed(f"{remote.shown(url)}: too many redirects")

@@ -88,7 +88,7 @@ def _fail_exhausted(*, pool_id: int) -> None:
     # few pages, and each row's own result is rewritten.
     for page in exhausted.exclude(escalated_from=None).select_related("escalated_from", "pool"):
         Page.objects.filter(pk=page.pk, status=Page.Status.RUNNING, attempts=page.attempts).update(
-            **_first_reading_kept(page, f"no result after {settings.PAGE_MAX_ATTEMPTS} attempts (claims expired)")
+            **first_reading_kept(page, f"no result after {settings.PAGE_MAX_ATTEMPTS} attempts (claims expired)")
         )
         transaction.on_commit(lambda job_id=page.job_id: job_refresh(job_id=job_id))
     exhausted = exhausted.filter(escalated_from=None)
@@ -394,7 +394,7 @@ def page_attempt_failed(
     # Its last attempt spent on a pod the provider had taken back: not the page's failure, it waits.
     spent = page.attempts - page.attempts_given_back >= settings.PAGE_MAX_ATTEMPTS and not preempted
     if (final or spent) and page.escalated_from_id:
-        claim.update(**_first_reading_kept(page, error), pod_id=pod_id)
+        claim.update(**first_reading_kept(page, error), pod_id=pod_id)
         return "failed"
     if final or spent:
         claim.update(
@@ -448,7 +448,7 @@ def _give_back_attempts(pages, *, pod_id: int) -> int:
     return waiting + failed_there.update(attempts_given_back=F("attempts_given_back") + 1, failed_on_pod=None)
 
 
-def _first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
+def first_reading_kept(page: Page, error: str, *, key: str = "error") -> dict:
     """The fields of an escalated page whose second pool gave no reading: done with its first
     one, the escalation's error (or, ``key="skipped"``, why it was not read) in the result's
     cascade (the page is not lost to the cascade)."""

@@ -15,6 +15,8 @@ from ocrjobs.enqueue import enqueue_searchable_pdf_builds, enqueue_split
 from ocrjobs.models import Document, Job, SearchablePdf
 from ocrjobs.services.fetch import fetches_exhausted
 from ocrjobs.services.fetch_turns import fetches_start
+from ocrjobs.services.kept_uploads import uploads_drop_expired
+from ocrjobs.storage import staging_prune
 
 log = logging.getLogger(__name__)
 
@@ -64,3 +66,12 @@ def searchable_pdfs_recover() -> list[int]:
     log.warning("sending again %d searchable PDF builds whose tasks were lost", len(document_ids))
     enqueue_searchable_pdf_builds(document_ids)
     return document_ids
+
+
+def housekeeping_minute() -> None:
+    """The minute's scaler tick's housekeeping (``pods.hooks`` ``minute_housekeeping``): staging
+    directories a dead front left and kept uploads past their expiry (as ``prune_staging``), then
+    the searchable PDF builds whose tasks were lost."""
+    staging_prune()
+    uploads_drop_expired()
+    searchable_pdfs_recover()

@@ -20,10 +20,11 @@ from fleetadmin import leases
 from fleetadmin.errors import DomainError
 from ocrjobs.models import Dispatcher, Document, Job, Page
 from ocrjobs.services.dispatchers import dispatch_ensure
-from ocrjobs.services.jobs import _nudge, job_refresh
+from ocrjobs.services.jobs import job_refresh
 from ocrjobs.services.pages import result_json
-from ocrjobs.services.submission import PDFIUM_LOCK, _pdf_input, document_pages
+from ocrjobs.services.submission import PDFIUM_LOCK, document_pages, pdf_input
 from ocrjobs.storage import document_local
+from pods.enqueue import nudge_scaler
 from pods.models import Pod, Pool
 from podserver.textlayer import page_text_problem
 
@@ -116,7 +117,7 @@ def _make_pages(
             batch = []
             if not nudged:
                 # The first pages can be read while the rest are made.
-                _nudge(document.job.pool_id)
+                nudge_scaler(document.job.pool_id)
                 nudged = True
     if not _save_pages(document, batch, split=(row, lease, page_count)):
         return _split_stopped(document, batch)
@@ -303,7 +304,7 @@ def _pages_made(pool_id: int) -> None:
     if pool is not None:
         dispatch_ensure(pool=pool)
     else:
-        _nudge(pool_id)
+        nudge_scaler(pool_id)
 
 
 def _save_pages(document: Document, pages: list[Page], *, split: tuple[QuerySet, str, int] | None = None) -> bool:
@@ -368,7 +369,7 @@ class _TextLayers:
         source.seek(0)
         if head == b"%PDF-":
             with PDFIUM_LOCK:
-                self.pdf = pdfium.PdfDocument(_pdf_input(source))
+                self.pdf = pdfium.PdfDocument(pdf_input(source))
 
     def text(self, number: int) -> str:
         """The page's embedded text, when it has enough to count as a text page and is text

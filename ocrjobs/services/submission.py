@@ -66,7 +66,7 @@ class Upload:
 
 
 @dataclass
-class _Staged:
+class Staged:
     name: str
     path: Path  # the staged local file
     size: int
@@ -128,7 +128,7 @@ def open_image(source: Path | IO[bytes]) -> Image.Image:
     return Image.open(source)
 
 
-def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
+def stage_upload(upload: Upload, directory: Path, index: int) -> Staged:
     name = clean_filename(upload.name)
     path = directory / f"{index}"
     size = 0
@@ -158,7 +158,7 @@ def _stage(upload: Upload, directory: Path, index: int) -> _Staged:
                 out.write(chunk)
     with open(path, "rb") as f:
         kind, suffix, pages = _checked(name, size, f)
-    return _Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
+    return Staged(name=name, path=path, size=size, kind=kind, suffix=suffix, page_count=pages,
                    sha256=sha256 or digest.hexdigest())  # fmt: skip
 
 
@@ -193,7 +193,7 @@ def document_pages(name: str, kind: str, file: IO[bytes]) -> int:
 PDFIUM_LOCK = threading.RLock()
 
 
-def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
+def pdf_input(file: IO[bytes]) -> str | IO[bytes]:
     """What PDFium opens: a local file by its path (read natively), else the file itself."""
     if isinstance(file, io.BufferedReader) and isinstance(getattr(file, "name", None), str):
         return file.name
@@ -204,7 +204,7 @@ def _pdf_input(file: IO[bytes]) -> str | IO[bytes]:
 def _count_pdf_pages(name: str, file: IO[bytes]) -> int:
     with PDFIUM_LOCK:
         try:
-            pdf = pdfium.PdfDocument(_pdf_input(file))
+            pdf = pdfium.PdfDocument(pdf_input(file))
         except pdfium.PdfiumError as exc:
             error = exc
         else:
@@ -412,16 +412,16 @@ def _checked_request(
     return pool, languages, schedule, urls
 
 
-def _staged_uploads(uploads: list[Upload], staging: Path | None) -> list[_Staged]:
+def _staged_uploads(uploads: list[Upload], staging: Path | None) -> list[Staged]:
     """Every upload staged in ``staging`` (made here) and checked, in order; the first that
     fails the checks refuses the submission."""
     if staging is not None:
         staging.mkdir(parents=True)
-    return [_stage(upload, staging, i) for i, upload in enumerate(uploads)]
+    return [stage_upload(upload, staging, i) for i, upload in enumerate(uploads)]
 
 
 def _job_store(
-    job: Job, *, owner, schedule: Schedule, staged: list[_Staged], stored: list[str], urls: list[str],
+    job: Job, *, owner, schedule: Schedule, staged: list[Staged], stored: list[str], urls: list[str],
     submission_key: tuple[str, str] | None,
 ) -> None:  # fmt: skip
     """Store ``job`` (not saved yet) and its documents in one transaction, with its key; its
@@ -450,7 +450,7 @@ def _job_store(
         job.submitted_documents = documents
 
 
-def _forecast(staged: list[_Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
+def _forecast(staged: list[Staged], urls: list[str], pool: Pool | None, owner, schedule: Schedule) -> dict:
     """The forecast of every pool open to the owner, with the pool and sizing the job takes
     (``chosen``): ``pool`` if named, else the cheapest that meets the forecast (forecast_choice),
     first in its list (what the job's page reads as its own)."""

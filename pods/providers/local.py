@@ -28,6 +28,7 @@ from pathlib import Path
 from django.conf import settings
 
 from pods.providers.base import Offer, PodSpec, ProviderError, ProviderPod
+from podserver import sandbox  # the pod server's package names its variables
 
 LOCAL_OFFER = Offer(gpu_type="cpu-tesseract", cloud_type="LOCAL", data_center="localhost")
 
@@ -69,8 +70,6 @@ SANDBOX_SYSTEM = (
 def pod_sandbox(name: str) -> tuple[Path, dict[str, str]]:
     """A local pod's own directory (its working directory) and the environment that confines it
     there (podserver.sandbox), unless LOCAL_POD_SANDBOX is off."""
-    from podserver import sandbox  # function-level: the pod server's package names its variables
-
     own = Path(settings.VAR_DIR) / "pods" / name
     (own / "tmp").mkdir(parents=True, exist_ok=True)
     env = {

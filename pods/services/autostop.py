@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from pods import hooks
 from pods.models import Pod, Pool
 from pods.podclient import pod_keepalive
 from pods.services.lifecycle import pod_end
@@ -119,10 +120,7 @@ def autostopped_if_expired(pod: Pod, *, now: datetime | None = None) -> bool:
 
 
 def _requeue_pages(pod: Pod) -> int:
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.pages import pages_requeue_preempted
-
-    return pages_requeue_preempted(pod_id=pod.pk)
+    return hooks.jobs().pod_preempted(pod_id=pod.pk)
 
 
 def paid_pods_up() -> list[tuple[Pod, datetime]]:

@@ -34,8 +34,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleetadmin import leases
-from ocrjobs import selectors
-from pods import capacity, planning
+from pods import capacity, hooks, planning
 from pods.models import Alert, BootAttempt, Pod, Pool
 from pods.podclient import pod_engine_answer, reported_lanes
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, local_pod_env, pool_offers
@@ -290,7 +289,7 @@ def _create_on(
     except BaseException:
         capacity.probe_finish(key, how=how)
         raise
-    _save_created(pod, created, offer)
+    save_created(pod, created, offer)
     _attempt(pod, key, BootAttempt.Outcome.CREATED, None, started)
     capacity.probe_finish(key, how=how, created=True)
     Alert.resolve(pool=pod.pool, kind=Alert.Kind.AUTH)
@@ -371,7 +370,7 @@ def _host_of(pod: Pod) -> str:
     return settings.HOST_ID if pod.pool.provider == Pool.Provider.LOCAL else ""
 
 
-def _save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
+def save_created(pod: Pod, created: ProviderPod, offer: Offer | None) -> None:
     pod.provider_id = created.provider_id
     pod.billed_from = pod.billed_from or timezone.now()
     fields = ["provider_id", "billed_from"]
@@ -400,7 +399,7 @@ def _adopt_by_name(pod: Pod, provider: Provider) -> bool:
     """A step that died after its create but before saving left a pod under this name."""
     for found in provider.list(prefix=pod.name):
         if found.name == pod.name:
-            _save_created(pod, found, None)
+            save_created(pod, found, None)
             log.warning("boot of %s: adopted %s, created by an earlier step", pod.name, found.provider_id)
             return True
     return False
@@ -480,11 +479,7 @@ def _join(pod: Pod, provider: Provider, engine: dict) -> None:
         pod.save(update_fields=["engine", "boot_stage", "step_at", "lanes"])
         pod.mark_ready(base_url=pod.base_url)
     log.info("pod %s ready at %s", pod.name, pod.base_url)
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.dispatchers import dispatch_ensure
-
-    if selectors.pages_waiting(pool_id=pod.pool_id):
-        dispatch_ensure(pool=pod.pool)
+    hooks.jobs().pod_ready(pod=pod)
 
 
 STEPS = {

@@ -19,8 +19,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.utils import timezone
 
-from ocrjobs import selectors
-from pods import capacity, planning
+from pods import capacity, hooks, planning
 from pods.models import Pod, Pool
 from pods.poolconfig import PoolConfigError, pool_offers
 from pods.services.preemption import PreemptionRate, fleet_before_preemption, preemption_rate
@@ -157,7 +156,7 @@ def _basis(pool: Pool) -> _Basis:
     cached = _bases.get(key)
     if ttl > 0 and cached is not None and now - cached[0] < ttl:
         return cached[1]
-    mean = selectors.pool_seconds_per_page(pool.pk)
+    mean = hooks.jobs().pool_seconds_per_page(pool.pk)
     times = boot_times(pool)
     waits = _boot_waits(pool)
     price, price_based, spot = _price(pool)
@@ -184,8 +183,8 @@ def _boot_waits(pool: Pool) -> list[float]:
 
 
 def _pages_ahead(pool: Pool) -> int:
-    backlog = selectors.pool_backlog(pool.pk)
-    return backlog.waiting + backlog.running + selectors.pool_pages_not_split(pool.pk)
+    backlog = hooks.jobs().pool_backlog(pool.pk)
+    return backlog.waiting + backlog.running + hooks.jobs().pool_pages_not_split(pool.pk)
 
 
 # The share of a cascade's pages escalated before its first pool has read any: bench/cascade.py's
@@ -207,7 +206,7 @@ def _add_escalation(forecast: dict, pool: Pool, *, pages: int) -> None:
     """The cascade's second stage: the share of the pool's last first readings that were escalated
     (a guess until it has some), read again in the escalation pool, its dollars added and the
     minutes the longer of the two stages (the second starts as the first escalates pages)."""
-    measured = selectors.pool_escalated_share(pool.pk)
+    measured = hooks.jobs().pool_escalated_share(pool.pk)
     share = measured[0] if measured else ESCALATED_SHARE_GUESS
     second = _stage_forecast(pool.escalation_pool, pages=math.ceil(share * pages))
     for sizing, figures in forecast["sizings"].items():
@@ -361,7 +360,7 @@ def job_forecast(*, pages: int, urls: int = 0, pool: Pool | None = None, pools=N
     if pool is not None:
         pools.sort(key=lambda p: p.pk != pool.pk)
     # What moves fast, read afresh for every pool at once: three statements, not four a pool.
-    ahead = selectors.pools_pages_ahead(p.pk for p in pools)
+    ahead = hooks.jobs().pools_pages_ahead(p.pk for p in pools)
     serving = set(Pod.objects.filter(pool__in=pools, state=Pod.State.READY).values_list("pool_id", flat=True))
     return {
         "pages": pages,

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleetadmin.deployment import pod_prefix
+from pods import hooks
 from pods.audit import Actor, audit_record
 from pods.enqueue import nudge_scaler
 from pods.models import AuditEntry, Pod, PoolPodTally
@@ -164,7 +165,7 @@ def pods_mark_busy(*, pod_ids: list[int], at: datetime) -> None:
         Pod.objects.filter(pk__in=pod_ids).update(last_busy_at=at)
 
 
-def _terminate_quietly(provider: Provider, pod: Pod) -> None:
+def terminate_quietly(provider: Provider, pod: Pod) -> None:
     if not pod.provider_id:
         return
     try:
@@ -174,7 +175,4 @@ def _terminate_quietly(provider: Provider, pod: Pod) -> None:
 
 
 def _requeue_pages_of(pod: Pod) -> int:
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.pages import pages_requeue_from_pod
-
-    return pages_requeue_from_pod(pod_id=pod.pk)
+    return hooks.jobs().pod_lost(pod_id=pod.pk)

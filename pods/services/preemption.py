@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from pods import capacity, planning
+from pods import capacity, hooks, planning
 from pods.models import Alert, Pod, Pool
 from pods.poolconfig import PoolConfigError, RunPodPoolConfig, parse_config
 from pods.providers import get_provider
@@ -158,10 +158,7 @@ def on_demand_floor_unmet(pod: Pod, floor: int) -> bool:
 
 
 def _requeue_pages(pod: Pod, at: datetime) -> int:
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.pages import pages_requeue_preempted
-
-    return pages_requeue_preempted(pod_id=pod.pk, at=at)
+    return hooks.jobs().pod_preempted(pod_id=pod.pk, at=at)
 
 
 def _config(pool: Pool) -> RunPodPoolConfig | None:

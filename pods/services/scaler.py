@@ -15,9 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ocrjobs import selectors
-from ocrjobs.selectors.budgets import jobs_past_owners_day
-from pods import capacity, planning
+from pods import capacity, hooks, planning
 from pods.models import Alert, Pod, Pool, pod_name
 from pods.poolconfig import PoolConfigError, pool_offers
 from pods.providers.base import ProviderError
@@ -56,7 +54,7 @@ def seconds_per_page(pool: Pool) -> float:
 
 def _seconds_per_page(pool: Pool) -> tuple[float, bool]:
     """(seconds per page, whether that is the setting's guess because no page was measured yet)."""
-    mean = selectors.pool_seconds_per_page(pool.pk)
+    mean = hooks.jobs().pool_seconds_per_page(pool.pk)
     return (float(mean), False) if mean else (settings.SCALE_SECONDS_PER_PAGE_GUESS, True)
 
 
@@ -78,10 +76,10 @@ def boot_seconds(pool: Pool, times: list[float] | None = None) -> float:
 def _jobs_over_budget(pool: Pool) -> list[int]:
     """Jobs with pages waiting in the pool that have spent their own budget, or whose owner's jobs
     together have spent the owner's day."""
-    budgets = selectors.budgeted_jobs_waiting(pool.pk)
+    budgets = hooks.jobs().budgeted_jobs_waiting(pool.pk)
     spent = jobs_spend(job_id for job_id, _ in budgets)
     over = {job_id for job_id, max_dollars in budgets if spent[job_id] >= max_dollars}
-    return sorted(over.union(jobs_past_owners_day(pool.pk)))
+    return sorted(over.union(hooks.jobs().jobs_past_owners_day(pool.pk)))
 
 
 def pool_floor(pool: Pool) -> int:
@@ -116,10 +114,10 @@ def work_snapshot(pool: Pool) -> tuple[planning.PoolSnapshot, list[int]]:
     """What the pool's work needs, read (the pods come with ``fleet_snapshot``), and the jobs past
     their budget, whose pages are left out of it."""
     capped = _jobs_over_budget(pool)
-    backlog = selectors.pool_backlog(pool.pk, exclude_jobs=capped)
+    backlog = hooks.jobs().pool_backlog(pool.pk, exclude_jobs=capped)
     per_page, guessed = _seconds_per_page(pool)
-    jobs = tuple(planning.ScheduledJob(*row) for row in selectors.pool_scheduled_jobs(pool.pk, exclude_jobs=capped))
-    unsplit = selectors.pool_pages_not_split(pool.pk, exclude_jobs=capped) if planning.needs_unsplit(jobs) else 0
+    jobs = tuple(planning.ScheduledJob(*row) for row in hooks.jobs().pool_scheduled_jobs(pool.pk, exclude_jobs=capped))
+    unsplit = hooks.jobs().pool_pages_not_split(pool.pk, exclude_jobs=capped) if planning.needs_unsplit(jobs) else 0
     snapshot = planning.PoolSnapshot(
         now=timezone.now(),
         **pool_shape(pool),
@@ -140,7 +138,7 @@ def work_snapshot(pool: Pool) -> tuple[planning.PoolSnapshot, list[int]]:
 def fleet_snapshot(pool: Pool, work: planning.PoolSnapshot) -> planning.PoolSnapshot:
     """``work`` with the pool's alive pods, the last page started, the provider's refusals and the
     pool's $/h: what the tick plans on (read under the tick's lock)."""
-    busy = selectors.pods_with_pages_running(pool.pk)
+    busy = hooks.jobs().pods_with_pages_running(pool.pk)
     rows = pool.pods.filter(state__in=[Pod.State.BOOTING, Pod.State.READY, Pod.State.DRAINING]).order_by("pk")
     pods = tuple(
         planning.PodView(
@@ -160,7 +158,7 @@ def fleet_snapshot(pool: Pool, work: planning.PoolSnapshot) -> planning.PoolSnap
         work,
         now=timezone.now(),
         pods=pods,
-        last_start=selectors.pool_last_start(pool.pk) if work.waiting else None,
+        last_start=hooks.jobs().pool_last_start(pool.pk) if work.waiting else None,
         refused=_auth_blocked(pool) or _balance_blocked(pool),
         **_dollars_per_hour(pool),
     )
@@ -228,14 +226,10 @@ class TickResult:
 def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
     """Read the pool, plan (``pods/planning.py`` ``plan``: boot what is needed, shed what is not),
     apply: boots and stopped boots under the pool's lock, then releases."""
-    # function-level: pods writes through an ocrjobs service; ocrjobs imports pods at module level
-    from ocrjobs.services.dispatchers import dispatch_ensure
-    from ocrjobs.services.escalation_budget import pages_escalated_over_budget
-
     pool.refresh_from_db()
     work, capped = work_snapshot(pool)
     # Escalated pages of jobs past their budget boot nothing here: they keep their first reading.
-    pages_escalated_over_budget(pool_id=pool.pk, job_ids=capped)
+    hooks.jobs().pages_escalated_over_budget(pool_id=pool.pk, job_ids=capped)
     with transaction.atomic():
         Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one tick per pool at a time
         plan = planning.plan(fleet_snapshot(pool, work), scale_policy(force_shed=force_shed))
@@ -245,9 +239,9 @@ def pool_tick(*, pool: Pool, force_shed: bool = False) -> TickResult:
         log.info(
             "pool %s shed: stopped %d boots no page needs, released %d pods", pool.key, len(plan.cancel), len(shed)
         )
-    waiting = selectors.pages_waiting(pool_id=pool.pk)
+    waiting = hooks.jobs().pages_waiting(pool_id=pool.pk)
     if waiting and pool.pods.filter(state=Pod.State.READY).exists():
-        dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
+        hooks.jobs().dispatch_ensure(pool=pool)  # also replaces a dispatcher that died: a stall may be just that
     return TickResult(pool.key, waiting, plan.wanted, plan.serving, booted, shed, len(plan.cancel), plan.blocked)
 
 

@@ -23,6 +23,7 @@ from django_q.conf import Conf
 from django_q.models import Schedule
 
 from fleetadmin.clusters import (
+    CLOCK_WORK,
     DISPATCH,
     PASSES,
     SHORT,
@@ -250,7 +251,7 @@ def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_work
         if outcome is not None:
             raise outcome
 
-    monkeypatch.setattr(passes, "pass_tick", pass_tick)
+    monkeypatch.setitem(CLOCK_WORK, "passes", pass_tick)  # as pods/registrations.py registers it
     monkeypatch.setattr("fleetadmin.hosts.host_report", lambda: None)  # no database here
     monkeypatch.setattr("django.db.connections.close_all", lambda: closed.append(1))
     clock = PassClock()
@@ -262,6 +263,13 @@ def test_the_clock_survives_errors_logs_them_once_a_minute_and_says_when_it_work
     assert len([m for m in messages if "pass clock failed" in m]) == 1  # the second error within the minute
     assert any("works again" in m for m in messages)
     assert len(closed) == 2 and clock.failing_since is None
+
+
+def test_the_clock_with_no_work_registered_fails_instead_of_asking_for_nothing(monkeypatch):
+    monkeypatch.setattr("fleetadmin.clusters.CLOCK_WORK", {})  # as if pods/registrations.py had not run
+    with pytest.raises(RuntimeError, match="no app registered the clock's work"):
+        PassClock()()
+    assert passes.pass_tick in CLOCK_WORK.values()  # what pods registers, back
 
 
 # --- task results kept ---------------------------------------------------------------------------

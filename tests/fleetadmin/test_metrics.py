@@ -311,3 +311,11 @@ def test_a_scrape_reads_the_live_pods_and_the_tallies_not_every_pod_ever(client,
     assert value(metrics, "fleetadmin_spend_dollars_total", pool="local") == pytest.approx(3 * 0.60 + 1.20, abs=0.01)
     pod_reads = [q["sql"] for q in context.captured_queries if 'FROM "pods_pod"' in q["sql"]]
     assert pod_reads and all('"pods_pod"."state" IN' in sql for sql in pod_reads), pod_reads
+
+
+def test_a_scrape_with_no_app_registered_fails_instead_of_answering_loops_only(monkeypatch):
+    from fleetadmin import metrics
+
+    monkeypatch.setattr(metrics, "_SOURCES", {})  # as if pods/registrations.py had not run
+    with pytest.raises(RuntimeError, match="no app registered its metrics"):
+        list(metrics.FleetCollector().collect())

@@ -26,7 +26,7 @@ def test_a_job_cancelled_mid_split_sends_no_page_to_a_pod_and_counts_as_no_deman
     job = submit(ordinary_user, {"large.pdf": pdf_bytes(PAGES_TRUTH * 3)}, pool_key=sim_pool.pool.key)  # 5 batches
     document = job.documents.get()
     at_boundary, go_on = threading.Event(), threading.Event()
-    nudge = split_services._nudge
+    nudge = split_services.nudge_scaler
 
     def held_after_the_first_batch(pool_id: int) -> None:
         if not at_boundary.is_set():
@@ -34,7 +34,7 @@ def test_a_job_cancelled_mid_split_sends_no_page_to_a_pod_and_counts_as_no_deman
             assert go_on.wait(GUARD)
         nudge(pool_id)
 
-    monkeypatch.setattr(split_services, "_nudge", held_after_the_first_batch)
+    monkeypatch.setattr(split_services, "nudge_scaler", held_after_the_first_batch)
 
     def splitting() -> None:
         try:
