@@ -66,7 +66,7 @@ def pool_figures(tallies: dict[int, dict], *, now: datetime) -> PoolFigures:
 def pool_metrics(pools: dict[int, str], figures: PoolFigures, pages: dict[int, dict[str, int]]) -> Iterator[Metric]:
     """Pods by state, lanes, pages and dollars of each pool (``pools``: {id: key})."""
     by_state = GaugeMetricFamily("fleetadmin_pods", "Pods by state", labels=["pool", "state"])
-    lanes_used = GaugeMetricFamily("fleetadmin_lanes_used", "Pages being forwarded", labels=["pool"])
+    lanes_used = GaugeMetricFamily("fleetadmin_lanes_used", "Pages out at a pod", labels=["pool"])
     lanes_total = GaugeMetricFamily("fleetadmin_lanes_total", "Lanes of ready pods", labels=["pool"])
     backlog = GaugeMetricFamily("fleetadmin_backlog_pages", "Pages waiting for a lane", labels=["pool"])
     done = CounterMetricFamily("fleetadmin_pages_done", "Pages with their text", labels=["pool"])

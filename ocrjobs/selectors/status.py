@@ -56,12 +56,15 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
     Bounded by the work in hand, not by history (it counted every page ever made): done and
     failed are the pools' tallies, maintained as jobs finish, plus what the unfinished jobs'
     pages did since they were last tallied; waiting and running are the unfinished jobs' pages
-    (a finished job has none). Two queries whatever the history."""
+    (a finished job has none). Two queries whatever the history. A page runs while it is out at a
+    pod: one a dispatcher claimed ahead for a lane (no pod yet) waits, as the dashboard's lanes and
+    the job page count it (``ocrjobs.models.page_status_filters``)."""
     totals: dict[int, dict[str, int]] = defaultdict(lambda: {"done": 0, "failed": 0, "waiting": 0, "running": 0})
     for pool_id, done, failed in PoolPageTally.objects.values_list("pool_id", "done", "failed"):
         totals[pool_id]["done"] += done
         totals[pool_id]["failed"] += failed
     live_claim = Q(status=Page.Status.RUNNING, claim_expires_at__gte=now)
+    out_at_a_pod = live_claim & Q(pod__isnull=False)
     unfinished = (
         Job.objects.exclude(status__in=Job.FINISHED)
         .order_by()
@@ -71,8 +74,9 @@ def pools_page_totals(*, now: datetime) -> dict[int, dict[str, int]]:
             failed=Sum(_pages_of_job(status=Page.Status.FAILED) - F("tallied_failed")),
             # as in the status endpoint: a running page whose claim expired waits again
             waiting=Sum(_pages_of_job(Q(status=Page.Status.PENDING)
-                                      | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now))),
-            running=Sum(_pages_of_job(live_claim)),
+                                      | Q(status=Page.Status.RUNNING, claim_expires_at__lt=now)
+                                      | (live_claim & Q(pod__isnull=True)))),
+            running=Sum(_pages_of_job(out_at_a_pod)),
         )
     )  # fmt: skip
     for row in unfinished:
