@@ -3,7 +3,7 @@ fleetadmin (the platform) <- pods <- ocrjobs, but for the crossings named in CRO
 never imports ocrjobs, even inside a function (it asks and tells it through pods/hooks.py); no
 private name is imported across modules; an import inside a function says why it is there, and
 there are at most MAX_FUNCTION_LEVEL of them; no product module grows past ~400 lines without
-saying why.
+saying why, and no function past MAX_FUNCTION_LINES.
 
 Imports are read from the source (AST). An import inside a function runs when it is called: it
 is for a module that cannot load earlier (models before the app registry, an SDK only some
@@ -23,6 +23,7 @@ REASON = "Length:"  # starts a paragraph of the module docstring that says why i
 # An import inside a function carries this in a comment on its line or just above it (its block).
 FUNCTION_LEVEL = "function-level:"
 MAX_FUNCTION_LEVEL = 10  # imports of project modules inside functions, in every product package
+MAX_FUNCTION_LINES = 60  # a def from its line to its last, docstring and comments included
 # Layers, lowest first: a module imports at module level only from its own layer or below.
 LAYERS = {"accounts": 0, "fleetadmin": 0, "pods": 1, "ocrjobs": 2}
 # (importer, imported) prefixes allowed to import upwards at module level, and why.
@@ -213,6 +214,29 @@ def test_the_length_check_finds_a_long_module_without_a_reason_and_a_stale_reaso
         modules[name] = tmp_path / f"{name}.py"
         modules[name].write_text(f'"""{docstring}"""\n' + (body if name != "short" else ""))
     assert [line.split(":")[0] for line in _lengths_unexplained(modules)] == ["long", "short"]
+
+
+def _long_functions(paths) -> list[str]:
+    """Every function (or method) of ``paths`` longer than MAX_FUNCTION_LINES, with its length."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(Path(path).read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{Path(path).name}:{node.name}: {lines} lines")
+    return found
+
+
+def test_no_product_function_is_over_60_lines():
+    assert _long_functions(_modules().values()) == []
+
+
+def test_the_function_length_check_finds_a_long_method_and_passes_one_at_the_limit(tmp_path):
+    module = tmp_path / "m.py"
+    body = "        x = 1\n" * (MAX_FUNCTION_LINES - 1)
+    module.write_text(f"class A:\n    async def at_limit(self):\n{body}\n    def over(self):\n{body}        y = 2\n")
+    assert _long_functions([module]) == [f"m.py:over: {MAX_FUNCTION_LINES + 1} lines"]
 
 
 def _crossing(module: str, target: str) -> bool:

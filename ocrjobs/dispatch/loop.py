@@ -145,8 +145,8 @@ class DispatchLoop(DocumentRoutes):
         # verifying context (a pod's PUTs and POSTs trust the same CAs), one deadline per request.
         page_deadline = settings.PAGE_TIMEOUT_SECONDS + 10
         self.wakeup = asyncio.Event()
-        last_refresh = last_beat = last_jobs = last_sweep = -1e9
-        claim_again_at = 0.0
+        last_refresh = last_beat = last_jobs = -1e9
+        self._last_sweep, self._claim_again_at = -1e9, 0.0
         idle_since: float | None = None
         no_pod_since: float | None = None
         flusher = None
@@ -166,18 +166,8 @@ class DispatchLoop(DocumentRoutes):
                         await self.refresh_jobs()
                         last_jobs = now
                     stopping = self.hit_time_limit = now > deadline
-                    # Keep one claimed page waiting per lane, so that a lane that frees up
-                    # starts its next page at once; claim in batches, not page by page.
-                    room = self.lanes.free + self.lanes.total - len(self.queue)
-                    worth_it = room >= max(1, self.lanes.total // 4) or (not self.queue and self.lanes.free)
-                    if worth_it and not stopping and now >= claim_again_at:
-                        sweep = now - last_sweep >= SWEEP_SECONDS
-                        claimed = await self.db(pages_claim, pool_id=self.pool_id, token=self.token,
-                                                limit=room, sweep=sweep)  # fmt: skip
-                        last_sweep = now if sweep else last_sweep
-                        self.queue.extend(claimed)
-                        if len(claimed) < room:
-                            claim_again_at = now + CLAIM_BACKOFF_SECONDS  # the backlog is (nearly) empty
+                    if not stopping:
+                        await self.claim_ahead(now)
                     self.start_forwards()
                     if self.queue and not self.lanes.free:
                         self.note_no_lane()
@@ -200,20 +190,7 @@ class DispatchLoop(DocumentRoutes):
                         pass
                     self.wakeup.clear()
         finally:
-            if flusher is not None:
-                flusher.cancel()
-            await self.flush()
-            if self.queue:
-                await self.db(pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
-                self.queue.clear()
-            await self.refresh_jobs()
-            await self.db(dispatcher_end, dispatcher=self.dispatcher)
-            await self.db(database.save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
-            await self.db(database.nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
-            await self.db(database.close_connection)
-            # Never join threads on the loop: queued work still finishes after this returns.
-            self._db.shutdown(wait=False)
-            self._io.shutdown(wait=False)
+            await self.wind_down(flusher)
         log.info("dispatcher %s ended: %d pages done, %d failed in %.1f s; %d documents sent (%d bytes)",
                  self.dispatcher.pk, self.done, self.failed, time.monotonic() - started, self.documents_sent,
                  self.bytes_sent)  # fmt: skip
@@ -276,6 +253,39 @@ class DispatchLoop(DocumentRoutes):
         await self.db(database.revive, dispatcher_id=self.dispatcher.pk)
         return False
 
+    async def claim_ahead(self, now: float) -> None:
+        """Keep one claimed page waiting per lane, so that a lane that frees up starts its next page
+        at once; claim in batches, not page by page, and less often once the backlog is (nearly)
+        empty."""
+        room = self.lanes.free + self.lanes.total - len(self.queue)
+        worth_it = room >= max(1, self.lanes.total // 4) or (not self.queue and self.lanes.free)
+        if not worth_it or now < self._claim_again_at:
+            return
+        sweep = now - self._last_sweep >= SWEEP_SECONDS
+        claimed = await self.db(pages_claim, pool_id=self.pool_id, token=self.token, limit=room, sweep=sweep)
+        self._last_sweep = now if sweep else self._last_sweep
+        self.queue.extend(claimed)
+        if len(claimed) < room:
+            self._claim_again_at = now + CLAIM_BACKOFF_SECONDS
+
+    async def wind_down(self, flusher: asyncio.Future | None) -> None:
+        """The loop's end, whatever ended it: its results stored, the pages it holds given back,
+        its jobs refreshed, its row ended and its counts saved, the scaler told."""
+        if flusher is not None:
+            flusher.cancel()
+        await self.flush()
+        if self.queue:
+            await self.db(pages_unclaim, token=self.token, page_ids=[p.id for p in self.queue])
+            self.queue.clear()
+        await self.refresh_jobs()
+        await self.db(dispatcher_end, dispatcher=self.dispatcher)
+        await self.db(database.save_counts, dispatcher_id=self.dispatcher.pk, done=self.done, failed=self.failed)
+        await self.db(database.nudge_scaler, pool_id=self.pool_id)  # idle now: the scaler may shed
+        await self.db(database.close_connection)
+        # Never join threads on the loop: queued work still finishes after this returns.
+        self._db.shutdown(wait=False)
+        self._io.shutdown(wait=False)
+
     def start_forwards(self) -> None:
         while self.queue:
             if self.queue[0].id in self.forwarding:
@@ -321,46 +331,13 @@ class DispatchLoop(DocumentRoutes):
         try:
             self.assignments.append((page.id, page.attempts, lane.pod_id))
             sent = time.monotonic()
-            blocked_before = self.blocked_seconds()
-            try:
-                status, body = await self.ask(page, lane)
-            except TimeoutError:
-                # Not the pod's fault if this loop was itself too late to read the answer.
-                excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
-                await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=not excused)
+            answered = await self.asked(page, lane)
+            if answered is None:
                 return
-            except (aiohttp.ClientConnectorError, PodRefused) as exc:
-                # Nothing reached the pod: the page goes to another lane on this claim.
-                self.hand_back(page)
-                await self.connection_refused(lane, exc)
-                return
-            except AnswerTooLarge as exc:
-                await self.attempt_failed(page, lane, str(exc), pod_fault=True)
-                return
-            except aiohttp.ClientError as exc:
-                await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
-                return
-            except DocumentRefused as exc:
-                # 413: too large for this pod's cache; 400: the bytes are not what their hash says.
-                final = exc.status in (400, 413)
-                await self.attempt_failed(page, lane, f"the pod refused the document: {exc}", final=final,
-                                          pod_fault=not final)  # fmt: skip
-                return
+            status, body = answered
             self.refusals.pop(lane.pod_id, None)
             if status == 200:
-                try:
-                    answer = PageAnswer.model_validate_json(body)  # parsed once, here; typed from now on
-                except ValidationError as exc:
-                    await self.attempt_failed(page, lane, f"the pod's answer is not a page's: {_first(exc)}",
-                                              pod_fault=True)  # fmt: skip
-                    return
-                lane.failures = 0
-                attempt = self.claim_of(page).attempts  # the answer stands for the newest claim
-                self.results.append(
-                    PageResult(page.id, page.job_id, page.position, lane.pod_id, answer, time.monotonic() - sent,
-                               attempt=attempt)
-                )  # fmt: skip
-                self.forward_over(page.id, attempt)
+                await self.answer_keep(page, lane, body, seconds=time.monotonic() - sent)
                 return
             error = error_of(body)
             if status == 429:
@@ -379,6 +356,45 @@ class DispatchLoop(DocumentRoutes):
             # The next claimed page takes the lane now, not when the main loop comes round.
             self.start_forwards()
             self.wakeup.set()
+
+    async def asked(self, page: ClaimedPage, lane: PodLanes) -> tuple[int, bytes] | None:
+        """The pod's answer (status, body) to ``ask``; None when none came, the page's attempt
+        failed or the page handed back (nothing reached the pod) here."""
+        blocked_before = self.blocked_seconds()
+        try:
+            return await self.ask(page, lane)
+        except TimeoutError:
+            # Not the pod's fault if this loop was itself too late to read the answer.
+            excused = self.blocked_seconds() - blocked_before >= BLOCKED_EXCUSES_TIMEOUT_SECONDS
+            await self.attempt_failed(page, lane, "the pod did not answer in time", pod_fault=not excused)
+        except (aiohttp.ClientConnectorError, PodRefused) as exc:
+            # Nothing reached the pod: the page goes to another lane on this claim.
+            self.hand_back(page)
+            await self.connection_refused(lane, exc)
+        except AnswerTooLarge as exc:
+            await self.attempt_failed(page, lane, str(exc), pod_fault=True)
+        except aiohttp.ClientError as exc:
+            await self.attempt_failed(page, lane, f"the pod is unreachable: {exc!r}", pod_fault=True)
+        except DocumentRefused as exc:
+            # 413: too large for this pod's cache; 400: the bytes are not what their hash says.
+            final = exc.status in (400, 413)
+            await self.attempt_failed(page, lane, f"the pod refused the document: {exc}", final=final,
+                                      pod_fault=not final)  # fmt: skip
+        return None
+
+    async def answer_keep(self, page: ClaimedPage, lane: PodLanes, body: bytes, *, seconds: float) -> None:
+        """A 200's body: the page's answer, parsed once, here (typed from now on), joins the batch
+        to store, on the newest claim this loop holds on the page."""
+        try:
+            answer = PageAnswer.model_validate_json(body)
+        except ValidationError as exc:
+            await self.attempt_failed(page, lane, f"the pod's answer is not a page's: {_first(exc)}", pod_fault=True)
+            return
+        lane.failures = 0
+        attempt = self.claim_of(page).attempts  # the answer stands for the newest claim
+        self.results.append(PageResult(page.id, page.job_id, page.position, lane.pod_id, answer, seconds,
+                                       attempt=attempt))  # fmt: skip
+        self.forward_over(page.id, attempt)
 
     async def ask(self, page: ClaimedPage, lane: PodLanes) -> tuple[int, bytes]:
         """Ask the pod for the page by its document's hash, sending the document first if the pod
