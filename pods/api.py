@@ -15,6 +15,7 @@ from fleetadmin.api import ApiError, api_view, parse_json
 from pods import capacity, enqueue, hooks, selectors
 from pods.audit import Actor
 from pods.models import AuditEntry, Pod, Pool, ScaleRequest
+from pods.serializers import pod_dict, scale_request_dict
 from pods.services import lifecycle, scale_requests
 from pods.spend import spend_report
 
@@ -125,7 +126,8 @@ async def scale(request: HttpRequest) -> JsonResponse:
         await asyncio.sleep(0.2)
         scale_request = await ScaleRequest.objects.select_related("pool").aget(pk=scale_request.pk)
     status = 202 if scale_request.state == ScaleRequest.State.PENDING else 200
-    return JsonResponse({**scale_request.to_dict(), "url": f"/v1/runpod/scale/{scale_request.pk}"}, status=status)
+    shown = {**scale_request_dict(scale_request), "url": f"/v1/runpod/scale/{scale_request.pk}"}
+    return JsonResponse(shown, status=status)
 
 
 @api_view(scope="read")
@@ -135,7 +137,7 @@ def scale_detail(request: HttpRequest, request_id: int) -> JsonResponse:
     # errors, and its pool may be staff-only; review N10).
     if scale_request is None or not _sees_everyone(request):
         raise ApiError(f"no scale request {request_id}", 404)
-    return JsonResponse(scale_request.to_dict())
+    return JsonResponse(scale_request_dict(scale_request))
 
 
 @api_view(scope="admin", methods=("POST",))
@@ -147,7 +149,7 @@ def release(request: HttpRequest) -> JsonResponse:
         raise ApiError(f"no pod {body.pod_id}", 404)
     released = lifecycle.pod_release(pod=pod, reason=body.reason, actor=Actor(request.api_user, AuditEntry.Door.API))
     pod.refresh_from_db()
-    return JsonResponse({"released": released, "already_ended": not released, "pod": pod.to_dict()})
+    return JsonResponse({"released": released, "already_ended": not released, "pod": pod_dict(pod)})
 
 
 @api_view(scope="read")

@@ -10,7 +10,7 @@ import copy
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -110,10 +110,9 @@ def probe_finish(
         CapacityVerdict.objects.filter(key=key).update(**fields)
 
 
-def verdicts_for_status() -> list[dict]:
-    now = timezone.now()
-    rows = CapacityVerdict.objects.filter(Q(blocked_until__gt=now) | Q(probing_until__gt=now))
-    return [row.to_dict(now=now) for row in rows]
+def verdicts_in_force(*, now: datetime) -> list[CapacityVerdict]:
+    """The verdicts that block a candidate, or hold its probe, at ``now``: what the status shows."""
+    return list(CapacityVerdict.objects.filter(Q(blocked_until__gt=now) | Q(probing_until__gt=now)))
 
 
 # --- the price catalogue -----------------------------------------------------------------------

@@ -122,17 +122,6 @@ class Pool(models.Model):
             return f"pool {target.key!r} is kept to groups that not every user of this pool is in"
         return ""
 
-    def to_dict(self) -> dict:
-        return {
-            "key": self.key,
-            "name": self.name or self.key,
-            "provider": self.provider,
-            "min_pods": self.min_pods,
-            "max_pods": self.max_pods,
-            "lanes_per_pod": self.lanes_per_pod,
-            "autostop_seconds": self.autostop_seconds,
-        }
-
 
 def new_pod_token() -> str:
     return secrets.token_urlsafe(32)
@@ -232,7 +221,7 @@ class Pod(TaskLeased):
         default=False, help_text="ended here; the provider has not confirmed its terminate yet"
     )
     # The pod's bearer token: made with the row, passed in the pod's environment (POD_TOKEN), sent
-    # with every request to it. Never shown: not in to_dict, logs, errors, pages or /metrics.
+    # with every request to it. Never shown: not in pods/serializers.py's pod_dict, logs, errors, pages or /metrics.
     # Empty for a pod booted before pods had tokens (it runs open, on loopback only).
     token = models.CharField(max_length=64, blank=True, default=new_pod_token, editable=False)
 
@@ -284,26 +273,6 @@ class Pod(TaskLeased):
             self.error = error[:2000]
         self.save(update_fields=["state", "ended_at", "error"])
 
-    def to_dict(self) -> dict:
-        return {
-            "id": self.pk,
-            "name": self.name,
-            "pool": self.pool.key,
-            "state": self.state,
-            "reason": self.reason,
-            "provider_id": self.provider_id,
-            "lanes": self.lanes,
-            "gpu_type": self.gpu_type,
-            "data_center": self.location,
-            "cost_per_hr": float(self.cost_per_hr),
-            "spend": float(self.spend()),
-            "created_at": self.created_at.isoformat(),
-            "billed_from": self.billed_from.isoformat() if self.billed_from else None,
-            "ready_at": self.ready_at.isoformat() if self.ready_at else None,
-            "ended_at": self.ended_at.isoformat() if self.ended_at else None,
-            "error": self.error,
-        }
-
 
 def pod_name(pool: Pool, suffix: str) -> str:
     """Pods carry the deployment's prefix and pool key so reconcile can find them."""
@@ -333,18 +302,6 @@ class CapacityVerdict(models.Model):
 
     def __str__(self) -> str:
         return self.key
-
-    def to_dict(self, *, now: datetime | None = None) -> dict:
-        now = now or timezone.now()
-        remaining = (self.blocked_until - now).total_seconds() if self.blocked_until else 0
-        return {
-            "candidate": self.key,
-            "blocked": remaining > 0,
-            "remaining_s": round(max(0.0, remaining), 1),
-            "probing": bool(self.probing_until and self.probing_until > now),
-            "open": bool(self.open_until and self.open_until > now),
-            "reason": self.reason,
-        }
 
 
 class BootAttempt(models.Model):
@@ -453,16 +410,6 @@ class Alert(models.Model):
     def resolve(cls, *, pool: Pool | None, kind: str) -> int:
         return cls.objects.filter(pool=pool, kind=kind, resolved_at__isnull=True).update(resolved_at=timezone.now())
 
-    def to_dict(self) -> dict:
-        return {
-            "pool": self.pool.key if self.pool_id else None,
-            "kind": self.kind,
-            "message": self.message,
-            "count": self.count,
-            "since": self.created_at.isoformat(),
-            "last": self.updated_at.isoformat(),
-        }
-
 
 class PoolPodTally(models.Model):
     """The pool's ended pods, counted by how they ended, and what they were billed: added to in
@@ -541,17 +488,6 @@ class ScaleRequest(models.Model):
 
     def __str__(self) -> str:
         return f"scale {self.pool} to {self.target}"
-
-    def to_dict(self) -> dict:
-        return {
-            "id": self.pk,
-            "pool": self.pool.key,
-            "target": self.target,
-            "state": self.state,
-            "result": self.result,
-            "created_at": self.created_at.isoformat(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-        }
 
 
 class AuditEntry(models.Model):

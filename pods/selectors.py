@@ -14,6 +14,7 @@ from django.utils import timezone
 from fleetadmin.snapshot import Snapshot
 from pods import capacity, hooks
 from pods.models import Alert, Pod, Pool
+from pods.serializers import alert_dict, pod_dict, pool_dict, verdict_dict
 
 RATE_WINDOW_SECONDS = 60
 # The pods whose pages are being read: what the dashboard counts as lanes busy and pages running.
@@ -53,13 +54,13 @@ def fleet_status() -> dict:
         per_hour = sum((p.cost_per_hr for p in pods if p.billed_from), Decimal("0"))
         result.append(
             {
-                **pool.to_dict(),
+                **pool_dict(pool),
                 "pods": {state: states.get(state, 0) for state in Pod.ALIVE_STATES},
                 "lanes": {"used": sum(busy.values()), "total": ready_lanes, "claimed": pages[pool.pk]["running"]},
                 "backlog": pages[pool.pk]["waiting"],
                 "pages_per_s": round(pages[pool.pk]["done"] / RATE_WINDOW_SECONDS, 2),
                 "dollars_per_hour": float(per_hour),
-                "alerts": [a.to_dict() for a in alerts if a.pool_id == pool.pk],
+                "alerts": [alert_dict(a) for a in alerts if a.pool_id == pool.pk],
                 "dispatch": {
                     "dispatchers": [f"{host}:{pid}" for pool_id, _, host, pid in dispatchers if pool_id == pool.pk],
                     # Why pages wait with no lane, as the dispatchers last said it (no pods, none healthy, ...).
@@ -67,14 +68,14 @@ def fleet_status() -> dict:
                         (note for pool_id, note, _, _ in dispatchers if pool_id == pool.pk and note), ""
                     ),
                 },
-                "pod_list": [{**p.to_dict(), "busy": busy.get(p.pk, 0)} for p in pods],
+                "pod_list": [{**pod_dict(p), "busy": busy.get(p.pk, 0)} for p in pods],
             }
         )
     return {
         "at": now.isoformat(),
         "pools": result,
-        "alerts": [a.to_dict() for a in alerts],
-        "capacity_verdicts": capacity.verdicts_for_status(),
+        "alerts": [alert_dict(a) for a in alerts],
+        "capacity_verdicts": [verdict_dict(row, now=now) for row in capacity.verdicts_in_force(now=now)],
     }
 
 

@@ -10,6 +10,7 @@ from fleetadmin.db import retry_on_db_error
 from pods import capacity, hooks
 from pods.models import Pool
 from pods.providers.base import ProviderError
+from pods.serializers import scale_request_dict
 from pods.services import passes, reconcile, scale_requests, scaler
 
 log = logging.getLogger(__name__)
@@ -57,4 +58,4 @@ def fetch_catalogue(provider_name: str, fresh: bool = False) -> int:
 @retry_on_db_error
 def scale_pool(request_id: int) -> dict:
     """The start of a scale request: the warm floor and one tick; passes take it from there."""
-    return scale_requests.scale_request_start(request_id=request_id).to_dict()
+    return scale_request_dict(scale_requests.scale_request_start(request_id=request_id))

@@ -17,6 +17,7 @@ from pods.management.commands import up
 from pods.models import CapacityVerdict, Pod, Pool
 from pods.providers.local import LocalProvider
 from pods.providers.runpod import RunPodProvider
+from pods.serializers import pool_dict
 from pods.services import autostop, preemption, reconcile
 from pods.services.lifecycle import pod_release, pod_release_now
 from tests.pods.helpers import boot_until_settled, new_pod, terminate_what_ended
@@ -117,7 +118,7 @@ def test_the_interval_is_validated_and_shown_with_the_pool(db):
         pool.full_clean()
     pool.autostop_seconds = 600
     pool.full_clean()
-    assert pool.to_dict()["autostop_seconds"] == 600
+    assert pool_dict(pool)["autostop_seconds"] == 600
 
 
 @pytest.mark.once_sqlite

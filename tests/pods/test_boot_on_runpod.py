@@ -19,6 +19,7 @@ from django.utils import timezone
 from pods import capacity, podclient
 from pods.dashboard import pod_page
 from pods.models import Alert, BootAttempt, CapacityVerdict, PassLease, Pod, Pool, pod_name
+from pods.serializers import pod_dict, verdict_dict
 from pods.services import boot, lifecycle, passes, reconcile, scaler
 from runpodsim import SimConfig, SimulatorThread
 from runpodsim import app as simulator_app
@@ -55,7 +56,7 @@ def test_a_pod_booted_on_a_candidate_naming_no_data_centre_records_where_runpod_
     assert pod.state == Pod.State.READY, pod.error
     assert (pod.gpu_type, pod.data_center, pod.placed_in, pod.location) == (GOOD, "", "EU-RO-1", "EU-RO-1")
     assert BootAttempt.objects.get().candidate == f"runpod|{GOOD}|SECURE|*"  # any data centre
-    assert pod.to_dict()["data_center"] == "EU-RO-1"
+    assert pod_dict(pod)["data_center"] == "EU-RO-1"
     assert [row["data_center"] for row in pod_page(page=1)["pods"]] == ["EU-RO-1"]
 
 
@@ -106,7 +107,7 @@ def test_a_candidate_that_just_gave_a_pod_lets_boots_create_on_it_side_by_side(s
     # One of them is refused: the candidate is blocked for everybody, open no more.
     capacity.probe_finish(key, how=capacity.OPEN, blocked_for=60, reason="no capacity")
     assert capacity.probe_acquire(key) is None
-    assert CapacityVerdict.objects.get(key=key).to_dict()["open"] is False
+    assert verdict_dict(CapacityVerdict.objects.get(key=key))["open"] is False
 
 
 def test_a_boot_that_read_the_candidate_closed_does_not_probe_it_once_a_probe_opened_it(sim, pool, monkeypatch):
@@ -585,7 +586,7 @@ def test_a_pods_token_is_never_shown(sim, pool, admin_client, caplog):
     pod = boot_until_settled(new_pod(pool).pk)
     assert pod.state == Pod.State.READY, pod.error
 
-    shown = [json_module.dumps(pod.to_dict())]
+    shown = [json_module.dumps(pod_dict(pod))]
     for path in ("/v1/runpod/status", "/metrics", f"/admin/pods/pod/{pod.pk}/change/", "/admin/pods/pod/"):
         response = admin_client.get(path)
         assert response.status_code == 200, path
