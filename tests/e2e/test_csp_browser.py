@@ -124,7 +124,15 @@ class Watched:
 def vlm_page(job, markdown: str) -> None:
     """The job's one page read by a vlm engine whose answer is ``markdown``."""
     lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
-    result = {"text": markdown, "lines": lines, "confidence": 91.0, "width": 1700, "height": 100, "engine": "vlm"}
+    result = {
+        "text": markdown,
+        "lines": lines,
+        "confidence": 91.0,
+        "width": 1700,
+        "height": 100,
+        "engine": "vlm",
+        "markdown": True,
+    }  # as a vlm pod answers (it gives Markdown)
     token = uuid.uuid4().hex
     [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
     assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)

@@ -174,7 +174,15 @@ def test_a_vlm_pages_markdown_is_rendered_and_what_could_run_is_dropped(
         '<img src="x" onerror="window.ran = true"><script>window.ran = true</script>'
     )
     lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
-    result = {"text": markdown, "lines": lines, "confidence": 91.0, "width": 1700, "height": 100, "engine": "vlm"}
+    result = {
+        "text": markdown,
+        "lines": lines,
+        "confidence": 91.0,
+        "width": 1700,
+        "height": 100,
+        "engine": "vlm",
+        "markdown": True,
+    }  # as a vlm pod answers (it gives Markdown)
     token = uuid.uuid4().hex
     [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
     assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
