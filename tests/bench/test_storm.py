@@ -26,6 +26,7 @@ COUNTED = (
 
 
 @pytest.mark.e2e
+@pytest.mark.once_postgres  # the fleet's sizing on stored pages; the submission path's storm runs on both
 @pytest.mark.timeout(420)
 def test_a_small_storm_of_stored_pages_loses_nothing_and_leaves_no_pod_within_the_cpu_ceiling():
     figures = run_bench("storm.py", "--small")
@@ -42,6 +43,7 @@ def test_a_small_storm_through_the_submission_path_loses_nothing_and_leaves_no_p
 
 
 @pytest.mark.e2e
+@pytest.mark.once_postgres  # its subject is RunPod's faults, not the database: run once
 @pytest.mark.timeout(420)
 def test_a_small_storm_on_a_simulator_as_hard_as_runpod_loses_nothing_and_no_boot_ends_on_a_transient_read():
     # Image pulls of minutes at the storm's time scale (bench/spot.py: 20 makes its boot a real one).

@@ -12,6 +12,7 @@ from tests.bench.conftest import assert_goals, run_bench
 
 
 @pytest.mark.e2e
+@pytest.mark.once_postgres  # its subject is preemption, not the database: 3.7 min, run once
 @pytest.mark.timeout(900)
 def test_a_small_storm_on_preempted_interruptible_pods_loses_nothing_and_does_nothing_twice():
     args = ("--small", "--interruptible", "--preempt-rate", "120", "--preempt-seed", "3")
