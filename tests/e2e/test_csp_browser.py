@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import re
 import threading
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pikepdf
@@ -20,11 +19,9 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from ocrjobs.models import Page
-from ocrjobs.services.jobs import job_refresh
-from ocrjobs.services.pages import page_complete, pages_claim
 from tests.e2e.conftest import CHROMIUM, LAUNCH_ARGS
 from tests.e2e.test_browser import closing_its_connections
-from tests.e2e.test_viewer_browser import read_every_page, session_context
+from tests.e2e.test_viewer_browser import read_every_page, session_context, vlm_page
 from tests.factories import PAGES_TRUTH, image_bytes, pdf_bytes
 from tests.ocrjobs.helpers import split, submit
 from tools.processes import child_env, start_front
@@ -119,24 +116,6 @@ class Watched:
         refused = [line for line in self.console if "Content Security Policy" in line or "Refused" in line]
         refused = [line for line in refused if not line.startswith(sanitizer_parsed)]
         assert (self.violations(), refused, self.errors, self.foreign) == ([], [], [], [])
-
-
-def vlm_page(job, markdown: str) -> None:
-    """The job's one page read by a vlm engine whose answer is ``markdown``."""
-    lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
-    result = {
-        "text": markdown,
-        "lines": lines,
-        "confidence": 91.0,
-        "width": 1700,
-        "height": 100,
-        "engine": "vlm",
-        "markdown": True,
-    }  # as a vlm pod answers (it gives Markdown)
-    token = uuid.uuid4().hex
-    [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
-    assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
-    job_refresh(job_id=job.pk)
 
 
 # --- the console's own pages ----------------------------------------------------------------------

@@ -45,6 +45,24 @@ INK = """([article, line]) => {
 }"""
 
 
+def vlm_page(job, markdown: str) -> None:
+    """The job's one page read by a vlm engine whose answer is ``markdown``."""
+    lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
+    result = {
+        "text": markdown,
+        "lines": lines,
+        "confidence": 91.0,
+        "width": 1700,
+        "height": 100,
+        "engine": "vlm",
+        "markdown": True,
+    }  # as a vlm pod answers (it gives Markdown)
+    token = uuid.uuid4().hex
+    [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
+    assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
+    job_refresh(job_id=job.pk)
+
+
 def read_every_page(job) -> None:
     """Each page read by the tesseract engine as a pod reads it (a PDF page rendered at DPI)."""
     engine = TesseractEngine()
@@ -173,19 +191,7 @@ def test_a_vlm_pages_markdown_is_rendered_and_what_could_run_is_dropped(
         "# Pumps\n\nServiced **in March**.\n\n<table><tr><th>Pumps</th></tr><tr><td>4</td></tr></table>\n\n"
         '<img src="x" onerror="window.ran = true"><script>window.ran = true</script>'
     )
-    lines = [{"text": markdown, "bbox": None, "confidence": 91.0}]
-    result = {
-        "text": markdown,
-        "lines": lines,
-        "confidence": 91.0,
-        "width": 1700,
-        "height": 100,
-        "engine": "vlm",
-        "markdown": True,
-    }  # as a vlm pod answers (it gives Markdown)
-    token = uuid.uuid4().hex
-    [claim] = pages_claim(pool_id=job.pool_id, token=token, limit=10)
-    assert page_complete(page_id=claim.id, token=token, pod_id=None, result=result)
+    vlm_page(job, markdown)
     client.force_login(ordinary_user)
     context = session_context(browser, client, live_server.url)
     page = context.new_page()
