@@ -60,7 +60,11 @@ trap 'forward INT' INT
 while kill -0 "$pod_pid" 2>/dev/null && kill -0 "$vllm_pid" 2>/dev/null; do
   wait -n "$pod_pid" "$vllm_pid" || true
 done
-kill -s TERM "$pod_pid" "$vllm_pid" 2>/dev/null || true
+# A signal forwarded already is not sent twice: a second TERM while the pod server shuts down
+# (aiohttp's handler gone) killed it, and the pod ended 143 instead of 0.
+if [ "$stopping" = 0 ]; then
+  kill -s TERM "$pod_pid" "$vllm_pid" 2>/dev/null || true
+fi
 pod_status=0
 wait "$pod_pid" || pod_status=$?
 wait "$vllm_pid" || true
