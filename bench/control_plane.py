@@ -93,8 +93,11 @@ API_KEY = "bench-key"
 IN_FLIGHT_GOAL = 1000
 GOALS_P99_MS = {"/healthz": 20.0, "/v1/runpod/status": 100.0}
 # The front's and the workers' CPU a page during the probe at CI's size (4 pods × 8 lanes at 2 s,
-# 4 boots, 10 probes/s a URL): 11.7 and 9.2 ms on SQLite, 12.3 on PostgreSQL. About three times.
-CPU_CEILING_MS_PER_PAGE = 40.0
+# 4 boots, 10 probes/s a URL): 11.7 and 9.2 ms on SQLite, 12.3 on PostgreSQL; 44.7 on PostgreSQL on
+# a 2-core machine whose Python ran at half that one's speed, with the SQLite suite running beside
+# it (CI's two runs side by side, .ci/run). About twice that: a few pages in a short probe, most of
+# the CPU the boots' and the probes' own.
+CPU_CEILING_MS_PER_PAGE = 90.0
 LABELS = {"/healthz": "healthz", "/v1/runpod/status": "status"}
 
 

@@ -139,7 +139,7 @@ def queued(db):
     return tasks
 
 
-# CI runs the suite twice (.ci/run): on the embedded default, then with DATABASE_URL (PostgreSQL)
+# CI runs the suite twice, side by side (.ci/run): on the embedded default, and with DATABASE_URL (PostgreSQL)
 # and REDIS_URL. A slow test whose subject is not the database runs on one of them only: the
 # browser, local pods and benchmarks at a small size on SQLite (once_sqlite), what only the
 # scaled-out setup has on PostgreSQL (once_postgres). tests/test_ci_markers.py shows the hook.
