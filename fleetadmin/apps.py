@@ -9,6 +9,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
+from fleetadmin.checks import check_middleware
 from fleetadmin.clusters import OUTPUTS
 from fleetadmin.deployment import check_pod_prefix
 
@@ -50,6 +51,7 @@ class FleetadminConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_pod_prefix)
+        checks.register(check_middleware, checks.Tags.security, deploy=True)
         # Only there: every other command and the test suite import the SDK when they use it.
         if forks_workers(sys.argv):
             prepare_workers(outputs=builds_outputs(sys.argv))
