@@ -59,7 +59,7 @@ def _s3_key(storage, name: str) -> str:
     return storage._normalize_name(clean_name(name))
 
 
-def document_store(name: str, staged: Path) -> str:
+def document_store(name: str, staged: Path, *, sync_folders: bool = True) -> str:
     """Put the staged file at ``staged`` into the documents' storage as ``name``, without reading
     it into memory; the name it was stored under (a backend may change it) is returned. The staged
     file is gone afterwards (moved, or uploaded and removed).
@@ -67,7 +67,8 @@ def document_store(name: str, staged: Path) -> str:
     Durable before it returns, as the job that names it will be once committed: on a filesystem
     the file's bytes are synced before the rename that names it and its folder after (a power
     loss after the answer would otherwise lose a document whose job survived); an S3 PUT is
-    durable once answered."""
+    durable once answered. ``sync_folders=False``: the caller syncs the folders of all it stored
+    at once, before naming any of them (``document_folders_sync``)."""
     storage = documents()
     on_disk = isinstance(storage, FileSystemStorage)
     try:
@@ -75,24 +76,34 @@ def document_store(name: str, staged: Path) -> str:
             if on_disk:
                 os.fsync(f.fileno())
             stored = storage.save(name, _StagedFile(f, name=str(staged)))
-        if on_disk:
-            _fsync_folders(Path(storage.path(stored)).parent, up_to=Path(storage.location))
+        if on_disk and sync_folders:
+            document_folders_sync([stored])
         return stored
     finally:
         staged.unlink(missing_ok=True)
 
 
-def _fsync_folders(folder: Path, *, up_to: Path) -> None:
-    """The entries made in ``folder`` and in each folder above it up to ``up_to`` (a new file,
-    the new folders that hold it: save makes them) made durable."""
-    for path in (folder, *folder.parents):
+def document_folders_sync(names: list[str]) -> None:
+    """The entries made for stored documents ``names`` (each new file, the new folders that hold
+    it: save makes them) made durable: each folder from theirs up to the storage's root synced
+    once, however many of them it holds (a job's documents share all but their own)."""
+    storage = documents()
+    if not isinstance(storage, FileSystemStorage):
+        return
+    root = Path(storage.location)
+    folders: dict[Path, None] = {}  # (in order: each document's own folder, then those above)
+    for name in names:
+        folder = Path(storage.path(name)).parent
+        for path in (folder, *folder.parents):
+            folders[path] = None
+            if path == root or not path.is_relative_to(root):
+                break
+    for path in folders:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        if path == up_to or up_to not in path.parents:
-            break
 
 
 def document_save_bytes(name: str, data: bytes) -> str:

@@ -49,7 +49,7 @@ from ocrjobs.services import fetch_turns
 from ocrjobs.services.budgets import schedule_within_budget
 from ocrjobs.services.schedule import Schedule
 from ocrjobs.services.urls import check_url
-from ocrjobs.storage import document_delete, document_store
+from ocrjobs.storage import document_delete, document_folders_sync, document_store
 from pods.models import Pool
 from pods.services.forecast import forecast_choice, job_forecast
 
@@ -374,7 +374,8 @@ def job_submit(
         # transaction (on SQLite: the database's one writer) waits for it.
         for item in staged:
             name = f"documents/{uuid.uuid4().hex}/source{item.suffix}"
-            stored.append(document_store(name, item.path))
+            stored.append(document_store(name, item.path, sync_folders=False))
+        document_folders_sync(stored)  # (the folders they share synced once, not once a document)
         job = Job(owner=owner if owner and owner.is_authenticated else None, pool=pool, languages=languages,
                   text_mode=Job.TextMode.SKIP if skip_text_pages else text_mode, searchable_pdf=searchable_pdf,
                   forecast=forecast, callback_url=callback_url, labels=Job.labels_stored(labels or []))  # fmt: skip

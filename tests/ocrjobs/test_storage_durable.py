@@ -47,3 +47,13 @@ def test_a_submission_stores_its_documents_durably(media_root, ordinary_user, sy
     assert Job.objects.filter(pk=job.pk).exists()
     assert stored.parent in [path for path, _ in synced] and media_root in [path for path, _ in synced]
     assert synced[0][1] is False  # the upload's bytes synced before it was named
+
+
+def test_a_submissions_documents_sync_each_folder_once_after_all_are_named(media_root, ordinary_user, synced):
+    job = submit(ordinary_user, {f"report-{i}.pdf": pdf_bytes() for i in range(3)})
+    stored = [Path(storage.documents().path(d.source)) for d in job.documents.order_by("position")]
+    folders = [path for path, _ in synced if path.is_dir()]
+    # each document's own folder, and once only the documents' folder and the root above them
+    assert sorted(folders) == sorted([path.parent for path in stored] + [stored[0].parent.parent, media_root])
+    files = [i for i, (path, _) in enumerate(synced) if not path.is_dir()]
+    assert len(files) == 3 and max(files) < min(i for i, (path, _) in enumerate(synced) if path.is_dir())
