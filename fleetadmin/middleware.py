@@ -2,9 +2,10 @@
 
 Under ASGI, Django runs each ``MiddlewareMixin`` middleware's ``process_request`` and
 ``process_response`` on a thread (``sync_to_async``), and each ``process_view`` too: with the nine
-in settings.MIDDLEWARE, up to twenty hops to a thread and back for every request, whatever its view.
-Each hop waits for the GIL on a busy front, and the hops were ~15 % of its CPU under
-bench/ingest.py (py-spy). Most of these hooks only read headers and cookies and set headers, so
+in settings.MIDDLEWARE, up to twenty hops to a thread and back for every request, whatever its view,
+each waiting for a thread and the GIL on a busy front. (bench/ingest.py's CPU did not move
+measurably: its 70 requests carry 785 MB, and the front's CPU goes with the bytes.) Most of these
+hooks only read headers and cookies and set headers, so
 each class here calls the same hooks on the loop, and hops to a thread (as Django would) only in
 the cases where a hook may touch the database or read a body:
 
@@ -12,7 +13,7 @@ the cases where a hook may touch the database or read a body:
 - the messages, when they were read or added: they are stored, perhaps in the session;
 - CSRF, on a form's POST (its token may be in the body), and with settings.CSRF_USE_SESSIONS.
 
-A request to an async view (``GET /v1/status``) then runs on the loop from end to end; a sync view
+A request to an async view (``GET /v1/runpod/status``) then runs on the loop from end to end; a sync view
 takes one hop, its own. Without an event loop (the test client, ``manage.py``) each class is the
 Django middleware it extends, unchanged. Only the public middleware hooks are used.
 ``manage.py check --deploy`` counts each as the Django class it extends (fleetadmin/checks.py).
@@ -94,7 +95,7 @@ class LoopCsrfViewMiddleware(OnTheLoop, CsrfViewMiddleware):
             self.process_view = self._aprocess_view
 
     async def _aprocess_view(self, request, callback, callback_args, callback_kwargs):
-        view_check = CsrfViewMiddleware.process_view.__get__(self)
+        view_check = super().process_view  # (Django's: self.process_view is this coroutine)
         loop_safe = not settings.CSRF_USE_SESSIONS and (
             getattr(callback, "csrf_exempt", False) or request.method in ("GET", "HEAD", "OPTIONS", "TRACE")
         )

@@ -68,7 +68,7 @@ def document_store(name: str, staged: Path, *, sync_folders: bool = True) -> str
     the file's bytes are synced before the rename that names it and its folder after (a power
     loss after the answer would otherwise lose a document whose job survived); an S3 PUT is
     durable once answered. ``sync_folders=False``: the caller syncs the folders of all it stored
-    at once, before naming any of them (``document_folders_sync``)."""
+    at once (``document_folders_sync``), before the job that names them commits."""
     storage = documents()
     on_disk = isinstance(storage, FileSystemStorage)
     try:
