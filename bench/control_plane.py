@@ -72,17 +72,18 @@ TINY_PNG = bytes.fromhex(
 )
 
 
-def bench_document(pages: int) -> tuple[str, str, int]:
+def bench_document(pages: int, *, variant: int = 0) -> tuple[str, str, int]:
     """A blank PDF of ``pages`` pages under MEDIA_ROOT, for documents a benchmark stores directly in the
-    database (pods read pages of real documents, by hash): (source, sha256, size)."""
+    database (pods read pages of real documents, by hash): (source, sha256, size). Each ``variant``
+    has bytes of its own (another sha256: another document to the pods)."""
     import hashlib
 
     from django.conf import settings
 
     from tests.factories import blank_pdf_bytes
 
-    data = blank_pdf_bytes(pages)
-    source = f"bench/blank-{pages}.pdf"
+    data = blank_pdf_bytes(pages, variant=variant)
+    source = f"bench/blank-{pages}-{variant}.pdf"
     (settings.MEDIA_ROOT / source).parent.mkdir(parents=True, exist_ok=True)
     (settings.MEDIA_ROOT / source).write_bytes(data)
     return source, hashlib.sha256(data).hexdigest(), len(data)

@@ -51,11 +51,12 @@ def pdf_bytes(pages: list[list[str]] = PAGES_TRUTH, *, dpi: int = 200) -> bytes:
     return buffer.getvalue()
 
 
-def blank_pdf_bytes(pages: int) -> bytes:
-    """A PDF of ``pages`` blank pages, quick to make however many (pods count and read its pages)."""
+def blank_pdf_bytes(pages: int, *, variant: int = 0) -> bytes:
+    """A PDF of ``pages`` blank pages, quick to make however many (pods count and read its pages);
+    each ``variant`` is a PDF of other bytes (its first page a point taller per variant)."""
     pdf = pdfium.PdfDocument.new()
-    for _ in range(pages):
-        pdf.new_page(612, 792).close()
+    for number in range(pages):
+        pdf.new_page(612, 792 + (variant if number == 0 else 0)).close()
     out = io.BytesIO()
     pdf.save(out)
     pdf.close()

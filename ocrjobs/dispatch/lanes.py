@@ -11,12 +11,15 @@ entry behind, skipped when it comes up, and a pod never has more entries than la
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 
 # How many preferred pods one lease looks at, at most: its cost stays flat however many pods
 # hold a document.
 PREFERRED_LOOKS = 4
+# How many free lanes ``lease_where`` looks at, at most (stale entries count).
+FREE_LOOKS = 16
 
 
 @dataclass(eq=False)
@@ -110,6 +113,18 @@ class LaneTable:
             pod = self._free.popleft()
             pod.queued -= 1
             if pod.active and pod.inflight < pod.lanes:
+                pod.inflight += 1
+                self.free -= 1
+                return pod
+        return None
+
+    def lease_where(self, wanted: Callable[[int], bool]) -> PodLanes | None:
+        """A free lane on a pod that is ``wanted`` (by its id), among the next FREE_LOOKS free lanes;
+        None when none of them is. Where a document's pods are many, the few a lease looks at may
+        all be busy while others of them have lanes free: these are found from the free lanes'
+        side. The lane's deque entry stays, as a preferred lease leaves it."""
+        for pod in islice(self._free, FREE_LOOKS):
+            if pod.active and pod.inflight < pod.lanes and wanted(pod.pod_id):
                 pod.inflight += 1
                 self.free -= 1
                 return pod

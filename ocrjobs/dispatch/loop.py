@@ -288,7 +288,7 @@ class DispatchLoop(DocumentRoutes):
 
     def start_forwards(self) -> None:
         while self.queue:
-            if self.queue[0].id in self.forwarding:
+            if self.queue.head().id in self.forwarding:
                 # Claimed again while its forward is still out (the pod it went to was
                 # declared lost): that forward now stands for the newer attempt.
                 page = self.queue.popleft()
@@ -543,7 +543,7 @@ class DispatchLoop(DocumentRoutes):
             self.queue = PageQueue(page for page in self.queue if page not in lost)
             log.info("dispatcher %s: %d pages waiting for a lane are no longer ours (job cancelled?), not sent",
                      self.dispatcher.pk, len(lost))  # fmt: skip
-        self.affinity_waits = {sha: t for sha, t in self.affinity_waits.items() if sha in self.queue.per_sha256}
+        self.affinity_waits = {sha: t for sha, t in self.affinity_waits.items() if self.queue.queued(sha)}
 
     async def refresh_jobs(self) -> None:
         jobs, self.touched_jobs = self.touched_jobs, set()

@@ -38,6 +38,7 @@ class ClaimedPage:
     languages: str
     attempts: int
     pages: int = 1  # its document's page count
+    size: int = 0  # its document's bytes (0: not known)
 
 
 def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
@@ -73,7 +74,7 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
         )
         rows = claimed.values_list(
             "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
-            "job__languages", "attempts", "document__page_count",
+            "job__languages", "attempts", "document__page_count", "document__size_bytes",
         )  # fmt: skip
         return [ClaimedPage(*row) for row in rows]
 

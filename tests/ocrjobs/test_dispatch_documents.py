@@ -114,9 +114,14 @@ def test_a_pod_that_answers_409_gets_the_document_again_and_the_page_spends_no_a
 # --- affinity: which lane a page takes (the loop's choice alone, no pod) ---------------------------
 
 
-def claimed(page_id: int, document: str, pages: int = 4) -> ClaimedPage:
-    return ClaimedPage(id=page_id, job_id=1, position=0, document_id=1, source="d", sha256=document * 64,
-                       number=page_id, languages="eng", attempts=1, pages=pages)  # fmt: skip
+def sha(document: str) -> str:
+    """The sha256 of a test's document: "a" * 64 for "a", a hash of a longer name."""
+    return document * 64 if len(document) == 1 else hashlib.sha256(document.encode()).hexdigest()
+
+
+def claimed(page_id: int, document: str, pages: int = 4, size: int = 0) -> ClaimedPage:
+    return ClaimedPage(id=page_id, job_id=1, position=0, document_id=1, source="d", sha256=sha(document),
+                       number=page_id, languages="eng", attempts=1, pages=pages, size=size)  # fmt: skip
 
 
 @pytest.fixture
@@ -223,7 +228,7 @@ def test_many_short_documents_with_the_same_bytes_spread_to_a_free_pod_that_does
     page, lane = loop.next_forward()
 
     assert (page.id, lane.pod_id) == (1, 2)
-    assert loop.queue.per_sha256["a" * 64] == documents.AFFINITY_SPREAD_PAGES * 2 - 1
+    assert loop.queue.queued("a" * 64) == documents.AFFINITY_SPREAD_PAGES * 2 - 1
 
 
 def test_same_bytes_pages_past_what_their_busy_pods_can_start_spread_to_a_pod_that_holds_nothing():
@@ -326,3 +331,164 @@ def test_a_documents_wait_for_its_pods_ends_when_no_lane_is_free(two_pods, monke
     page, lane = loop.next_forward()
     assert (page.id, lane.pod_id) == (1, 2)
     assert held.pod_id == 1
+
+
+# --- many documents queued: the look at the queue is by document, not by page --------------------
+
+
+def many_pods(pods: int, lanes: int) -> dispatch.DispatchLoop:
+    loop = dispatch.DispatchLoop(SimpleNamespace(pool_id=1, token="t", pk=1))
+    loop.lanes.sync([(pod, f"http://pod-{pod}", lanes, "") for pod in range(1, pods + 1)], FleetCounts(ready=pods))
+    return loop
+
+
+def test_a_free_pod_gets_pages_of_its_document_queued_behind_a_long_one_whose_pods_are_busy():
+    # A long document's pages fill the head of the queue (more than a look at the next pages saw)
+    # and its pod is busy; pod 2 holds the next document: it reads it, rather than idle.
+    loop = many_pods(2, 1)
+    loop.remember(1, "a" * 64)
+    loop.remember(2, "b" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    loop.queue.extend([claimed(n, "a", pages=100) for n in range(1, 101)] + [claimed(101, "b")])
+    loop.remember(2, "a" * 64)  # (pod 2 holds the long one too: a copy does not decide it)
+
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 2)  # the long document's, on a pod that holds it
+    loop.forget(2, "a" * 64)
+    loop.lanes.release(lane)
+    page, lane = loop.next_forward()
+    assert (page.id, lane.pod_id) == (101, 2)
+
+
+def test_a_new_document_far_down_the_queue_goes_to_a_free_lane_while_the_first_ones_wait_for_their_pods(
+    monkeypatch,
+):
+    # More documents queued than the loop looks at for their pods, each of the first held by a busy
+    # pod: the free pod takes the first document no pod holds, wherever it is, at once.
+    loop = many_pods(2, 1)
+    loop.lanes.lease([1], anywhere=False)
+    first = documents.AFFINITY_LOOK_AHEAD + 5
+    for n in range(first):
+        loop.remember(1, sha(f"held-{n}"))
+    loop.queue.extend([claimed(n, f"held-{n}") for n in range(first)] + [claimed(999, "new")])
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: 100.0)
+
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (999, 2)
+
+
+def test_the_free_lanes_side_finds_a_pod_holding_a_document_among_many_holders():
+    # Every pod holds the document; the few a lease looks at first are busy, another has a lane free.
+    loop = many_pods(8, 1)
+    for pod in range(1, 9):
+        loop.remember(pod, "a" * 64)
+    for pod in (1, 2, 3, 4, 5, 6, 7):
+        assert loop.lanes.lease([pod], anywhere=False).pod_id == pod
+    loop.queue.extend([claimed(1, "a")])
+
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 8)
+    assert loop.documents_sent == 0 and not loop.puts  # no copy: pod 8 holds it
+
+
+def test_a_small_document_crosses_to_a_free_pod_after_as_long_as_sending_it_takes(monkeypatch):
+    loop = many_pods(2, 1)
+    loop.remember(1, "a" * 64)
+    loop.lanes.lease([1], anywhere=False)
+    size = 64 * 1024  # sent in about a millisecond at AFFINITY_COPY_BYTES_PER_SECOND
+    loop.queue.extend([claimed(1, "a", size=size)])
+    clock = [100.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: clock[0])
+
+    assert loop.next_forward() == (None, None)
+    clock[0] += size / documents.AFFINITY_COPY_BYTES_PER_SECOND + 1e-6
+    page, lane = loop.next_forward()
+
+    assert (page.id, lane.pod_id) == (1, 2)  # not the half second a large document waits
+    assert size / documents.AFFINITY_COPY_BYTES_PER_SECOND < documents.AFFINITY_WAIT_SECONDS / 100
+
+
+def test_a_large_or_unknown_sized_document_waits_the_whole_affinity_wait():
+    large = claimed(1, "a", size=10 * documents.AFFINITY_COPY_BYTES_PER_SECOND)
+    assert documents.affinity_wait(large) == documents.AFFINITY_WAIT_SECONDS
+    assert documents.affinity_wait(claimed(1, "a")) == documents.AFFINITY_WAIT_SECONDS
+
+
+def test_the_queue_keeps_each_documents_pages_together_and_a_page_put_back_first():
+    queue = documents.PageQueue([claimed(1, "a"), claimed(2, "b"), claimed(3, "a"), claimed(4, "c")])
+
+    assert [p.id for p in queue] == [1, 3, 2, 4] and len(queue) == 4
+    assert queue.queued("a" * 64) == 2 and queue.queued("z" * 64) == 0
+    queue.appendleft(claimed(5, "c"))
+    assert [p.id for p in queue] == [5, 4, 1, 3, 2]
+    assert queue.popleft().id == 5 and queue.take("a" * 64).id == 1
+    assert [p.id for p in queue] == [4, 3, 2] and queue.head().id == 4
+    queue.clear()
+    assert not queue and len(queue) == 0
+
+
+# --- documents sent a few at a time --------------------------------------------------------------
+
+
+def test_the_document_gate_lets_documents_in_first_come_first_served_within_its_bytes():
+    async def scenario():
+        gate = documents.DocumentGate(100)
+        order: list[str] = []
+        release = {name: asyncio.Event() for name in "abcde"}
+
+        async def send(name: str, size: int):
+            async with gate.room(size):
+                order.append(name)
+                await release[name].wait()
+
+        tasks = [asyncio.create_task(send(name, size)) for name, size in
+                 [("a", 60), ("b", 60), ("c", 10), ("d", 500), ("e", 10)]]  # fmt: skip
+        await asyncio.sleep(0)
+        # a is out; b does not fit beside it, and c, which would, waits its turn behind b.
+        assert order == ["a"] and gate.held == 60
+        release["a"].set()
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b", "c"] and gate.held == 70
+        release["b"].set()
+        release["c"].set()
+        await asyncio.sleep(0.01)
+        # d, larger than the gate, goes alone once nothing else is out; e waits behind it.
+        assert order == ["a", "b", "c", "d"] and gate.held == 500
+        release["d"].set()
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b", "c", "d", "e"]
+        release["e"].set()
+        await asyncio.gather(*tasks)
+        assert gate.held == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_document_cancelled_while_it_waits_for_the_gate_takes_no_room_and_holds_no_one_up():
+    async def scenario():
+        gate = documents.DocumentGate(100)
+        release = asyncio.Event()
+        entered: list[str] = []
+
+        async def send(name: str, size: int):
+            async with gate.room(size):
+                entered.append(name)
+                await release.wait()
+
+        first = asyncio.create_task(send("a", 90))
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(send("b", 50))
+        behind = asyncio.create_task(send("c", 10))
+        await asyncio.sleep(0)
+        assert entered == ["a"]
+        waiting.cancel()  # (its PUT's page was given up)
+        await asyncio.sleep(0.01)
+        assert entered == ["a", "c"] and gate.held == 100  # c fits beside a once b is gone
+        release.set()
+        await asyncio.gather(first, behind)
+        assert waiting.cancelled() and gate.held == 0
+
+    asyncio.run(scenario())
