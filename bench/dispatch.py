@@ -113,8 +113,9 @@ def route_steps(pods: int, runs: int = 100) -> float:
     """Bytecode instructions executed to route one page (``DocumentRoutes.next_forward``, its lane
     given back) of a long document that every pod holds, with the fleet busy but for the last lane
     of the last 4 pods: the looks at its holders and at the queue are bounded, whatever the fleet."""
-    from ocrjobs.dispatch.documents import DocumentRoutes, PageQueue
+    from ocrjobs.dispatch.documents import DocumentRoutes
     from ocrjobs.dispatch.lanes import FleetCounts, LaneTable
+    from ocrjobs.dispatch.queue import PageQueue
     from ocrjobs.services.pages import ClaimedPage
 
     sha256 = "ab" * 32

@@ -14,6 +14,7 @@ from ocrjobs.dispatch import documents
 from ocrjobs.dispatch import loop as dispatch
 from ocrjobs.dispatch.documents import FileBody, document_body
 from ocrjobs.dispatch.lanes import FleetCounts
+from ocrjobs.dispatch.queue import PageQueue
 from ocrjobs.models import Job, Page
 from ocrjobs.services.dispatchers import dispatcher_register
 from ocrjobs.services.pages import ClaimedPage
@@ -418,7 +419,7 @@ def test_a_large_or_unknown_sized_document_waits_the_whole_affinity_wait():
 
 
 def test_the_queue_keeps_each_documents_pages_together_and_a_page_put_back_first():
-    queue = documents.PageQueue([claimed(1, "a"), claimed(2, "b"), claimed(3, "a"), claimed(4, "c")])
+    queue = PageQueue([claimed(1, "a"), claimed(2, "b"), claimed(3, "a"), claimed(4, "c")])
 
     assert [p.id for p in queue] == [1, 3, 2, 4] and len(queue) == 4
     assert queue.queued("a" * 64) == 2 and queue.queued("z" * 64) == 0
