@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ocrjobs.dispatch import lanes as lanes_mod
 from ocrjobs.dispatch.lanes import FleetCounts, LaneTable
 
 
@@ -69,3 +70,21 @@ def test_leases_on_preferred_pods_never_grow_the_free_list_past_the_lanes_there_
     assert all(pod.queued <= pod.lanes for pod in table.pods.values())
     assert len(table._free) <= table.total
     assert sum(1 for _ in iter(table.lease, None)) == 6  # and every lane is still there to lease
+
+
+def test_a_lease_from_the_free_lanes_side_takes_a_wanted_pod_among_the_next_few_and_counts_it():
+    table = _table(4, 1)
+    lane = table.lease_where(lambda pod_id: pod_id == 2)
+    assert lane.pod_id == 2 and table.free == 3
+    assert table.lease_where(lambda pod_id: pod_id == 2) is None  # its one lane is out
+    assert sorted(table.lease().pod_id for _ in range(3)) == [0, 1, 3]  # its stale entry skipped
+    assert table.lease() is None
+    table.release(lane)
+    assert table.free == 1 and table.lease().pod_id == 2
+
+
+def test_a_lease_from_the_free_lanes_side_looks_no_further_than_free_looks():
+    table = _table(lanes_mod.FREE_LOOKS + 4, 1)
+    far = lanes_mod.FREE_LOOKS + 2  # its free lane is further down than a look goes
+    assert table.lease_where(lambda pod_id: pod_id == far) is None
+    assert table.free == table.total
