@@ -266,9 +266,14 @@ class DocumentRoutes:
         return sha256 in self.held.get(pod_id, ())
 
     def _holds_queued(self, pod_id: int) -> bool:
-        """Whether the pod holds a document with pages queued (the documents this loop sent it in
-        the last DISPATCH_MAX_SECONDS at most: a look at each is a dict's)."""
-        return any(self.queue.queued(sha256) for sha256 in self.held.get(pod_id, ()))
+        """Whether the pod holds a document with pages queued: its documents looked up in the queue,
+        or the queue's in its documents, whichever are fewer (a look at each is a dict's)."""
+        held = self.held.get(pod_id)
+        if not held:
+            return False
+        if len(held) <= self.queue.documents_queued():
+            return any(self.queue.queued(sha256) for sha256 in held)
+        return any(sha256 in held for sha256, _ in self.queue.documents())
 
     def _copy_pays(self, sha256: str, pages: deque[ClaimedPage]) -> bool:
         """Whether the document with these bytes, its pods all busy, is worth a copy on another pod

@@ -41,6 +41,9 @@ class PageQueue:
         """(sha256, its pages), the documents in turn."""
         return iter(self._documents.items())
 
+    def documents_queued(self) -> int:
+        return len(self._documents)
+
     def queued(self, sha256: str) -> int:
         pages = self._documents.get(sha256)
         return len(pages) if pages is not None else 0

@@ -421,7 +421,7 @@ def test_a_large_or_unknown_sized_document_waits_the_whole_affinity_wait():
 def test_the_queue_keeps_each_documents_pages_together_and_a_page_put_back_first():
     queue = PageQueue([claimed(1, "a"), claimed(2, "b"), claimed(3, "a"), claimed(4, "c")])
 
-    assert [p.id for p in queue] == [1, 3, 2, 4] and len(queue) == 4
+    assert [p.id for p in queue] == [1, 3, 2, 4] and len(queue) == 4 and queue.documents_queued() == 3
     assert queue.queued("a" * 64) == 2 and queue.queued("z" * 64) == 0
     queue.appendleft(claimed(5, "c"))
     assert [p.id for p in queue] == [5, 4, 1, 3, 2]
@@ -493,3 +493,17 @@ def test_a_document_cancelled_while_it_waits_for_the_gate_takes_no_room_and_hold
         assert waiting.cancelled() and gate.held == 0
 
     asyncio.run(scenario())
+
+
+def test_a_pod_holding_more_documents_than_are_queued_is_matched_from_the_queues_side():
+    loop = many_pods(2, 1)
+    loop.lanes.lease([1], anywhere=False)
+    for n in range(50):  # pod 2 has been sent many documents over the loop's life
+        loop.remember(2, sha(f"old-{n}"))
+    loop.remember(1, "b" * 64)
+    loop.remember(2, "b" * 64)
+    loop.queue.extend([claimed(1, "b")])
+
+    assert loop._holds_queued(2) and not loop._holds_queued(3)
+    page, lane = loop.next_forward()
+    assert (page.id, lane.pod_id) == (1, 2)
