@@ -138,6 +138,9 @@ class DocumentGate:
     def _admit(self) -> None:
         while self._waiting:
             size, turn = self._waiting[0]
+            if turn.done():  # (cancelled, its clean-up still to run: it finds itself out of line)
+                self._waiting.popleft()
+                continue
             if not self._fits(size):
                 return
             self._waiting.popleft()

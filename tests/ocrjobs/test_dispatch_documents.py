@@ -507,3 +507,27 @@ def test_a_pod_holding_more_documents_than_are_queued_is_matched_from_the_queues
     assert loop._holds_queued(2) and not loop._holds_queued(3)
     page, lane = loop.next_forward()
     assert (page.id, lane.pod_id) == (1, 2)
+
+
+def test_the_gate_passes_over_a_waiter_cancelled_before_it_could_leave_the_line():
+    # The room a sender leaves is handed on in the same step; a waiter cancelled a moment before
+    # (its future cancelled, its own clean-up not run yet) is passed over, not given room.
+    async def scenario():
+        gate = documents.DocumentGate(100)
+        release = asyncio.Event()
+
+        async def send(size: int):
+            async with gate.room(size):
+                await release.wait()
+
+        first = asyncio.create_task(send(90))
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(send(50))
+        behind = asyncio.create_task(send(50))
+        await asyncio.sleep(0)
+        release.set()  # first leaves the room before...
+        waiting.cancel()  # ...the cancelled waiter has run its clean-up
+        await asyncio.gather(first, behind)
+        assert waiting.cancelled() and gate.held == 0
+
+    asyncio.run(scenario())
