@@ -113,7 +113,7 @@ def main() -> None:
     env = {"URL_FETCH_ALLOW_PRIVATE": "true", "URL_FETCH_TIMEOUT_SECONDS": f"{args.fetch_timeout:g}",
            "WEBHOOK_TIMEOUT_SECONDS": f"{args.webhook_timeout:g}",
            "OUTPUT_REBUILDS_PER_HOUR": str(max(10, args.rebuilds * 2))}  # fmt: skip
-    with bench_session("fair", database_url=args.database_url, env=env) as (children, _):
+    with bench_session("fair", database_url=args.database_url, env=env, release_pods=True) as (children, _):
         run(args, children)
 
 

@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--bodies", default="64,500", help="the numbers of slow clients, one phase each")
     parser.add_argument("--logins", type=int, default=5, help="idle logins measured (their median is the idle time)")
     args = parse_sized(parser, SMALL)
-    with bench_session("slow-bodies", database_url=args.database_url) as (children, _):
+    with bench_session("slow-bodies", database_url=args.database_url, release_pods=True) as (children, _):
         run(args, children)
 
 
