@@ -251,7 +251,9 @@ def run(args) -> None:
     # pod a copy of all of them before its first page: 1.3 GB for 40,960 pages over 256 pods.)
     per_document = args.document_pages or settings.OCR_MAX_PAGES_PER_DOCUMENT
     job = Job.objects.create(pool=pool)
-    for position, first in enumerate(range(0, args.pages, per_document)):
+    starts = range(0, args.pages, per_document)
+    documents = len(starts)
+    for position, first in enumerate(starts):
         count = min(per_document, args.pages - first)
         source, sha256, size = bench_document(count, variant=position)
         document = Document.objects.create(job=job, position=position, name=f"bench-{position}.pdf", kind="pdf",
@@ -259,7 +261,6 @@ def run(args) -> None:
         Page.objects.bulk_create(
             [Page(job=job, document=document, pool=pool, number=n) for n in range(1, count + 1)], batch_size=2000
         )
-    documents = job.documents.count()
     connection.close()
     import resource
 

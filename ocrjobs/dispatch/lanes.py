@@ -106,16 +106,12 @@ class LaneTable:
                 break
             pod = self.pods.get(pod_id)
             if pod is not None and pod.active and pod.inflight < pod.lanes:
-                pod.inflight += 1
-                self.free -= 1
-                return pod  # its deque entry stays: skipped, or used, when it comes up
+                return self._take(pod)  # its deque entry stays: skipped, or used, when it comes up
         while anywhere and self._free:
             pod = self._free.popleft()
             pod.queued -= 1
             if pod.active and pod.inflight < pod.lanes:
-                pod.inflight += 1
-                self.free -= 1
-                return pod
+                return self._take(pod)
         return None
 
     def lease_where(self, wanted: Callable[[int], bool]) -> PodLanes | None:
@@ -125,10 +121,13 @@ class LaneTable:
         side. The lane's deque entry stays, as a preferred lease leaves it."""
         for pod in islice(self._free, FREE_LOOKS):
             if pod.active and pod.inflight < pod.lanes and wanted(pod.pod_id):
-                pod.inflight += 1
-                self.free -= 1
-                return pod
+                return self._take(pod)
         return None
+
+    def _take(self, pod: PodLanes) -> PodLanes:
+        pod.inflight += 1
+        self.free -= 1
+        return pod
 
     def release(self, pod: PodLanes) -> None:
         pod.inflight -= 1
