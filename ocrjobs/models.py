@@ -300,8 +300,10 @@ class Page(models.Model):
 
     FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED)
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pages")
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pages")
+    # No index of their own on job and document: the indexes below that begin with them serve both
+    # (every index is written again whenever a page's row is: a claim, its pod, its result).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pages", db_index=False)
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pages", db_index=False)
     # Denormalised from the job so that a dispatcher's claim reads one index.
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pages")
     number = models.PositiveIntegerField()  # 1-based: the pod renders it from its document
@@ -315,7 +317,8 @@ class Page(models.Model):
     # that the attempt is given back once even after the page was claimed again: while a newer claim
     # is out, ``attempts`` names that claim and is never changed, so the attempt goes to
     # ``attempts_given_back`` instead, which the cap on attempts subtracts.
-    failed_on_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    failed_on_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                      db_index=False)  # fmt: skip
     attempts_given_back = models.PositiveSmallIntegerField(default=0)
     # The result itself (JSON text), not a file: any host serves it (docs/architecture.md, "Storage").
     result = models.TextField(blank=True, help_text="the pod's answer as JSON text")
@@ -333,11 +336,13 @@ class Page(models.Model):
     # The cascade (issue 26): a page read below its pool's escalation threshold moves to the
     # escalation pool (``pool``) in the UPDATE that would have stored it, its first reading kept
     # here. ``escalated_from`` set: escalated (at most once, never again from the second pool).
-    escalated_from = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    escalated_from = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                       db_index=False)  # fmt: skip
     escalated_at = models.DateTimeField(null=True, blank=True)
     first_result = models.TextField(blank=True, help_text="the first pool's answer, as JSON text")
     first_confidence = models.FloatField(null=True, blank=True)
-    first_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    first_pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                  db_index=False)  # fmt: skip
     first_seconds = models.FloatField(null=True, blank=True, help_text="time the first pool's pod took")
 
     objects = PageQuerySet.as_manager()
@@ -346,7 +351,12 @@ class Page(models.Model):
         # By id (pages are made in document and page order): an ordering on the document's
         # position made every query of pages, counts included, join the documents.
         ordering = ["id"]
-        constraints = [models.UniqueConstraint(fields=["document", "number"], name="page_number_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "number"], name="page_number_unique"),
+            # A claim is only ever on a running page: every change away from running clears it. The
+            # guarded UPDATEs (services/pages.py) ask for the token alone, on this guarantee.
+            models.CheckConstraint(condition=Q(claim_token="") | Q(status="running"), name="page_claim_only_running"),
+        ]
         indexes = [
             # status first: also the in-flight count of every pool at once (status) reads only its range
             models.Index(fields=["status", "pool", "claim_expires_at"], name="page_claim_idx"),
@@ -354,8 +364,20 @@ class Page(models.Model):
             models.Index(fields=["job", "min_line_confidence"], name="page_job_min_line_conf_idx"),  # lines to check
             # pages done in the last minute (status, dashboard charts): a range, not a scan of every page ever done
             models.Index(fields=["status", "finished_at"], name="page_status_finished_idx"),
-            # a pool's last escalations (the forecast's share escalated), and a pod's first stages (spend)
-            models.Index(fields=["escalated_from", "escalated_at"], name="page_escalated_idx"),
+            # A pool's last escalations (the forecast's share escalated). Partial, as the two below: a
+            # column that few pages set is indexed only where it is set. The pages that do not set it
+            # write nothing to these indexes, and a guarded UPDATE's "escalated_from_id IS NULL" has no
+            # index to read every page through (services/pages.py _guarded_update).
+            models.Index(
+                fields=["escalated_from", "escalated_at"],
+                name="page_escalated_idx",
+                condition=Q(escalated_from__isnull=False),
+            ),
+            # a pod's first stages (spend), a pod's failed attempts given back (preemption)
+            models.Index(fields=["first_pod"], name="page_first_pod_idx", condition=Q(first_pod__isnull=False)),
+            models.Index(
+                fields=["failed_on_pod"], name="page_failed_on_pod_idx", condition=Q(failed_on_pod__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

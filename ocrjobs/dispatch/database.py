@@ -38,14 +38,23 @@ def fleet(*, pool_id: int) -> tuple[list[tuple[int, str, int, str]], FleetCounts
 
 
 def beat(
-    *, dispatcher_id: int, token: str, page_ids: list[int], busy_pods: list[int], note: str, done: int, failed: int
+    *,
+    dispatcher_id: int,
+    token: str,
+    page_ids: list[int],
+    renew_within: float,
+    busy_pods: list[int],
+    note: str,
+    done: int,
+    failed: int,
 ) -> set[int]:
-    """The dispatcher's heartbeat: alive, its counts, its pages in hand renewed (the ids it still
-    holds are returned), its busy pods marked."""
+    """The dispatcher's heartbeat: alive, its counts, the claims on its pages in hand that expire
+    within ``renew_within`` seconds renewed (the ids it still holds are returned), its busy pods
+    marked."""
     now = timezone.now()
     Dispatcher.objects.filter(pk=dispatcher_id).update(heartbeat_at=now, note=note[:200], pages_done=done,
                                                        pages_failed=failed)  # fmt: skip
-    held = claims_renew(token=token, page_ids=page_ids)
+    held = claims_renew(token=token, page_ids=page_ids, within=renew_within)
     pods_mark_busy(pod_ids=busy_pods, at=now)
     return held
 

@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 POD_REFRESH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 2.0
+# A beat renews the claims that would expire within this many seconds, not all of them (a renewal
+# writes the page's row again): at least 3 beats before a claim would expire, however short it is.
+RENEW_BEATS = 3
 JOB_REFRESH_SECONDS = 0.5
 FLUSH_SECONDS = 0.05
 FLUSH_BACKOFF_MAX_SECONDS = 5.0
@@ -530,8 +533,8 @@ class DispatchLoop(DocumentRoutes):
             await self.db(database.nudge_scaler, pool_id=self.pool_id)
         queued = list(self.queue)
         held = await self.db(database.beat, dispatcher_id=self.dispatcher.pk, token=self.token,
-                             page_ids=sorted(self.in_hand()), busy_pods=busy_pods, note=note, done=self.done,
-                             failed=self.failed)  # fmt: skip
+                             page_ids=sorted(self.in_hand()), renew_within=renew_within(), busy_pods=busy_pods,
+                             note=note, done=self.done, failed=self.failed)  # fmt: skip
         self.drop_lost(queued, held)
         await self.refresh_jobs()
 
@@ -559,6 +562,12 @@ def _page_request(sha256: str, dpi: int, languages: str) -> tuple[bytes, bytes]:
     body = json.dumps({"document": sha256, "page": 0, "dpi": dpi, "languages": languages})
     head, _, tail = body.partition('"page": 0')  # a hash is hex and comes first: the one such text
     return f'{head}"page": '.encode(), tail.encode()
+
+
+def renew_within() -> float:
+    """Seconds within which a claim's expiry makes a beat renew it: half the claim, or more beats
+    than ``RENEW_BEATS`` before it expires (a loop that beats late still renews it in time)."""
+    return max(settings.PAGE_CLAIM_SECONDS / 2, RENEW_BEATS * HEARTBEAT_SECONDS)
 
 
 def _first(error: ValidationError) -> str:

@@ -75,3 +75,21 @@ def test_ids_select_those_rows_and_no_other(db, local_pool):
 
     assert raw == set(wanted)
     assert set(Page.objects.filter(id__in=id_list(wanted)).values_list("id", flat=True)) == set(wanted)
+
+
+@pytest.mark.once_postgres
+def test_joined_by_hash_rules_out_nested_loops_for_its_statements_alone(db):
+    from django.db import transaction
+
+    from fleetadmin.sqlbatch import joined_by_hash
+
+    def nested_loops() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW enable_nestloop")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():  # a caller's transaction, which goes on afterwards
+        with joined_by_hash():
+            assert nested_loops() == "off"
+        assert nested_loops() == "on"
+    assert nested_loops() == "on"
