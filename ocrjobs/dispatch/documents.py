@@ -95,10 +95,15 @@ def _into_page_cache(file: BinaryIO, size: int) -> None:
             sent += count
 
 
+class DocumentWaited(Exception):
+    """A document waited for room at the gate longer than its deadline: nothing reached the pod."""
+
+
 class DocumentGate:
     """At most ``limit`` bytes of documents on their way at once, first come first served: a
     document waits while the ones ahead of it, or the bytes out now, leave no room (one larger
-    than ``limit`` goes alone, once nothing else is out)."""
+    than ``limit`` goes alone, once nothing else is out), and no longer than ``within`` seconds
+    (DocumentWaited): each PUT ahead of it has a deadline, but many of them add up."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -106,20 +111,23 @@ class DocumentGate:
         self._waiting: deque[tuple[int, asyncio.Future]] = deque()
 
     @contextlib.asynccontextmanager
-    async def room(self, size: int) -> AsyncIterator[None]:
+    async def room(self, size: int, *, within: float | None = None) -> AsyncIterator[None]:
         size = max(size, 1)
         if self._waiting or not self._fits(size):
             turn = asyncio.get_running_loop().create_future()
             entry = (size, turn)
             self._waiting.append(entry)
             try:
-                await turn
-            except BaseException:
+                async with asyncio.timeout(within):
+                    await turn
+            except BaseException as exc:
                 if entry in self._waiting:
                     self._waiting.remove(entry)
                     self._admit()  # (the ones behind it may fit now)
                 elif turn.done() and not turn.cancelled():
                     self._leave(size)  # (given room, then cancelled before it took it)
+                if isinstance(exc, TimeoutError):
+                    raise DocumentWaited(f"no room for the document within {within:g} s") from exc
                 raise
         else:
             self.held += size
@@ -211,6 +219,8 @@ class DocumentRoutes:
         # sha256 -> since when its pages have waited for its pods while a lane elsewhere sat free
         self.affinity_waits: dict[str, float] = {}
         self.document_gate = DocumentGate(settings.DISPATCH_DOCUMENT_BYTES_IN_FLIGHT)
+        # A document waits for room at the gate no longer than a page waits for its pod.
+        self.document_wait_seconds = settings.PAGE_TIMEOUT_SECONDS + 10
 
     def next_forward(self) -> tuple[ClaimedPage | None, PodLanes | None]:
         """The next page to send and its lane, taken off the queue (no lane: nothing taken). The next
@@ -327,7 +337,7 @@ class DocumentRoutes:
     async def put_document(self, page: ClaimedPage, lane: PodLanes) -> None:
         file = None
         try:
-            async with self.document_gate.room(page.size):
+            async with self.document_gate.room(page.size, within=self.document_wait_seconds):
                 # In the kernel (sendfile) over plain HTTP; read whole for TLS (RunPod's proxy).
                 sendfile = lane.base_url.startswith("http://")
                 body, file = await self.io(functools.partial(document_body, page.source, sendfile=sendfile))

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch import database
-from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, error_of
+from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, DocumentWaited, error_of
 from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
 from ocrjobs.dispatch.lanes import LaneTable, PodLanes
 from ocrjobs.dispatch.outcomes import status_failure
@@ -375,6 +375,10 @@ class DispatchLoop(DocumentRoutes):
             # Nothing reached the pod: the page goes to another lane on this claim.
             self.hand_back(page)
             await self.connection_refused(lane, exc)
+        except DocumentWaited as exc:
+            # Nor here (its document never left): the page goes back, its lane free for another.
+            log.info("page %s: %s; back in the queue", page.id, exc)
+            self.hand_back(page)
         except AnswerTooLarge as exc:
             await self.attempt_failed(page, lane, str(exc), pod_fault=True)
         except aiohttp.ClientError as exc:

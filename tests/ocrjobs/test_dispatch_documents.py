@@ -531,3 +531,51 @@ def test_the_gate_passes_over_a_waiter_cancelled_before_it_could_leave_the_line(
         assert waiting.cancelled() and gate.held == 0
 
     asyncio.run(scenario())
+
+
+def test_a_document_waits_for_the_gate_no_longer_than_its_deadline_and_leaves_the_line():
+    async def scenario():
+        gate = documents.DocumentGate(100)
+        release = asyncio.Event()
+        entered: list[str] = []
+
+        async def send(name: str, size: int, within: float | None = None):
+            async with gate.room(size, within=within):
+                entered.append(name)
+                await release.wait()
+
+        first = asyncio.create_task(send("a", 90))
+        await asyncio.sleep(0)
+        late = asyncio.create_task(send("b", 50, within=0.05))
+        behind = asyncio.create_task(send("c", 10))
+        with pytest.raises(documents.DocumentWaited):
+            await late
+        assert entered == ["a", "c"] and gate.held == 100  # c, behind it, fits beside a
+        release.set()
+        await asyncio.gather(first, behind)
+        assert gate.held == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_page_whose_document_found_no_room_in_time_goes_back_to_the_queue_and_spends_no_attempt():
+    async def scenario():
+        loop = many_pods(1, 2)
+        loop.document_wait_seconds = 0.05
+        release = asyncio.Event()
+
+        async def occupy():  # another document's PUT, out for longer than the deadline
+            async with loop.document_gate.room(loop.document_gate.limit):
+                await release.wait()
+
+        out = asyncio.create_task(occupy())
+        await asyncio.sleep(0)
+        page, lane = claimed(1, "a", size=10), loop.lanes.lease()
+        loop.inflight[page.id] = page
+
+        assert await loop.asked(page, lane) is None  # no answer, no attempt failed (no database asked)
+        assert [p.id for p in loop.queue] == [1] and "a" * 64 not in loop.held.get(1, ())
+        release.set()
+        await out
+
+    asyncio.run(scenario())
