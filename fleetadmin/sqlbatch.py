@@ -74,8 +74,9 @@ def joined_by_hash() -> Iterator[None]:
     outer = connection.in_atomic_block  # a caller's transaction, which goes on after this
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SHOW enable_nestloop")
-            before = cursor.fetchone()[0]
+            if outer:
+                cursor.execute("SHOW enable_nestloop")
+                before = cursor.fetchone()[0]
             cursor.execute("SET LOCAL enable_nestloop = off")
         yield  # on an error, the rollback (to the savepoint, in a caller's transaction) sets it back
         if outer:

@@ -80,7 +80,9 @@ def test_a_cancelled_jobs_read_pages_get_their_outputs_marked_partial(three_page
 
 def test_a_failed_page_keeps_its_original_page_without_a_text_layer(three_pages):
     read_some(three_pages, {1, 3})
-    Page.objects.filter(job=three_pages, number=2).update(status=Page.Status.FAILED, error="engine crashed")
+    Page.objects.filter(job=three_pages, number=2).update(
+        status=Page.Status.FAILED, error="engine crashed", claim_token=""
+    )
     job = job_refresh(job_id=three_pages.pk)
     assert job.status == Job.Status.PARTIAL
 
