@@ -7,6 +7,15 @@ the other pages write nothing to them. 13 indexes were written for every page's 
 import django.db.models.deletion
 from django.db import migrations, models
 
+# Django's names for the indexes of these foreign keys (the same on either database).
+FOREIGN_KEY_INDEXES = [
+    ("ocrjobs_page_document_id_d492ff80", "document_id"),
+    ("ocrjobs_page_escalated_from_id_b63b0a96", "escalated_from_id"),
+    ("ocrjobs_page_failed_on_pod_id_edbc1e98", "failed_on_pod_id"),
+    ("ocrjobs_page_first_pod_id_55ef7f01", "first_pod_id"),
+    ("ocrjobs_page_job_id_1e3dc4ea", "job_id"),
+]
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -19,55 +28,73 @@ class Migration(migrations.Migration):
             model_name="page",
             name="page_escalated_idx",
         ),
-        migrations.AlterField(
-            model_name="page",
-            name="document",
-            field=models.ForeignKey(
-                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="pages", to="ocrjobs.document"
-            ),
-        ),
-        migrations.AlterField(
-            model_name="page",
-            name="escalated_from",
-            field=models.ForeignKey(
-                blank=True,
-                db_index=False,
-                null=True,
-                on_delete=django.db.models.deletion.PROTECT,
-                related_name="+",
-                to="pods.pool",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="page",
-            name="failed_on_pod",
-            field=models.ForeignKey(
-                blank=True,
-                db_index=False,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to="pods.pod",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="page",
-            name="first_pod",
-            field=models.ForeignKey(
-                blank=True,
-                db_index=False,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to="pods.pod",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="page",
-            name="job",
-            field=models.ForeignKey(
-                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="pages", to="ocrjobs.job"
-            ),
+        # Only the indexes go: altered as fields, Django would drop and add again each foreign key
+        # (checking every page's row under a lock), and rebuild the whole table on SQLite.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name="page",
+                    name="document",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="pages",
+                        to="ocrjobs.document",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="page",
+                    name="escalated_from",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="pods.pool",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="page",
+                    name="failed_on_pod",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="pods.pod",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="page",
+                    name="first_pod",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="pods.pod",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="page",
+                    name="job",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="pages",
+                        to="ocrjobs.job",
+                    ),
+                ),
+            ],
+            database_operations=[
+                migrations.RunSQL(
+                    [f"DROP INDEX IF EXISTS {name}" for name, _ in FOREIGN_KEY_INDEXES],
+                    [f"CREATE INDEX {name} ON ocrjobs_page ({column})" for name, column in FOREIGN_KEY_INDEXES],
+                ),
+            ],
         ),
         migrations.AddIndex(
             model_name="page",
