@@ -569,8 +569,8 @@ def _page_request(sha256: str, dpi: int, languages: str) -> tuple[bytes, bytes]:
 
 
 def renew_within() -> float:
-    """Seconds within which a claim's expiry makes a beat renew it: half the claim, or more beats
-    than ``RENEW_BEATS`` before it expires (a loop that beats late still renews it in time)."""
+    """Seconds within which a claim's expiry makes a beat renew it: half the claim's time, and no
+    less than ``RENEW_BEATS`` beats' time (a loop that beats late still renews it in time)."""
     return max(settings.PAGE_CLAIM_SECONDS / 2, RENEW_BEATS * HEARTBEAT_SECONDS)
 
 
