@@ -300,9 +300,9 @@ class Page(models.Model):
 
     FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED)
 
-    # No index of their own on job and document: the indexes below that begin with them serve both
-    # (every index is written again whenever a page's row is: a claim, its pod, its result).
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pages", db_index=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pages")
+    # No index of its own: page_number_unique begins with it (every index is written again whenever a
+    # page's row is: a claim, its pod, its result).
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pages", db_index=False)
     # Denormalised from the job so that a dispatcher's claim reads one index.
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="pages")
@@ -373,6 +373,8 @@ class Page(models.Model):
                 name="page_escalated_idx",
                 condition=Q(escalated_from__isnull=False),
             ),
+            # a job's pages escalated (its page), without reading every page escalated
+            models.Index(fields=["job"], name="page_job_escalated_idx", condition=Q(escalated_from__isnull=False)),
             # a pod's first stages (spend), a pod's failed attempts given back (preemption)
             models.Index(fields=["first_pod"], name="page_first_pod_idx", condition=Q(first_pod__isnull=False)),
             models.Index(

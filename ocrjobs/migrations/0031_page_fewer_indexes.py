@@ -1,8 +1,9 @@
 """Fewer indexes on pages, each written again whenever a page's row is (its claim, its pod, its
-result: three times a page at least). Job and document: served by the indexes that begin with them
-(page_job_status_conf_idx, page_number_unique). The escalation's pool, a page's first pod and the
-pod its last attempt failed on: set on few pages, indexed only where set (partial indexes), so that
-the other pages write nothing to them. 13 indexes were written for every page's update, 8 now."""
+result: three times a page at least). Document: served by page_number_unique, which begins with it.
+The escalation's pool, a page's first pod and the pod its last attempt failed on: set on few pages,
+indexed only where set (partial indexes), so that the other pages write nothing to them; a job's
+escalated pages likewise (page_job_escalated_idx: the job page counts them). 13 indexes were written
+for every page's update, 9 now."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -13,7 +14,6 @@ FOREIGN_KEY_INDEXES = [
     ("ocrjobs_page_escalated_from_id_b63b0a96", "escalated_from_id"),
     ("ocrjobs_page_failed_on_pod_id_edbc1e98", "failed_on_pod_id"),
     ("ocrjobs_page_first_pod_id_55ef7f01", "first_pod_id"),
-    ("ocrjobs_page_job_id_1e3dc4ea", "job_id"),
 ]
 
 
@@ -78,16 +78,6 @@ class Migration(migrations.Migration):
                         to="pods.pod",
                     ),
                 ),
-                migrations.AlterField(
-                    model_name="page",
-                    name="job",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="pages",
-                        to="ocrjobs.job",
-                    ),
-                ),
             ],
             database_operations=[
                 migrations.RunSQL(
@@ -116,6 +106,12 @@ class Migration(migrations.Migration):
                 condition=models.Q(("failed_on_pod__isnull", False)),
                 fields=["failed_on_pod"],
                 name="page_failed_on_pod_idx",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="page",
+            index=models.Index(
+                condition=models.Q(("escalated_from__isnull", False)), fields=["job"], name="page_job_escalated_idx"
             ),
         ),
     ]
