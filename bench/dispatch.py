@@ -20,6 +20,9 @@ is too short to amortize the start-up) and pages_per_dispatcher_cpu_s (>= 2,500 
 CPU-second of the dispatcher at 64 pods x 8 lanes, 2 s per page; "dispatcher_cpu_s_per_page"
 is its inverse). control_plane_cpu_within_ceiling: the dispatcher's CPU a page (it is the
 control plane here: bench/_cpu.py) at most a generous ceiling, which CI asserts.
+documents_spread_thin (one dispatcher, documents of 256 pages or more): the copies of documents
+sent past each document's first at most 2 a pod, a count: a job's long documents go a pod to a
+document, not each to every pod.
 --lease-only: lease_steps_flat and preferred_lease_steps_flat (one lease executes no more
 bytecode at 512 pods than at 8; its wall time is printed), route_steps_flat (routing a page of a
 long document every pod holds executes no more at 512 pods than at 128).
@@ -65,6 +68,13 @@ PAGES_PER_DISPATCHER_CPU_S_GOAL = 2_500
 # 2-core machine under load. Runs whose CPU is mostly start-up (160 pages; two dispatcher
 # processes, their imports counted) are over it and CI does not ask them.
 CPU_CEILING_MS_PER_PAGE = 2.1
+# Copies of documents past each one's first, per pod (documents_spread_thin). Claimed a document
+# after another, each long document went to every pod: 2,954 such copies for 14 documents of 3,000
+# pages on 256 pods (11.5 a pod); claimed in strips (ocrjobs/models.py claim_order), 313-391.
+SPREAD_COPIES_PER_POD_GOAL = 2
+# ...asked of long documents only: short ones spread on purpose (a copy of a few pages costs less
+# than lanes idle: ocrjobs/dispatch/documents.py AFFINITY_SPREAD_PAGES).
+LONG_DOCUMENT_PAGES = 256
 
 
 def lease_cost() -> dict:
@@ -267,10 +277,12 @@ def run(args) -> None:
     cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     started_wall = time.time()
     started = time.monotonic()
+    loop = None
     if args.dispatchers == 1:
         dispatcher = dispatcher_register(pool_id=pool.pk)
         connection.close()
-        asyncio.run(DispatchLoop(dispatcher).run())
+        loop = DispatchLoop(dispatcher)
+        asyncio.run(loop.run())
     else:
         env = dict(os.environ, DISPATCHERS_PER_POOL=str(args.dispatchers))
         code = ("import django,os,sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE','fleetadmin.settings'); django.setup();"
@@ -320,6 +332,13 @@ def run(args) -> None:
     lost = args.pages - done + done_without_result
     figures.update(pages_lost=lost, pod_reads=pod_reads, pages_read_twice=max(0, pod_reads - done))
     goal = {"nothing_lost": lost == 0, "nothing_read_twice": pod_reads <= done, CEILING_GOAL: within_ceiling(figures)}
+    if loop is not None:
+        # Each document crosses once at least; the copies past that are what spreading it costs.
+        spread = loop.documents_sent - documents
+        figures.update(document_copies=loop.documents_sent, document_bytes_sent=loop.bytes_sent,
+                       spread_copies_per_pod=round(spread / args.pods, 2))  # fmt: skip
+        if per_document >= LONG_DOCUMENT_PAGES:
+            goal["documents_spread_thin"] = spread <= SPREAD_COPIES_PER_POD_GOAL * args.pods
     if ideal:
         figures["ideal_pages_per_s"] = round(min(ideal, args.pages / ideal_seconds), 1)
         figures["achieved_over_ideal"] = round(ideal_seconds / seconds, 3)
@@ -347,6 +366,9 @@ def run(args) -> None:
               f"(ideal {args.latency} s)")  # fmt: skip
     print(f"pages lost {lost} ({done_without_result} done without a result); pods read {pod_reads} pages "
           f"for {done} done")  # fmt: skip
+    if loop is not None:
+        print(f"{figures['document_copies']} copies of {documents} documents sent ({loop.bytes_sent / 1e6:.1f} MB): "
+              f"{figures['spread_copies_per_pod']} a pod past each document's first")  # fmt: skip
     print(json.dumps(figures))
 
 

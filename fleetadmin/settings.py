@@ -336,7 +336,7 @@ PAGE_TIMEOUT_SECONDS = envfloat("PAGE_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 POD_ANSWER_MAX_BYTES = envint("POD_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
 # The documents a dispatcher sends to pods at once, in bytes (one larger goes alone): pods get
 # theirs in turn and start reading, rather than all at the end of a shared link; and the bodies
-# sent over TLS, read whole, are bounded in memory (ocrjobs/dispatch/documents.py, DocumentGate).
+# sent over TLS, read whole, are bounded in memory (ocrjobs/dispatch/sending.py, DocumentGate).
 DISPATCH_DOCUMENT_BYTES_IN_FLIGHT = envint("DISPATCH_DOCUMENT_BYTES_IN_FLIGHT", 64 * 1024 * 1024, minimum=1)
 DISPATCH_MAX_SECONDS = envfloat("DISPATCH_MAX_SECONDS", 720.0, minimum=10.0)
 

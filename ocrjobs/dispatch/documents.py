@@ -5,155 +5,29 @@ document when one has a lane free, else, within bounds, a page further on first,
 lane, the document crossing once more. It knows which documents each pod holds as far as it sent
 them (a 409 corrects it), and sends a document with one ``PUT /v1/documents/{sha256}`` per pod
 that pages share. ``DocumentRoutes`` is that part of the loop, a mixin over the loop's lanes,
-queue, HTTP client and I/O threads.
-
-A dispatcher sends at most DISPATCH_DOCUMENT_BYTES_IN_FLIGHT of documents at once
-(``DocumentGate``), first asked first sent: a document read whole (TLS) is in memory a few at a
-time, not one copy per pod that asked, and the first pods start reading while the others' copies
-are on their way. (One 5.2 MB document sent to 256 pods at once: every lane's first page at 4.9 s
-against the ideal 2.0; 16 or 64 MiB at a time: 3.9 and 4.0 s.)
-
-A document on this host's filesystem goes from the page cache to the socket in the kernel
-(``sendfile``): the dispatcher neither reads it into memory nor copies it through Python. Read
-whole and written by aiohttp, the 786 MB of the ingest benchmark were a quarter of the dispatch
-loop's CPU. A document in object storage is read whole, as before (``document_bytes``).
+queue, HTTP client and I/O threads. What its PUTs send, and the gate they pass: sending.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING
 
-from aiohttp.payload import Payload
 from django.conf import settings
 
 from ocrjobs.dispatch.http import AnswerTooLarge, read_answer
 from ocrjobs.dispatch.lanes import LaneTable, PodLanes
 from ocrjobs.dispatch.queue import PageQueue
+from ocrjobs.dispatch.sending import DocumentGate, FileBody, document_body
 from ocrjobs.services.pages import ClaimedPage
-from ocrjobs.storage import document_bytes, document_file
 from podserver.answers import PodError
 
 if TYPE_CHECKING:
     import aiohttp
-
-
-class FileBody(Payload):
-    """An open file sent by ``loop.sendfile`` once aiohttp has written the request's headers (and
-    a Content-Length, from ``size``). The caller closes the file once the request is over."""
-
-    def __init__(self, file: BinaryIO, size: int, **kwargs: Any):
-        super().__init__(file, content_type="application/octet-stream", **kwargs)
-        self._size = size
-
-    async def write(self, writer) -> None:
-        await self.write_with_length(writer, None)
-
-    async def write_with_length(self, writer, content_length: int | None) -> None:
-        count = self._size if content_length is None else min(self._size, content_length)
-        writer.send_headers()  # aiohttp holds them back to go out with the first chunk of a body
-        await asyncio.get_running_loop().sendfile(writer.transport, self._value, 0, count)
-
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        raise TypeError("a document's body is not text")
-
-
-def document_body(source: str, *, sendfile: bool = True) -> tuple[FileBody | bytes, BinaryIO | None]:
-    """What a PUT sends for the stored document ``source``, and the file to close after it (None:
-    bytes read whole). ``sendfile`` False (a TLS connection, which the kernel cannot encrypt):
-    read whole. Blocking (it opens or reads the file): run it off the loop."""
-    file = document_file(source) if sendfile else None
-    if file is None:
-        return document_bytes(source), None
-    try:
-        size = os.fstat(file.fileno()).st_size
-        _into_page_cache(file, size)
-        return FileBody(file, size), file
-    except BaseException:
-        file.close()
-        raise
-
-
-def _into_page_cache(file: BinaryIO, size: int) -> None:
-    """Read the file into the page cache here, off the loop, so that the loop's sendfile only
-    copies from memory: an upload may have left the cache since it was stored, and a sendfile of a
-    file not in it waits for the disk inside the loop (2.4-2.6 ms per 3.6 MB document on this
-    machine, 0.3 ms cached). A sendfile to /dev/null reads the pages in and copies nothing."""
-    with open(os.devnull, "wb") as null:
-        sent = 0
-        while sent < size:
-            count = os.sendfile(null.fileno(), file.fileno(), sent, size - sent)
-            if count == 0:  # the file got shorter: the PUT sends what is there
-                return
-            sent += count
-
-
-class DocumentWaited(Exception):
-    """A document waited for room at the gate longer than its deadline: nothing reached the pod."""
-
-
-class DocumentGate:
-    """At most ``limit`` bytes of documents on their way at once, first come first served: a
-    document waits while the ones ahead of it, or the bytes out now, leave no room (one larger
-    than ``limit`` goes alone, once nothing else is out), and no longer than ``within`` seconds
-    (DocumentWaited): each PUT ahead of it has a deadline, but many of them add up."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-        self._waiting: deque[tuple[int, asyncio.Future]] = deque()
-
-    @contextlib.asynccontextmanager
-    async def room(self, size: int, *, within: float | None = None) -> AsyncIterator[None]:
-        size = max(size, 1)
-        if self._waiting or not self._fits(size):
-            turn = asyncio.get_running_loop().create_future()
-            entry = (size, turn)
-            self._waiting.append(entry)
-            try:
-                async with asyncio.timeout(within):
-                    await turn
-            except BaseException as exc:
-                if entry in self._waiting:
-                    self._waiting.remove(entry)
-                    self._admit()  # (the ones behind it may fit now)
-                elif turn.done() and not turn.cancelled():
-                    self._leave(size)  # (given room, then cancelled before it took it)
-                if isinstance(exc, TimeoutError):
-                    raise DocumentWaited(f"no room for the document within {within:g} s") from exc
-                raise
-        else:
-            self.held += size
-        try:
-            yield
-        finally:
-            self._leave(size)
-
-    def _fits(self, size: int) -> bool:
-        return self.held == 0 or self.held + size <= self.limit
-
-    def _leave(self, size: int) -> None:
-        self.held -= size
-        self._admit()
-
-    def _admit(self) -> None:
-        while self._waiting:
-            size, turn = self._waiting[0]
-            if turn.done():  # (cancelled, its clean-up still to run: it finds itself out of line)
-                self._waiting.popleft()
-                continue
-            if not self._fits(size):
-                return
-            self._waiting.popleft()
-            self.held += size
-            turn.set_result(None)
 
 
 # A page whose document's pods are all busy may let one of another document go first (one that a pod
@@ -253,7 +127,7 @@ class DocumentRoutes:
         # From the free lanes' side: a pod that holds a document further on in the queue.
         lane = self.lanes.lease_where(self._holds_queued)
         if lane is not None:
-            sha256 = next(sha256 for sha256 in self.held[lane.pod_id] if self.queue.queued(sha256))
+            sha256 = self._held_queued(lane.pod_id)
             self._served(sha256, lane.pod_id)
             return self.queue.take(sha256), lane
         # A document further on that no pod holds yet: to any free lane, before a second copy.
@@ -261,32 +135,51 @@ class DocumentRoutes:
             if not self.holders.get(sha256):
                 lane = self.lanes.lease()
                 return (self.queue.take(sha256), lane) if lane is not None else (None, None)
+        sha256 = self._copied_next(looked_at)
+        if sha256 is None:
+            return None, None  # the next lane its documents' pods free takes them (or the loop's next turn)
+        lane = self.lanes.lease()
+        if lane is None:
+            return None, None
+        # A lane whose pod holds a document queued (one that lease_where's few looks missed) takes
+        # that document, not a copy of another.
+        if sha256 not in self.held.get(lane.pod_id, ()):
+            self.affinity_waits.pop(sha256, None)  # it crossed: a wait for its pods begins anew
+        self._served(sha256, lane.pod_id)
+        return self.queue.take(sha256), lane
+
+    def _copied_next(self, looked_at: list[tuple[str, deque[ClaimedPage]]]) -> str | None:
+        """Of the documents looked at, all their pods busy, the one that gets a copy on another pod
+        now: of those for which a copy pays, or which waited long enough for their pods, the one with
+        the most pages queued for each pod that holds it (the first of them on a tie). The first in
+        line, as it was, took every copy while a copy paid: with a job's long documents queued
+        together (claim_order), its first document went to ~190 pods, and the others waited."""
         now = time.monotonic()
+        chosen, most = None, -1.0
         for sha256, pages in looked_at:
             waiting_since = self.affinity_waits.setdefault(sha256, now)
             if now - waiting_since < affinity_wait(pages[0]) and not self._copy_pays(sha256, pages):
-                continue  # the next lane its document's pods free takes it (or the loop's next turn)
-            lane = self.lanes.lease()
-            if lane is None:
-                return None, None
-            if sha256 not in self.held.get(lane.pod_id, ()):
-                self.affinity_waits.pop(sha256, None)  # it crossed: a wait for its pods begins anew
-            self._served(sha256, lane.pod_id)
-            return self.queue.take(sha256), lane
-        return None, None
+                continue
+            share = len(pages) / (len(self.holders.get(sha256, ())) + 1)
+            if share > most:
+                chosen, most = sha256, share
+        return chosen
 
     def _holds(self, sha256: str, pod_id: int) -> bool:
         return sha256 in self.held.get(pod_id, ())
 
     def _holds_queued(self, pod_id: int) -> bool:
-        """Whether the pod holds a document with pages queued: its documents looked up in the queue,
-        or the queue's in its documents, whichever are fewer (a look at each is a dict's)."""
+        return self._held_queued(pod_id) is not None
+
+    def _held_queued(self, pod_id: int) -> str | None:
+        """A document the pod holds with pages queued (None: none): its documents looked up in the
+        queue, or the queue's in its documents, whichever are fewer (a look at each is a dict's)."""
         held = self.held.get(pod_id)
         if not held:
-            return False
+            return None
         if len(held) <= self.queue.documents_queued():
-            return any(self.queue.queued(sha256) for sha256 in held)
-        return any(sha256 in held for sha256, _ in self.queue.documents())
+            return next((sha256 for sha256 in held if self.queue.queued(sha256)), None)
+        return next((sha256 for sha256, _ in self.queue.documents() if sha256 in held), None)
 
     def _copy_pays(self, sha256: str, pages: deque[ClaimedPage]) -> bool:
         """Whether the document with these bytes, its pods all busy, is worth a copy on another pod

@@ -118,8 +118,13 @@ class LaneTable:
         """A free lane on a pod that is ``wanted`` (by its id), among the next FREE_LOOKS free lanes;
         None when none of them is. Where a document's pods are many, the few a lease looks at may
         all be busy while others of them have lanes free: these are found from the free lanes'
-        side. The lane's deque entry stays, as a preferred lease leaves it."""
-        for pod in islice(self._free, FREE_LOOKS):
+        side. The lane's deque entry stays, as a preferred lease leaves it; entries at the front
+        that are stale (their pods' lanes taken by preferred leases since, or gone) are dropped
+        first, else they would fill the looks."""
+        free = self._free
+        while free and not (free[0].active and free[0].inflight < free[0].lanes):
+            free.popleft().queued -= 1
+        for pod in islice(free, FREE_LOOKS):
             if pod.active and pod.inflight < pod.lanes and wanted(pod.pod_id):
                 return self._take(pod)
         return None

@@ -36,11 +36,12 @@ from pydantic import ValidationError
 from fleetadmin.db import DB_ERRORS
 from fleetadmin.loopwatch import LoopWatch
 from ocrjobs.dispatch import database
-from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, DocumentWaited, error_of
+from ocrjobs.dispatch.documents import DocumentRefused, DocumentRoutes, error_of
 from ocrjobs.dispatch.http import AnswerTooLarge, PodPages, PodRefused, pod_session
 from ocrjobs.dispatch.lanes import LaneTable, PodLanes
 from ocrjobs.dispatch.outcomes import status_failure
 from ocrjobs.dispatch.queue import PageQueue
+from ocrjobs.dispatch.sending import DocumentWaited
 from ocrjobs.models import Dispatcher
 from ocrjobs.selectors import pages_waiting
 from ocrjobs.services.dispatchers import dispatch_ensure, dispatcher_end, dispatcher_register

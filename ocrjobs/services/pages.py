@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from fleetadmin.sqlbatch import id_list, ids_in, joined_by_hash, rows_table
-from ocrjobs.models import Job, Page, lowest_line_confidence
+from ocrjobs.models import Job, Page, claim_order, lowest_line_confidence
 from ocrjobs.services.jobs import job_refresh
 from pods.enqueue import nudge_scaler
 from pods.models import Pod
@@ -42,7 +42,10 @@ class ClaimedPage:
 
 
 def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> list[ClaimedPage]:
-    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed.
+    """Claim up to ``limit`` waiting pages with a lease that expires unless renewed: those whose
+    claims expired first (they have waited longest), then pending pages in ``claim_order`` (a job at
+    a time, and its documents' pages in strips: ocrjobs/models.py CLAIM_STRIP_PAGES). Returned in
+    that order.
 
     ``sweep`` also fails the pages whose claims expired on their last attempt;
     a dispatcher asks for it every few seconds rather than on every claim.
@@ -56,11 +59,13 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             _fail_exhausted(pool_id=pool_id)
         # Never a page whose claim expired on its last attempt, swept or not (review L9): it is
         # still counted as waiting, so that a dispatcher comes and its sweep fails it.
-        exhausted = Q(status=Page.Status.RUNNING) & _attempts_spent()
-        query = Page.objects.waiting().exclude(exhausted).filter(pool_id=pool_id).order_by("id")
-        if connection.features.has_select_for_update_skip_locked:
-            query = query.select_for_update(skip_locked=True, of=("self",))
-        ids = list(query.values_list("id", flat=True)[:limit])
+        waiting = Page.objects.exclude(job__status=Job.Status.CANCELLED).filter(pool_id=pool_id)
+        expired = waiting.filter(status=Page.Status.RUNNING, claim_expires_at__lt=now).exclude(_attempts_spent())
+        ids = _claimable(expired.order_by("id"), limit)
+        if len(ids) < limit:
+            # Each its own statement: pending pages come by page_claim_order_idx, in its order.
+            pending = waiting.filter(status=Page.Status.PENDING).order_by(*claim_order())
+            ids += _claimable(pending, limit - len(ids))
         if not ids:
             return []
         claimed = Page.objects.filter(id__in=id_list(ids))  # the ids as one parameter (fleetadmin/sqlbatch.py)
@@ -76,7 +81,16 @@ def pages_claim(*, pool_id: int, token: str, limit: int, sweep: bool = True) -> 
             "id", "job_id", "document__position", "document_id", "document__source", "document__sha256", "number",
             "job__languages", "attempts", "document__page_count", "document__size_bytes",
         )  # fmt: skip
-        return [ClaimedPage(*row) for row in rows]
+        order = {page_id: turn for turn, page_id in enumerate(ids)}
+        return sorted((ClaimedPage(*row) for row in rows), key=lambda page: order[page.id])
+
+
+def _claimable(query, limit: int) -> list[int]:
+    """The ids of the first ``limit`` pages of ``query``, locked; skipping those that another
+    dispatcher's claim holds locked now (PostgreSQL)."""
+    if connection.features.has_select_for_update_skip_locked:
+        query = query.select_for_update(skip_locked=True, of=("self",))
+    return list(query.values_list("id", flat=True)[:limit])
 
 
 def _fail_exhausted(*, pool_id: int) -> None:

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ocrjobs.dispatch import documents
+from ocrjobs.dispatch import documents, sending
 from ocrjobs.dispatch import loop as dispatch
-from ocrjobs.dispatch.documents import FileBody, document_body
 from ocrjobs.dispatch.lanes import FleetCounts
 from ocrjobs.dispatch.queue import PageQueue
+from ocrjobs.dispatch.sending import FileBody, document_body
 from ocrjobs.models import Job, Page
 from ocrjobs.services.dispatchers import dispatcher_register
 from ocrjobs.services.pages import ClaimedPage
@@ -436,7 +436,7 @@ def test_the_queue_keeps_each_documents_pages_together_and_a_page_put_back_first
 
 def test_the_document_gate_lets_documents_in_first_come_first_served_within_its_bytes():
     async def scenario():
-        gate = documents.DocumentGate(100)
+        gate = sending.DocumentGate(100)
         order: list[str] = []
         release = {name: asyncio.Event() for name in "abcde"}
 
@@ -470,7 +470,7 @@ def test_the_document_gate_lets_documents_in_first_come_first_served_within_its_
 
 def test_a_document_cancelled_while_it_waits_for_the_gate_takes_no_room_and_holds_no_one_up():
     async def scenario():
-        gate = documents.DocumentGate(100)
+        gate = sending.DocumentGate(100)
         release = asyncio.Event()
         entered: list[str] = []
 
@@ -513,7 +513,7 @@ def test_the_gate_passes_over_a_waiter_cancelled_before_it_could_leave_the_line(
     # The room a sender leaves is handed on in the same step; a waiter cancelled a moment before
     # (its future cancelled, its own clean-up not run yet) is passed over, not given room.
     async def scenario():
-        gate = documents.DocumentGate(100)
+        gate = sending.DocumentGate(100)
         release = asyncio.Event()
 
         async def send(size: int):
@@ -535,7 +535,7 @@ def test_the_gate_passes_over_a_waiter_cancelled_before_it_could_leave_the_line(
 
 def test_a_document_waits_for_the_gate_no_longer_than_its_deadline_and_leaves_the_line():
     async def scenario():
-        gate = documents.DocumentGate(100)
+        gate = sending.DocumentGate(100)
         release = asyncio.Event()
         entered: list[str] = []
 
@@ -548,7 +548,7 @@ def test_a_document_waits_for_the_gate_no_longer_than_its_deadline_and_leaves_th
         await asyncio.sleep(0)
         late = asyncio.create_task(send("b", 50, within=0.05))
         behind = asyncio.create_task(send("c", 10))
-        with pytest.raises(documents.DocumentWaited):
+        with pytest.raises(sending.DocumentWaited):
             await late
         assert entered == ["a", "c"] and gate.held == 100  # c, behind it, fits beside a
         release.set()
