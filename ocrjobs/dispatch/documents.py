@@ -141,8 +141,6 @@ class DocumentRoutes:
         lane = self.lanes.lease()
         if lane is None:
             return None, None
-        # A lane whose pod holds a document queued (one that lease_where's few looks missed) takes
-        # that document, not a copy of another.
         if sha256 not in self.held.get(lane.pod_id, ()):
             self.affinity_waits.pop(sha256, None)  # it crossed: a wait for its pods begins anew
         self._served(sha256, lane.pod_id)
